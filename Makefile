@@ -1,0 +1,42 @@
+# Every target installs what it uses: a fresh clone needs only Python >= 3.10.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST_FLAGS ?=
+
+.PHONY: install test test-unit test-integration lint demo bench docs clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test,spark,bench,dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest tests -p no:cacheprovider -q $(PYTEST_FLAGS)
+
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest tests/unit -q $(PYTEST_FLAGS)
+
+test-integration: $(STAMP)
+	$(BIN)/python -m pytest tests/integration -q $(PYTEST_FLAGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check aiogroup tests benchmarks
+	$(BIN)/ruff format --check aiogroup tests benchmarks
+	$(BIN)/mypy --strict aiogroup
+
+demo: $(STAMP)
+	$(BIN)/python -m aiogroup.demo
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks
+
+docs: $(STAMP)
+	$(BIN)/python -m aiogroup.testing.check_docs
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

