@@ -230,8 +230,12 @@ class KafkaBroker:
         timeout: float = 30.0,
     ) -> str:
         """Create a topic and wait until its metadata shows every partition with a leader."""
-        names = await self.create_topics([name or unique_name("topic")], partitions,
-                                         replication_factor=replication_factor, timeout=timeout)
+        names = await self.create_topics(
+            [name or unique_name("topic")],
+            partitions,
+            replication_factor=replication_factor,
+            timeout=timeout,
+        )
         return names[0]
 
     async def create_topics(
@@ -249,9 +253,7 @@ class KafkaBroker:
         admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers)
         await admin.start()
         try:
-            await admin.create_topics(
-                [NewTopic(n, partitions, replication_factor) for n in wanted]
-            )
+            await admin.create_topics([NewTopic(n, partitions, replication_factor) for n in wanted])
         finally:
             await admin.close()
         client = AIOKafkaClient(bootstrap_servers=self.bootstrap_servers)

@@ -1,0 +1,72 @@
+"""Exceptions raised to applications.
+
+Kafka's own broker errors are aiokafka's classes (``aiokafka.errors``) so that code
+catching them keeps working; the classes below cover what aiokafka has no name for.
+"""
+
+from __future__ import annotations
+
+from aiokafka.errors import (
+    BrokerResponseError,
+    CommitFailedError,
+    ConsumerStoppedError,
+    IllegalStateError,
+    KafkaError,
+    KafkaTimeoutError,
+    NoOffsetForPartitionError,
+    for_code,
+)
+
+__all__ = [
+    "BrokerResponseError",
+    "CommitFailedError",
+    "ConfigurationError",
+    "ConsumerStoppedError",
+    "FencedInstanceIdError",
+    "IllegalStateError",
+    "InvalidTopicNameError",
+    "KafkaError",
+    "KafkaTimeoutError",
+    "MalformedProtocolDataError",
+    "NoOffsetForPartitionError",
+    "RebalanceListenerError",
+    "error_for_code",
+]
+
+
+class ConfigurationError(ValueError):
+    """A consumer option, or a combination of options, is invalid."""
+
+
+class InvalidTopicNameError(ValueError):
+    """A topic name breaks Kafka's naming rules."""
+
+
+class MalformedProtocolDataError(KafkaError):
+    """Bytes from a peer (subscription or assignment metadata) could not be decoded."""
+
+
+class RebalanceListenerError(KafkaError):
+    """Wraps nothing: listeners' own exceptions are re-raised as they are.
+
+    Kept for applications that want one class to catch rebalance failures raised by
+    aiogroup itself (for example a listener that did not finish in time).
+    """
+
+
+class FencedInstanceIdError(BrokerResponseError):
+    """Another consumer with the same ``group_instance_id`` has joined (KIP-345)."""
+
+    errno = 82
+    message = "FENCED_INSTANCE_ID"
+    description = (
+        "The broker fenced this static member: another instance uses its group_instance_id."
+    )
+
+
+def error_for_code(code: int) -> type[BrokerResponseError]:
+    """Map a Kafka error code to its exception class, including codes aiokafka lacks."""
+    if code == FencedInstanceIdError.errno:
+        return FencedInstanceIdError
+    cls: type[BrokerResponseError] = for_code(code)
+    return cls

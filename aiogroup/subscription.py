@@ -1,0 +1,471 @@
+"""The subscription/assignment state object: the one board the tasks meet on.
+
+The coordination routine writes the assignment; the fetcher and the application
+read it.  Instead of polling flags, readers *await* futures held here:
+
+* ``wait_for_subscription()`` - the coordinator sleeps until there is something to
+  join for;
+* ``wait_for_assignment()`` - the fetcher sleeps until there is something to fetch;
+* ``Assignment.unassigned`` - resolved when that assignment is replaced, so a
+  fetcher holding it knows to re-plan (cooperative rebalances replace the object
+  but carry the ``PartitionState`` of kept partitions across, so positions and
+  buffered records of partitions that stay are not disturbed);
+* ``commit_refresh_needed`` - an event the commit-refresh task waits on; set when a
+  partition needs its committed offset looked up;
+* per partition, ``wait_position()`` ("position ready") and ``wait_resumed()``.
+
+Every waiter is resolved through ``_resolve`` / ``_fail`` so that no path leaves a
+future pending forever: ``close()`` fails them all with ``ConsumerStoppedError``.
+
+Nothing here does I/O; asyncio is used only for its futures and events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from aiokafka.errors import ConsumerStoppedError, IllegalStateError
+
+from aiogroup.structs import OffsetResetStrategy, TopicPartition
+
+__all__ = [
+    "Assignment",
+    "FetchStatus",
+    "PartitionState",
+    "Subscription",
+    "SubscriptionState",
+    "SubscriptionType",
+]
+
+T = TypeVar("T")
+
+
+def _resolve(fut: asyncio.Future[T] | None, value: T) -> None:
+    if fut is not None and not fut.done():
+        fut.set_result(value)
+
+
+def _fail(fut: asyncio.Future[Any] | None, exc: BaseException) -> None:
+    if fut is not None and not fut.done():
+        fut.set_exception(exc)
+        # Nobody may be waiting; mark the exception retrieved so asyncio does not warn.
+        fut.exception()
+
+
+class FetchStatus(enum.Enum):
+    """Where a partition's position comes from next."""
+
+    #: Position known; the fetcher may fetch from it.
+    READY = "ready"
+    #: Waiting for the coordinator to look up the committed offset.
+    AWAITING_COMMITTED = "awaiting_committed"
+    #: Waiting for the fetcher to reset it by ``reset_strategy`` (ListOffsets).
+    AWAITING_RESET = "awaiting_reset"
+
+
+class PartitionState:
+    """Per-partition position and flags.
+
+    ``position`` is the next offset to hand to the application; the fetcher keeps its
+    own read-ahead cursor.  Every change that invalidates read-ahead (seek, reset,
+    revocation) bumps ``epoch``; a fetch result or buffered batch carrying an older
+    epoch is dropped rather than delivered.
+    """
+
+    __slots__ = (
+        "_position_waiters",
+        "_resumed_waiter",
+        "epoch",
+        "highwater",
+        "last_stable_offset",
+        "log_start_offset",
+        "paused",
+        "position",
+        "reset_strategy",
+        "revoking",
+        "status",
+        "tp",
+    )
+
+    def __init__(self, tp: TopicPartition, default_reset: OffsetResetStrategy) -> None:
+        self.tp = tp
+        self.position: int | None = None
+        self.status = FetchStatus.AWAITING_COMMITTED
+        self.reset_strategy: OffsetResetStrategy = default_reset
+        self.paused = False
+        #: Set the moment a revoke or lost callback for this partition starts: from then
+        #: on no record of it reaches the application and the fetcher leaves it alone.
+        self.revoking = False
+        self.epoch = 0
+        self.highwater: int | None = None
+        self.last_stable_offset: int | None = None
+        self.log_start_offset: int | None = None
+        self._position_waiters: list[asyncio.Future[int]] = []
+        self._resumed_waiter: asyncio.Future[None] | None = None
+
+    # -- position ----------------------------------------------------------------
+
+    @property
+    def has_valid_position(self) -> bool:
+        return self.status is FetchStatus.READY and self.position is not None
+
+    @property
+    def is_fetchable(self) -> bool:
+        return self.has_valid_position and not self.paused and not self.revoking
+
+    def seek(self, offset: int) -> None:
+        """Set the position (user seek, committed offset found, reset done)."""
+        if offset < 0:
+            raise ValueError(f"offset must be >= 0, got {offset} for {self.tp}")
+        self.position = offset
+        self.status = FetchStatus.READY
+        self.epoch += 1
+        waiters, self._position_waiters = self._position_waiters, []
+        for fut in waiters:
+            _resolve(fut, offset)
+
+    def await_committed(self) -> None:
+        """Forget the position until the committed offset is looked up."""
+        self.position = None
+        self.status = FetchStatus.AWAITING_COMMITTED
+        self.epoch += 1
+
+    def await_reset(self, strategy: OffsetResetStrategy | None = None) -> None:
+        """Forget the position until the fetcher resets it by ``strategy``."""
+        self.position = None
+        self.status = FetchStatus.AWAITING_RESET
+        if strategy is not None:
+            self.reset_strategy = strategy
+        self.epoch += 1
+
+    def consumed_to(self, next_offset: int) -> None:
+        """The application received records up to ``next_offset`` (exclusive)."""
+        self.position = next_offset
+
+    async def wait_position(self) -> int:
+        """Wait until the partition has a valid position ("position ready")."""
+        if self.has_valid_position:
+            assert self.position is not None
+            return self.position
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._position_waiters.append(fut)
+        return await fut
+
+    # -- pause / resume -------------------------------------------------------------
+
+    def pause(self) -> None:
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
+        waiter, self._resumed_waiter = self._resumed_waiter, None
+        _resolve(waiter, None)
+
+    async def wait_resumed(self) -> None:
+        if not self.paused:
+            return
+        if self._resumed_waiter is None or self._resumed_waiter.done():
+            self._resumed_waiter = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._resumed_waiter)
+
+    def _abort(self, exc: BaseException) -> None:
+        waiters, self._position_waiters = self._position_waiters, []
+        for fut in waiters:
+            _fail(fut, exc)
+        waiter, self._resumed_waiter = self._resumed_waiter, None
+        _fail(waiter, exc)
+
+    def __repr__(self) -> str:
+        return (
+            f"PartitionState({self.tp.topic}-{self.tp.partition}, position={self.position}, "
+            f"status={self.status.value}, paused={self.paused}, revoking={self.revoking})"
+        )
+
+
+class Assignment:
+    """One version of the set of partitions this member owns.
+
+    Replaced, never mutated in membership: the old object's ``unassigned`` future
+    resolves when its successor is installed.
+    """
+
+    __slots__ = ("_states", "unassigned", "version")
+
+    def __init__(self, states: Mapping[TopicPartition, PartitionState], version: int) -> None:
+        self._states: dict[TopicPartition, PartitionState] = dict(states)
+        self.version = version
+        self.unassigned: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    @property
+    def partitions(self) -> frozenset[TopicPartition]:
+        return frozenset(self._states)
+
+    def state(self, tp: TopicPartition) -> PartitionState:
+        try:
+            return self._states[tp]
+        except KeyError:
+            raise IllegalStateError(f"partition {tp} is not assigned to this consumer") from None
+
+    def get(self, tp: TopicPartition) -> PartitionState | None:
+        return self._states.get(tp)
+
+    def states(self) -> Iterable[PartitionState]:
+        return self._states.values()
+
+    def __contains__(self, tp: object) -> bool:
+        return tp in self._states
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def fetchable(self) -> list[TopicPartition]:
+        return [tp for tp, st in self._states.items() if st.is_fetchable]
+
+    def needing_committed(self) -> list[TopicPartition]:
+        return [
+            tp
+            for tp, st in self._states.items()
+            if st.status is FetchStatus.AWAITING_COMMITTED and not st.revoking
+        ]
+
+    def needing_reset(self) -> list[TopicPartition]:
+        return [
+            tp
+            for tp, st in self._states.items()
+            if st.status is FetchStatus.AWAITING_RESET and not st.revoking
+        ]
+
+
+class SubscriptionType(enum.Enum):
+    NONE = "none"
+    AUTO_TOPICS = "auto_topics"
+    AUTO_PATTERN = "auto_pattern"
+    USER_ASSIGNED = "user_assigned"
+
+
+@dataclass
+class Subscription:
+    """What the application asked for: topics, a pattern, or explicit partitions."""
+
+    type: SubscriptionType
+    topics: frozenset[str] = frozenset()
+    pattern: re.Pattern[str] | None = None
+    listener: Any = None  # an AsyncConsumerRebalanceListener; typed loosely to avoid a cycle
+    user_partitions: frozenset[TopicPartition] = frozenset()
+    #: Topics matched by ``pattern`` against the last metadata (AUTO_PATTERN only).
+    matched_topics: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def group_managed(self) -> bool:
+        return self.type in (SubscriptionType.AUTO_TOPICS, SubscriptionType.AUTO_PATTERN)
+
+    @property
+    def effective_topics(self) -> frozenset[str]:
+        if self.type is SubscriptionType.AUTO_PATTERN:
+            return self.matched_topics
+        if self.type is SubscriptionType.USER_ASSIGNED:
+            return frozenset(tp.topic for tp in self.user_partitions)
+        return self.topics
+
+
+class SubscriptionState:
+    """Subscription, assignment, application errors and poll bookkeeping.
+
+    Single writer per field: the application (through ``GroupConsumer``) writes the
+    subscription, pause flags and seeks; the coordination routine writes the
+    assignment; the fetcher writes positions it resets and high watermarks.
+    """
+
+    def __init__(self, default_reset: OffsetResetStrategy = OffsetResetStrategy.LATEST) -> None:
+        self.default_reset = default_reset
+        self.subscription = Subscription(SubscriptionType.NONE)
+        self._assignment: Assignment | None = None
+        self._version = 0
+        self._subscription_waiters: list[asyncio.Future[Subscription]] = []
+        self._assignment_waiters: list[asyncio.Future[Assignment]] = []
+        self._subscription_changed: asyncio.Event = asyncio.Event()
+        self.commit_refresh_needed: asyncio.Event = asyncio.Event()
+        self._pending_error: BaseException | None = None
+        self._closed: BaseException | None = None
+        #: Loop time of the application's last getone/getmany (max_poll_interval_ms).
+        self.last_poll: float | None = None
+        self._listeners_of_change: list[Callable[[], None]] = []
+
+    # -- subscription (written by the application) -------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed is not None:
+            raise ConsumerStoppedError()
+
+    def subscribe(self, topics: Iterable[str], listener: Any = None) -> None:
+        self._check_open()
+        self._set_subscription(
+            Subscription(SubscriptionType.AUTO_TOPICS, topics=frozenset(topics), listener=listener)
+        )
+
+    def subscribe_pattern(self, pattern: re.Pattern[str], listener: Any = None) -> None:
+        self._check_open()
+        self._set_subscription(
+            Subscription(SubscriptionType.AUTO_PATTERN, pattern=pattern, listener=listener)
+        )
+
+    def assign_from_user(self, partitions: Iterable[TopicPartition]) -> None:
+        self._check_open()
+        parts = frozenset(partitions)
+        self._set_subscription(Subscription(SubscriptionType.USER_ASSIGNED, user_partitions=parts))
+        self.set_assignment(parts)
+
+    def unsubscribe(self) -> None:
+        self._set_subscription(Subscription(SubscriptionType.NONE))
+        self.set_assignment(None)
+
+    def set_matched_topics(self, topics: Iterable[str]) -> bool:
+        """Record the topics a pattern matched; True when that changed the subscription."""
+        sub = self.subscription
+        new = frozenset(topics)
+        if sub.type is not SubscriptionType.AUTO_PATTERN or new == sub.matched_topics:
+            return False
+        sub.matched_topics = new
+        self._notify_subscription_changed()
+        return True
+
+    def _set_subscription(self, sub: Subscription) -> None:
+        self.subscription = sub
+        self._notify_subscription_changed()
+        if sub.type is not SubscriptionType.NONE:
+            waiters, self._subscription_waiters = self._subscription_waiters, []
+            for fut in waiters:
+                _resolve(fut, sub)
+
+    def _notify_subscription_changed(self) -> None:
+        self._subscription_changed.set()
+
+    async def wait_for_subscription(self) -> Subscription:
+        """Wait until there is a subscription (of any type but NONE)."""
+        self._check_open()
+        if self.subscription.type is not SubscriptionType.NONE:
+            return self.subscription
+        fut: asyncio.Future[Subscription] = asyncio.get_running_loop().create_future()
+        self._subscription_waiters.append(fut)
+        return await fut
+
+    async def wait_subscription_changed(self) -> None:
+        """Wait for the next change of subscription (topics, pattern match, type)."""
+        await self._subscription_changed.wait()
+
+    def clear_subscription_changed(self) -> None:
+        self._subscription_changed.clear()
+
+    # -- assignment (written by the coordinator, or by assign_from_user) ------------------
+
+    @property
+    def assignment(self) -> Assignment | None:
+        return self._assignment
+
+    @property
+    def assigned_partitions(self) -> frozenset[TopicPartition]:
+        return self._assignment.partitions if self._assignment is not None else frozenset()
+
+    def set_assignment(self, partitions: Iterable[TopicPartition] | None) -> Assignment | None:
+        """Install a new assignment, keeping the state of partitions that stay.
+
+        Eager rebalancing revokes everything first (``set_assignment(None)``), so kept
+        state only survives when the caller kept the partitions - the cooperative case
+        and user re-assigns of overlapping sets.
+        """
+        old = self._assignment
+        if partitions is None:
+            new: Assignment | None = None
+        else:
+            keep = {} if old is None else {tp: old._states[tp] for tp in partitions if tp in old}
+            for tp in partitions:
+                if tp not in keep:
+                    keep[tp] = PartitionState(tp, self.default_reset)
+            self._version += 1
+            new = Assignment(keep, self._version)
+        if old is not None:
+            dropped = old.partitions - (new.partitions if new is not None else frozenset())
+            for tp in dropped:
+                st = old._states[tp]
+                st.revoking = True
+                st.epoch += 1
+                st._abort(IllegalStateError(f"partition {tp} was unassigned"))
+            _resolve(old.unassigned, None)
+        self._assignment = new
+        if new is not None:
+            if new.needing_committed():
+                self.commit_refresh_needed.set()
+            waiters, self._assignment_waiters = self._assignment_waiters, []
+            for fut in waiters:
+                _resolve(fut, new)
+        return new
+
+    def mark_revoking(self, partitions: Iterable[TopicPartition]) -> None:
+        """Stop delivering and fetching these partitions: their revoke/lost callback starts.
+
+        Called synchronously right before the listener coroutine is created, so no
+        ``getmany`` running between the two can hand out their records.
+        """
+        if self._assignment is None:
+            return
+        for tp in partitions:
+            st = self._assignment.get(tp)
+            if st is not None:
+                st.revoking = True
+                st.epoch += 1
+
+    async def wait_for_assignment(self) -> Assignment:
+        """Wait until there is an assignment (possibly empty in group mode)."""
+        self._check_open()
+        if self._assignment is not None:
+            return self._assignment
+        fut: asyncio.Future[Assignment] = asyncio.get_running_loop().create_future()
+        self._assignment_waiters.append(fut)
+        return await fut
+
+    def request_commit_refresh(self) -> None:
+        self.commit_refresh_needed.set()
+
+    # -- application-facing errors ------------------------------------------------------
+
+    def report_error(self, exc: BaseException) -> None:
+        """Keep an error (listener exception, fatal group error) for the next poll."""
+        if self._pending_error is None:
+            self._pending_error = exc
+
+    def raise_pending_error(self) -> None:
+        exc, self._pending_error = self._pending_error, None
+        if exc is not None:
+            raise exc
+
+    @property
+    def pending_error(self) -> BaseException | None:
+        return self._pending_error
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed is not None
+
+    def close(self) -> None:
+        """Fail every waiter with ConsumerStoppedError; the object is unusable afterwards."""
+        exc = ConsumerStoppedError()
+        self._closed = exc
+        for sub_fut in self._subscription_waiters:
+            _fail(sub_fut, exc)
+        self._subscription_waiters = []
+        for asg_fut in self._assignment_waiters:
+            _fail(asg_fut, exc)
+        self._assignment_waiters = []
+        if self._assignment is not None:
+            for st in self._assignment.states():
+                st._abort(exc)
+            _resolve(self._assignment.unassigned, None)
+        self._subscription_changed.set()
+        self.commit_refresh_needed.set()
