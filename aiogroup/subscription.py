@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -294,7 +294,9 @@ class SubscriptionState:
         self._closed: BaseException | None = None
         #: Loop time of the application's last getone/getmany (max_poll_interval_ms).
         self.last_poll: float | None = None
-        self._listeners_of_change: list[Callable[[], None]] = []
+        #: Set at every poll; the coordinator waits on it to rejoin after leaving the
+        #: group because the application stopped polling (max_poll_interval_ms).
+        self.polled: asyncio.Event = asyncio.Event()
 
     # -- subscription (written by the application) -------------------------------------
 
@@ -321,8 +323,19 @@ class SubscriptionState:
         self.set_assignment(parts)
 
     def unsubscribe(self) -> None:
+        """Drop the subscription.
+
+        A manual assignment is dropped at once.  A group-managed one is only marked
+        revoking here: the coordinator notices the change, runs the revoke
+        listener (which may still commit or read positions of those partitions),
+        clears the assignment with ``set_assignment(None)`` and leaves the group.
+        """
+        was_group = self.subscription.group_managed
         self._set_subscription(Subscription(SubscriptionType.NONE))
-        self.set_assignment(None)
+        if was_group and self._assignment is not None:
+            self.mark_revoking(self._assignment.partitions)
+        else:
+            self.set_assignment(None)
 
     def set_matched_topics(self, topics: Iterable[str]) -> bool:
         """Record the topics a pattern matched; True when that changed the subscription."""
@@ -430,6 +443,11 @@ class SubscriptionState:
 
     def request_commit_refresh(self) -> None:
         self.commit_refresh_needed.set()
+
+    def note_poll(self, now: float) -> None:
+        """The application called getone/getmany/getmany_arrow at loop time ``now``."""
+        self.last_poll = now
+        self.polled.set()
 
     # -- application-facing errors ------------------------------------------------------
 

@@ -1,0 +1,552 @@
+"""``GroupConsumer``: the public facade.
+
+It wires the client, the state object, the fetcher and the coordinator together
+and checks the application's input; it holds no protocol logic.  Method names,
+arguments and return types follow aiokafka's ``AIOKafkaConsumer`` so that code
+can move between the two by changing the import.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from aiokafka.client import AIOKafkaClient
+from aiokafka.errors import ConsumerStoppedError, IllegalOperation, IllegalStateError
+
+from aiogroup import offsets as _offsets
+from aiogroup.assignors import resolve_assignors
+from aiogroup.config import ConsumerConfig, validate_topic_name, validate_topics
+from aiogroup.coordinator import GroupCoordinator
+from aiogroup.errors import CommitFailedError, ConfigurationError
+from aiogroup.fetcher import Fetcher
+from aiogroup.listeners import as_async_listener
+from aiogroup.structs import (
+    ConsumerRecord,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    OffsetResetStrategy,
+    TopicPartition,
+)
+from aiogroup.subscription import FetchStatus, PartitionState, SubscriptionState, SubscriptionType
+
+if TYPE_CHECKING:
+    import pyarrow
+
+__all__ = ["GroupConsumer"]
+
+log = logging.getLogger("aiogroup.consumer")
+
+#: Options handed to aiokafka's client untouched (connection security and tuning).
+_CLIENT_OPTIONS = frozenset(
+    {
+        "security_protocol",
+        "ssl_context",
+        "sasl_mechanism",
+        "sasl_plain_username",
+        "sasl_plain_password",
+        "sasl_kerberos_service_name",
+        "sasl_kerberos_domain_name",
+        "sasl_oauth_token_provider",
+    }
+)
+
+CommitCallback = Callable[[Mapping[TopicPartition, OffsetAndMetadata], BaseException | None], Any]
+
+
+class _Lifecycle:
+    NEW = "new"
+    STARTED = "started"
+    STOPPED = "stopped"
+
+
+class GroupConsumer:
+    """An asyncio Kafka consumer that is a full consumer-group member.
+
+    ``GroupConsumer("topic", bootstrap_servers=..., group_id=...)`` subscribes at
+    ``start()``; ``assign()`` consumes explicit partitions without group
+    management (committed offsets are still used when ``group_id`` is set).
+    """
+
+    def __init__(
+        self,
+        *topics: str,
+        listener: object | None = None,
+        pattern: str | None = None,
+        **options: Any,
+    ) -> None:
+        client_options = {k: options.pop(k) for k in list(options) if k in _CLIENT_OPTIONS}
+        unknown = set(options) - set(ConsumerConfig.__dataclass_fields__) - {"client_options"}
+        if unknown:
+            raise TypeError(f"GroupConsumer got unknown option(s): {', '.join(sorted(unknown))}")
+        options.setdefault("client_options", {}).update(client_options)
+        self._config = ConsumerConfig(**options)
+        # Resolve assignor names now so an unknown name fails in the constructor.
+        self._assignors = resolve_assignors(self._config.partition_assignment_strategy)
+        if topics and pattern is not None:
+            raise ConfigurationError("pass either topics or pattern, not both")
+        self._initial_topics = validate_topics(topics) if topics else None
+        self._initial_pattern = pattern
+        self._initial_listener = listener
+        if (topics or pattern is not None) and self._config.group_id is None:
+            raise ConfigurationError(
+                "subscribing to topics needs group_id; use assign() for group-less consumption"
+            )
+        if listener is not None:
+            as_async_listener(listener)  # fail now on a non-listener
+        self._lifecycle = _Lifecycle.NEW
+        self._client: AIOKafkaClient | None = None
+        self._subscription: SubscriptionState | None = None
+        self._fetcher: Fetcher | None = None
+        self._coordinator: GroupCoordinator | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect, then join the group if topics or a pattern were given."""
+        if self._lifecycle is _Lifecycle.STARTED:
+            raise IllegalStateError("GroupConsumer.start() called twice")
+        if self._lifecycle is _Lifecycle.STOPPED:
+            raise ConsumerStoppedError()
+        cfg = self._config
+        self._client = AIOKafkaClient(
+            bootstrap_servers=cfg.bootstrap_servers,
+            client_id=cfg.client_id,
+            metadata_max_age_ms=cfg.metadata_max_age_ms,
+            request_timeout_ms=cfg.request_timeout_ms,
+            retry_backoff_ms=cfg.retry_backoff_ms,
+            connections_max_idle_ms=cfg.connections_max_idle_ms,
+            **cfg.client_options,
+        )
+        self._subscription = SubscriptionState(cfg.reset_strategy)
+        try:
+            await self._client.bootstrap()
+            self._fetcher = Fetcher(self._client, self._subscription, cfg)
+            await self._fetcher.start()
+            if cfg.group_id is not None:
+                self._coordinator = GroupCoordinator(
+                    self._client, self._subscription, cfg, self._assignors
+                )
+                await self._coordinator.start()
+        except BaseException:
+            await self._shutdown(graceful=False)
+            raise
+        self._lifecycle = _Lifecycle.STARTED
+        if self._initial_topics is not None:
+            self.subscribe(topics=self._initial_topics, listener=self._initial_listener)
+        elif self._initial_pattern is not None:
+            self.subscribe(pattern=self._initial_pattern, listener=self._initial_listener)
+
+    async def stop(self) -> None:
+        """Commit (auto-commit), revoke, leave the group and close; safe to call twice."""
+        if self._lifecycle is _Lifecycle.STOPPED:
+            return
+        self._lifecycle = _Lifecycle.STOPPED
+        await self._shutdown(graceful=True)
+
+    async def _shutdown(self, *, graceful: bool) -> None:
+        timeout = self._config.request_timeout_ms / 1000
+        try:
+            if self._coordinator is not None:
+                if graceful:
+                    await self._coordinator.close(timeout=timeout)
+                else:
+                    await self._coordinator.close(timeout=0)
+        finally:
+            if self._fetcher is not None:
+                await self._fetcher.close()
+            if self._subscription is not None:
+                self._subscription.close()
+            if self._client is not None:
+                await self._client.close()
+
+    async def __aenter__(self) -> GroupConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    def _require_started(self) -> SubscriptionState:
+        if self._lifecycle is _Lifecycle.NEW:
+            raise IllegalStateError("GroupConsumer is not started: await consumer.start() first")
+        if self._lifecycle is _Lifecycle.STOPPED or self._subscription is None:
+            raise ConsumerStoppedError()
+        return self._subscription
+
+    @property
+    def _fetcher_or_raise(self) -> Fetcher:
+        self._require_started()
+        assert self._fetcher is not None
+        return self._fetcher
+
+    @property
+    def _client_or_raise(self) -> AIOKafkaClient:
+        self._require_started()
+        assert self._client is not None
+        return self._client
+
+    # -- subscription ---------------------------------------------------------------------
+
+    def subscribe(
+        self,
+        topics: Iterable[str] = (),
+        pattern: str | None = None,
+        listener: object | None = None,
+    ) -> None:
+        """Join the group for ``topics`` or a regex ``pattern`` (not both)."""
+        sub = self._require_started()
+        topic_list = [topics] if isinstance(topics, str) else list(topics)
+        if topic_list and pattern is not None:
+            raise ConfigurationError("subscribe() takes topics or pattern, not both")
+        if not topic_list and pattern is None:
+            raise ConfigurationError("subscribe() needs topics or a pattern")
+        if self._config.group_id is None:
+            raise ConfigurationError(
+                "subscribe() needs group_id; use assign() for group-less consumption"
+            )
+        if sub.subscription.type is SubscriptionType.USER_ASSIGNED:
+            raise IllegalStateError(
+                "subscribe() after assign(): call unsubscribe() first; a consumer either uses "
+                "group-managed or manually assigned partitions"
+            )
+        normalized = as_async_listener(listener)
+        if pattern is not None:
+            try:
+                compiled = re.compile(pattern)
+            except re.error as exc:
+                raise ConfigurationError(
+                    f"invalid subscription pattern {pattern!r}: {exc}"
+                ) from exc
+            sub.subscribe_pattern(compiled, listener=normalized)
+        else:
+            sub.subscribe(validate_topics(topic_list), listener=normalized)
+
+    def subscription(self) -> frozenset[str]:
+        """Topics currently subscribed to (pattern matches included)."""
+        if self._subscription is None:
+            return frozenset()
+        return self._subscription.subscription.effective_topics
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Consume exactly these partitions, without group management."""
+        sub = self._require_started()
+        if sub.subscription.group_managed:
+            raise IllegalStateError(
+                "assign() after subscribe(): call unsubscribe() first; a consumer either uses "
+                "group-managed or manually assigned partitions"
+            )
+        parts = list(partitions)
+        for tp in parts:
+            if not isinstance(tp, TopicPartition):
+                raise TypeError(f"assign() takes TopicPartition objects, got {tp!r}")
+            validate_topic_name(tp.topic)
+            if tp.partition < 0:
+                raise ValueError(f"partition numbers are >= 0, got {tp}")
+        sub.assign_from_user(parts)
+        assignment = sub.assignment
+        assert assignment is not None
+        if self._config.group_id is None:
+            # No group: nothing committed to look up, start by auto_offset_reset.
+            for st in assignment.states():
+                if st.status is FetchStatus.AWAITING_COMMITTED:
+                    st.await_reset()
+
+    def unsubscribe(self) -> None:
+        """Leave the group (revoking first) or drop the manual assignment."""
+        sub = self._require_started()
+        sub.unsubscribe()
+
+    def assignment(self) -> set[TopicPartition]:
+        if self._subscription is None:
+            return set()
+        return set(self._subscription.assigned_partitions)
+
+    # -- consuming ----------------------------------------------------------------------
+
+    def _before_poll(self, partitions: Collection[TopicPartition]) -> SubscriptionState:
+        sub = self._require_started()
+        sub.raise_pending_error()
+        sub.note_poll(asyncio.get_running_loop().time())
+        for tp in partitions:
+            if tp not in sub.assigned_partitions:
+                raise IllegalStateError(f"partition {tp} is not assigned to this consumer")
+        return sub
+
+    async def getone(self, *partitions: TopicPartition) -> ConsumerRecord:
+        """The next record (of ``partitions`` if given); waits until there is one or stop()."""
+        self._before_poll(partitions)
+        return await self._fetcher_or_raise.next_record(partitions)
+
+    async def getmany(
+        self,
+        *partitions: TopicPartition,
+        timeout_ms: int = 0,
+        max_records: int | None = None,
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Records by partition; waits up to ``timeout_ms`` when none are buffered."""
+        if timeout_ms < 0:
+            raise ValueError(f"timeout_ms must be >= 0, got {timeout_ms}")
+        if max_records is not None and max_records <= 0:
+            raise ValueError(f"max_records must be > 0 or None, got {max_records}")
+        self._before_poll(partitions)
+        if max_records is None:
+            max_records = self._config.max_poll_records
+        return await self._fetcher_or_raise.fetched_records(
+            partitions, timeout_ms / 1000, max_records
+        )
+
+    async def getmany_arrow(
+        self,
+        *partitions: TopicPartition,
+        timeout_ms: int = 0,
+        max_records: int | None = None,
+    ) -> pyarrow.RecordBatch | None:
+        """Like getmany, but as one Arrow RecordBatch, with no per-record Python object.
+
+        Columns: key, value, topic, partition, offset, timestamp, timestamp_type,
+        headers.  Returns None when nothing arrived within ``timeout_ms``.
+        Deserializers are not applied: the columns hold the raw bytes.
+        """
+        if timeout_ms < 0:
+            raise ValueError(f"timeout_ms must be >= 0, got {timeout_ms}")
+        if max_records is not None and max_records <= 0:
+            raise ValueError(f"max_records must be > 0 or None, got {max_records}")
+        self._before_poll(partitions)
+        return await self._fetcher_or_raise.fetched_arrow(
+            partitions, timeout_ms / 1000, max_records
+        )
+
+    def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
+        return self
+
+    async def __anext__(self) -> ConsumerRecord:
+        try:
+            return await self.getone()
+        except ConsumerStoppedError:
+            raise StopAsyncIteration from None
+
+    # -- committing -----------------------------------------------------------------------
+
+    def _normalize_offsets(
+        self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        sub = self._require_started()
+        if self._coordinator is None:
+            raise IllegalOperation("commit() needs a group_id: offsets are stored per group")
+        if offsets is None:
+            result: dict[TopicPartition, OffsetAndMetadata] = {}
+            assignment = sub.assignment
+            if assignment is not None:
+                for st in assignment.states():
+                    if st.has_valid_position and not st.revoking:
+                        assert st.position is not None
+                        result[st.tp] = OffsetAndMetadata(st.position, "")
+            return result
+        result = {}
+        for tp, value in offsets.items():
+            if not isinstance(tp, TopicPartition):
+                raise TypeError(f"commit() keys must be TopicPartition, got {tp!r}")
+            if isinstance(value, OffsetAndMetadata):
+                oam = value
+            elif isinstance(value, int) and not isinstance(value, bool):
+                oam = OffsetAndMetadata(value, "")
+            else:
+                raise TypeError(f"commit() offset for {tp} must be int or OffsetAndMetadata")
+            if oam.offset < 0:
+                raise ValueError(f"commit() offset for {tp} must be >= 0, got {oam.offset}")
+            result[tp] = oam
+        if sub.subscription.group_managed:
+            unassigned = sorted(set(result) - sub.assigned_partitions)
+            if unassigned:
+                raise CommitFailedError(
+                    f"cannot commit partitions not assigned to this member: {unassigned}"
+                )
+        return result
+
+    async def commit(
+        self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None
+    ) -> None:
+        """Commit ``offsets`` (default: the consumed positions) and wait for the broker."""
+        normalized = self._normalize_offsets(offsets)
+        if not normalized:
+            return
+        assert self._coordinator is not None
+        await self._coordinator.commit_offsets(
+            normalized, timeout=self._config.request_timeout_ms / 1000
+        )
+
+    def commit_async(
+        self,
+        offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None,
+        callback: CommitCallback | None = None,
+    ) -> asyncio.Task[None]:
+        """Start a commit and return its task; ``callback(offsets, exc)`` runs when it ends.
+
+        The offsets are captured now, so later consumption does not change what is
+        committed.
+        """
+        normalized = self._normalize_offsets(offsets)
+
+        async def run() -> None:
+            error: BaseException | None = None
+            try:
+                if normalized:
+                    assert self._coordinator is not None
+                    await self._coordinator.commit_offsets(
+                        normalized, timeout=self._config.request_timeout_ms / 1000
+                    )
+            except Exception as exc:
+                error = exc
+            if callback is not None:
+                callback(normalized, error)
+            if error is not None and callback is None:
+                raise error
+
+        return asyncio.get_running_loop().create_task(run())
+
+    async def committed(self, partition: TopicPartition) -> int | None:
+        """The group's committed offset for ``partition`` (None when none)."""
+        self._require_started()
+        if self._coordinator is None:
+            raise IllegalOperation("committed() needs a group_id")
+        result = await self._coordinator.fetch_committed_offsets(
+            [partition], timeout=self._config.request_timeout_ms / 1000
+        )
+        oam = result.get(partition)
+        return None if oam is None else int(oam.offset)
+
+    # -- positions ------------------------------------------------------------------------
+
+    def _state(self, partition: TopicPartition) -> PartitionState:
+        sub = self._require_started()
+        assignment = sub.assignment
+        if assignment is None or partition not in assignment:
+            raise IllegalStateError(f"partition {partition} is not assigned to this consumer")
+        return assignment.state(partition)
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        """Consume ``partition`` from ``offset`` next."""
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise ValueError(f"seek() offset must be an int >= 0, got {offset!r}")
+        self._state(partition).seek(offset)
+
+    def _partitions_or_all(self, partitions: tuple[TopicPartition, ...]) -> list[TopicPartition]:
+        sub = self._require_started()
+        if not partitions:
+            return sorted(sub.assigned_partitions)
+        for tp in partitions:
+            self._state(tp)
+        return list(partitions)
+
+    async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        for tp in self._partitions_or_all(partitions):
+            self._state(tp).await_reset(OffsetResetStrategy.EARLIEST)
+
+    async def seek_to_end(self, *partitions: TopicPartition) -> None:
+        for tp in self._partitions_or_all(partitions):
+            self._state(tp).await_reset(OffsetResetStrategy.LATEST)
+
+    async def seek_to_committed(self, *partitions: TopicPartition) -> dict[TopicPartition, int]:
+        """Seek to the committed offsets; partitions with none are left where they are."""
+        tps = self._partitions_or_all(partitions)
+        if self._coordinator is None:
+            raise IllegalOperation("seek_to_committed() needs a group_id")
+        committed = await self._coordinator.fetch_committed_offsets(
+            tps, timeout=self._config.request_timeout_ms / 1000
+        )
+        result: dict[TopicPartition, int] = {}
+        for tp, oam in committed.items():
+            if oam is not None and tp in self.assignment():
+                self._state(tp).seek(int(oam.offset))
+                result[tp] = int(oam.offset)
+        return result
+
+    async def position(self, partition: TopicPartition, timeout_ms: int | None = None) -> int:
+        """The offset of the next record to be handed out; waits until it is known."""
+        state = self._state(partition)
+        timeout = None if timeout_ms is None else timeout_ms / 1000
+        return await asyncio.wait_for(state.wait_position(), timeout)
+
+    def highwater(self, partition: TopicPartition) -> int | None:
+        return self._state(partition).highwater
+
+    def last_stable_offset(self, partition: TopicPartition) -> int | None:
+        return self._state(partition).last_stable_offset
+
+    def lag(self, partition: TopicPartition) -> int | None:
+        """Records between the position and the high watermark (None until both are known)."""
+        st = self._state(partition)
+        if st.highwater is None or st.position is None:
+            return None
+        return max(0, st.highwater - st.position)
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            self._state(tp).pause()
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            self._state(tp).resume()
+
+    def paused(self) -> set[TopicPartition]:
+        sub = self._require_started()
+        if sub.assignment is None:
+            return set()
+        return {st.tp for st in sub.assignment.states() if st.paused}
+
+    # -- metadata and offset lookups -------------------------------------------------------
+
+    async def beginning_offsets(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        return await _offsets.beginning_offsets(
+            self._client_or_raise, list(partitions), timeout=self._config.request_timeout_ms / 1000
+        )
+
+    async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return await _offsets.end_offsets(
+            self._client_or_raise,
+            list(partitions),
+            read_committed=self._config.read_committed,
+            timeout=self._config.request_timeout_ms / 1000,
+        )
+
+    async def offsets_for_times(
+        self, timestamps: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        for tp, ts in timestamps.items():
+            if ts < 0:
+                raise ValueError(f"timestamp for {tp} must be >= 0, got {ts}")
+        return await _offsets.offsets_for_times(
+            self._client_or_raise,
+            dict(timestamps),
+            read_committed=self._config.read_committed,
+            timeout=self._config.request_timeout_ms / 1000,
+        )
+
+    async def topics(self) -> set[str]:
+        cluster = await self._client_or_raise.fetch_all_metadata()
+        return set(cluster.topics())
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        validate_topic_name(topic)
+        parts = self._client_or_raise.cluster.partitions_for_topic(topic)
+        return None if parts is None else set(parts)
+
+    # -- group identity -------------------------------------------------------------------
+
+    @property
+    def member_id(self) -> str | None:
+        return None if self._coordinator is None else self._coordinator.member_id
+
+    @property
+    def generation(self) -> int | None:
+        return None if self._coordinator is None else self._coordinator.generation_id
+
+    @property
+    def config(self) -> ConsumerConfig:
+        return self._config
