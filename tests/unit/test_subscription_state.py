@@ -1,0 +1,145 @@
+"""The state object's futures: every waiter resolves, nothing is left pending."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import pytest
+from aiokafka.errors import ConsumerStoppedError, IllegalStateError
+
+from aiogroup.structs import OffsetResetStrategy, TopicPartition
+from aiogroup.subscription import FetchStatus, SubscriptionState, SubscriptionType
+
+TP0 = TopicPartition("t", 0)
+TP1 = TopicPartition("t", 1)
+TP2 = TopicPartition("t", 2)
+
+
+async def test_wait_for_subscription_resolves_on_subscribe() -> None:
+    state = SubscriptionState()
+    waiter = asyncio.ensure_future(state.wait_for_subscription())
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    state.subscribe(["t"])
+    sub = await waiter
+    assert sub.type is SubscriptionType.AUTO_TOPICS
+    assert sub.effective_topics == frozenset({"t"})
+
+
+async def test_pattern_subscription_tracks_matches() -> None:
+    state = SubscriptionState()
+    state.subscribe_pattern(re.compile("t.*"))
+    assert state.subscription.effective_topics == frozenset()
+    assert state.set_matched_topics(["t1", "t2"]) is True
+    assert state.set_matched_topics(["t2", "t1"]) is False
+    assert state.subscription.effective_topics == frozenset({"t1", "t2"})
+
+
+async def test_cooperative_reassignment_keeps_state_of_kept_partitions() -> None:
+    state = SubscriptionState()
+    first = state.set_assignment([TP0, TP1])
+    assert first is not None
+    first.state(TP0).seek(42)
+    second = state.set_assignment([TP0, TP2])
+    assert second is not None
+    assert first.unassigned.done()
+    assert not second.unassigned.done()
+    assert second.state(TP0) is first.state(TP0)
+    assert second.state(TP0).position == 42
+    # The dropped partition is flagged so no record of it is handed out any more.
+    assert first.state(TP1).revoking
+    assert second.state(TP2).status is FetchStatus.AWAITING_COMMITTED
+    assert state.commit_refresh_needed.is_set()
+
+
+async def test_mark_revoking_bumps_epoch_and_stops_fetching() -> None:
+    state = SubscriptionState()
+    asg = state.set_assignment([TP0])
+    assert asg is not None
+    st = asg.state(TP0)
+    st.seek(0)
+    assert asg.fetchable() == [TP0]
+    epoch = st.epoch
+    state.mark_revoking([TP0])
+    assert st.revoking and st.epoch == epoch + 1
+    assert asg.fetchable() == []
+
+
+async def test_position_waiter_resolves_on_seek_and_fails_on_unassign() -> None:
+    state = SubscriptionState()
+    asg = state.set_assignment([TP0, TP1])
+    assert asg is not None
+    w0 = asyncio.ensure_future(asg.state(TP0).wait_position())
+    w1 = asyncio.ensure_future(asg.state(TP1).wait_position())
+    await asyncio.sleep(0)
+    asg.state(TP0).seek(7)
+    assert await w0 == 7
+    state.set_assignment([TP0])
+    with pytest.raises(IllegalStateError, match="unassigned"):
+        await w1
+
+
+async def test_resume_wakes_waiter() -> None:
+    state = SubscriptionState()
+    asg = state.set_assignment([TP0])
+    assert asg is not None
+    st = asg.state(TP0)
+    st.pause()
+    waiter = asyncio.ensure_future(st.wait_resumed())
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    st.resume()
+    await waiter
+    assert not st.paused
+
+
+async def test_close_fails_every_waiter() -> None:
+    state = SubscriptionState()
+    sub_waiter = asyncio.ensure_future(state.wait_for_subscription())
+    asg_waiter = asyncio.ensure_future(state.wait_for_assignment())
+    await asyncio.sleep(0)
+    state.close()
+    with pytest.raises(ConsumerStoppedError):
+        await sub_waiter
+    with pytest.raises(ConsumerStoppedError):
+        await asg_waiter
+    with pytest.raises(ConsumerStoppedError):
+        state.subscribe(["t"])
+
+
+async def test_unsubscribe_of_group_subscription_only_marks_revoking() -> None:
+    state = SubscriptionState()
+    state.subscribe(["t"])
+    asg = state.set_assignment([TP0])
+    assert asg is not None
+    state.unsubscribe()
+    assert state.subscription.type is SubscriptionType.NONE
+    # The coordinator still has to run the revoke listener before clearing.
+    assert state.assignment is asg
+    assert asg.state(TP0).revoking
+
+
+async def test_unsubscribe_of_manual_assignment_clears_at_once() -> None:
+    state = SubscriptionState()
+    state.assign_from_user([TP0])
+    state.unsubscribe()
+    assert state.assignment is None
+
+
+async def test_pending_error_is_raised_once() -> None:
+    state = SubscriptionState()
+    state.report_error(RuntimeError("listener failed"))
+    state.report_error(ValueError("second is dropped while first pending"))
+    with pytest.raises(RuntimeError, match="listener failed"):
+        state.raise_pending_error()
+    state.raise_pending_error()  # nothing pending now
+
+
+async def test_seek_rejects_negative_offsets() -> None:
+    state = SubscriptionState(OffsetResetStrategy.EARLIEST)
+    asg = state.set_assignment([TP0])
+    assert asg is not None
+    with pytest.raises(ValueError, match="offset must be >= 0"):
+        asg.state(TP0).seek(-1)
+    assert asg.state(TP0).reset_strategy is OffsetResetStrategy.EARLIEST
