@@ -147,14 +147,24 @@ class GroupConsumer:
         self._lifecycle = _Lifecycle.STOPPED
         await self._shutdown(graceful=True)
 
+    async def abort(self) -> None:
+        """Drop everything at once, as if the process had died.
+
+        No commit, no revoke callback, no LeaveGroup: the group notices only when
+        the session expires.  Meant for tests and demos of crash recovery.
+        """
+        if self._lifecycle is _Lifecycle.STOPPED:
+            return
+        self._lifecycle = _Lifecycle.STOPPED
+        await self._shutdown(graceful=False)
+
     async def _shutdown(self, *, graceful: bool) -> None:
-        timeout = self._config.request_timeout_ms / 1000
         try:
             if self._coordinator is not None:
                 if graceful:
-                    await self._coordinator.close(timeout=timeout)
+                    await self._coordinator.close(timeout=self._config.request_timeout_ms / 1000)
                 else:
-                    await self._coordinator.close(timeout=0)
+                    await self._coordinator.abort()
         finally:
             if self._fetcher is not None:
                 await self._fetcher.close()
