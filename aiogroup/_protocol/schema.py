@@ -1,0 +1,230 @@
+"""Message layouts as data, turned into aiokafka struct classes for every version.
+
+Kafka describes each API once, field by field, with the versions each field
+exists in; every wire version is a projection of that one description.  We keep
+that shape: a message is a tuple of :class:`Field` with Kafka-style version
+ranges, and :func:`define_api` projects it into one aiokafka ``RequestStruct`` /
+``Response`` class per version.  Writing out sixty near-identical classes by hand
+is how fields end up in the wrong place; a table reviewed against the spec once
+is not.
+
+Flexible versions (KIP-482) change the encoding, not the fields: strings, bytes
+and arrays become compact and every struct, nested ones included, ends in a
+tagged-field section.  We never send tagged fields and ignore the ones we receive.
+"""
+
+from __future__ import annotations
+
+import enum
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka.protocol.api import RequestStruct, Response
+from aiokafka.protocol.types import (
+    Array,
+    Boolean,
+    Bytes,
+    CompactArray,
+    CompactBytes,
+    CompactString,
+    Int8,
+    Int16,
+    Int32,
+    Int64,
+    Schema,
+    String,
+    TaggedFields,
+)
+
+__all__ = ["TAGS", "ApiStructs", "Field", "Kind", "define_api", "struct_values"]
+
+#: Name of the tagged-field section that ends every struct of a flexible version.
+TAGS = "_tagged_fields"
+
+
+class Kind(enum.Enum):
+    INT8 = "int8"
+    INT16 = "int16"
+    INT32 = "int32"
+    INT64 = "int64"
+    BOOL = "bool"
+    STRING = "string"
+    BYTES = "bytes"
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """One field of a message, as Kafka's message specs describe it.
+
+    ``versions`` uses the spec's notation: ``"3+"``, ``"0-2"`` or ``"1"``.  A field
+    is either a scalar ``kind``, an array of a scalar (``array=True``), or an array
+    of structs (``fields`` given).
+    """
+
+    name: str
+    kind: Kind | None = None
+    versions: str = "0+"
+    array: bool = False
+    fields: tuple[Field, ...] = ()
+
+    def __post_init__(self) -> None:
+        if (self.kind is None) == (not self.fields):
+            raise ValueError(f"field {self.name!r} needs exactly one of kind or fields")
+        _parse_versions(self.versions)
+
+    def present_in(self, version: int) -> bool:
+        low, high = _parse_versions(self.versions)
+        return low <= version and (high is None or version <= high)
+
+
+def _parse_versions(spec: str) -> tuple[int, int | None]:
+    try:
+        if spec.endswith("+"):
+            return int(spec[:-1]), None
+        if "-" in spec:
+            low, high = spec.split("-")
+            return int(low), int(high)
+        return int(spec), int(spec)
+    except ValueError:
+        raise ValueError(f"bad version range {spec!r}") from None
+
+
+_FIXED: dict[Kind, Any] = {
+    Kind.INT8: Int8,
+    Kind.INT16: Int16,
+    Kind.INT32: Int32,
+    Kind.INT64: Int64,
+    Kind.BOOL: Boolean,
+}
+
+
+def _scalar(kind: Kind, flexible: bool) -> Any:
+    if kind in _FIXED:
+        return _FIXED[kind]
+    if kind is Kind.STRING:
+        return CompactString("utf-8") if flexible else String("utf-8")
+    return CompactBytes if flexible else Bytes
+
+
+def _schema(fields: tuple[Field, ...], version: int, flexible: bool) -> Schema:
+    parts: list[tuple[str, Any]] = []
+    array_type = CompactArray if flexible else Array
+    for spec in fields:
+        if not spec.present_in(version):
+            continue
+        if spec.fields:
+            parts.append((spec.name, array_type(_schema(spec.fields, version, flexible))))
+        else:
+            assert spec.kind is not None
+            item = _scalar(spec.kind, flexible)
+            parts.append((spec.name, array_type(item) if spec.array else item))
+    if flexible:
+        parts.append((TAGS, TaggedFields))
+    return Schema(*parts)
+
+
+def struct_values(
+    fields: tuple[Field, ...], version: int, flexible: bool, values: Mapping[str, Any]
+) -> list[Any]:
+    """Order ``values`` (a superset: every field of every version) for one version.
+
+    Nested struct arrays are given as sequences of mappings and come out as tuples,
+    the shape aiokafka's decoder produces, so an encoded-then-decoded struct
+    compares equal to the one we built.
+    """
+    out: list[Any] = []
+    for spec in fields:
+        if not spec.present_in(version):
+            continue
+        value = values[spec.name]
+        if spec.fields and value is not None:
+            value = [tuple(struct_values(spec.fields, version, flexible, row)) for row in value]
+        out.append(value)
+    if flexible:
+        out.append({})
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ApiStructs:
+    """Every version of one API: request and response struct classes, keyed by version."""
+
+    name: str
+    api_key: int
+    flexible_from: int
+    request_fields: tuple[Field, ...]
+    response_fields: tuple[Field, ...]
+    requests: Mapping[int, type[Any]]
+    responses: Mapping[int, type[Any]]
+
+    @property
+    def max_version(self) -> int:
+        return max(self.requests)
+
+    def is_flexible(self, version: int) -> bool:
+        return version >= self.flexible_from
+
+    def request(self, version: int, values: Mapping[str, Any]) -> Any:
+        """The request struct of ``version`` holding those of ``values`` it has room for."""
+        cls = self.requests[version]
+        flexible = self.is_flexible(version)
+        return cls(*struct_values(self.request_fields, version, flexible, values))
+
+    def response(self, version: int, values: Mapping[str, Any]) -> Any:
+        cls = self.responses[version]
+        flexible = self.is_flexible(version)
+        return cls(*struct_values(self.response_fields, version, flexible, values))
+
+
+def _new_class(name: str, base: type[Any], namespace: dict[str, Any]) -> type[Any]:
+    # types.new_class honours the ABCMeta metaclass of aiokafka's bases.
+    cls = types.new_class(name, (base,), exec_body=lambda ns: ns.update(namespace))
+    cls.__module__ = __name__.rsplit(".", 1)[0] + ".messages"
+    return cls
+
+
+def define_api(
+    name: str,
+    api_key: int,
+    versions: range,
+    flexible_from: int,
+    request_fields: tuple[Field, ...],
+    response_fields: tuple[Field, ...],
+) -> ApiStructs:
+    """Build the struct classes of ``versions`` of one API (``name`` like ``"JoinGroup"``)."""
+    requests: dict[int, type[Any]] = {}
+    responses: dict[int, type[Any]] = {}
+    for version in versions:
+        flexible = version >= flexible_from
+        response_cls = _new_class(
+            f"{name}Response_v{version}",
+            Response,
+            {
+                "API_KEY": api_key,
+                "API_VERSION": version,
+                "SCHEMA": _schema(response_fields, version, flexible),
+            },
+        )
+        requests[version] = _new_class(
+            f"{name}Request_v{version}",
+            RequestStruct,
+            {
+                "API_KEY": api_key,
+                "API_VERSION": version,
+                "FLEXIBLE_VERSION": flexible,
+                "RESPONSE_TYPE": response_cls,
+                "SCHEMA": _schema(request_fields, version, flexible),
+            },
+        )
+        responses[version] = response_cls
+    return ApiStructs(
+        name=name,
+        api_key=api_key,
+        flexible_from=flexible_from,
+        request_fields=request_fields,
+        response_fields=response_fields,
+        requests=types.MappingProxyType(requests),
+        responses=types.MappingProxyType(responses),
+    )
