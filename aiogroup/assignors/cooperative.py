@@ -21,7 +21,6 @@ from aiogroup.assignors.sticky import (
     NO_GENERATION,
     OwnershipClaim,
     StickyAssignor,
-    resolve_owners,
     sticky_assignment,
 )
 from aiogroup.consumer_protocol import ConsumerAssignment
@@ -33,29 +32,18 @@ __all__ = ["CooperativeStickyAssignor", "withhold_transfers"]
 def withhold_transfers(
     target: Mapping[str, list[TopicPartition]], members: Mapping[str, MemberSubscription]
 ) -> dict[str, list[TopicPartition]]:
-    """Drop from ``target`` every partition some other member may still hold.
+    """Drop from ``target`` every partition that would reach a member from another.
 
-    A member keeps a partition it was given only if it claims it itself and wins the
-    claim, or if nobody else claims it.  Any claim counts here, even a stale or
-    losing one: its holder may still be consuming until it sees this assignment.
+    A member keeps what it already claims; it is given anything else only if no other
+    member claims it.  Every claim counts here, even a stale or losing one, because
+    its holder may still be consuming until it sees this assignment and revokes.
     """
     claimants: dict[TopicPartition, set[str]] = {}
     for member_id, m in members.items():
         for tp in m.subscription.owned_partitions:
             claimants.setdefault(tp, set()).add(member_id)
-    owners = resolve_owners(
-        {
-            member_id: OwnershipClaim(m.subscription.owned_partitions, _generation_of(m))
-            for member_id, m in members.items()
-        },
-        claimants,
-    )
     return {
-        member_id: [
-            tp
-            for tp in partitions
-            if owners.get(tp) == member_id or not (claimants.get(tp, set()) - {member_id})
-        ]
+        member_id: [tp for tp in partitions if member_id in claimants.get(tp, {member_id})]
         for member_id, partitions in target.items()
     }
 
