@@ -45,7 +45,7 @@ from aiogroup._protocol.results import (
     OffsetFetchResult,
     SyncGroupResult,
 )
-from aiogroup._protocol.schema import ApiStructs
+from aiogroup._protocol.schema import ApiStructs, struct_to_dict
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
 
 __all__ = [
@@ -487,9 +487,7 @@ _MISSING: Any = object()
 
 def _fields(resp: Any) -> dict[str, Any]:
     """The response as nested dicts keyed by field name, whatever its class."""
-    obj = resp.to_object()
-    assert isinstance(obj, dict)
-    return obj
+    return struct_to_dict(resp)
 
 
 def _pick(obj: Mapping[str, Any], *names: str, default: Any = _MISSING) -> Any:

@@ -38,7 +38,7 @@ from aiokafka.protocol.types import (
     TaggedFields,
 )
 
-__all__ = ["TAGS", "ApiStructs", "Field", "Kind", "define_api", "struct_values"]
+__all__ = ["TAGS", "ApiStructs", "Field", "Kind", "define_api", "struct_to_dict", "struct_values"]
 
 #: Name of the tagged-field section that ends every struct of a flexible version.
 TAGS = "_tagged_fields"
@@ -144,6 +144,24 @@ def struct_values(
         out.append(value)
     if flexible:
         out.append({})
+    return out
+
+
+def struct_to_dict(struct: Any) -> dict[str, Any]:
+    """Any aiokafka struct (ours or aiokafka's) as nested dicts keyed by field name.
+
+    aiokafka's own ``to_object`` cannot represent a null array of structs, which
+    flexible versions use (OffsetFetch's "all topics"); this one keeps it as None.
+    """
+    return _schema_to_dict(struct.SCHEMA, [getattr(struct, name) for name in struct.SCHEMA.names])
+
+
+def _schema_to_dict(schema: Schema, values: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, kind, value in zip(schema.names, schema.fields, values, strict=True):
+        if isinstance(kind, Array) and isinstance(kind.array_of, Schema) and value is not None:
+            value = [_schema_to_dict(kind.array_of, row) for row in value]
+        out[name] = value
     return out
 
 

@@ -105,14 +105,16 @@ async def test_member_lifecycle_uses_highest_common_versions(
             reason="aiogroup protocol test",
         )
 
+    join_version = expected_version(versions, JoinGroupRequest.API)
     join = join_request("")
     first = parse_join_group(await send(client, node, join))
-    assert join.api_version == expected_version(versions, join.API)
-    if join.api_version >= 4:
+    assert join.api_version == join_version
+    if join_version >= 4:
         assert first.error_code == MEMBER_ID_REQUIRED
         assert first.member_id
         join = join_request(first.member_id)
         joined = parse_join_group(await send(client, node, join))
+        assert join.api_version == join_version
         member_id = first.member_id
     else:
         joined = first
@@ -122,7 +124,7 @@ async def test_member_lifecycle_uses_highest_common_versions(
     assert joined.leader == member_id
     assert joined.generation_id >= 0
     assert joined.protocol_name == "range"
-    if join.api_version >= 7:
+    if join_version >= 7:
         assert joined.protocol_type == "consumer"
     assert [(m.member_id, m.metadata) for m in joined.members] == [(member_id, metadata)]
 
