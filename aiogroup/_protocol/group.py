@@ -179,8 +179,13 @@ class GroupApiRequest:
         self.api_version = version
         return struct
 
-    def build(self, version: int) -> Any:
-        """The request struct of ``version`` (raises if that version cannot express it)."""
+    def build(self, version: int | type[Any]) -> Any:
+        """The request struct of ``version`` (raises if that version cannot express it).
+
+        Like aiokafka's ``Request.build``, a struct class is accepted in place of its version.
+        """
+        if isinstance(version, type):
+            version = int(version.API_VERSION)
         if version not in self.API.requests:
             raise IncompatibleBrokerVersion(f"aiogroup does not speak {self.API.name} v{version}")
         self._check(version)

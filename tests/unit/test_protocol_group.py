@@ -303,6 +303,12 @@ def test_prepare_refuses_when_the_broker_only_speaks_newer_versions() -> None:
         offset_fetch(9).prepare({OffsetFetchRequest.API_KEY: (10, 12)})
 
 
+def test_build_accepts_a_struct_class_like_aiokafka_requests() -> None:
+    struct = heartbeat(3).build(HEARTBEAT.requests[3])
+    assert type(struct) is HEARTBEAT.requests[3]
+    assert struct_to_dict(struct)["group_instance_id"] == "instance-1"
+
+
 def test_build_refuses_a_version_we_do_not_define() -> None:
     with pytest.raises(IncompatibleBrokerVersion, match="Heartbeat v5"):
         heartbeat(4).build(5)
