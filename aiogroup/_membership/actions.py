@@ -1,0 +1,156 @@
+"""Outputs of the membership machine: imperative instructions the shell performs.
+
+The coordinator executes them in list order; order matters (``MarkRevoking`` must
+run before the listener it precedes is started).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from aiogroup._protocol.results import JoinGroupMember
+
+if TYPE_CHECKING:
+    from aiogroup.structs import TopicPartition
+
+__all__ = [
+    "Action",
+    "AutoCommit",
+    "Backoff",
+    "CancelListener",
+    "ComputeAssignment",
+    "FindCoordinator",
+    "InvokeOnPartitionsAssigned",
+    "InvokeOnPartitionsLost",
+    "InvokeOnPartitionsRevoked",
+    "MarkRevoking",
+    "RaiseToApplication",
+    "SendHeartbeat",
+    "SendJoinGroup",
+    "SendLeaveGroup",
+    "SendSyncGroup",
+    "SetAssignment",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """Base class, only so that lists can be typed."""
+
+
+@dataclass(frozen=True, slots=True)
+class FindCoordinator(Action):
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class SendJoinGroup(Action):
+    """Join (or rejoin); ``owned_partitions`` go into the subscription metadata (KIP-429)."""
+
+    reason: str
+    member_id: str
+    generation_id: int
+    owned_partitions: frozenset[TopicPartition]
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeAssignment(Action):
+    """We lead this generation: run the assignor over the members and report back."""
+
+    generation_id: int
+    protocol_name: str
+    members: tuple[JoinGroupMember, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SendSyncGroup(Action):
+    generation_id: int
+    member_id: str
+    protocol_name: str | None
+    assignments: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SendHeartbeat(Action):
+    generation_id: int
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class SendLeaveGroup(Action):
+    member_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class MarkRevoking(Action):
+    """Stop delivering these partitions' records now: their callback is about to start."""
+
+    partitions: frozenset[TopicPartition]
+
+
+@dataclass(frozen=True, slots=True)
+class InvokeOnPartitionsRevoked(Action):
+    """Run on_partitions_revoked; when ``commit_first``, auto-commit their positions before."""
+
+    partitions: frozenset[TopicPartition]
+    commit_first: bool
+
+
+@dataclass(frozen=True, slots=True)
+class InvokeOnPartitionsAssigned(Action):
+    """Run on_partitions_assigned with the *newly added* partitions (maybe none)."""
+
+    partitions: frozenset[TopicPartition]
+    generation_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class InvokeOnPartitionsLost(Action):
+    partitions: frozenset[TopicPartition]
+
+
+@dataclass(frozen=True, slots=True)
+class CancelListener(Action):
+    """The running listener overran the rebalance timeout; cancel it."""
+
+    kind: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class SetAssignment(Action):
+    """Install this assignment on the subscription state (None: no assignment at all)."""
+
+    partitions: frozenset[TopicPartition] | None
+
+
+@dataclass(frozen=True, slots=True)
+class AutoCommit(Action):
+    """Commit the positions of every assigned, positioned partition."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff(Action):
+    """Informational: the machine will not retry before ``seconds`` have passed."""
+
+    seconds: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RaiseToApplication(Action):
+    """Hand an error to the application's next getone/getmany.
+
+    Either a Kafka ``error_code`` (the shell maps it to the exception class) or an
+    ``exception`` object from a listener or peer data.  ``fatal`` means the member
+    stopped for good (FATAL state).
+    """
+
+    message: str
+    error_code: int | None = None
+    exception: BaseException | None = None
+    fatal: bool = False

@@ -1,0 +1,196 @@
+"""Inputs to the membership machine: things that *happened*, named in the past tense.
+
+Each event is a frozen, slotted dataclass.  Responses carry the generation their
+request was sent under so the machine can drop a reply that arrives after the
+member moved on (a heartbeat answered after a rejoin must not touch the new
+generation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from aiogroup._protocol.results import (
+    HeartbeatResult,
+    JoinGroupResult,
+    LeaveGroupResult,
+    OffsetCommitResult,
+    SyncGroupResult,
+)
+
+if TYPE_CHECKING:  # the machine must not import aiokafka at run time
+    from aiogroup.structs import TopicPartition
+
+__all__ = [
+    "API_NAMES",
+    "FAILURE_KINDS",
+    "LISTENER_KINDS",
+    "ApplicationPolled",
+    "AssignmentComputed",
+    "CloseRequested",
+    "CoordinatorFound",
+    "CoordinatorLookupFailed",
+    "CoordinatorRequested",
+    "Event",
+    "HeartbeatResponseReceived",
+    "JoinGroupResponseReceived",
+    "LeaveGroupResponseReceived",
+    "ListenerCompleted",
+    "MetadataChanged",
+    "OffsetCommitResponseReceived",
+    "RequestFailed",
+    "SubscriptionChanged",
+    "SyncGroupResponseReceived",
+    "TimerFired",
+]
+
+#: The group APIs whose transport failures the machine reacts to.
+API_NAMES = frozenset(
+    {
+        "FindCoordinator",
+        "JoinGroup",
+        "SyncGroup",
+        "Heartbeat",
+        "LeaveGroup",
+        "OffsetCommit",
+        "OffsetFetch",
+    }
+)
+#: connection: the socket broke; timeout: no answer in time; coordinator: the broker
+#: said it is not (or no longer) the coordinator, seen outside a table-driven API.
+FAILURE_KINDS = frozenset({"connection", "timeout", "coordinator"})
+LISTENER_KINDS = frozenset({"revoked", "assigned", "lost"})
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Base class, only so that tables can be typed."""
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionChanged(Event):
+    """The application subscribed, changed topics or a pattern's matches, or unsubscribed."""
+
+    subscribed: bool
+    reason: str = "subscription changed"
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataChanged(Event):
+    """A subscribed topic's partition count changed (the group must rebalance)."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorFound(Event):
+    node_id: int
+
+    def __post_init__(self) -> None:
+        if self.node_id < 0:
+            raise ValueError(f"coordinator node_id must be >= 0, got {self.node_id}")
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorRequested(Event):
+    """A commit or offset fetch needs the coordinator (also without group membership)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorLookupFailed(Event):
+    """FindCoordinator returned an error code, or failed in transport (code -1)."""
+
+    error_code: int
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGroupResponseReceived(Event):
+    result: JoinGroupResult
+
+
+@dataclass(frozen=True, slots=True)
+class AssignmentComputed(Event):
+    """The leader's assignor finished: member_id -> encoded assignment, or an error."""
+
+    assignments: tuple[tuple[str, bytes], ...] = ()
+    error: BaseException | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SyncGroupResponseReceived(Event):
+    """SyncGroup answered; the shell already decoded the assignment bytes.
+
+    ``partitions`` is None when the response carried an error or the bytes could
+    not be decoded (``decode_error`` then says why).
+    """
+
+    result: SyncGroupResult
+    generation_id: int
+    partitions: frozenset[TopicPartition] | None = None
+    decode_error: BaseException | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResponseReceived(Event):
+    result: HeartbeatResult
+    generation_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveGroupResponseReceived(Event):
+    result: LeaveGroupResult
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitResponseReceived(Event):
+    """Only its effect on membership matters here; the caller handles its own result."""
+
+    result: OffsetCommitResult
+    generation_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerCompleted(Event):
+    """A rebalance listener coroutine finished (error holds what it raised, if anything)."""
+
+    kind: str
+    error: BaseException | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in LISTENER_KINDS:
+            raise ValueError(f"listener kind must be one of {sorted(LISTENER_KINDS)}")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFailed(Event):
+    """A group request got no usable answer (transport failure, not an error code)."""
+
+    api: str
+    kind: str
+    generation_id: int = -1
+    detail: str = ""
+
+    def __post_init__(self) -> None:
+        if self.api not in API_NAMES:
+            raise ValueError(f"unknown api {self.api!r}; expected one of {sorted(API_NAMES)}")
+        if self.kind not in FAILURE_KINDS:
+            raise ValueError(f"failure kind must be one of {sorted(FAILURE_KINDS)}")
+
+
+@dataclass(frozen=True, slots=True)
+class TimerFired(Event):
+    """The deadline from ``Membership.next_deadline()`` was reached (maybe spuriously)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ApplicationPolled(Event):
+    """The application called getone/getmany at loop time ``at`` (max_poll_interval_ms)."""
+
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class CloseRequested(Event):
+    """The consumer is stopping: revoke, leave (dynamic members), then CLOSED."""

@@ -1,0 +1,1085 @@
+"""The consumer-group membership state machine: every group decision, none of the I/O.
+
+How it works.  ``Membership.handle(event, now)`` looks the pair (current state, type
+of event) up in :data:`TRANSITIONS`.  A missing pair is an illegal input: the
+machine enters FATAL for good and raises :class:`MembershipProtocolError` (the
+shell has a bug; continuing would break the listener contract).  The handler
+updates the machine and returns actions; then the *state-triggered rules* in
+``_advance`` (the few rules that do not fit an event table: "owned partitions but
+no generation -> partitions lost", "closing -> revoke, then leave", "nothing
+blocking -> join") are applied from the two resting states, UNJOINED and STABLE,
+until nothing changes.  Deadlines (heartbeat, session, max poll interval,
+listener overrun, auto-commit, backoff) are checked on every event; the shell
+sleeps until :meth:`Membership.next_deadline` and then feeds ``TimerFired``.
+
+Error codes from each group API are reacted to through one table per API
+(:data:`JOIN_GROUP_REACTIONS` ...), built from shared entries plus per-API
+overrides, so "what does ILLEGAL_GENERATION do to a heartbeat" is a lookup.
+
+Rebalance protocol is a parameter, not a fork.  The only place EAGER and
+COOPERATIVE differ is the pre-join revocation; the post-sync step is one diff
+(``revoked = owned - new``, ``added = new - owned``) that is empty on the revoked
+side for EAGER because everything was revoked before joining.
+
+Listener contract decisions (from the Java ``ConsumerRebalanceListener`` docs):
+
+* EAGER: ``on_partitions_revoked`` runs at the start of every rebalance of a
+  member that holds a generation, with *all* owned partitions, **even when that
+  set is empty** ("always called at the start of a rebalance").  A member with no
+  generation (first join, or after its membership was lost) has nothing to revoke
+  and the callback is not called, as in Java's ``onJoinPrepare``.
+* COOPERATIVE: revoked only with the non-empty set of partitions leaving, after
+  SyncGroup; then the member rejoins at once so they can be handed over.
+* ``on_partitions_assigned`` exactly once per completed rebalance, with the newly
+  added partitions - an empty set when none were added.
+* ``on_partitions_lost`` (never revoked) when membership was lost - session expiry
+  (also detected client-side), UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION,
+  FENCED_INSTANCE_ID - and only with a non-empty set.
+* Leaving (close, unsubscribe, max-poll expiry): revoked only when non-empty.
+* Listeners never overlap: an event that needs another callback while one runs is
+  remembered and acted on when ``ListenerCompleted`` arrives.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from aiogroup._membership import actions as A
+from aiogroup._membership import events as E
+from aiogroup._membership.heartbeat import HeartbeatTimers
+
+if TYPE_CHECKING:
+    from aiogroup.structs import RebalanceProtocol, TopicPartition
+
+__all__ = [
+    "AUTOMATIC_TRANSITIONS",
+    "COMMIT_OUTCOMES",
+    "FIND_COORDINATOR_REACTIONS",
+    "HEARTBEAT_REACTIONS",
+    "JOIN_GROUP_REACTIONS",
+    "LEAVE_GROUP_REACTIONS",
+    "OFFSET_COMMIT_REACTIONS",
+    "OFFSET_FETCH_OUTCOMES",
+    "SYNC_GROUP_REACTIONS",
+    "TRANSITIONS",
+    "CallerOutcome",
+    "CommitGate",
+    "ErrorCode",
+    "MemberState",
+    "Membership",
+    "MembershipProtocolError",
+    "Reaction",
+    "mermaid_diagram",
+]
+
+Partitions = frozenset["TopicPartition"]
+_NO_PARTITIONS: frozenset[TopicPartition] = frozenset()
+
+
+class MemberState(enum.Enum):
+    """The Java client's four member states plus the stages aiogroup makes explicit."""
+
+    #: Not a member of a generation in use (maybe holding an old generation to rejoin with).
+    UNJOINED = "UNJOINED"
+    #: A listener is releasing partitions (eager pre-join, cooperative post-sync, leaving).
+    REVOKING = "REVOKING"
+    #: JoinGroup in flight.
+    PREPARING_REBALANCE = "PREPARING_REBALANCE"
+    #: Joined; the leader is assigning and/or SyncGroup is in flight.
+    COMPLETING_REBALANCE = "COMPLETING_REBALANCE"
+    #: on_partitions_assigned is running for the generation just synced.
+    ASSIGNING = "ASSIGNING"
+    STABLE = "STABLE"
+    #: on_partitions_lost is running: membership is gone, so is the right to commit.
+    LOSING = "LOSING"
+    #: LeaveGroup in flight.
+    LEAVING = "LEAVING"
+    CLOSED = "CLOSED"
+    #: Terminal: an unrecoverable error was raised to the application.
+    FATAL = "FATAL"
+
+
+S = MemberState
+_TERMINAL = frozenset({S.CLOSED, S.FATAL})
+_RESTING = frozenset({S.UNJOINED, S.STABLE})
+#: States in which the member holds a synced generation and must keep its session alive.
+_HEARTBEATING = frozenset({S.STABLE, S.ASSIGNING, S.REVOKING})
+
+
+class ErrorCode(enum.IntEnum):
+    """Kafka protocol error codes the group APIs answer with (Kafka's own numbering)."""
+
+    NONE = 0
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    REQUEST_TIMED_OUT = 7
+    OFFSET_METADATA_TOO_LARGE = 12
+    COORDINATOR_LOAD_IN_PROGRESS = 14
+    COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
+    ILLEGAL_GENERATION = 22
+    INCONSISTENT_GROUP_PROTOCOL = 23
+    INVALID_GROUP_ID = 24
+    UNKNOWN_MEMBER_ID = 25
+    INVALID_SESSION_TIMEOUT = 26
+    REBALANCE_IN_PROGRESS = 27
+    INVALID_COMMIT_OFFSET_SIZE = 28
+    TOPIC_AUTHORIZATION_FAILED = 29
+    GROUP_AUTHORIZATION_FAILED = 30
+    UNSUPPORTED_VERSION = 35
+    INVALID_REQUEST = 42
+    GROUP_ID_NOT_FOUND = 69
+    MEMBER_ID_REQUIRED = 79
+    GROUP_MAX_SIZE_REACHED = 81
+    FENCED_INSTANCE_ID = 82
+    UNSTABLE_OFFSET_COMMIT = 88
+
+
+def code_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"error code {code}"
+
+
+class Reaction(enum.Enum):
+    """What an error code does to the membership."""
+
+    #: Nothing to do (success, or an error only the caller cares about).
+    IGNORE = "ignore"
+    #: Retry the same step after retry_backoff.
+    RETRY_BACKOFF = "retry after backoff"
+    #: The coordinator moved or is down: find it again, then retry.
+    FIND_COORDINATOR = "find coordinator"
+    #: The group is rebalancing: rejoin (eager members revoke first).
+    REJOIN = "rejoin"
+    #: Our generation/member id is gone: partitions lost, rejoin as a new member.
+    LOSE = "membership lost"
+    #: Another static member took our group_instance_id: lost, and fatal.
+    FENCED = "fenced"
+    #: Tell the application (next getmany raises), back off, retry.
+    REPORT_RETRY = "report and retry"
+    #: Tell the application and stop for good.
+    FATAL = "fatal"
+    #: JoinGroup v4+: the broker handed us a member id to join with; rejoin at once.
+    REJOIN_WITH_MEMBER_ID = "rejoin with the given member id"
+
+
+C = ErrorCode
+R = Reaction
+
+_COMMON: dict[int, Reaction] = {
+    C.NONE: R.IGNORE,
+    C.COORDINATOR_LOAD_IN_PROGRESS: R.RETRY_BACKOFF,
+    C.COORDINATOR_NOT_AVAILABLE: R.FIND_COORDINATOR,
+    C.NOT_COORDINATOR: R.FIND_COORDINATOR,
+    C.REQUEST_TIMED_OUT: R.FIND_COORDINATOR,
+    C.REBALANCE_IN_PROGRESS: R.REJOIN,
+    C.ILLEGAL_GENERATION: R.LOSE,
+    C.UNKNOWN_MEMBER_ID: R.LOSE,
+    C.FENCED_INSTANCE_ID: R.FENCED,
+    C.GROUP_AUTHORIZATION_FAILED: R.REPORT_RETRY,
+}
+
+#: JoinGroup.  A join that is itself answered REBALANCE_IN_PROGRESS (static members on
+#: newer brokers) is retried after a backoff rather than in a tight loop.
+JOIN_GROUP_REACTIONS: dict[int, Reaction] = {
+    **_COMMON,
+    C.REBALANCE_IN_PROGRESS: R.RETRY_BACKOFF,
+    C.MEMBER_ID_REQUIRED: R.REJOIN_WITH_MEMBER_ID,
+    C.INCONSISTENT_GROUP_PROTOCOL: R.FATAL,
+    C.INVALID_SESSION_TIMEOUT: R.FATAL,
+    C.INVALID_GROUP_ID: R.FATAL,
+    C.GROUP_MAX_SIZE_REACHED: R.FATAL,
+    C.UNSUPPORTED_VERSION: R.FATAL,
+    C.INVALID_REQUEST: R.FATAL,
+}
+SYNC_GROUP_REACTIONS: dict[int, Reaction] = {
+    **_COMMON,
+    C.INCONSISTENT_GROUP_PROTOCOL: R.FATAL,
+    C.UNSUPPORTED_VERSION: R.FATAL,
+    C.INVALID_REQUEST: R.FATAL,
+}
+HEARTBEAT_REACTIONS: dict[int, Reaction] = {
+    **_COMMON,
+    C.UNSUPPORTED_VERSION: R.FATAL,
+}
+#: A leave is best effort: whatever the answer, the member is out afterwards.
+LEAVE_GROUP_REACTIONS: dict[int, Reaction] = {
+    C.NONE: R.IGNORE,
+    C.UNKNOWN_MEMBER_ID: R.IGNORE,
+    C.COORDINATOR_LOAD_IN_PROGRESS: R.IGNORE,
+    C.COORDINATOR_NOT_AVAILABLE: R.FIND_COORDINATOR,
+    C.NOT_COORDINATOR: R.FIND_COORDINATOR,
+    C.FENCED_INSTANCE_ID: R.IGNORE,
+    C.GROUP_AUTHORIZATION_FAILED: R.IGNORE,
+    C.GROUP_ID_NOT_FOUND: R.IGNORE,
+}
+#: What a commit's answer does to the *membership*; the committing caller's own
+#: outcome is in :data:`COMMIT_OUTCOMES`.
+OFFSET_COMMIT_REACTIONS: dict[int, Reaction] = {
+    **_COMMON,
+    C.COORDINATOR_LOAD_IN_PROGRESS: R.IGNORE,
+    C.GROUP_AUTHORIZATION_FAILED: R.IGNORE,
+    C.UNKNOWN_TOPIC_OR_PARTITION: R.IGNORE,
+    C.OFFSET_METADATA_TOO_LARGE: R.IGNORE,
+    C.INVALID_COMMIT_OFFSET_SIZE: R.IGNORE,
+    C.TOPIC_AUTHORIZATION_FAILED: R.IGNORE,
+}
+FIND_COORDINATOR_REACTIONS: dict[int, Reaction] = {
+    C.NONE: R.IGNORE,
+    C.COORDINATOR_NOT_AVAILABLE: R.RETRY_BACKOFF,
+    C.COORDINATOR_LOAD_IN_PROGRESS: R.RETRY_BACKOFF,
+    C.NOT_COORDINATOR: R.RETRY_BACKOFF,
+    C.REQUEST_TIMED_OUT: R.RETRY_BACKOFF,
+    C.GROUP_AUTHORIZATION_FAILED: R.REPORT_RETRY,
+    C.INVALID_REQUEST: R.FATAL,
+}
+#: Reaction to a code a table does not list.
+_DEFAULT_REACTION: dict[str, Reaction] = {
+    "JoinGroup": R.FATAL,
+    "SyncGroup": R.FATAL,
+    "Heartbeat": R.REPORT_RETRY,
+    "LeaveGroup": R.IGNORE,
+    "OffsetCommit": R.IGNORE,
+    "FindCoordinator": R.RETRY_BACKOFF,
+}
+_TABLES: dict[str, dict[int, Reaction]] = {
+    "JoinGroup": JOIN_GROUP_REACTIONS,
+    "SyncGroup": SYNC_GROUP_REACTIONS,
+    "Heartbeat": HEARTBEAT_REACTIONS,
+    "LeaveGroup": LEAVE_GROUP_REACTIONS,
+    "OffsetCommit": OFFSET_COMMIT_REACTIONS,
+    "FindCoordinator": FIND_COORDINATOR_REACTIONS,
+}
+
+
+def reaction(api: str, code: int) -> Reaction:
+    """The membership's reaction to ``code`` in an answer from ``api``."""
+    return _TABLES[api].get(code, _DEFAULT_REACTION[api])
+
+
+class CallerOutcome(enum.Enum):
+    """What a commit()/committed() caller does with an error code."""
+
+    OK = "ok"
+    RETRY = "retry after backoff"
+    FIND_COORDINATOR_AND_RETRY = "find coordinator and retry"
+    #: The generation moved on: CommitFailedError (the Java client's contract).
+    COMMIT_FAILED = "commit failed"
+    #: Not committed before (OffsetFetch of an unknown topic/partition).
+    NO_OFFSET = "no committed offset"
+    RAISE = "raise"
+
+
+Out = CallerOutcome
+COMMIT_OUTCOMES: dict[int, CallerOutcome] = {
+    C.NONE: Out.OK,
+    C.COORDINATOR_LOAD_IN_PROGRESS: Out.RETRY,
+    C.UNKNOWN_TOPIC_OR_PARTITION: Out.RETRY,
+    C.REQUEST_TIMED_OUT: Out.FIND_COORDINATOR_AND_RETRY,
+    C.COORDINATOR_NOT_AVAILABLE: Out.FIND_COORDINATOR_AND_RETRY,
+    C.NOT_COORDINATOR: Out.FIND_COORDINATOR_AND_RETRY,
+    C.REBALANCE_IN_PROGRESS: Out.COMMIT_FAILED,
+    C.ILLEGAL_GENERATION: Out.COMMIT_FAILED,
+    C.UNKNOWN_MEMBER_ID: Out.COMMIT_FAILED,
+    C.FENCED_INSTANCE_ID: Out.RAISE,
+    C.OFFSET_METADATA_TOO_LARGE: Out.RAISE,
+    C.INVALID_COMMIT_OFFSET_SIZE: Out.RAISE,
+    C.TOPIC_AUTHORIZATION_FAILED: Out.RAISE,
+    C.GROUP_AUTHORIZATION_FAILED: Out.RAISE,
+}
+OFFSET_FETCH_OUTCOMES: dict[int, CallerOutcome] = {
+    C.NONE: Out.OK,
+    C.COORDINATOR_LOAD_IN_PROGRESS: Out.RETRY,
+    C.UNSTABLE_OFFSET_COMMIT: Out.RETRY,
+    C.REQUEST_TIMED_OUT: Out.FIND_COORDINATOR_AND_RETRY,
+    C.COORDINATOR_NOT_AVAILABLE: Out.FIND_COORDINATOR_AND_RETRY,
+    C.NOT_COORDINATOR: Out.FIND_COORDINATOR_AND_RETRY,
+    C.UNKNOWN_TOPIC_OR_PARTITION: Out.NO_OFFSET,
+    C.GROUP_ID_NOT_FOUND: Out.NO_OFFSET,
+    C.GROUP_AUTHORIZATION_FAILED: Out.RAISE,
+    C.TOPIC_AUTHORIZATION_FAILED: Out.RAISE,
+}
+
+
+def commit_outcome(code: int) -> CallerOutcome:
+    return COMMIT_OUTCOMES.get(code, Out.RAISE)
+
+
+def offset_fetch_outcome(code: int) -> CallerOutcome:
+    return OFFSET_FETCH_OUTCOMES.get(code, Out.RAISE)
+
+
+class MembershipProtocolError(RuntimeError):
+    """The machine got an event it has no transition for (a bug in its caller)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CommitGate:
+    """The machine's answer to "may these offsets be committed now?".
+
+    ``refusal`` is None when allowed; then ``generation_id``/``member_id`` are the
+    identity to commit under.  ``refusal`` explains why not, naming partitions.
+    """
+
+    generation_id: int
+    member_id: str
+    refusal: str | None = None
+    #: True when the refusal is a closed/fatal member rather than a rebalance.
+    stopped: bool = False
+
+    @property
+    def allowed(self) -> bool:
+        return self.refusal is None
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One table entry: the handler and the states it may move to *directly*."""
+
+    handler: str
+    targets: frozenset[MemberState]
+
+
+def _t(handler: str, *targets: MemberState) -> Transition:
+    return Transition(handler, frozenset(targets))
+
+
+_ALL = tuple(MemberState)
+_LIVE = tuple(s for s in MemberState if s not in _TERMINAL)
+
+TRANSITIONS: dict[tuple[MemberState, type[E.Event]], Transition] = {}
+"""(state, event type) -> Transition.  A missing pair is an illegal input."""
+
+
+def _add(states: Iterable[MemberState], event: type[E.Event], tr: Transition) -> None:
+    for s in states:
+        TRANSITIONS[(s, event)] = tr
+
+
+# Events any live state accepts without changing state by itself (the resting-state
+# rules then decide what follows).
+for _s in _LIVE:
+    _add([_s], E.SubscriptionChanged, _t("_on_subscription_changed", _s))
+    _add([_s], E.MetadataChanged, _t("_on_metadata_changed", _s))
+    _add([_s], E.CoordinatorFound, _t("_on_coordinator_found", _s))
+    _add([_s], E.CoordinatorLookupFailed, _t("_on_coordinator_lookup_failed", _s))
+    _add([_s], E.ApplicationPolled, _t("_on_polled", _s))
+    _add([_s], E.CloseRequested, _t("_on_close", _s))
+    _add([_s], E.TimerFired, _t("_on_timer", _s))
+    _add([_s], E.OffsetCommitResponseReceived, _t("_on_commit_response", _s))
+    _add([_s], E.CoordinatorRequested, _t("_on_coordinator_requested", _s))
+    _add([_s], E.HeartbeatResponseReceived, _t("_on_heartbeat_response", _s))
+    _add([_s], E.RequestFailed, _t("_on_request_failed", _s))
+# Terminal states swallow late answers and timers, nothing else.
+for _s in _TERMINAL:
+    for _ev in (
+        E.SubscriptionChanged,
+        E.MetadataChanged,
+        E.CoordinatorFound,
+        E.CoordinatorLookupFailed,
+        E.ApplicationPolled,
+        E.CloseRequested,
+        E.TimerFired,
+        E.OffsetCommitResponseReceived,
+        E.CoordinatorRequested,
+        E.HeartbeatResponseReceived,
+        E.RequestFailed,
+    ):
+        _add([_s], _ev, _t("_ignore", _s))
+# A transport failure of JoinGroup/SyncGroup/LeaveGroup ends that step.
+TRANSITIONS[(S.PREPARING_REBALANCE, E.RequestFailed)] = _t(
+    "_on_request_failed", S.PREPARING_REBALANCE, S.UNJOINED
+)
+TRANSITIONS[(S.COMPLETING_REBALANCE, E.RequestFailed)] = _t(
+    "_on_request_failed", S.COMPLETING_REBALANCE, S.UNJOINED
+)
+TRANSITIONS[(S.LEAVING, E.RequestFailed)] = _t("_on_request_failed", S.LEAVING, S.UNJOINED)
+TRANSITIONS[(S.PREPARING_REBALANCE, E.JoinGroupResponseReceived)] = _t(
+    "_on_join_response", S.COMPLETING_REBALANCE, S.UNJOINED
+)
+TRANSITIONS[(S.COMPLETING_REBALANCE, E.AssignmentComputed)] = _t(
+    "_on_assignment_computed", S.COMPLETING_REBALANCE, S.UNJOINED
+)
+TRANSITIONS[(S.COMPLETING_REBALANCE, E.SyncGroupResponseReceived)] = _t(
+    "_on_sync_response", S.ASSIGNING, S.REVOKING, S.UNJOINED
+)
+TRANSITIONS[(S.LEAVING, E.LeaveGroupResponseReceived)] = _t("_on_leave_response", S.UNJOINED)
+TRANSITIONS[(S.REVOKING, E.ListenerCompleted)] = _t(
+    "_on_listener_completed", S.ASSIGNING, S.UNJOINED
+)
+TRANSITIONS[(S.ASSIGNING, E.ListenerCompleted)] = _t("_on_listener_completed", S.STABLE)
+TRANSITIONS[(S.LOSING, E.ListenerCompleted)] = _t("_on_listener_completed", S.UNJOINED)
+
+#: State-triggered moves taken from the resting states by ``_advance``.
+AUTOMATIC_TRANSITIONS: dict[MemberState, dict[MemberState, str]] = {
+    S.UNJOINED: {
+        S.REVOKING: "leaving or eager pre-join revoke",
+        S.LOSING: "owned partitions without a generation",
+        S.LEAVING: "closing/unsubscribed/max poll expired (dynamic member)",
+        S.PREPARING_REBALANCE: "coordinator known, subscribed: SendJoinGroup",
+        S.CLOSED: "closing, nothing left to release",
+        S.FATAL: "fatal error raised, nothing left to release",
+    },
+    S.STABLE: {
+        S.REVOKING: "rejoin (eager) or leaving with owned partitions",
+        S.LOSING: "membership lost (session expired, fenced, unknown member)",
+        S.LEAVING: "leaving without owned partitions (dynamic member)",
+        S.PREPARING_REBALANCE: "rejoin needed: SendJoinGroup",
+        S.UNJOINED: "leaving as a static member",
+        S.CLOSED: "closing with nothing owned (static member)",
+        S.FATAL: "fatal error",
+    },
+}
+
+
+def _fmt(parts: Iterable[TopicPartition]) -> str:
+    return ", ".join(sorted(f"{tp.topic}-{tp.partition}" for tp in parts)) or "none"
+
+
+class Membership:
+    """One member's view of its group membership; single writer: the coordination routine."""
+
+    def __init__(
+        self,
+        *,
+        protocol: RebalanceProtocol,
+        session_timeout: float,
+        heartbeat_interval: float,
+        max_poll_interval: float,
+        rebalance_timeout: float,
+        retry_backoff: float,
+        auto_commit_interval: float | None = None,
+        static_member: bool = False,
+        now: float = 0.0,
+    ) -> None:
+        if rebalance_timeout <= 0:
+            raise ValueError(f"rebalance_timeout must be > 0, got {rebalance_timeout}")
+        if auto_commit_interval is not None and auto_commit_interval <= 0:
+            raise ValueError("auto_commit_interval must be > 0 or None (disabled)")
+        self.protocol = protocol
+        self._cooperative = protocol.value == "cooperative"
+        self.timers = HeartbeatTimers(
+            session_timeout=session_timeout,
+            heartbeat_interval=heartbeat_interval,
+            max_poll_interval=max_poll_interval,
+            retry_backoff=retry_backoff,
+        )
+        self.rebalance_timeout = rebalance_timeout
+        self.retry_backoff = retry_backoff
+        self.auto_commit_interval = auto_commit_interval
+        self.static_member = static_member
+
+        self.state = S.UNJOINED
+        self.generation_id = -1
+        self.member_id = ""
+        self.protocol_name: str | None = None
+        self.leader_id: str | None = None
+        self.coordinator_id: int | None = None
+        self.owned: frozenset[TopicPartition] = _NO_PARTITIONS
+
+        self.subscribed = False
+        self.closing = False
+        self.fatal = False
+        #: Why the next join happens (None: no rejoin requested).
+        self.rejoin_reason: str | None = None
+        self.last_join_reason: str | None = None
+        self._finding_coordinator = False
+        self._coordinator_wanted = False
+        self._prejoin_done = False
+        self._awaiting_assignment = False
+        self._pending_assignment: frozenset[TopicPartition] | None = None
+        self._revoking: frozenset[TopicPartition] = _NO_PARTITIONS
+        self.listener_kind: str | None = None
+        self._listener_deadline: float | None = None
+        self._backoff_until: float | None = None
+        self._poll_expired_at: float | None = None
+        self._stable_since = now
+        self._next_auto_commit: float | None = None
+        self._now = now
+
+    # -- queries ---------------------------------------------------------------------------
+
+    @property
+    def in_generation(self) -> bool:
+        return self.generation_id >= 0 and self.member_id != ""
+
+    @property
+    def heartbeats_active(self) -> bool:
+        return self.state in _HEARTBEATING and self.in_generation
+
+    def commit_gate(self, partitions: Iterable[TopicPartition]) -> CommitGate:
+        """May offsets for ``partitions`` be committed now, and under which generation?"""
+        parts = frozenset(partitions)
+        gen, member = self.generation_id, self.member_id
+        if self.state in _TERMINAL:
+            why = "the consumer is closed" if self.state is S.CLOSED else "group membership failed"
+            return CommitGate(gen, member, f"cannot commit: {why}", stopped=True)
+        if self.state in (S.PREPARING_REBALANCE, S.COMPLETING_REBALANCE):
+            return CommitGate(
+                gen,
+                member,
+                "cannot commit: a rebalance is in progress; the partitions may be "
+                "reassigned - commit again from on_partitions_assigned or after it",
+            )
+        if not self.in_generation:
+            return CommitGate(
+                gen,
+                member,
+                "cannot commit: this member is not part of an active generation "
+                "(membership lost or not joined yet)",
+            )
+        foreign = parts - self.owned
+        if foreign:
+            return CommitGate(
+                gen,
+                member,
+                f"cannot commit partitions not assigned to this member: {_fmt(foreign)}",
+            )
+        return CommitGate(gen, member)
+
+    def next_deadline(self) -> float | None:
+        """The loop time at which ``TimerFired`` must be fed (None: no timer pending)."""
+        deadlines: list[float] = []
+        if self.state in _TERMINAL:
+            return None
+        if self._backoff_until is not None:
+            deadlines.append(self._backoff_until)
+        if self.heartbeats_active:
+            deadlines.append(self.timers.session_deadline())
+            if self.coordinator_id is not None and not self.timers.in_flight:
+                deadlines.append(self.timers.next_heartbeat_at())
+        if self._listener_deadline is not None:
+            deadlines.append(self._listener_deadline)
+        if self._poll_watch_active():
+            deadlines.append(self._poll_deadline())
+        if self._poll_expired_at is not None:
+            # Nothing wakes the routine when the application polls again; re-check.
+            deadlines.append(self._now + self.timers.heartbeat_interval)
+        if self._auto_commit_active() and self._next_auto_commit is not None:
+            deadlines.append(self._next_auto_commit)
+        return min(deadlines) if deadlines else None
+
+    # -- the one entry point ----------------------------------------------------------------
+
+    def handle(self, event: E.Event, now: float) -> list[A.Action]:
+        """Feed one event at loop time ``now``; return the actions to perform, in order."""
+        tr = TRANSITIONS.get((self.state, type(event)))
+        if tr is None:
+            previous = self.state
+            if self.state not in _TERMINAL:
+                self.state = S.FATAL
+            raise MembershipProtocolError(
+                f"{type(event).__name__} is not valid in state {previous.value}"
+            )
+        self._now = max(self._now, now)
+        out: list[A.Action] = []
+        handler: Callable[[E.Event, list[A.Action]], None] = getattr(self, tr.handler)
+        handler(event, out)
+        if self.state not in tr.targets and self.state is not S.FATAL:
+            bad = self.state
+            self.state = S.FATAL
+            raise MembershipProtocolError(
+                f"{tr.handler} moved {bad.value}, outside its declared targets"
+            )
+        self._advance(out)
+        self._tick(out)
+        self._advance(out)
+        return out
+
+    # -- handlers ---------------------------------------------------------------------------
+
+    def _ignore(self, event: E.Event, out: list[A.Action]) -> None:
+        if isinstance(event, E.HeartbeatResponseReceived | E.RequestFailed):
+            self.timers.answered()
+
+    def _on_subscription_changed(self, ev: E.Event, out: list[A.Action]) -> None:
+        assert isinstance(ev, E.SubscriptionChanged)
+        self.subscribed = ev.subscribed
+        self.rejoin_reason = ev.reason if ev.subscribed else None
+
+    def _on_metadata_changed(self, ev: E.Event, out: list[A.Action]) -> None:
+        assert isinstance(ev, E.MetadataChanged)
+        if self.subscribed and self.state is not S.UNJOINED:
+            self.rejoin_reason = ev.reason
+
+    def _on_coordinator_found(self, ev: E.Event, out: list[A.Action]) -> None:
+        assert isinstance(ev, E.CoordinatorFound)
+        self.coordinator_id = ev.node_id
+        self._finding_coordinator = False
+        self._coordinator_wanted = False
+
+    def _on_coordinator_lookup_failed(self, ev: E.Event, out: list[A.Action]) -> None:
+        assert isinstance(ev, E.CoordinatorLookupFailed)
+        self._finding_coordinator = False
+        why = f"FindCoordinator failed: {code_name(ev.error_code)} {ev.detail}".strip()
+        react = (
+            reaction("FindCoordinator", ev.error_code) if ev.error_code >= 0 else R.RETRY_BACKOFF
+        )
+        if react is R.FATAL:
+            self._go_fatal(out, why, ev.error_code)
+            return
+        if react is R.REPORT_RETRY:
+            out.append(A.RaiseToApplication(why, error_code=ev.error_code))
+        self._set_backoff(out, why)
+
+    def _on_coordinator_requested(self, ev: E.Event, out: list[A.Action]) -> None:
+        if self.coordinator_id is None:
+            self._coordinator_wanted = True
+
+    def _on_polled(self, ev: E.Event, out: list[A.Action]) -> None:
+        assert isinstance(ev, E.ApplicationPolled)
+        self.timers.polled(ev.at)
+        if self._poll_expired_at is not None and ev.at > self._poll_expired_at:
+            self._poll_expired_at = None
+            self.rejoin_reason = "the application polled again after max_poll_interval_ms"
+
+    def _on_close(self, ev: E.Event, out: list[A.Action]) -> None:
+        self.closing = True
+
+    def _on_timer(self, ev: E.Event, out: list[A.Action]) -> None:
+        """Deadlines are checked after every event (``_tick``); nothing else to do."""
+
+    def _on_join_response(self, ev: E.Event, out: list[A.Action]) -> None:
+        assert isinstance(ev, E.JoinGroupResponseReceived)
+        r = ev.result
+        self.state = S.UNJOINED
+        if r.error_code != C.NONE:
+            react = reaction("JoinGroup", r.error_code)
+            if react is R.REJOIN_WITH_MEMBER_ID:
+                self.member_id = r.member_id
+                self.rejoin_reason = "JoinGroup: MEMBER_ID_REQUIRED, joining with the given id"
+                return
+            self._react(
+                out, "JoinGroup", r.error_code, react, f"JoinGroup: {code_name(r.error_code)}"
+            )
+            if self.rejoin_reason is None and react is not R.FATAL:
+                self.rejoin_reason = f"JoinGroup: {code_name(r.error_code)}"
+            return
+        self.generation_id = r.generation_id
+        self.member_id = r.member_id
+        self.protocol_name = r.protocol_name
+        self.leader_id = r.leader
+        if self.closing or not self.subscribed:
+            return  # _advance leaves the group with the identity just received
+        self.state = S.COMPLETING_REBALANCE
+        if r.leader == r.member_id and not r.skip_assignment:
+            self._awaiting_assignment = True
+            out.append(A.ComputeAssignment(r.generation_id, r.protocol_name or "", r.members))
+        else:
+            out.append(A.SendSyncGroup(r.generation_id, r.member_id, r.protocol_name, ()))
+
+    def _on_assignment_computed(self, ev: E.Event, out: list[A.Action]) -> None:
+        assert isinstance(ev, E.AssignmentComputed)
+        if not self._awaiting_assignment:
+            self.state = S.FATAL
+            raise MembershipProtocolError("AssignmentComputed without ComputeAssignment")
+        self._awaiting_assignment = False
+        if self.closing or not self.subscribed:
+            self.state = S.UNJOINED
+            return
+        if ev.error is not None:
+            why = f"the assignor failed: {ev.error!r}"
+            out.append(A.RaiseToApplication(why, exception=ev.error))
+            self.state = S.UNJOINED
+            self.rejoin_reason = why
+            self._set_backoff(out, why)
+            return
+        out.append(
+            A.SendSyncGroup(self.generation_id, self.member_id, self.protocol_name, ev.assignments)
+        )
+
+    def _on_sync_response(self, ev: E.Event, out: list[A.Action]) -> None:
+        assert isinstance(ev, E.SyncGroupResponseReceived)
+        if self._awaiting_assignment or ev.generation_id != self.generation_id:
+            self.state = S.FATAL
+            raise MembershipProtocolError(
+                f"SyncGroup answer for generation {ev.generation_id} while "
+                f"{'assigning' if self._awaiting_assignment else 'in ' + str(self.generation_id)}"
+            )
+        code = ev.result.error_code
+        self.state = S.UNJOINED
+        if code != C.NONE:
+            why = f"SyncGroup: {code_name(code)}"
+            react = reaction("SyncGroup", code)
+            self._react(out, "SyncGroup", code, react, why)
+            if self.rejoin_reason is None and react is not R.FATAL:
+                self.rejoin_reason = why
+            return
+        if self.closing or not self.subscribed:
+            return
+        if ev.partitions is None:
+            why = f"undecodable assignment from the group leader: {ev.decode_error!r}"
+            out.append(A.RaiseToApplication(why, exception=ev.decode_error))
+            self.rejoin_reason = why
+            self._set_backoff(out, why)
+            return
+        new = ev.partitions
+        self._prejoin_done = False
+        self.timers.reset_session(self._now)
+        self.timers.polled(self._now)
+        self._stable_since = self._now
+        revoked = self.owned - new
+        if revoked:
+            self._pending_assignment = new
+            self.rejoin_reason = (
+                f"cooperative rebalance: released {_fmt(revoked)}, rejoining so they can move"
+            )
+            self._start_revoke(out, revoked, commit_first=self.auto_commit_interval is not None)
+            return
+        self._install(out, new)
+
+    def _install(self, out: list[A.Action], new: frozenset[TopicPartition]) -> None:
+        added = new - self.owned
+        self.owned = new
+        out.append(A.SetAssignment(new))
+        self._start_listener("assigned")
+        self.state = S.ASSIGNING
+        out.append(A.InvokeOnPartitionsAssigned(added, self.generation_id))
+
+    def _on_heartbeat_response(self, ev: E.Event, out: list[A.Action]) -> None:
+        assert isinstance(ev, E.HeartbeatResponseReceived)
+        if (
+            ev.generation_id != self.generation_id
+            or not self.heartbeats_active
+            or not self.timers.in_flight
+        ):
+            self.timers.answered()
+            return
+        code = ev.result.error_code
+        if code == C.NONE:
+            self.timers.succeeded(self._now)
+            return
+        react = reaction("Heartbeat", code)
+        if react in (R.RETRY_BACKOFF, R.FIND_COORDINATOR, R.REPORT_RETRY):
+            self.timers.failed(self._now)
+        else:
+            self.timers.answered()
+        self._react(out, "Heartbeat", code, react, f"Heartbeat: {code_name(code)}")
+
+    def _on_leave_response(self, ev: E.Event, out: list[A.Action]) -> None:
+        assert isinstance(ev, E.LeaveGroupResponseReceived)
+        if reaction("LeaveGroup", ev.result.error_code) is R.FIND_COORDINATOR:
+            self._coordinator_dead()
+        self._reset_generation()
+        self.state = S.UNJOINED
+
+    def _on_commit_response(self, ev: E.Event, out: list[A.Action]) -> None:
+        assert isinstance(ev, E.OffsetCommitResponseReceived)
+        if ev.generation_id != self.generation_id or not self.in_generation:
+            return
+        for code in sorted(set(ev.result.errors.values())):
+            react = reaction("OffsetCommit", code)
+            self._react(out, "OffsetCommit", code, react, f"OffsetCommit: {code_name(code)}")
+
+    def _on_listener_completed(self, ev: E.Event, out: list[A.Action]) -> None:
+        assert isinstance(ev, E.ListenerCompleted)
+        if ev.kind != self.listener_kind:
+            self.state = S.FATAL
+            raise MembershipProtocolError(
+                f"on_partitions_{ev.kind} completed while on_partitions_{self.listener_kind} ran"
+            )
+        self.listener_kind = None
+        self._listener_deadline = None
+        if ev.error is not None:
+            out.append(
+                A.RaiseToApplication(
+                    f"on_partitions_{ev.kind} raised {ev.error!r}", exception=ev.error
+                )
+            )
+        if ev.kind == "assigned":
+            self.state = S.STABLE
+            if self.auto_commit_interval is not None:
+                self._next_auto_commit = self._now + self.auto_commit_interval
+            return
+        if ev.kind == "lost":
+            self.owned = _NO_PARTITIONS
+            out.append(A.SetAssignment(None))
+            self.state = S.UNJOINED
+            return
+        self.owned = self.owned - self._revoking
+        self._revoking = _NO_PARTITIONS
+        pending, self._pending_assignment = self._pending_assignment, None
+        if pending is not None and self.in_generation and not self.closing and self.subscribed:
+            self._install(out, pending)
+            return
+        out.append(A.SetAssignment(self.owned if self.owned else None))
+        self.state = S.UNJOINED
+
+    def _on_request_failed(self, ev: E.Event, out: list[A.Action]) -> None:
+        assert isinstance(ev, E.RequestFailed)
+        why = f"{ev.api} failed ({ev.kind}) {ev.detail}".strip()
+        api = ev.api
+        if api == "FindCoordinator":
+            self._finding_coordinator = False
+            self._set_backoff(out, why)
+            return
+        if api == "JoinGroup":
+            self._require(S.PREPARING_REBALANCE, ev)
+            self._coordinator_dead()
+            self.state = S.UNJOINED
+            self.rejoin_reason = why
+            self._set_backoff(out, why)
+            return
+        if api == "SyncGroup":
+            self._require(S.COMPLETING_REBALANCE, ev)
+            self._coordinator_dead()
+            self.state = S.UNJOINED
+            self.rejoin_reason = why
+            self._set_backoff(out, why)
+            return
+        if api == "LeaveGroup":
+            self._require(S.LEAVING, ev)
+            self._reset_generation()
+            self.state = S.UNJOINED
+            return
+        if api == "Heartbeat":
+            if ev.generation_id != self.generation_id or not self.heartbeats_active:
+                self.timers.answered()
+                return
+            self.timers.failed(self._now)
+        self._coordinator_dead()
+
+    def _require(self, state: MemberState, ev: E.RequestFailed) -> None:
+        if self.state is not state:
+            self.state = S.FATAL
+            raise MembershipProtocolError(f"{ev.api} failure reported in state {state.value}")
+
+    # -- reactions ----------------------------------------------------------------------------
+
+    def _react(self, out: list[A.Action], api: str, code: int, react: Reaction, why: str) -> None:
+        if react is R.IGNORE:
+            return
+        if react is R.RETRY_BACKOFF:
+            self._set_backoff(out, why)
+        elif react is R.FIND_COORDINATOR:
+            self._coordinator_dead()
+        elif react is R.REJOIN:
+            self.rejoin_reason = why
+        elif react is R.LOSE:
+            self._lose(why)
+        elif react is R.FENCED:
+            self._lose(why)
+            self.fatal = True
+            out.append(A.RaiseToApplication(why, error_code=code, fatal=True))
+        elif react is R.REPORT_RETRY:
+            out.append(A.RaiseToApplication(why, error_code=code))
+            self._set_backoff(out, why)
+        elif react is R.FATAL:
+            self._go_fatal(out, why, code)
+        else:  # REJOIN_WITH_MEMBER_ID outside JoinGroup: a table mistake
+            raise MembershipProtocolError(f"{react} is not a reaction for {api}")
+
+    def _go_fatal(self, out: list[A.Action], why: str, code: int | None) -> None:
+        self.fatal = True
+        self._reset_generation()
+        out.append(A.RaiseToApplication(why, error_code=code, fatal=True))
+
+    def _lose(self, why: str) -> None:
+        """Our generation is gone: forget it, so owned partitions are *lost*, and rejoin."""
+        self._reset_generation()
+        self.rejoin_reason = why
+        self._pending_assignment = None
+
+    def _reset_generation(self) -> None:
+        self.generation_id = -1
+        self.member_id = ""
+        self.protocol_name = None
+        self.leader_id = None
+        self._prejoin_done = False
+        self.timers.answered()
+
+    def _coordinator_dead(self) -> None:
+        self.coordinator_id = None
+        self._finding_coordinator = False
+
+    def _set_backoff(self, out: list[A.Action], why: str) -> None:
+        self._backoff_until = self._now + self.retry_backoff
+        out.append(A.Backoff(self.retry_backoff, why))
+
+    # -- stages -------------------------------------------------------------------------------
+
+    def _start_listener(self, kind: str) -> None:
+        self.listener_kind = kind
+        self._listener_deadline = self._now + self.rebalance_timeout
+
+    def _start_revoke(self, out: list[A.Action], parts: Partitions, *, commit_first: bool) -> None:
+        self._revoking = parts
+        if parts:
+            out.append(A.MarkRevoking(parts))
+        self._start_listener("revoked")
+        self.state = S.REVOKING
+        out.append(A.InvokeOnPartitionsRevoked(parts, commit_first and bool(parts)))
+
+    def _start_lost(self, out: list[A.Action]) -> None:
+        out.append(A.MarkRevoking(self.owned))
+        self._start_listener("lost")
+        self.state = S.LOSING
+        out.append(A.InvokeOnPartitionsLost(self.owned))
+
+    def _send_leave(self, out: list[A.Action], why: str) -> None:
+        self.state = S.LEAVING
+        out.append(A.SendLeaveGroup(self.member_id, why))
+
+    def _send_join(self, out: list[A.Action]) -> None:
+        why = self.rejoin_reason or "joining the group"
+        self.rejoin_reason = None
+        self.last_join_reason = why
+        self.state = S.PREPARING_REBALANCE
+        out.append(A.SendJoinGroup(why, self.member_id, self.generation_id, self.owned))
+
+    # -- state-triggered rules ----------------------------------------------------------------
+
+    def _advance(self, out: list[A.Action]) -> None:
+        while self.state in _RESTING:
+            before = (self.state, len(out), self.generation_id)
+            self._advance_once(out)
+            if (self.state, len(out), self.generation_id) == before:
+                return
+
+    def _advance_once(self, out: list[A.Action]) -> None:
+        in_gen = self.in_generation
+        auto = self.auto_commit_interval is not None
+        if self.closing:
+            if self.owned:
+                if in_gen:
+                    self._start_revoke(out, self.owned, commit_first=auto)
+                else:
+                    self._start_lost(out)
+            elif in_gen and not self.static_member and self.coordinator_id is not None:
+                self._send_leave(out, "the consumer is closing")
+            else:
+                self._reset_generation()
+                self.state = S.CLOSED
+            return
+        if self.owned and not in_gen:
+            self._start_lost(out)
+            return
+        if self.fatal:
+            self.state = S.FATAL
+            return
+        leaving = None
+        if not self.subscribed:
+            leaving = "unsubscribed"
+        elif self._poll_expired_at is not None:
+            leaving = "max_poll_interval_ms passed without a poll; leaving until the next poll"
+        if leaving is not None:
+            if self.owned:
+                self._start_revoke(out, self.owned, commit_first=auto and not self.subscribed)
+            elif in_gen and not self.static_member and self.coordinator_id is not None:
+                self._send_leave(out, leaving)
+            else:
+                if in_gen:
+                    self._reset_generation()
+                self.state = S.UNJOINED
+            return
+        if self._backoff_until is not None or self.coordinator_id is None:
+            return
+        if self.state is S.UNJOINED or self.rejoin_reason is not None:
+            if not self._cooperative and in_gen and not self._prejoin_done:
+                self._prejoin_done = True
+                self._start_revoke(out, self.owned, commit_first=auto)
+                return
+            self._send_join(out)
+
+    # -- deadlines ----------------------------------------------------------------------------
+
+    def _poll_deadline(self) -> float:
+        return max(self.timers.last_poll, self._stable_since) + self.timers.max_poll_interval
+
+    def _poll_watch_active(self) -> bool:
+        return self.state is S.STABLE and bool(self.owned) and self._poll_expired_at is None
+
+    def _auto_commit_active(self) -> bool:
+        return (
+            self.auto_commit_interval is not None
+            and self.state is S.STABLE
+            and self.in_generation
+            and bool(self.owned)
+            and self.coordinator_id is not None
+        )
+
+    def _tick(self, out: list[A.Action]) -> None:
+        now = self._now
+        if self.state in _TERMINAL:
+            return
+        if self._backoff_until is not None and now >= self._backoff_until:
+            self._backoff_until = None
+            self._advance(out)
+        if self._listener_deadline is not None and now >= self._listener_deadline:
+            self._listener_deadline = None
+            assert self.listener_kind is not None
+            out.append(
+                A.CancelListener(
+                    self.listener_kind,
+                    f"on_partitions_{self.listener_kind} overran the rebalance timeout "
+                    f"({self.rebalance_timeout:g}s)",
+                )
+            )
+        if self.heartbeats_active:
+            if self.timers.session_expired(now):
+                self._lose(
+                    f"session expired: no successful heartbeat for {self.timers.session_timeout:g}s"
+                )
+            elif (
+                self.coordinator_id is not None
+                and not self.timers.in_flight
+                and now >= self.timers.next_heartbeat_at()
+            ):
+                self.timers.sent(now)
+                out.append(A.SendHeartbeat(self.generation_id, self.member_id))
+        if self._poll_watch_active() and now >= self._poll_deadline():
+            self._poll_expired_at = now
+        if self._auto_commit_active() and self._next_auto_commit is not None:
+            if now >= self._next_auto_commit:
+                self._next_auto_commit = now + (self.auto_commit_interval or 0.0)
+                out.append(A.AutoCommit("auto_commit_interval_ms elapsed"))
+        if (
+            self.coordinator_id is None
+            and not self._finding_coordinator
+            and self._backoff_until is None
+            and self._wants_coordinator()
+        ):
+            self._finding_coordinator = True
+            out.append(A.FindCoordinator(self._coordinator_reason()))
+
+    def _wants_coordinator(self) -> bool:
+        if self.state in _TERMINAL or self.state is S.LEAVING:
+            return False
+        if self._coordinator_wanted or self.heartbeats_active:
+            return True
+        return self.state is S.UNJOINED and self.subscribed and not self.closing
+
+    def _coordinator_reason(self) -> str:
+        if self.heartbeats_active:
+            return "coordinator lost while in a generation"
+        if self.state is S.UNJOINED and self.subscribed:
+            return "needed to join the group"
+        return "needed for offset commit/fetch"
+
+
+def mermaid_diagram() -> str:
+    """Render :data:`TRANSITIONS` and the state-triggered rules as a mermaid stateDiagram.
+
+    Self-loops (events handled without a state change) are left out so the picture
+    shows movement; dashed-looking labels in brackets are the automatic rules.
+    """
+    edges: dict[tuple[MemberState, MemberState], set[str]] = {}
+    for (state, event), tr in TRANSITIONS.items():
+        for target in tr.targets:
+            if target is not state:
+                edges.setdefault((state, target), set()).add(event.__name__)
+    for state, moves in AUTOMATIC_TRANSITIONS.items():
+        for target, why in moves.items():
+            edges.setdefault((state, target), set()).add(f"[{why}]")
+    lines = ["stateDiagram-v2", f"    [*] --> {S.UNJOINED.value}"]
+    for (src, dst), labels in sorted(
+        edges.items(), key=lambda kv: (kv[0][0].value, kv[0][1].value)
+    ):
+        lines.append(f"    {src.value} --> {dst.value}: {', '.join(sorted(labels))}")
+    lines.append(f"    {S.CLOSED.value} --> [*]")
+    lines.append(f"    {S.FATAL.value} --> [*]")
+    return "\n".join(lines) + "\n"
