@@ -379,7 +379,7 @@ def test_protocol_needs_an_assignor() -> None:
 # --- aiokafka assignors through the adapter -------------------------------------------
 
 
-class RecordingAssignor(AbstractPartitionAssignor):
+class RecordingAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
     """A user-written aiokafka assignor: everything to the first member, sorted by id."""
 
     name = "everything-to-first"
@@ -483,7 +483,7 @@ def test_adapter_rejects_results_for_strangers() -> None:
 
 
 def test_adapter_needs_a_name() -> None:
-    class Nameless(AbstractPartitionAssignor):
+    class Nameless(AbstractPartitionAssignor):  # type: ignore[misc]
         assign = RecordingAssignor.assign
         metadata = RecordingAssignor.metadata
         on_assignment = RecordingAssignor.on_assignment

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 import pytest
 from aiokafka.coordinator.protocol import (
@@ -31,7 +32,7 @@ from aiogroup.errors import MalformedProtocolDataError
 from aiogroup.structs import TopicPartition
 
 topic_names = st.text(
-    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=12
+    alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=12
 )
 int32s = st.integers(min_value=-(2**31), max_value=2**31 - 1)
 partitions_lists = st.lists(
@@ -221,9 +222,9 @@ def test_kafka_python_and_aiokafka_assignment_bytes_agree(asg: ConsumerAssignmen
 # --- malformed input -----------------------------------------------------------------
 
 
-def _decode_or_malformed(decoder: object, data: bytes) -> None:
+def _decode_or_malformed(decoder: Callable[[bytes], object], data: bytes) -> None:
     try:
-        decoder(data)  # type: ignore[operator]
+        decoder(data)
     except MalformedProtocolDataError as exc:
         assert str(exc)
 
@@ -323,4 +324,4 @@ def test_encoding_a_bare_string_as_topics_is_rejected() -> None:
 
 def test_encoding_non_topicpartition_is_rejected() -> None:
     with pytest.raises(TypeError, match="TopicPartition"):
-        encode_assignment(ConsumerAssignment((("t", 0),)))  # type: ignore[arg-type]
+        encode_assignment(ConsumerAssignment((("t", 0),)))
