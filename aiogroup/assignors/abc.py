@@ -20,6 +20,7 @@ __all__ = [
     "ClusterView",
     "ConsumerPartitionAssignor",
     "MemberSubscription",
+    "build_assignments",
     "member_sort_key",
     "partitions_by_topic",
 ]
