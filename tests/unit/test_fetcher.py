@@ -1,0 +1,318 @@
+"""Fetcher delivery logic without a broker: chunks built from real record-batch bytes."""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from typing import Any
+
+import pytest
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from aiokafka.record.util import calc_crc32c
+
+from aiogroup.config import ConsumerConfig
+from aiogroup.fetcher import Chunk, Fetcher, split_batches
+from aiogroup.structs import ConsumerRecord, TopicPartition
+from aiogroup.subscription import PartitionState, SubscriptionState
+
+TOPIC = "t"
+_ATTR_POS = 21  # baseOffset(8) length(4) leaderEpoch(4) magic(1) crc(4)
+_TRANSACTIONAL = 0x10
+_CONTROL = 0x20
+
+
+def batch_bytes(
+    base: int,
+    values: list[bytes],
+    *,
+    pid: int = -1,
+    transactional: bool = False,
+    control: bool = False,
+    headers: list[tuple[str, bytes]] | None = None,
+    keys: list[bytes | None] | None = None,
+) -> bytes:
+    builder = DefaultRecordBatchBuilder(
+        2, 0, int(transactional), pid, 0 if pid >= 0 else -1, 0, 1 << 20
+    )
+    for i, v in enumerate(values):
+        key = keys[i] if keys is not None else None
+        builder.append(i, 1_700_000_000_000 + base + i, key, v, headers or [])
+    data = bytearray(builder.build())
+    struct.pack_into(">q", data, 0, base)
+    if control:
+        attrs = struct.unpack_from(">h", data, _ATTR_POS)[0] | _CONTROL
+        struct.pack_into(">h", data, _ATTR_POS, attrs)
+    struct.pack_into(">I", data, 17, calc_crc32c(bytes(data[_ATTR_POS:])))
+    return bytes(data)
+
+
+def abort_marker(base: int, pid: int) -> bytes:
+    # Control record key: version 0, type 0 (abort); value: version, coordinator epoch.
+    builder = DefaultRecordBatchBuilder(2, 0, 1, pid, 0, 0, 1 << 20)
+    builder.append(0, 1, struct.pack(">hh", 0, 0), struct.pack(">hi", 0, 0), [])
+    data = bytearray(builder.build())
+    struct.pack_into(">q", data, 0, base)
+    attrs = struct.unpack_from(">h", data, _ATTR_POS)[0] | _CONTROL
+    struct.pack_into(">h", data, _ATTR_POS, attrs)
+    struct.pack_into(">I", data, 17, calc_crc32c(bytes(data[_ATTR_POS:])))
+    return bytes(data)
+
+
+def values(n: int, start: int = 0) -> list[bytes]:
+    return [f"v{i}".encode() for i in range(start, start + n)]
+
+
+def make_chunk(
+    st: PartitionState,
+    data: bytes,
+    fetch_offset: int,
+    *,
+    end: int | None = None,
+    aborted: list[tuple[int, int]] | None = None,
+) -> Chunk:
+    batches = split_batches(data)
+    return Chunk(
+        st,
+        st.epoch,
+        fetch_offset,
+        batches,
+        len(data),
+        end_offset=batches[-1].next_offset if end is None else end,
+        check_crcs=True,
+        aborted=aborted,
+    )
+
+
+def take_all(chunk: Chunk, limit: int = 1 << 30) -> list[ConsumerRecord]:
+    out: list[ConsumerRecord] = []
+    chunk.take_records(limit, out, None, None)
+    return out
+
+
+@pytest.fixture
+def ready_state() -> PartitionState:
+    st = PartitionState(TopicPartition(TOPIC, 0), SubscriptionState().default_reset)
+    st.seek(0)
+    return st
+
+
+def test_whole_chunk_in_order(ready_state: PartitionState) -> None:
+    data = batch_bytes(0, values(5)) + batch_bytes(5, values(5, 5))
+    chunk = make_chunk(ready_state, data, 0)
+    recs = take_all(chunk)
+    assert [r.offset for r in recs] == list(range(10))
+    assert [r.value for r in recs] == values(10)
+    assert recs[3].serialized_value_size == len(b"v3")
+    assert recs[3].serialized_key_size == -1
+    assert recs[0].topic == TOPIC and recs[0].partition == 0
+    assert chunk.done and chunk.next_offset == 10
+
+
+def test_records_before_fetch_offset_are_skipped(ready_state: PartitionState) -> None:
+    chunk = make_chunk(ready_state, batch_bytes(100, values(10)), 104)
+    assert [r.offset for r in take_all(chunk)] == list(range(104, 110))
+
+
+def test_limit_splits_a_batch_and_resumes(ready_state: PartitionState) -> None:
+    chunk = make_chunk(ready_state, batch_bytes(0, values(7)) + batch_bytes(7, values(3, 7)), 0)
+    first = take_all(chunk, 3)
+    second = take_all(chunk, 5)
+    rest = take_all(chunk)
+    assert [r.offset for r in first] == [0, 1, 2]
+    assert [r.offset for r in second] == [3, 4, 5, 6, 7]
+    assert [r.offset for r in rest] == [8, 9]
+    assert chunk.done
+
+
+def test_deserializers_and_headers(ready_state: PartitionState) -> None:
+    data = batch_bytes(0, values(2), headers=[("h", b"x")], keys=[b"k0", None])
+    chunk = make_chunk(ready_state, data, 0)
+    out: list[ConsumerRecord] = []
+    chunk.take_records(10, out, lambda k: k.decode().upper(), lambda v: v.decode())
+    assert [(r.key, r.value) for r in out] == [("K0", "v0"), (None, "v1")]
+    assert out[0].headers == (("h", b"x"),)
+    assert out[0].serialized_key_size == 2
+
+
+def test_control_batches_are_skipped_and_position_passes_them(ready_state: PartitionState) -> None:
+    data = batch_bytes(0, values(3)) + abort_marker(3, pid=7) + batch_bytes(4, values(2, 4))
+    chunk = make_chunk(ready_state, data, 0)
+    recs = take_all(chunk)
+    assert [r.offset for r in recs] == [0, 1, 2, 4, 5]
+    assert chunk.next_offset == 6
+
+
+def test_read_committed_drops_aborted_transaction(ready_state: PartitionState) -> None:
+    data = (
+        batch_bytes(0, values(2), pid=7, transactional=True)  # aborted
+        + batch_bytes(2, values(2, 2), pid=8, transactional=True)  # committed
+        + abort_marker(4, pid=7)
+        + batch_bytes(5, values(1, 5), pid=7, transactional=True)  # a later, clean txn
+    )
+    chunk = make_chunk(ready_state, data, 0, aborted=[(7, 0)])
+    recs = take_all(chunk)
+    assert [r.offset for r in recs] == [2, 3, 5]
+    assert chunk.next_offset == 6
+
+
+def test_read_committed_stops_at_last_stable_offset(ready_state: PartitionState) -> None:
+    chunk = make_chunk(ready_state, batch_bytes(0, values(10)), 0, end=6, aborted=[])
+    assert [r.offset for r in take_all(chunk)] == list(range(6))
+    assert chunk.done and chunk.next_offset == 6
+
+
+def test_only_control_records_still_advance(ready_state: PartitionState) -> None:
+    chunk = make_chunk(ready_state, abort_marker(0, pid=1) + abort_marker(1, pid=2), 0)
+    assert take_all(chunk) == []
+    assert chunk.done and chunk.next_offset == 2
+
+
+def test_crc_failure_raises(ready_state: PartitionState) -> None:
+    data = bytearray(batch_bytes(0, values(3)))
+    data[-1] ^= 0xFF
+    chunk = make_chunk(ready_state, bytes(data), 0)
+    from aiokafka.errors import CorruptRecordException
+
+    with pytest.raises(CorruptRecordException, match="CRC"):
+        take_all(chunk)
+
+
+# -- the Fetcher's buffer and delivery filter ------------------------------------------------
+
+
+class _NoClient:
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the unit under test touched the client ({name})")
+
+
+async def _fetcher_with(
+    partitions: int, per_partition: int, **cfg: Any
+) -> tuple[Fetcher, SubscriptionState, list[TopicPartition]]:
+    config = ConsumerConfig(**cfg)
+    sub = SubscriptionState(config.reset_strategy)
+    tps = [TopicPartition(TOPIC, p) for p in range(partitions)]
+    sub.assign_from_user(tps)
+    fetcher = Fetcher(_NoClient(), sub, config)
+    assert sub.assignment is not None
+    for tp in tps:
+        st = sub.assignment.state(tp)
+        st.seek(0)
+        chunk = make_chunk(st, batch_bytes(0, values(per_partition)), 0)
+        fetcher._buffers[tp] = deque([chunk])
+        fetcher.buffered_bytes += chunk.size
+    return fetcher, sub, tps
+
+
+async def test_max_records_is_shared_round_robin() -> None:
+    fetcher, _, tps = await _fetcher_with(4, 10)
+    got = await fetcher.fetched_records((), 0, max_records=8)
+    assert {tp: len(r) for tp, r in got.items()} == dict.fromkeys(tps, 2)
+    # Every later call continues each partition where it stopped.
+    got2 = await fetcher.fetched_records((), 0, max_records=8)
+    for tp in tps:
+        assert [r.offset for r in got2[tp]] == [2, 3]
+
+
+async def test_partition_filter_and_positions() -> None:
+    fetcher, sub, tps = await _fetcher_with(3, 5)
+    got = await fetcher.fetched_records([tps[1]], 0)
+    assert list(got) == [tps[1]]
+    assert sub.assignment is not None
+    assert sub.assignment.state(tps[1]).position == 5
+    assert sub.assignment.state(tps[0]).position == 0
+
+
+async def test_buffer_accounting_releases_delivered_chunks() -> None:
+    fetcher, _, _ = await _fetcher_with(2, 5)
+    assert fetcher.buffered_bytes > 0
+    await fetcher.fetched_records((), 0)
+    assert fetcher.buffered_bytes == 0
+    assert fetcher.buffered_partitions() == frozenset()
+
+
+@pytest.mark.parametrize("change", ["revoking", "paused", "seek", "unassigned", "reset"])
+async def test_stale_data_is_never_delivered(change: str) -> None:
+    fetcher, sub, tps = await _fetcher_with(2, 5)
+    assert sub.assignment is not None
+    st = sub.assignment.state(tps[0])
+    if change == "revoking":
+        sub.mark_revoking([tps[0]])
+    elif change == "paused":
+        st.pause()
+    elif change == "seek":
+        st.seek(0)  # same offset, new epoch: read-ahead of the old epoch is void
+    elif change == "unassigned":
+        sub.set_assignment([tps[1]])
+    elif change == "reset":
+        st.await_reset()
+    got = await fetcher.fetched_records((), 0)
+    assert tps[0] not in got
+    assert [r.offset for r in got[tps[1]]] == list(range(5))
+    assert tps[0] not in fetcher.buffered_partitions()
+    assert fetcher.buffered_bytes == 0
+
+
+async def test_chunk_not_at_position_is_dropped() -> None:
+    fetcher, sub, tps = await _fetcher_with(1, 5)
+    assert sub.assignment is not None
+    sub.assignment.state(tps[0]).consumed_to(3)  # someone else moved the position
+    assert await fetcher.fetched_records((), 0) == {}
+    assert fetcher.buffered_bytes == 0
+
+
+async def test_bad_max_records_is_rejected() -> None:
+    fetcher, _, _ = await _fetcher_with(1, 1)
+    with pytest.raises(ValueError, match="max_records"):
+        await fetcher.fetched_records((), 0, max_records=0)
+
+
+async def test_closed_fetcher_refuses() -> None:
+    from aiokafka.errors import ConsumerStoppedError
+
+    fetcher, _, _ = await _fetcher_with(1, 1)
+    await fetcher.close()
+    await fetcher.close()  # idempotent
+    with pytest.raises(ConsumerStoppedError):
+        await fetcher.fetched_records((), 0)
+
+
+# -- the Arrow path ----------------------------------------------------------------------
+
+
+async def test_arrow_batch_equals_consumer_records() -> None:
+    pytest.importorskip("pyarrow")
+    from aiogroup.arrow import records_to_arrow
+
+    a, _, _ = await _fetcher_with(3, 7)
+    b, _, _ = await _fetcher_with(3, 7)
+    records = await a.fetched_records((), 0, max_records=10)
+    batch = await b.fetched_arrow((), 0, max_records=10)
+    assert batch is not None
+    flat = [r for recs in records.values() for r in recs]
+    expected = records_to_arrow(flat)
+    assert batch.schema == expected.schema
+    assert sorted(batch.to_pylist(), key=lambda d: (d["partition"], d["offset"])) == sorted(
+        expected.to_pylist(), key=lambda d: (d["partition"], d["offset"])
+    )
+    assert batch.num_rows == 10
+
+
+def test_arrow_headers_and_partial_batches(ready_state: PartitionState) -> None:
+    pytest.importorskip("pyarrow")
+    from aiogroup.arrow import ColumnBuilder, records_to_arrow
+
+    data = batch_bytes(
+        0, values(4), headers=[("h", b"1"), ("g", b"2")], keys=[b"a", None, b"c", b"d"]
+    )
+    cols = ColumnBuilder()
+    chunk = make_chunk(ready_state, data, 1)
+    assert chunk.take_columns(2, cols) == 2  # partial batch: the per-record path
+    assert chunk.take_columns(10, cols) == 1
+    batch = cols.to_record_batch()
+    expected = records_to_arrow(take_all(make_chunk(ready_state, data, 1)))
+    assert batch.to_pylist() == expected.to_pylist()
+    assert batch.column("headers").to_pylist()[0] == [
+        {"key": "h", "value": b"1"},
+        {"key": "g", "value": b"2"},
+    ]
+    assert batch.column("key").to_pylist() == [None, b"c", b"d"]
