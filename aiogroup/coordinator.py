@@ -1,0 +1,972 @@
+"""The coordination routine: a thin async shell around :class:`Membership`.
+
+This is the only module that both awaits the network and calls the membership
+machine, and it decides nothing itself: every event (a response, a timer, a
+listener finishing, the subscription changing) is fed to ``Membership.handle``
+and the actions it returns are performed in order.
+
+Tasks (one owner, no leaks):
+
+* the **coordination routine** - the single writer of the machine.  It waits on
+  its inbox until the machine's next deadline, feeds what arrives, performs
+  the actions;
+* **request tasks** - one per group request (FindCoordinator, JoinGroup, SyncGroup,
+  Heartbeat, LeaveGroup), so a slow JoinGroup never delays a heartbeat; each
+  reports its answer (or transport failure) back as an event;
+* **listener tasks** - the application's rebalance callbacks, so heartbeats keep
+  flowing while a slow ``on_partitions_revoked`` runs; completion comes back as
+  ``ListenerCompleted``;
+* the **commit-refresh task** - looks up committed offsets of partitions waiting
+  for them (``FetchStatus.AWAITING_COMMITTED``), also for user-assigned partitions;
+* a **subscription watcher** that turns subscription changes into inbox items.
+
+All children are cancelled and awaited when the routine ends, however it ends.
+``close()`` lets the machine run revoke -> LeaveGroup under a bounded, shielded
+deadline; cancelling the routine from outside (``abort()``, a crash) sends nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import async_timeout
+from aiokafka.client import AIOKafkaClient, ConnectionGroup
+from aiokafka.errors import (
+    CommitFailedError,
+    IllegalStateError,
+    IncompatibleBrokerVersion,
+    KafkaError,
+    KafkaTimeoutError,
+    RequestTimedOutError,
+)
+
+from aiogroup._membership import actions as A
+from aiogroup._membership import events as E
+from aiogroup._membership.machine import (
+    CallerOutcome,
+    Membership,
+    MembershipProtocolError,
+    MemberState,
+    code_name,
+    commit_outcome,
+    offset_fetch_outcome,
+)
+from aiogroup._protocol.group import (
+    FindCoordinatorRequest,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    SyncGroupRequest,
+    parse_find_coordinator,
+    parse_heartbeat,
+    parse_join_group,
+    parse_leave_group,
+    parse_offset_commit,
+    parse_offset_fetch,
+    parse_sync_group,
+)
+from aiogroup.assignors import select_rebalance_protocol
+from aiogroup.assignors.abc import ConsumerPartitionAssignor, MemberSubscription
+from aiogroup.config import ConsumerConfig
+from aiogroup.consumer_protocol import (
+    ConsumerAssignment,
+    ConsumerSubscription,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
+from aiogroup.errors import (
+    ConfigurationError,
+    MalformedProtocolDataError,
+    RebalanceListenerError,
+    error_for_code,
+)
+from aiogroup.listeners import AsyncConsumerRebalanceListener, as_async_listener
+from aiogroup.structs import OffsetAndMetadata, RebalanceProtocol, TopicPartition
+from aiogroup.subscription import FetchStatus, SubscriptionState, SubscriptionType
+
+__all__ = ["GroupCoordinator"]
+
+log = logging.getLogger("aiogroup.coordinator")
+
+PROTOCOL_TYPE = "consumer"
+
+
+@dataclass(frozen=True, slots=True)
+class _SubscriptionPoke:
+    """The subscription object changed; the routine reads it and tells the machine."""
+
+
+@dataclass(frozen=True, slots=True)
+class _MetadataPoke:
+    """Cluster metadata was refreshed (pattern matches, partition counts)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _ChildCrashed:
+    """A child task failed in a way it could not turn into an event (a bug)."""
+
+    exc: BaseException
+
+
+_InboxItem = E.Event | _SubscriptionPoke | _MetadataPoke | _ChildCrashed
+
+
+def _failure_kind(exc: BaseException) -> str:
+    if isinstance(exc, RequestTimedOutError | KafkaTimeoutError | asyncio.TimeoutError):
+        return "timeout"
+    return "connection"
+
+
+class GroupCoordinator:
+    """Keeps one consumer in its group: join, heartbeat, rebalance listeners, commits."""
+
+    def __init__(
+        self,
+        client: AIOKafkaClient,
+        subscription: SubscriptionState,
+        config: ConsumerConfig,
+        assignors: Sequence[ConsumerPartitionAssignor],
+    ) -> None:
+        if config.group_id is None:
+            raise ConfigurationError("GroupCoordinator needs config.group_id")
+        if not assignors:
+            raise ConfigurationError("GroupCoordinator needs at least one partition assignor")
+        self._client = client
+        self._subscription = subscription
+        self._config = config
+        self._group_id: str = config.group_id
+        self._assignors = list(assignors)
+        self._protocol = select_rebalance_protocol(self._assignors)
+        self._membership = Membership(
+            protocol=self._protocol,
+            session_timeout=config.session_timeout_ms / 1000,
+            heartbeat_interval=config.heartbeat_interval_ms / 1000,
+            max_poll_interval=config.max_poll_interval_ms / 1000,
+            rebalance_timeout=config.effective_rebalance_timeout_ms / 1000,
+            retry_backoff=config.retry_backoff_ms / 1000,
+            auto_commit_interval=(
+                config.auto_commit_interval_ms / 1000 if config.enable_auto_commit else None
+            ),
+            static_member=config.group_instance_id is not None,
+        )
+        self._retry_backoff = config.retry_backoff_ms / 1000
+        self._inbox: asyncio.Queue[_InboxItem] = asyncio.Queue()
+        self._routine: asyncio.Task[None] | None = None
+        self._children: set[asyncio.Task[Any]] = set()
+        self._listener_task: asyncio.Task[None] | None = None
+        self._listener_inner: asyncio.Task[Any] | None = None
+        self._listener_cancel_reason: str | None = None
+        self._listener: AsyncConsumerRebalanceListener = AsyncConsumerRebalanceListener()
+        self._coordinator_known = asyncio.Event()
+        self._last_fed_poll: float | None = None
+        self._subscription_key: object = None
+        self._partition_counts: dict[str, int | None] = {}
+        self._group_topics: frozenset[str] = frozenset()
+        self._closing = False
+        self._all_topics_metadata = False
+
+    # -- read-only views ---------------------------------------------------------------
+
+    @property
+    def member_id(self) -> str:
+        return self._membership.member_id
+
+    @property
+    def generation_id(self) -> int:
+        return self._membership.generation_id
+
+    @property
+    def state(self) -> MemberState:
+        return self._membership.state
+
+    @property
+    def rebalance_protocol(self) -> RebalanceProtocol:
+        return self._protocol
+
+    @property
+    def coordinator_id(self) -> int | None:
+        return self._membership.coordinator_id
+
+    @property
+    def membership(self) -> Membership:
+        """The machine itself, for inspection in tests; never mutate it from outside."""
+        return self._membership
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the coordination routine; returns at once (joining happens in the background)."""
+        if self._routine is not None:
+            raise IllegalStateError("GroupCoordinator.start() called twice")
+        loop = asyncio.get_running_loop()
+        self._routine = loop.create_task(self._run(), name=f"aiogroup-coordinator-{self._group_id}")
+
+    async def close(self, *, timeout: float) -> None:
+        """Commit (auto-commit), revoke, leave the group (dynamic members); bounded by ``timeout``.
+
+        The routine performs the goodbye under a shield, so cancelling ``close()``
+        itself only stops waiting; everything is torn down before returning or raising.
+        """
+        routine = self._routine
+        if routine is None or routine.done():
+            await self._finish_routine()
+            return
+        self._closing = True
+        self._inbox.put_nowait(E.CloseRequested())
+        try:
+            await asyncio.wait_for(asyncio.shield(routine), timeout)
+        except asyncio.TimeoutError:
+            log.warning(
+                "group %s: close did not finish within %.1fs; dropping the rest "
+                "(no LeaveGroup: the session timeout will evict the member)",
+                self._group_id,
+                timeout,
+            )
+        except Exception:
+            pass  # the routine already reported and logged its failure
+        finally:
+            await self._finish_routine()
+
+    async def abort(self) -> None:
+        """Stop at once as if the process died: no commit, no revoke, no LeaveGroup."""
+        await self._finish_routine()
+
+    async def _finish_routine(self) -> None:
+        routine = self._routine
+        if routine is not None and not routine.done():
+            routine.cancel()
+        if routine is not None:
+            # wait() neither raises the routine's error nor confuses its cancellation
+            # with a cancellation of the caller (which still propagates from here).
+            await asyncio.wait({routine})
+            if not routine.cancelled() and routine.exception() is not None:
+                log.debug("group %s: routine ended with %r", self._group_id, routine.exception())
+        await self._cancel_children()
+
+    # -- the routine ------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        cluster = self._client.cluster
+        cluster.add_listener(self._on_metadata)
+        self._spawn(self._watch_subscription(), "subscription-watcher")
+        self._spawn(self._refresh_committed_loop(), "commit-refresh")
+        try:
+            self._on_subscription_poke()
+            while self._membership.state not in (MemberState.CLOSED, MemberState.FATAL):
+                deadline = self._membership.next_deadline()
+                timeout = None if deadline is None else max(0.0, deadline - loop.time())
+                item: _InboxItem
+                try:
+                    item = await asyncio.wait_for(self._inbox.get(), timeout)
+                except asyncio.TimeoutError:
+                    item = E.TimerFired()
+                self._dispatch(item)
+        except asyncio.CancelledError:
+            raise
+        except MembershipProtocolError as exc:
+            log.error("group %s: membership machine rejected an event: %s", self._group_id, exc)
+            self._subscription.report_error(KafkaError(f"group coordination failed: {exc}"))
+            raise
+        except Exception as exc:
+            log.exception("group %s: coordination routine failed", self._group_id)
+            self._subscription.report_error(KafkaError(f"group coordination failed: {exc!r}"))
+            raise
+        finally:
+            cluster.remove_listener(self._on_metadata)
+            await self._cancel_children()
+
+    def _dispatch(self, item: _InboxItem) -> None:
+        if isinstance(item, _ChildCrashed):
+            raise item.exc
+        if isinstance(item, _SubscriptionPoke):
+            self._on_subscription_poke()
+            return
+        if isinstance(item, _MetadataPoke):
+            self._on_metadata_poke()
+            return
+        self._feed(item)
+
+    def _feed(self, event: E.Event) -> None:
+        """The one place the machine is driven; performs what it answers, in order."""
+        loop = asyncio.get_running_loop()
+        last_poll = self._subscription.last_poll
+        if last_poll is not None and last_poll != self._last_fed_poll:
+            self._last_fed_poll = last_poll
+            self._perform_all(self._membership.handle(E.ApplicationPolled(last_poll), loop.time()))
+        self._perform_all(self._membership.handle(event, loop.time()))
+        if self._membership.coordinator_id is None:
+            self._coordinator_known.clear()
+        else:
+            self._coordinator_known.set()
+
+    def _perform_all(self, actions: Iterable[A.Action]) -> None:
+        for action in actions:
+            self._perform(action)
+
+    def _perform(self, action: A.Action) -> None:
+        if isinstance(action, A.FindCoordinator):
+            log.debug("group %s: finding coordinator (%s)", self._group_id, action.reason)
+            self._spawn(self._find_coordinator(), "FindCoordinator")
+        elif isinstance(action, A.SendJoinGroup):
+            log.info(
+                "group %s: (re)joining - %s (member_id=%r, generation=%d, owned=%d partitions)",
+                self._group_id,
+                action.reason,
+                action.member_id,
+                action.generation_id,
+                len(action.owned_partitions),
+            )
+            self._spawn(self._join_group(action), "JoinGroup")
+        elif isinstance(action, A.ComputeAssignment):
+            self._spawn(self._compute_assignment(action), "assign")
+        elif isinstance(action, A.SendSyncGroup):
+            self._spawn(self._sync_group(action), "SyncGroup")
+        elif isinstance(action, A.SendHeartbeat):
+            self._spawn(self._heartbeat(action), "Heartbeat")
+        elif isinstance(action, A.SendLeaveGroup):
+            log.info("group %s: leaving the group - %s", self._group_id, action.reason)
+            self._spawn(self._leave_group(action), "LeaveGroup")
+        elif isinstance(action, A.MarkRevoking):
+            self._subscription.mark_revoking(action.partitions)
+        elif isinstance(action, A.InvokeOnPartitionsRevoked):
+            log.info(
+                "group %s: revoking %s", self._group_id, sorted(action.partitions) or "nothing"
+            )
+            parts = action.partitions
+            commit_first = action.commit_first
+
+            async def revoke() -> None:
+                if commit_first:
+                    await self._auto_commit(parts, "before revocation")
+                await self._listener.on_partitions_revoked(set(parts))
+
+            self._start_listener("revoked", revoke)
+        elif isinstance(action, A.InvokeOnPartitionsAssigned):
+            log.info(
+                "group %s: generation %d assigned %s",
+                self._group_id,
+                action.generation_id,
+                sorted(action.partitions) or "no new partitions",
+            )
+            self._start_listener("assigned", lambda: self._run_assigned(action.partitions))
+        elif isinstance(action, A.InvokeOnPartitionsLost):
+            log.warning(
+                "group %s: membership lost; partitions lost: %s",
+                self._group_id,
+                sorted(action.partitions),
+            )
+            parts = action.partitions
+            self._start_listener("lost", lambda: self._listener.on_partitions_lost(set(parts)))
+        elif isinstance(action, A.CancelListener):
+            log.error("group %s: %s; cancelling it", self._group_id, action.reason)
+            self._listener_cancel_reason = action.reason
+            if self._listener_inner is not None:
+                self._listener_inner.cancel()
+        elif isinstance(action, A.SetAssignment):
+            self._set_assignment(action.partitions)
+        elif isinstance(action, A.AutoCommit):
+            self._spawn(self._auto_commit(None, action.reason), "auto-commit")
+        elif isinstance(action, A.Backoff):
+            log.debug(
+                "group %s: backing off %.3fs: %s", self._group_id, action.seconds, action.reason
+            )
+        elif isinstance(action, A.RaiseToApplication):
+            self._raise_to_application(action)
+        else:  # pragma: no cover - a new action type without a performer
+            raise TypeError(f"no performer for {action!r}")
+
+    # -- children ------------------------------------------------------------------------------
+
+    def _spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task[Any]:
+        async def guarded() -> None:
+            try:
+                await coro
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._inbox.put_nowait(_ChildCrashed(exc))
+
+        task = asyncio.get_running_loop().create_task(guarded(), name=f"aiogroup-{name}")
+        self._children.add(task)
+        task.add_done_callback(self._children.discard)
+        return task
+
+    async def _cancel_children(self) -> None:
+        tasks = list(self._children)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self._children.clear()
+
+    def _start_listener(self, kind: str, call: Callable[[], Awaitable[Any]]) -> None:
+        """Run a listener as a child; its end (or our cancelling it) becomes ListenerCompleted."""
+        loop = asyncio.get_running_loop()
+        inner: asyncio.Task[Any] = loop.create_task(
+            _call(call), name=f"aiogroup-on_partitions_{kind}"
+        )
+        self._listener_inner = inner
+        self._listener_cancel_reason = None
+
+        async def supervise() -> None:
+            try:
+                await asyncio.wait({inner})
+            except asyncio.CancelledError:
+                inner.cancel()
+                raise
+            error: BaseException | None
+            if inner.cancelled():
+                error = RebalanceListenerError(
+                    self._listener_cancel_reason or f"on_partitions_{kind} was cancelled"
+                )
+            else:
+                error = inner.exception()
+                if error is not None:
+                    log.error(
+                        "group %s: on_partitions_%s raised",
+                        self._group_id,
+                        kind,
+                        exc_info=error,
+                    )
+            self._listener_inner = None
+            self._inbox.put_nowait(E.ListenerCompleted(kind, error))
+
+        self._listener_task = self._spawn(supervise(), f"listener-{kind}")
+
+    async def _run_assigned(self, partitions: frozenset[TopicPartition]) -> None:
+        offsets = await self._listener.on_partitions_assigned(set(partitions))
+        if not offsets:
+            return
+        if not isinstance(offsets, Mapping):
+            raise TypeError(
+                "on_partitions_assigned must return None or {TopicPartition: offset}, "
+                f"got {type(offsets).__name__}"
+            )
+        assignment = self._subscription.assignment
+        for tp, offset in offsets.items():
+            if assignment is None or tp not in assignment:
+                raise IllegalStateError(
+                    f"on_partitions_assigned returned an offset for {tp}, which is not assigned"
+                )
+            if isinstance(offset, bool) or not isinstance(offset, int):
+                raise TypeError(f"on_partitions_assigned offset for {tp} must be an int")
+            assignment.state(tp).seek(offset)
+
+    # -- subscription and metadata --------------------------------------------------------
+
+    async def _watch_subscription(self) -> None:
+        sub = self._subscription
+        while not sub.closed:
+            await sub.wait_subscription_changed()
+            sub.clear_subscription_changed()
+            self._inbox.put_nowait(_SubscriptionPoke())
+
+    def _on_metadata(self, cluster: Any) -> None:
+        self._inbox.put_nowait(_MetadataPoke())
+
+    def _on_subscription_poke(self) -> None:
+        sub = self._subscription.subscription
+        if sub.group_managed:
+            # Kept after unsubscribe: the revocation that follows must reach it.
+            self._listener = as_async_listener(sub.listener)
+            if sub.type is SubscriptionType.AUTO_PATTERN:
+                if not self._all_topics_metadata:
+                    self._all_topics_metadata = True
+                    self._client.set_topics([])  # a pattern needs every topic's metadata
+                self._match_pattern()
+            else:
+                self._client.set_topics(sorted(sub.topics | self._group_topics))
+            key: object = (sub.type, sub.effective_topics, sub.pattern)
+            if key != self._subscription_key:
+                self._subscription_key = key
+                self._feed(
+                    E.SubscriptionChanged(
+                        True, f"subscribed to {sorted(sub.effective_topics) or 'no topics yet'}"
+                    )
+                )
+            return
+        if sub.type is SubscriptionType.USER_ASSIGNED:
+            self._subscription.request_commit_refresh()
+        if self._subscription_key is not None:
+            self._subscription_key = None
+            reason = "unsubscribed" if sub.type is SubscriptionType.NONE else "switched to assign()"
+            self._feed(E.SubscriptionChanged(False, reason))
+
+    def _match_pattern(self) -> None:
+        sub = self._subscription.subscription
+        if sub.pattern is None:
+            return
+        topics = self._client.cluster.topics(self._config.exclude_internal_topics)
+        self._subscription.set_matched_topics(t for t in topics if sub.pattern.match(t))
+
+    def _on_metadata_poke(self) -> None:
+        sub = self._subscription.subscription
+        if sub.type is SubscriptionType.AUTO_PATTERN:
+            self._match_pattern()
+        if not self._partition_counts:
+            return
+        cluster = self._client.cluster
+        for topic, before in self._partition_counts.items():
+            parts = cluster.partitions_for_topic(topic)
+            now = len(parts) if parts else None
+            if now != before and now is not None:
+                self._snapshot_partition_counts()
+                self._feed(
+                    E.MetadataChanged(f"partition count of {topic!r} changed ({before} -> {now})")
+                )
+                return
+
+    def _snapshot_partition_counts(self) -> None:
+        cluster = self._client.cluster
+        topics = self._group_topics | self._subscription.subscription.effective_topics
+        counts: dict[str, int | None] = {}
+        for topic in topics:
+            parts = cluster.partitions_for_topic(topic)
+            counts[topic] = len(parts) if parts else None
+        self._partition_counts = counts
+
+    def _set_assignment(self, partitions: frozenset[TopicPartition] | None) -> None:
+        sub = self._subscription
+        if sub.subscription.type is SubscriptionType.USER_ASSIGNED:
+            return  # the application switched to assign(): that assignment is its own
+        sub.set_assignment(partitions)
+        if partitions is not None:
+            self._snapshot_partition_counts()
+
+    def _raise_to_application(self, action: A.RaiseToApplication) -> None:
+        exc: BaseException
+        if action.exception is not None:
+            exc = action.exception
+        elif action.error_code is not None:
+            exc = error_for_code(action.error_code)(action.message)
+        else:
+            exc = KafkaError(action.message)
+        if action.fatal:
+            log.error("group %s: fatal: %s", self._group_id, action.message)
+        else:
+            log.warning("group %s: %s", self._group_id, action.message)
+        self._subscription.report_error(exc)
+
+    # -- group requests (each in its own child task) ----------------------------------------
+
+    async def _send(self, node_id: int, request: Any) -> Any:
+        return await self._client.send(node_id, request, group=ConnectionGroup.COORDINATION)
+
+    async def _find_coordinator(self) -> None:
+        event: E.Event
+        try:
+            node = self._client.get_random_node()
+            if node is None:
+                raise KafkaError("no broker known to ask for the coordinator")
+            resp = await self._client.send(node, FindCoordinatorRequest(self._group_id))
+            result = parse_find_coordinator(resp)
+            if result.error_code != 0:
+                event = E.CoordinatorLookupFailed(result.error_code, result.error_message or "")
+            else:
+                ready = await self._client.ready(result.node_id, group=ConnectionGroup.COORDINATION)
+                if ready:
+                    log.info(
+                        "group %s: coordinator is node %d (%s:%d)",
+                        self._group_id,
+                        result.node_id,
+                        result.host,
+                        result.port,
+                    )
+                    event = E.CoordinatorFound(result.node_id)
+                else:
+                    event = E.CoordinatorLookupFailed(
+                        -1, f"cannot connect to node {result.node_id}"
+                    )
+        except KafkaError as exc:
+            log.debug("group %s: FindCoordinator failed: %r", self._group_id, exc)
+            event = E.CoordinatorLookupFailed(-1, repr(exc))
+        self._inbox.put_nowait(event)
+
+    def _coordinator(self, api: str) -> int:
+        node = self._membership.coordinator_id
+        if node is None:
+            raise _NoCoordinator(api)
+        return node
+
+    async def _request(
+        self,
+        api: str,
+        generation_id: int,
+        build: Callable[[], Any],
+        on_response: Callable[[Any], E.Event],
+    ) -> None:
+        """Send one group request and turn whatever happens into exactly one event."""
+        event: E.Event
+        try:
+            node = self._coordinator(api)
+            resp = await self._send(node, build())
+            event = on_response(resp)
+        except _NoCoordinator:
+            event = E.RequestFailed(api, "coordinator", generation_id, "coordinator unknown")
+        except IncompatibleBrokerVersion as exc:
+            self._subscription.report_error(exc)
+            event = E.RequestFailed(api, "connection", generation_id, repr(exc))
+        except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+            log.debug("group %s: %s failed: %r", self._group_id, api, exc)
+            event = E.RequestFailed(api, _failure_kind(exc), generation_id, repr(exc))
+        self._inbox.put_nowait(event)
+
+    async def _join_group(self, action: A.SendJoinGroup) -> None:
+        cfg = self._config
+        sub = self._subscription.subscription
+        topics = sub.effective_topics
+        owned = sorted(action.owned_partitions)
+        protocols = []
+        for assignor in self._assignors:
+            meta = ConsumerSubscription(
+                topics=tuple(sorted(topics)),
+                user_data=assignor.subscription_user_data(frozenset(topics)),
+                owned_partitions=tuple(owned),
+                generation_id=action.generation_id,
+                rack_id=cfg.client_rack,
+            )
+            protocols.append((assignor.name, encode_subscription(meta)))
+        await self._request(
+            "JoinGroup",
+            action.generation_id,
+            lambda: JoinGroupRequest(
+                self._group_id,
+                cfg.session_timeout_ms,
+                cfg.effective_rebalance_timeout_ms,
+                action.member_id,
+                cfg.group_instance_id,
+                PROTOCOL_TYPE,
+                protocols,
+                reason=action.reason,
+            ),
+            lambda resp: E.JoinGroupResponseReceived(parse_join_group(resp)),
+        )
+
+    async def _compute_assignment(self, action: A.ComputeAssignment) -> None:
+        event: E.Event
+        try:
+            assignments = await self._assign(action)
+            event = E.AssignmentComputed(
+                tuple((member, encode_assignment(asg)) for member, asg in assignments.items())
+            )
+        except Exception as exc:
+            log.exception("group %s: assignment failed", self._group_id)
+            event = E.AssignmentComputed(error=exc)
+        self._inbox.put_nowait(event)
+
+    async def _assign(self, action: A.ComputeAssignment) -> dict[str, ConsumerAssignment]:
+        assignor = next((a for a in self._assignors if a.name == action.protocol_name), None)
+        if assignor is None:
+            raise KafkaError(
+                f"the broker chose assignor {action.protocol_name!r}, which this member "
+                f"does not have ({[a.name for a in self._assignors]})"
+            )
+        members: dict[str, MemberSubscription] = {}
+        for member in action.members:
+            try:
+                subscription = decode_subscription(member.metadata)
+            except MalformedProtocolDataError as exc:
+                # One bad peer must not stop the group: it gets nothing this generation.
+                log.error(
+                    "group %s: member %s sent undecodable subscription metadata: %s; "
+                    "treating it as subscribed to nothing",
+                    self._group_id,
+                    member.member_id,
+                    exc,
+                )
+                self._subscription.report_error(exc)
+                subscription = ConsumerSubscription(topics=())
+            members[member.member_id] = MemberSubscription(
+                member.member_id, member.group_instance_id, subscription
+            )
+        topics = frozenset(t for m in members.values() for t in m.subscription.topics)
+        self._group_topics = topics
+        if self._subscription.subscription.type is not SubscriptionType.AUTO_PATTERN:
+            wanted = topics | self._subscription.subscription.effective_topics
+            await self._client.set_topics(sorted(wanted))
+        else:
+            await self._client.force_metadata_update()
+        result = assignor.assign(self._client.cluster, members)
+        for member_id in members:
+            result.setdefault(member_id, ConsumerAssignment(partitions=()))
+        log.info(
+            "group %s: assigned generation %d with %s: %s",
+            self._group_id,
+            action.generation_id,
+            assignor.name,
+            {mid: len(a.partitions) for mid, a in result.items()},
+        )
+        return result
+
+    async def _sync_group(self, action: A.SendSyncGroup) -> None:
+        cfg = self._config
+
+        def on_response(resp: Any) -> E.Event:
+            result = parse_sync_group(resp)
+            if result.error_code != 0:
+                return E.SyncGroupResponseReceived(result, action.generation_id)
+            try:
+                if result.assignment:
+                    assignment = decode_assignment(result.assignment)
+                else:
+                    assignment = ConsumerAssignment(partitions=())
+            except MalformedProtocolDataError as exc:
+                return E.SyncGroupResponseReceived(
+                    result, action.generation_id, None, decode_error=exc
+                )
+            for assignor in self._assignors:
+                if assignor.name == action.protocol_name:
+                    assignor.on_assignment(assignment, action.generation_id)
+            return E.SyncGroupResponseReceived(
+                result, action.generation_id, frozenset(assignment.partitions)
+            )
+
+        await self._request(
+            "SyncGroup",
+            action.generation_id,
+            lambda: SyncGroupRequest(
+                self._group_id,
+                action.generation_id,
+                action.member_id,
+                cfg.group_instance_id,
+                PROTOCOL_TYPE,
+                action.protocol_name,
+                list(action.assignments),
+            ),
+            on_response,
+        )
+
+    async def _heartbeat(self, action: A.SendHeartbeat) -> None:
+        await self._request(
+            "Heartbeat",
+            action.generation_id,
+            lambda: HeartbeatRequest(
+                self._group_id,
+                action.generation_id,
+                action.member_id,
+                self._config.group_instance_id,
+            ),
+            lambda resp: E.HeartbeatResponseReceived(parse_heartbeat(resp), action.generation_id),
+        )
+
+    async def _leave_group(self, action: A.SendLeaveGroup) -> None:
+        await self._request(
+            "LeaveGroup",
+            -1,
+            lambda: LeaveGroupRequest(
+                self._group_id, action.member_id, self._config.group_instance_id, action.reason
+            ),
+            lambda resp: E.LeaveGroupResponseReceived(parse_leave_group(resp)),
+        )
+
+    # -- commits -----------------------------------------------------------------------------
+
+    async def _wait_coordinator(self) -> int:
+        while True:
+            node = self._membership.coordinator_id
+            if node is not None:
+                return node
+            self._check_running()
+            routine = self._routine
+            assert routine is not None
+            self._inbox.put_nowait(E.CoordinatorRequested())
+            known = asyncio.ensure_future(self._coordinator_known.wait())
+            try:
+                await asyncio.wait({known, routine}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                known.cancel()
+
+    def _check_running(self) -> None:
+        routine = self._routine
+        if routine is None or routine.done():
+            raise KafkaError("the group coordinator is not running")
+
+    async def commit_offsets(
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata], *, timeout: float | None
+    ) -> None:
+        """Commit ``offsets`` for this group; raises CommitFailedError if the group moved on."""
+        if not offsets:
+            return
+        async with async_timeout.timeout(timeout):
+            await self._commit(dict(offsets))
+
+    async def _commit(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
+        while True:
+            self._check_running()
+            m = self._membership
+            if self._subscription.subscription.group_managed or m.in_generation:
+                gate = m.commit_gate(offsets)
+                if not gate.allowed:
+                    raise CommitFailedError(gate.refusal)
+                generation_id, member_id = gate.generation_id, gate.member_id
+                instance = self._config.group_instance_id
+            else:  # user-assigned partitions: a "simple" commit outside any generation
+                generation_id, member_id, instance = -1, "", None
+            node = await self._wait_coordinator()
+            try:
+                resp = await self._send(
+                    node,
+                    OffsetCommitRequest(
+                        self._group_id, generation_id, member_id, instance, offsets
+                    ),
+                )
+            except (KafkaError, OSError) as exc:
+                if isinstance(exc, IncompatibleBrokerVersion):
+                    raise
+                log.debug("group %s: OffsetCommit failed: %r; retrying", self._group_id, exc)
+                self._inbox.put_nowait(
+                    E.RequestFailed("OffsetCommit", _failure_kind(exc), generation_id, repr(exc))
+                )
+                await asyncio.sleep(self._retry_backoff)
+                continue
+            result = parse_offset_commit(resp)
+            self._inbox.put_nowait(E.OffsetCommitResponseReceived(result, generation_id))
+            retry = False
+            for (topic, partition), code in sorted(result.errors.items()):
+                outcome = commit_outcome(code)
+                tp = TopicPartition(topic, partition)
+                if outcome is CallerOutcome.OK:
+                    continue
+                if outcome is CallerOutcome.COMMIT_FAILED:
+                    raise CommitFailedError(
+                        f"commit failed with {code_name(code)}: the group has rebalanced and "
+                        f"{tp} may belong to another member now"
+                    )
+                if outcome is CallerOutcome.RAISE:
+                    raise error_for_code(code)(f"OffsetCommit of {tp}: {code_name(code)}")
+                if outcome is CallerOutcome.FIND_COORDINATOR_AND_RETRY:
+                    self._inbox.put_nowait(
+                        E.RequestFailed("OffsetCommit", "coordinator", generation_id)
+                    )
+                retry = True
+            if not retry:
+                log.debug("group %s: committed %s", self._group_id, offsets)
+                return
+            await asyncio.sleep(self._retry_backoff)
+
+    async def _auto_commit(self, partitions: Iterable[TopicPartition] | None, why: str) -> None:
+        """Commit positions of ``partitions`` (None: all assigned); failures are logged only."""
+        assignment = self._subscription.assignment
+        if assignment is None:
+            return
+        wanted = None if partitions is None else frozenset(partitions)
+        offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+        for st in assignment.states():
+            if wanted is None and st.revoking:
+                continue
+            if wanted is not None and st.tp not in wanted:
+                continue
+            if st.has_valid_position and st.position is not None:
+                offsets[st.tp] = OffsetAndMetadata(st.position, "")
+        if not offsets:
+            return
+        try:
+            await self.commit_offsets(offsets, timeout=self._config.request_timeout_ms / 1000)
+            log.debug("group %s: auto-committed %s (%s)", self._group_id, offsets, why)
+        except (KafkaError, asyncio.TimeoutError) as exc:
+            log.warning("group %s: auto-commit %s failed: %r", self._group_id, why, exc)
+
+    async def fetch_committed_offsets(
+        self, partitions: Iterable[TopicPartition], *, timeout: float | None
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """The group's committed offsets (None for partitions with none)."""
+        tps = sorted(set(partitions))
+        if not tps:
+            return {}
+        async with async_timeout.timeout(timeout):
+            return await self._fetch_committed(tps)
+
+    async def _fetch_committed(
+        self, tps: list[TopicPartition]
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        while True:
+            self._check_running()
+            node = await self._wait_coordinator()
+            try:
+                resp = await self._send(node, OffsetFetchRequest(self._group_id, tps))
+            except (KafkaError, OSError) as exc:
+                if isinstance(exc, IncompatibleBrokerVersion):
+                    raise
+                self._inbox.put_nowait(E.RequestFailed("OffsetFetch", _failure_kind(exc)))
+                await asyncio.sleep(self._retry_backoff)
+                continue
+            result = parse_offset_fetch(resp)
+            codes = [result.error_code] + [row[3] for row in result.partitions.values()]
+            outcomes = {offset_fetch_outcome(c) for c in codes}
+            if CallerOutcome.RAISE in outcomes:
+                bad = next(c for c in codes if offset_fetch_outcome(c) is CallerOutcome.RAISE)
+                raise error_for_code(bad)(f"OffsetFetch for group {self._group_id}")
+            if CallerOutcome.FIND_COORDINATOR_AND_RETRY in outcomes:
+                self._inbox.put_nowait(E.RequestFailed("OffsetFetch", "coordinator"))
+                await asyncio.sleep(self._retry_backoff)
+                continue
+            if CallerOutcome.RETRY in outcomes:
+                await asyncio.sleep(self._retry_backoff)
+                continue
+            found: dict[TopicPartition, OffsetAndMetadata | None] = {}
+            for tp in tps:
+                row = result.partitions.get((tp.topic, tp.partition))
+                if (
+                    row is None
+                    or row[0] < 0
+                    or offset_fetch_outcome(row[3]) is not CallerOutcome.OK
+                ):
+                    found[tp] = None
+                else:
+                    found[tp] = OffsetAndMetadata(row[0], row[2] or "")
+            return found
+
+    async def _refresh_committed_loop(self) -> None:
+        """Give partitions awaiting their committed offset a position (or hand them to reset)."""
+        sub = self._subscription
+        while not sub.closed:
+            await sub.commit_refresh_needed.wait()
+            sub.commit_refresh_needed.clear()
+            assignment = sub.assignment
+            if sub.closed or assignment is None:
+                continue
+            tps = assignment.needing_committed()
+            if not tps:
+                continue
+            try:
+                committed = await self.fetch_committed_offsets(
+                    tps, timeout=self._config.request_timeout_ms / 1000
+                )
+            except (KafkaError, asyncio.TimeoutError) as exc:
+                retriable = isinstance(exc, asyncio.TimeoutError) or getattr(
+                    exc, "retriable", False
+                )
+                if not retriable:
+                    log.error("group %s: cannot fetch committed offsets: %r", self._group_id, exc)
+                    sub.report_error(exc)
+                await asyncio.sleep(self._retry_backoff)
+                sub.request_commit_refresh()
+                continue
+            for tp, oam in committed.items():
+                st = assignment.get(tp)
+                if st is None or st.revoking or st.status is not FetchStatus.AWAITING_COMMITTED:
+                    continue  # moved on meanwhile (seek, revoke, new assignment)
+                if oam is not None:
+                    st.seek(oam.offset)
+                else:
+                    st.await_reset()
+            if sub.assignment is not assignment:
+                sub.request_commit_refresh()
+
+
+class _NoCoordinator(Exception):
+    def __init__(self, api: str) -> None:
+        super().__init__(f"{api}: coordinator unknown")
+
+
+async def _call(call: Callable[[], Awaitable[Any]]) -> Any:
+    return await call()
