@@ -1,0 +1,147 @@
+"""aiogroup's ``GroupConsumer``: per-record ``getmany`` and the columnar ``getmany_arrow``."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from benchmarks.adapters import arrow_build
+from benchmarks.adapters.base import (
+    Adapter,
+    AsyncCommit,
+    Hooks,
+    NotAvailable,
+    Polled,
+    Variant,
+    merge_range,
+)
+
+_BIG_FETCH = {"max_partition_fetch_bytes": 8 * 1024 * 1024, "fetch_max_bytes": 64 * 1024 * 1024}
+
+VARIANTS = {
+    "defaults": Variant("defaults", "library defaults, getmany(timeout_ms=1000)"),
+    "tuned": Variant(
+        "tuned",
+        "max_partition_fetch_bytes=8 MiB, fetch_max_bytes=64 MiB (same as aiokafka tuned)",
+        dict(_BIG_FETCH),
+    ),
+    "arrow": Variant(
+        "arrow",
+        "tuned, getmany_arrow(): one pyarrow.RecordBatch per call, no per-record objects",
+        dict(_BIG_FETCH),
+        columnar=True,
+    ),
+}
+
+
+def check_available() -> None:
+    """The consumer is being written alongside the benchmarks: say so instead of failing."""
+    for module in ("aiogroup.consumer", "aiogroup.fetcher", "aiogroup.coordinator"):
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise NotAvailable(f"{module} cannot be imported yet: {exc}") from exc
+
+
+class _Listener:
+    def __init__(self, hooks: Hooks, commit: AsyncCommit) -> None:
+        self.hooks = hooks
+        self.commit = commit
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        await self.hooks.on_async("revoked", sorted(tp.partition for tp in revoked), self.commit)
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        await self.hooks.on_async("assigned", sorted(tp.partition for tp in assigned))
+
+    async def on_partitions_lost(self, lost: Any) -> None:
+        await self.hooks.on_async("lost", sorted(tp.partition for tp in lost))
+
+
+class AiogroupAdapter(Adapter):
+    client = "aiogroup"
+    supports_cooperative = True
+    buffer_bound = "max_buffered_bytes (64 MiB default) of decoded, undelivered records"
+
+    consumer: Any = None
+
+    def _new(self, group_id: str | None, **extra: Any) -> Any:
+        from aiogroup.consumer import GroupConsumer
+
+        self.consumer = GroupConsumer(
+            bootstrap_servers=self.bootstrap_servers,
+            group_id=group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            **self.variant.options,
+            **extra,
+        )
+        return self.consumer
+
+    async def assign(self, topic: str, partitions: list[int], group_id: str | None = None) -> None:
+        from aiogroup.structs import TopicPartition
+
+        consumer = self._new(group_id)
+        await consumer.start()
+        tps = [TopicPartition(topic, p) for p in partitions]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+
+    async def subscribe(
+        self,
+        topic: str,
+        group_id: str,
+        hooks: Hooks,
+        *,
+        cooperative: bool,
+        session_timeout_ms: int,
+        heartbeat_interval_ms: int,
+    ) -> None:
+        strategy = ("cooperative-sticky",) if cooperative else ("range",)
+        consumer = self._new(
+            group_id,
+            session_timeout_ms=session_timeout_ms,
+            heartbeat_interval_ms=heartbeat_interval_ms,
+            partition_assignment_strategy=strategy,
+        )
+        await consumer.start()
+        consumer.subscribe(
+            [topic], listener=_Listener(hooks, lambda offsets: self.commit(topic, offsets))
+        )
+
+    async def poll(self, timeout: float, *, track: bool = False) -> Polled:
+        out = Polled()
+        if self.variant.columnar:
+            batch = await self.consumer.getmany_arrow(timeout_ms=int(timeout * 1000))
+            if batch is None or batch.num_rows == 0:
+                return out
+            out.count = batch.num_rows
+            out.nbytes = arrow_build.value_bytes(batch)
+            if track:
+                import pyarrow.compute as pc
+
+                parts = batch.column("partition")
+                offs = batch.column("offset")
+                for p in pc.unique(parts).to_pylist():
+                    mm = pc.min_max(pc.filter(offs, pc.equal(parts, p))).as_py()
+                    merge_range(out.ranges, p, mm["min"], mm["max"])
+            return out
+        batches = await self.consumer.getmany(timeout_ms=int(timeout * 1000))
+        for tp, recs in batches.items():
+            out.count += len(recs)
+            out.nbytes += sum(len(r.value) for r in recs)
+            if track and recs:
+                merge_range(out.ranges, tp.partition, recs[0].offset, recs[-1].offset)
+        return out
+
+    async def commit(self, topic: str, offsets: dict[int, int]) -> None:
+        from aiogroup.structs import TopicPartition
+
+        await self.consumer.commit({TopicPartition(topic, p): o for p, o in offsets.items()})
+
+    async def close(self) -> None:
+        if self.consumer is not None:
+            await self.consumer.stop()
+
+
+ADAPTER = AiogroupAdapter

@@ -1,0 +1,273 @@
+"""Orchestration of group scenarios: member processes, a steady producer, event analysis."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from benchmarks.harness import ROOT, Context, worker_env
+
+T = TypeVar("T")
+
+
+class MemberGone(RuntimeError):
+    """A member process exited or reported an error while the scenario waited on it."""
+
+
+@dataclass
+class Member:
+    """A running ``benchmarks.member`` process and everything it has reported so far."""
+
+    name: str
+    proc: asyncio.subprocess.Process
+    events: list[dict[str, Any]] = field(default_factory=list)
+    owned: set[int] = field(default_factory=set)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    stderr: bytes = b""
+    reader: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def spawn(cls, name: str, spec: dict[str, Any]) -> Member:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "benchmarks.member",
+            json.dumps(spec),
+            cwd=str(ROOT),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=worker_env(),
+        )
+        member = cls(name, proc)
+        member.reader = asyncio.create_task(member._read())
+        return member
+
+    async def _read(self) -> None:
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        err_task = asyncio.create_task(self.proc.stderr.read())
+        async for raw in self.proc.stdout:
+            try:
+                ev = json.loads(raw)
+            except ValueError:
+                continue
+            kind = ev["ev"]
+            if kind == "assigned":
+                self.owned |= set(ev["p"])
+            elif kind in ("revoked", "lost"):
+                self.owned -= set(ev["p"])
+            self.events.append(ev)
+            self.changed.set()
+        self.stderr = await err_task
+        self.events.append({"t": time.monotonic(), "ev": "exited"})
+        self.changed.set()
+
+    # -- queries -----------------------------------------------------------------------
+
+    def of(self, *kinds: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["ev"] in kinds]
+
+    def first(
+        self, kind: str, after: float = 0.0, pred: Callable[[dict[str, Any]], bool] | None = None
+    ) -> float | None:
+        for e in self.events:
+            if e["ev"] == kind and e["t"] >= after and (pred is None or pred(e)):
+                return float(e["t"])
+        return None
+
+    def batch_times(self, partitions: Iterable[int] | None = None) -> list[float]:
+        wanted = None if partitions is None else {str(p) for p in partitions}
+        return [e["t"] for e in self.of("batch") if wanted is None or wanted & set(e["r"])]
+
+    def last_assignment_time(self) -> float:
+        times = [e["t"] for e in self.of("assigned", "revoked", "lost")]
+        return max(times) if times else 0.0
+
+    def failed(self) -> str | None:
+        for e in self.events:
+            if e["ev"] in ("error", "unavailable"):
+                return f"{self.name}: {e['ev']}: {e.get('detail')}"
+            if e["ev"] == "exited" and not self.of("closed"):
+                tail = self.stderr.decode(errors="replace")[-800:]
+                return f"{self.name} exited early: {tail}"
+        return None
+
+    def unavailable(self) -> str | None:
+        for e in self.events:
+            if e["ev"] == "unavailable":
+                return str(e.get("detail"))
+        return None
+
+    # -- control -----------------------------------------------------------------------
+
+    async def stop(self, timeout: float = 30.0) -> None:
+        """Ask for a clean leave; kill if it does not exit in time."""
+        if self.proc.returncode is None and self.proc.stdin is not None:
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self.proc.stdin.write(b"stop\n")
+                await self.proc.stdin.drain()
+        try:
+            await asyncio.wait_for(self.proc.wait(), timeout)
+        except asyncio.TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
+        if self.reader is not None:
+            await self.reader
+
+    async def kill(self) -> None:
+        """SIGKILL: no LeaveGroup, no commit - the crash case."""
+        if self.proc.returncode is None:
+            self.proc.kill()
+        await self.proc.wait()
+        if self.reader is not None:
+            await self.reader
+
+
+async def wait_until(
+    members: list[Member], pred: Callable[[], bool], timeout: float, what: str
+) -> float:
+    """Wait for ``pred`` (re-checked on every member event); returns the time it held."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if pred():
+            return time.monotonic()
+        for m in members:
+            problem = m.failed()
+            if problem:
+                raise MemberGone(problem)
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"{what} not reached within {timeout}s")
+        for m in members:
+            m.changed.clear()
+        waits = [asyncio.create_task(m.changed.wait()) for m in members]
+        try:
+            await asyncio.wait(
+                waits, timeout=min(remaining, 0.2), return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            for w in waits:
+                w.cancel()
+
+
+def settled(members: list[Member], partitions: int, since: float = 0.0) -> bool:
+    """Every member owns a share, every partition has exactly one owner, and every owner
+    has delivered since
+    its last assignment change (so the assignment is in effect, not just announced)."""
+    owned = [m.owned for m in members]
+    if len(members) <= partitions and not all(owned):
+        return False  # a member that owns nothing has not been given its share yet
+    if sum(len(o) for o in owned) != partitions or set().union(*owned) != set(range(partitions)):
+        return False
+    for m in members:
+        if not m.owned:
+            continue
+        changed = max(m.last_assignment_time(), since)
+        if m.first("batch", after=changed) is None:
+            return False
+    return True
+
+
+def duplicates(members: list[Member]) -> int:
+    """Records delivered more than once over all members (offsets seen twice per partition)."""
+    intervals: dict[str, list[tuple[int, int]]] = {}
+    for m in members:
+        for e in m.of("batch"):
+            for p, (first, last) in e["r"].items():
+                intervals.setdefault(p, []).append((first, last))
+    dup = 0
+    for spans in intervals.values():
+        total = sum(b - a + 1 for a, b in spans)
+        spans.sort()
+        union = 0
+        cur_a, cur_b = spans[0]
+        for a, b in spans[1:]:
+            if a > cur_b + 1:
+                union += cur_b - cur_a + 1
+                cur_a, cur_b = a, b
+            else:
+                cur_b = max(cur_b, b)
+        union += cur_b - cur_a + 1
+        dup += total - union
+    return dup
+
+
+class SteadyProducer:
+    """Produces ``rate`` records/s round-robin, so that delivery gaps are measurable."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, rate: int) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.partitions = partitions
+        self.rate = rate
+        self._task: asyncio.Task[None] | None = None
+        self._producer: Any = None
+        self.sent = 0
+
+    async def start(self) -> None:
+        from aiokafka import AIOKafkaProducer
+
+        self._producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=5)
+        await self._producer.start()
+        self._task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        tick = 0.02
+        per_tick = max(1, int(self.rate * tick))
+        parts = itertools.cycle(range(self.partitions))
+        value = b"x" * 100
+        while True:
+            started = time.monotonic()
+            for _ in range(per_tick):
+                await self._producer.send(self.topic, value, partition=next(parts))
+                self.sent += 1
+            await asyncio.sleep(max(0.0, tick - (time.monotonic() - started)))
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._producer is not None:
+            await self._producer.stop()
+
+
+def member_spec(
+    ctx: Context,
+    client: str,
+    variant: str,
+    topic: str,
+    group_id: str,
+    *,
+    cooperative: bool,
+    revoke_delay: float = 0.0,
+) -> dict[str, Any]:
+    return {
+        "bootstrap": ctx.bootstrap,
+        "client": client,
+        "variant": variant,
+        "topic": topic,
+        "group_id": group_id,
+        "cooperative": cooperative,
+        "session_timeout_ms": ctx.plan.session_timeout_ms,
+        "heartbeat_interval_ms": ctx.plan.heartbeat_interval_ms,
+        "revoke_delay": revoke_delay,
+    }
+
+
+async def gather_limited(factories: list[Callable[[], Awaitable[T]]], limit: int) -> list[T]:
+    """Run coroutine factories at most ``limit`` at a time, results in input order."""
+    sem = asyncio.Semaphore(limit)
+
+    async def one(f: Callable[[], Awaitable[T]]) -> T:
+        async with sem:
+            return await f()
+
+    return list(await asyncio.gather(*(one(f) for f in factories)))

@@ -1,0 +1,16 @@
+"""The benchmark scenarios, by name, in the order a full run executes them."""
+
+from __future__ import annotations
+
+from benchmarks.scenarios import commit, memory, rebalance, scale, slow_listener, throughput
+
+SCENARIOS = {
+    "throughput": throughput,
+    "commit": commit,
+    "memory": memory,
+    "rebalance": rebalance,
+    "slow-listener": slow_listener,
+    "scale": scale,
+}
+
+__all__ = ["SCENARIOS"]
