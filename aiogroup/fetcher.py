@@ -21,13 +21,16 @@ The memory bound (what a benchmark can measure)
     bytes of every response chunk not yet fully delivered (a chunk is released
     when its last record is handed out or when it is dropped).  Before a Fetch is
     sent, every partition in it reserves P bytes, and a partition is only put in a
-    request while ``buffered_bytes + reserved_bytes + P <= B``; when the response
-    arrives its reservation is replaced by the actual chunk sizes.  Hence at every
-    moment ``buffered_bytes + reserved_bytes <= B``, with one exception allowed by
-    the Kafka protocol (KIP-74): a broker returns the first record batch of a
-    partition whole even when it is larger than P, so a single oversized batch
-    can exceed its reservation by (its size - P).  A configuration check already
-    guarantees B >= P, so an empty buffer can always fetch one partition.
+    request while ``buffered_bytes + reserved_bytes + P <= B``; the request's own
+    ``max_bytes`` is ``min(fetch_max_bytes, n * P)`` for its n partitions.  When the
+    response arrives its reservation is replaced by the actual chunk sizes.  Hence
+    ``buffered_bytes + reserved_bytes <= B`` at every moment, as long as the broker
+    honours the limits.  Kafka itself oversteps them only to make progress (KIP-74:
+    the first record batch is returned whole even when larger than the limit), so
+    the bound is ``B + one record batch``.  A broker that ignores the limits (the
+    embedded test broker ignores the per-partition one) can add at most one
+    response: the fetcher sends nothing more while over budget.  A configuration
+    check guarantees B >= P, so an empty buffer can always fetch a partition.
 
 Wake-ups, not polling
     The fetch routine sleeps on one future that is resolved when: a Fetch or
@@ -239,7 +242,7 @@ class Chunk:
                     self.next_offset = batch.next_offset
                     continue
                 self._ts_type = batch.timestamp_type if base is not None else None
-                it = self._it = iter(batch)
+                it = self._it = iter(list(batch))  # C batches cannot be re-entered
             tst = self._ts_type
             nxt = self.next_offset
             for r in it:
@@ -304,7 +307,7 @@ class Chunk:
                     self.next_offset = batch.next_offset
                     continue
                 self._ts_type = batch.timestamp_type if base is not None else None
-                it = self._it = iter(batch)
+                it = self._it = iter(list(batch))  # C batches cannot be re-entered
             nxt = self.next_offset
             tst = self._ts_type
             for r in it:
@@ -388,6 +391,7 @@ class Fetcher:
         self._error: BaseException | None = None
         self._closed = False
         self._rr = 0
+        self._plan_rr = 0
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -469,7 +473,15 @@ class Fetcher:
             else None
         )
         metadata_stale = False
-        for st in assignment.states():
+        states = list(assignment.states())
+        if states:
+            # Partitions with nothing buffered first, so the budget goes where the
+            # application will look next; rotate so that a response cut at max_bytes
+            # does not starve the partitions at the end of the request.
+            self._plan_rr = (self._plan_rr + 1) % len(states)
+            states = states[self._plan_rr :] + states[: self._plan_rr]
+            states.sort(key=lambda st: st.tp in self._buffers)
+        for st in states:
             if not st.is_fetchable:
                 continue
             tp = st.tp
@@ -643,7 +655,7 @@ class Fetcher:
         request = FetchRequest(
             cfg.fetch_max_wait_ms,
             cfg.fetch_min_bytes,
-            cfg.fetch_max_bytes,
+            min(cfg.fetch_max_bytes, len(parts) * self._partition_bytes),
             self._isolation,
             list(by_topic.items()),
         )
@@ -671,6 +683,8 @@ class Fetcher:
             self._node_backoff[node] = asyncio.get_running_loop().time() + self._backoff
             self._wake_later(self._backoff)
         else:
+            self.reserved_bytes -= reserved
+            reserved = 0
             self._handle_response(response, plan)
         finally:
             self.reserved_bytes -= reserved
