@@ -1,0 +1,319 @@
+"""The ``format("aiogroup")`` options: Spark's Kafka-source names, checked once, up front.
+
+Spark builds the data source (and so runs this parser) while the query is being
+analysed, so a bad option fails ``load()``/``start()`` with a message naming it
+instead of surfacing later from a worker process.  The result is a frozen, picklable
+value: Spark ships it to the streaming-source process and to every executor.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from aiogroup.config import ConsumerConfig, validate_topic_name
+from aiogroup.errors import ConfigurationError
+from aiogroup.structs import TopicPartition
+
+__all__ = ["SourceOptions", "StartingOffsets", "parse_options"]
+
+#: "earliest", "latest", or explicit offsets (-2 earliest, -1 latest) per partition.
+StartingOffsets = Literal["earliest", "latest"] | dict[TopicPartition, int]
+
+EARLIEST = -2
+LATEST = -1
+
+# Option names are matched case-insensitively (Spark lower-cases them); the spelling
+# here is the one used in messages and docs.
+_SOURCE_OPTIONS = {
+    name.lower(): name
+    for name in (
+        "subscribe",
+        "subscribePattern",
+        "startingOffsets",
+        "maxOffsetsPerTrigger",
+        "maxRecordsPerBatch",
+        "failOnDataLoss",
+        "includeHeaders",
+        "startTimeoutMs",
+        "kafkaConsumer.pollTimeoutMs",
+    )
+}
+
+# Spark's Kafka source options that make no sense for a group member.
+_UNSUPPORTED = {
+    "assign": "assign is not supported: partitions come from the consumer group; use "
+    "subscribe or subscribePattern",
+    "endingoffsets": "endingOffsets is for batch queries; use Trigger.AvailableNow for a "
+    "bounded streaming run",
+    "kafka.auto.offset.reset": "kafka.auto.offset.reset is not supported; use startingOffsets",
+    "kafka.enable.auto.commit": "kafka.enable.auto.commit is not supported: the source commits "
+    "to the group after Spark commits each batch",
+    "kafka.key.deserializer": "kafka.key.deserializer is not supported: key is always BINARY",
+    "kafka.value.deserializer": "kafka.value.deserializer is not supported: value is always BINARY",
+}
+
+# Consumer settings the source decides itself.
+_RESERVED_CONSUMER_OPTIONS = {"auto_offset_reset", "enable_auto_commit"}
+
+_CLIENT_OPTIONS = {
+    "security_protocol",
+    "sasl_mechanism",
+    "sasl_plain_username",
+    "sasl_plain_password",
+    "sasl_kerberos_service_name",
+    "sasl_kerberos_domain_name",
+}
+
+# Options Spark itself may add to every data source's option map.
+_IGNORED = {"path"}
+
+_INT = re.compile(r"^-?\d+$")
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Everything the source needs, already validated (see ``parse_options``)."""
+
+    bootstrap_servers: str
+    group_id: str
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+    starting_offsets: StartingOffsets = "latest"
+    max_offsets_per_trigger: int | None = None
+    fail_on_data_loss: bool = True
+    start_timeout_s: float = 120.0
+    poll_timeout_s: float = 120.0
+    #: Extra GroupConsumer keyword arguments translated from ``kafka.*`` options.
+    consumer_options: Mapping[str, Any] = field(default_factory=dict)
+
+    def group_consumer_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for the streaming-source process's group member."""
+        kwargs = dict(self.consumer_options)
+        kwargs.update(
+            bootstrap_servers=self.bootstrap_servers,
+            group_id=self.group_id,
+            enable_auto_commit=False,
+            # Only consulted for partitions that have neither a checkpointed nor a
+            # committed offset, and the source seeks those itself.
+            auto_offset_reset="earliest",
+        )
+        return kwargs
+
+    def reader_consumer_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for an executor's group-less, assign-mode consumer."""
+        kwargs = {
+            k: v
+            for k, v in self.consumer_options.items()
+            if k
+            not in {
+                "group_instance_id",
+                "session_timeout_ms",
+                "heartbeat_interval_ms",
+                "max_poll_interval_ms",
+                "rebalance_timeout_ms",
+                "partition_assignment_strategy",
+                "auto_commit_interval_ms",
+            }
+        }
+        kwargs.update(
+            bootstrap_servers=self.bootstrap_servers,
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest" if not self.fail_on_data_loss else "none",
+        )
+        return kwargs
+
+    @property
+    def read_committed(self) -> bool:
+        return self.consumer_options.get("isolation_level") == "read_committed"
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for a bare aiokafka client (watermark probes)."""
+        kwargs = {k: v for k, v in self.consumer_options.items() if k in _CLIENT_OPTIONS}
+        for name in ("client_id", "request_timeout_ms", "metadata_max_age_ms"):
+            if name in self.consumer_options:
+                kwargs[name] = self.consumer_options[name]
+        kwargs["bootstrap_servers"] = self.bootstrap_servers
+        return kwargs
+
+
+def _bool(name: str, value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    raise ConfigurationError(f"option {name} must be 'true' or 'false', got {value!r}")
+
+
+def _positive_int(name: str, value: str) -> int:
+    text = value.strip()
+    if not _INT.match(text) or int(text) <= 0:
+        raise ConfigurationError(f"option {name} must be a positive integer, got {value!r}")
+    return int(text)
+
+
+def _consumer_value(value: str) -> Any:
+    text = value.strip()
+    if _INT.match(text):
+        return int(text)
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    return text
+
+
+def _consumer_option(key: str, value: str) -> tuple[str, Any]:
+    name = key[len("kafka.") :].replace(".", "_")
+    if name in _RESERVED_CONSUMER_OPTIONS:
+        raise ConfigurationError(f"option {key} is set by the source and cannot be overridden")
+    known = set(ConsumerConfig.__dataclass_fields__) - {"client_options"}
+    if name not in known and name not in _CLIENT_OPTIONS:
+        raise ConfigurationError(
+            f"option {key} is not a consumer setting (kafka.* options map to GroupConsumer "
+            f"arguments, e.g. kafka.session.timeout.ms -> session_timeout_ms)"
+        )
+    if name == "partition_assignment_strategy":
+        return name, tuple(part.strip() for part in value.split(",") if part.strip())
+    return name, _consumer_value(value)
+
+
+def _starting_offsets(value: str) -> StartingOffsets:
+    text = value.strip()
+    if text.lower() in ("earliest", "latest"):
+        return "earliest" if text.lower() == "earliest" else "latest"
+    if not text.startswith("{"):
+        raise ConfigurationError(
+            f"option startingOffsets must be 'earliest', 'latest' or a JSON object like "
+            f'{{"topic": {{"0": 23, "1": -2}}}}, got {value!r}'
+        )
+    try:
+        parsed = json.loads(text)
+    except ValueError as exc:
+        raise ConfigurationError(f"option startingOffsets is not valid JSON: {exc}") from None
+    result: dict[TopicPartition, int] = {}
+    if not isinstance(parsed, dict):
+        raise ConfigurationError("option startingOffsets JSON must be an object of topics")
+    for topic, partitions in parsed.items():
+        validate_topic_name(topic)
+        if not isinstance(partitions, dict):
+            raise ConfigurationError(
+                f"option startingOffsets: topic {topic!r} must map partition numbers to offsets"
+            )
+        for partition, offset in partitions.items():
+            if not (isinstance(partition, str) and partition.isdigit()):
+                raise ConfigurationError(
+                    f"option startingOffsets: {topic!r} has a non-numeric partition {partition!r}"
+                )
+            if not isinstance(offset, int) or isinstance(offset, bool) or offset < EARLIEST:
+                raise ConfigurationError(
+                    f"option startingOffsets: offset for {topic}-{partition} must be an int "
+                    f">= 0, or -2 (earliest) / -1 (latest), got {offset!r}"
+                )
+            result[TopicPartition(topic, int(partition))] = offset
+    return result
+
+
+def parse_options(options: Mapping[str, str]) -> SourceOptions:
+    """Validate Spark's option map; raise ConfigurationError naming the first bad option."""
+    opts = {str(k).lower(): str(v) for k, v in options.items()}
+    consumer: dict[str, Any] = {}
+    for key, value in opts.items():
+        if key in _UNSUPPORTED:
+            raise ConfigurationError(f"option {_UNSUPPORTED[key]}")
+        if key in _IGNORED or key in _SOURCE_OPTIONS:
+            continue
+        if key in ("kafka.bootstrap.servers", "kafka.group.id"):
+            continue
+        if key.startswith("kafka."):
+            name, converted = _consumer_option(key, value)
+            consumer[name] = converted
+            continue
+        raise ConfigurationError(
+            f"unknown option {key!r}; known: {', '.join(sorted(_SOURCE_OPTIONS.values()))}, "
+            "kafka.bootstrap.servers, kafka.group.id and other kafka.* consumer settings"
+        )
+
+    servers = opts.get("kafka.bootstrap.servers", "").strip()
+    if not servers:
+        raise ConfigurationError("option kafka.bootstrap.servers is required")
+    group_id = opts.get("kafka.group.id", "").strip()
+    if not group_id:
+        raise ConfigurationError(
+            "option kafka.group.id is required: the source is a member of that consumer group"
+        )
+
+    subscribe = opts.get("subscribe")
+    pattern = opts.get("subscribepattern")
+    if subscribe is not None and pattern is not None:
+        raise ConfigurationError("options subscribe and subscribePattern are exclusive; set one")
+    topics: tuple[str, ...] = ()
+    if subscribe is not None:
+        names = [t.strip() for t in subscribe.split(",") if t.strip()]
+        if not names:
+            raise ConfigurationError("option subscribe names no topic")
+        topics = tuple(dict.fromkeys(validate_topic_name(t) for t in names))
+    elif pattern is not None:
+        if not pattern.strip():
+            raise ConfigurationError("option subscribePattern is empty")
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ConfigurationError(
+                f"option subscribePattern {pattern!r} is not a valid regex: {exc}"
+            ) from None
+    else:
+        raise ConfigurationError("no topics: set option subscribe or subscribePattern")
+
+    starting: StartingOffsets = "latest"
+    if "startingoffsets" in opts:
+        starting = _starting_offsets(opts["startingoffsets"])
+    if isinstance(starting, dict) and topics:
+        stray = sorted({tp.topic for tp in starting} - set(topics))
+        if stray:
+            raise ConfigurationError(
+                f"option startingOffsets names topics not subscribed to: {', '.join(stray)}"
+            )
+
+    limit: int | None = None
+    for name in ("maxOffsetsPerTrigger", "maxRecordsPerBatch"):
+        if name.lower() in opts:
+            rows = _positive_int(name, opts[name.lower()])
+            if limit is not None and rows != limit:
+                raise ConfigurationError(
+                    "options maxOffsetsPerTrigger and maxRecordsPerBatch disagree; set one"
+                )
+            limit = rows
+
+    if "includeheaders" in opts:
+        _bool("includeHeaders", opts["includeheaders"])  # accepted; headers are always a column
+
+    result = SourceOptions(
+        bootstrap_servers=servers,
+        group_id=group_id,
+        topics=topics,
+        pattern=pattern,
+        starting_offsets=starting,
+        max_offsets_per_trigger=limit,
+        fail_on_data_loss=_bool("failOnDataLoss", opts.get("failondataloss", "true")),
+        start_timeout_s=_positive_int("startTimeoutMs", opts.get("starttimeoutms", "120000"))
+        / 1000,
+        poll_timeout_s=_positive_int(
+            "kafkaConsumer.pollTimeoutMs", opts.get("kafkaconsumer.polltimeoutms", "120000")
+        )
+        / 1000,
+        consumer_options=consumer,
+    )
+    # Let ConsumerConfig judge the values now (types, ranges, heartbeat < session), so
+    # that a bad kafka.* value also fails at load() rather than in the source process.
+    config_kwargs = {
+        k: v for k, v in result.group_consumer_kwargs().items() if k not in _CLIENT_OPTIONS
+    }
+    try:
+        ConsumerConfig(**config_kwargs)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"kafka.* option: {exc}") from None
+    except TypeError as exc:  # a comparison between a str and an int, for instance
+        raise ConfigurationError(f"kafka.* option has a value of the wrong type: {exc}") from None
+    return result
