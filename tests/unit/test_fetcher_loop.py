@@ -1,0 +1,287 @@
+"""The fetch routine and ListOffsets helpers against a scripted in-memory broker.
+
+The embedded test broker answers a fetch beyond the log end with an empty record
+set instead of OFFSET_OUT_OF_RANGE, so Kafka's out-of-range behaviour is exercised
+here, against a fake that follows the protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from aiokafka.errors import (
+    ConsumerStoppedError,
+    KafkaTimeoutError,
+    OffsetOutOfRangeError,
+    TopicAuthorizationFailedError,
+)
+from aiokafka.protocol.fetch import FetchRequest
+from aiokafka.protocol.offset import OffsetRequest
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+from aiogroup import offsets
+from aiogroup.config import ConsumerConfig
+from aiogroup.fetcher import Fetcher
+from aiogroup.structs import OffsetAndTimestamp, OffsetResetStrategy, TopicPartition
+from aiogroup.subscription import PartitionState, SubscriptionState
+
+TP = TopicPartition("t", 0)
+
+
+def batch(base: int, count: int) -> bytes:
+    builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 20)
+    for i in range(count):
+        builder.append(i, 1_000 + base + i, None, f"v{base + i}".encode(), [])
+    data = bytearray(builder.build())
+    struct.pack_into(">q", data, 0, base)  # base offset is outside the CRC
+    return bytes(data)
+
+
+class FakeLog:
+    def __init__(self, start: int) -> None:
+        self.start = start
+        self.end = start
+        self.batches: list[tuple[int, bytes]] = []
+
+    def append(self, count: int) -> None:
+        self.batches.append((self.end, batch(self.end, count)))
+        self.end += count
+
+
+class FakeBroker:
+    """Just enough of AIOKafkaClient: cluster leaders, metadata refresh, send()."""
+
+    def __init__(self, logs: dict[TopicPartition, FakeLog]) -> None:
+        self.logs = logs
+        self.leaders: dict[TopicPartition, int | None] = dict.fromkeys(logs, 0)
+        self.cluster = SimpleNamespace(leader_for_partition=self.leaders.get)
+        self.fetch_errors: dict[TopicPartition, list[int]] = {}
+        self.offset_errors: dict[TopicPartition, list[int]] = {}
+        self.metadata_updates = 0
+        self.fetches = 0
+        self.appended = asyncio.Event()
+
+    def _done(self) -> asyncio.Future[bool]:
+        fut = asyncio.get_running_loop().create_future()
+        fut.set_result(True)
+        return fut
+
+    def add_topic(self, topic: str) -> asyncio.Future[bool]:
+        return self._done()
+
+    def force_metadata_update(self) -> asyncio.Future[bool]:
+        self.metadata_updates += 1
+        return self._done()
+
+    async def send(self, node: int, request: Any) -> Any:
+        if isinstance(request, FetchRequest):
+            return await self._fetch(request)
+        if isinstance(request, OffsetRequest):
+            return self._list_offsets(request)
+        raise AssertionError(f"unexpected request {request!r}")
+
+    async def _fetch(self, request: FetchRequest) -> Any:
+        self.fetches += 1
+        parts = [(topic, p, off) for topic, ps in request.topics for p, off, _ in ps]
+        if all(
+            self.logs[TopicPartition(t, p)].end <= off
+            and not self.fetch_errors.get(TopicPartition(t, p))
+            for t, p, off in parts
+        ):
+            # Long poll: wait for data (bounded by max_wait, like a broker).
+            self.appended.clear()
+            try:
+                await asyncio.wait_for(self.appended.wait(), request._max_wait_ms / 1000)
+            except asyncio.TimeoutError:
+                pass
+        topics: dict[str, list[tuple[Any, ...]]] = {}
+        for topic, p, off in parts:
+            tp = TopicPartition(topic, p)
+            log = self.logs[tp]
+            errors = self.fetch_errors.get(tp)
+            code = errors.pop(0) if errors else 0
+            if code == 0 and not log.start <= off <= log.end:
+                code = OffsetOutOfRangeError.errno
+            data = b""
+            if code == 0:
+                data = b"".join(b for base, b in log.batches if _last(b) >= off)
+            topics.setdefault(topic, []).append(
+                (p, code, log.end, log.end, log.start, [], -1, data)
+            )
+        return SimpleNamespace(API_VERSION=11, topics=list(topics.items()))
+
+    def _list_offsets(self, request: OffsetRequest) -> Any:
+        topics = []
+        for topic, ps in request._topics:
+            answers = []
+            for p, ts in ps:
+                tp = TopicPartition(topic, p)
+                errors = self.offset_errors.get(tp)
+                if errors:
+                    answers.append((p, errors.pop(0), -1, -1))
+                    continue
+                log = self.logs[tp]
+                offset = log.start if ts == -2 else log.end
+                answers.append((p, 0, -1, offset))
+            topics.append((topic, answers))
+        return SimpleNamespace(API_VERSION=1, topics=topics)
+
+
+def _last(data: bytes) -> int:
+    base, _length, _epoch, _magic, _crc, _attrs, delta = struct.unpack_from(">qiibIhi", data, 0)
+    return int(base + delta)
+
+
+async def start(
+    broker: FakeBroker, **options: Any
+) -> tuple[Fetcher, SubscriptionState, PartitionState]:
+    config = ConsumerConfig(fetch_max_wait_ms=50, retry_backoff_ms=10, **options)
+    sub = SubscriptionState(config.reset_strategy)
+    fetcher = Fetcher(broker, sub, config)
+    await fetcher.start()
+    sub.assign_from_user([TP])
+    assert sub.assignment is not None
+    return fetcher, sub, sub.assignment.state(TP)
+
+
+async def read(fetcher: Fetcher, want: int) -> list[int]:
+    seen: list[int] = []
+    while len(seen) < want:
+        got = await fetcher.fetched_records((), 5.0)
+        assert got, f"nothing after {seen}"
+        seen += [r.offset for r in got[TP]]
+    return seen
+
+
+async def stop(fetcher: Fetcher, sub: SubscriptionState) -> None:
+    await fetcher.close()
+    sub.close()
+
+
+def log_100_to_110() -> dict[TopicPartition, FakeLog]:
+    log = FakeLog(100)
+    log.append(4)
+    log.append(6)
+    return {TP: log}
+
+
+async def test_out_of_range_resets_to_earliest() -> None:
+    broker = FakeBroker(log_100_to_110())
+    fetcher, sub, st = await start(broker, auto_offset_reset="earliest")
+    st.seek(5)
+    assert await read(fetcher, 10) == list(range(100, 110))
+    assert st.position == 110
+    await stop(fetcher, sub)
+
+
+async def test_out_of_range_resets_to_latest() -> None:
+    broker = FakeBroker(log_100_to_110())
+    fetcher, sub, st = await start(broker, auto_offset_reset="latest")
+    st.seek(500)
+    while st.position != 110:
+        assert await fetcher.fetched_records((), 0.05) == {}
+    broker.logs[TP].append(3)
+    broker.appended.set()
+    assert await read(fetcher, 3) == [110, 111, 112]
+    await stop(fetcher, sub)
+
+
+async def test_out_of_range_without_strategy_raises_once() -> None:
+    broker = FakeBroker(log_100_to_110())
+    fetcher, sub, st = await start(broker, auto_offset_reset="none")
+    st.seek(500)
+    with pytest.raises(OffsetOutOfRangeError) as info:
+        await fetcher.fetched_records((), 5.0)
+    assert info.value.args[0] == {TP: 500}
+    assert st.position is None
+    assert await fetcher.fetched_records((), 0.1) == {}
+    st.seek(107)
+    assert await read(fetcher, 3) == [107, 108, 109]
+    await stop(fetcher, sub)
+
+
+async def test_reset_by_strategy_uses_list_offsets() -> None:
+    broker = FakeBroker(log_100_to_110())
+    fetcher, sub, st = await start(broker)
+    st.await_reset(OffsetResetStrategy.EARLIEST)
+    assert await asyncio.wait_for(st.wait_position(), 5) == 100
+    assert await read(fetcher, 10) == list(range(100, 110))
+    await stop(fetcher, sub)
+
+
+async def test_leader_errors_refresh_metadata_and_retry() -> None:
+    broker = FakeBroker(log_100_to_110())
+    broker.fetch_errors[TP] = [6, 5, 3]  # NOT_LEADER, LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC
+    fetcher, sub, st = await start(broker)
+    st.seek(100)
+    assert await read(fetcher, 10) == list(range(100, 110))
+    assert broker.metadata_updates >= 3
+    await stop(fetcher, sub)
+
+
+async def test_authorization_error_reaches_the_application() -> None:
+    broker = FakeBroker(log_100_to_110())
+    broker.fetch_errors[TP] = [TopicAuthorizationFailedError.errno]
+    fetcher, sub, st = await start(broker)
+    st.seek(100)
+    with pytest.raises(TopicAuthorizationFailedError):
+        await fetcher.fetched_records((), 5.0)
+    await stop(fetcher, sub)
+
+
+async def test_close_wakes_a_waiting_reader() -> None:
+    broker = FakeBroker({TP: FakeLog(0)})
+    fetcher, sub, st = await start(broker)
+    st.seek(0)
+    waiter = asyncio.ensure_future(fetcher.next_record(()))
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    await fetcher.close()
+    with pytest.raises(ConsumerStoppedError):
+        await asyncio.wait_for(waiter, 5)
+    sub.close()
+
+
+async def test_position_from_elsewhere_wakes_the_fetcher() -> None:
+    broker = FakeBroker(log_100_to_110())
+    fetcher, sub, st = await start(broker)
+    # No position: nothing is fetched until the coordinator (here: us) seeks.
+    assert await fetcher.fetched_records((), 0.1) == {}
+    assert broker.fetches == 0
+    st.seek(108)
+    assert await read(fetcher, 2) == [108, 109]
+    await stop(fetcher, sub)
+
+
+# -- offsets helpers ---------------------------------------------------------------------
+
+
+async def test_list_offsets_answers_and_retries() -> None:
+    broker = FakeBroker(log_100_to_110())
+    broker.offset_errors[TP] = [6]  # NOT_LEADER once
+    assert await offsets.beginning_offsets(broker, [TP], timeout=5) == {TP: 100}
+    assert broker.metadata_updates == 1
+    assert await offsets.end_offsets(broker, [TP], read_committed=True, timeout=5) == {TP: 110}
+    found = await offsets.list_offsets(broker, {TP: -1}, read_committed=False, timeout=5)
+    assert found == {TP: OffsetAndTimestamp(110, -1)}
+
+
+async def test_list_offsets_timeout_names_partitions() -> None:
+    broker = FakeBroker(log_100_to_110())
+    broker.leaders[TP] = None  # leader unknown for ever
+    with pytest.raises(KafkaTimeoutError, match="t-0"):
+        await offsets.beginning_offsets(broker, [TP], timeout=0.2)
+
+
+async def test_offsets_for_times_rejects_negative_timestamps() -> None:
+    with pytest.raises(ValueError, match="timestamp"):
+        await offsets.offsets_for_times(object(), {TP: -5}, read_committed=False, timeout=1)
+
+
+async def test_list_offsets_rejects_non_partitions() -> None:
+    with pytest.raises(TypeError, match="TopicPartition"):
+        await offsets.list_offsets(object(), {("t", 0): -1}, read_committed=False, timeout=1)  # type: ignore[dict-item]
