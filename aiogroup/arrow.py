@@ -16,6 +16,7 @@ pyarrow is optional (extras ``spark`` / ``bench``); it is imported on first use.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from aiogroup.structs import ConsumerRecord, TopicPartition
@@ -42,6 +43,11 @@ def require_pyarrow() -> Any:
 
 
 _schema: Any = None
+_get_key = attrgetter("key")
+_get_value = attrgetter("value")
+_get_offset = attrgetter("offset")
+_get_timestamp = attrgetter("timestamp")
+_get_headers = attrgetter("headers")
 
 
 def arrow_schema() -> pyarrow.Schema:
@@ -111,18 +117,24 @@ class ColumnBuilder:
 
     def add_batch(self, tp: TopicPartition, partition: int, batch: Any, ts_type: int) -> int:
         """Append every record of a decoded v2 batch; returns how many."""
-        rows = [(r.key, r.value, r.offset, r.timestamp, r.headers) for r in batch]
-        if not rows:
+        recs = list(batch)
+        n = len(recs)
+        if not n:
             return 0
-        keys, values, offsets, timestamps, headers = zip(*rows, strict=True)
-        n = len(rows)
-        self.keys.extend(keys)
-        self.values.extend(values)
-        self.offsets.extend(offsets)
-        self.timestamps.extend(timestamps)
+        # map(attrgetter) runs the per-record loop in C; no per-record tuple is built.
+        self.keys.extend(map(_get_key, recs))
+        self.values.extend(map(_get_value, recs))
+        if n == batch.last_offset_delta + 1:
+            # No gaps (not compacted): the offsets are a range.
+            base = batch.base_offset
+            self.offsets.extend(range(base, base + n))
+        else:
+            self.offsets.extend(map(_get_offset, recs))
+        self.timestamps.extend(map(_get_timestamp, recs))
         self.timestamp_types.extend([ts_type] * n)
-        self.headers.extend(headers)
-        if not self._has_headers and any(headers):
+        start = len(self.headers)
+        self.headers.extend(map(_get_headers, recs))
+        if not self._has_headers and any(self.headers[start:]):
             self._has_headers = True
         self._run(tp, n)
         return n

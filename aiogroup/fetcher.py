@@ -463,6 +463,8 @@ class Fetcher:
             return
 
     def _plan(self, assignment: Assignment, now: float) -> None:
+        for tp in [tp for tp, until in self._tp_backoff.items() if until <= now]:
+            del self._tp_backoff[tp]
         self._purge(assignment)
         self._watch(assignment)
         self._start_resets(assignment)
@@ -701,6 +703,7 @@ class Fetcher:
         now = asyncio.get_running_loop().time()
         got_data = False
         refresh = False
+        backoffs = dict(self._tp_backoff)
         check_crcs = self._config.check_crcs
         read_committed = self._isolation == _READ_COMMITTED
         for topic, partitions in response.topics:
@@ -779,7 +782,7 @@ class Fetcher:
         self._note_peak()
         if refresh:
             self._client.force_metadata_update()
-        if self._tp_backoff:
+        if self._tp_backoff != backoffs:
             self._wake_later(self._backoff)
         if got_data:
             self._data_ready.set()
@@ -838,8 +841,14 @@ class Fetcher:
         unlimited = max_records is None
         remaining = max_records if max_records is not None else 1 << 62
         total = 0
+        if unlimited:
+            # One fetched chunk per partition per call (aiokafka hands out as much):
+            # turning the whole read-ahead into objects at once only feeds the GC.
+            for tp in active:
+                total += self._take(assignment, tp, remaining, take, single_chunk=True)
+            return total
         while active and remaining > 0:
-            share = remaining if unlimited else max(1, remaining // len(active))
+            share = max(1, remaining // len(active))
             still: list[TopicPartition] = []
             for tp in active:
                 n = self._take(assignment, tp, min(share, remaining), take)
@@ -858,6 +867,7 @@ class Fetcher:
         tp: TopicPartition,
         limit: int,
         take: Callable[[Chunk, int], int],
+        single_chunk: bool = False,
     ) -> int:
         queue = self._buffers[tp]
         st = assignment.get(tp)
@@ -888,6 +898,8 @@ class Fetcher:
                 queue.popleft()
                 self.buffered_bytes -= chunk.size
                 self._wake()
+                if single_chunk and taken:
+                    break
         if not queue:
             self._buffers.pop(tp, None)
         return taken
