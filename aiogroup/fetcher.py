@@ -687,7 +687,13 @@ class Fetcher:
         else:
             self.reserved_bytes -= reserved
             reserved = 0
-            self._handle_response(response, plan)
+            try:
+                self._handle_response(response, plan)
+            except Exception as exc:  # undecodable response: tell the application
+                log.exception("handling a Fetch response from node %s failed", node)
+                self._report(exc)
+                self._node_backoff[node] = asyncio.get_running_loop().time() + self._backoff
+                self._wake_later(self._backoff)
         finally:
             self.reserved_bytes -= reserved
             self._inflight_nodes.discard(node)

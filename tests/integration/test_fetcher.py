@@ -158,12 +158,17 @@ async def test_revoking_partition_is_never_delivered(
     p0, p1 = sorted(produced)
     async with running_fetcher(bootstrap_servers) as (fetcher, sub):
         assign(sub, [p0, p1], "earliest")
-        first = await collect(fetcher, 10, max_records=10)
-        # Read-ahead is buffered for both partitions now; the revoke starts.
+        first: dict[TopicPartition, list[ConsumerRecord]] = {}
+        while p0 not in first or p1 not in first:
+            for tp, recs in (await collect(fetcher, 2, max_records=2)).items():
+                first.setdefault(tp, []).extend(recs)
+        # Read-ahead of p0 is buffered and undelivered; now its revoke starts.
+        assert p0 in fetcher.buffered_partitions()
         sub.mark_revoking([p0])
         position = state(sub, p0).position
         rest = await collect(fetcher, len(produced[p1]) - len(first.get(p1, [])))
         assert p0 not in rest
+        assert as_pairs(first[p1] + rest[p1]) == produced[p1]
         assert await fetcher.fetched_records((), 0.5) == {}
         assert state(sub, p0).position == position
         assert p0 not in fetcher.buffered_partitions()
