@@ -678,7 +678,7 @@ class Membership:
             self.state = S.FATAL
             raise MembershipProtocolError("AssignmentComputed without ComputeAssignment")
         self._awaiting_assignment = False
-        if self.closing or not self.subscribed:
+        if self.closing or not self.subscribed or not self.in_generation:
             self.state = S.UNJOINED
             return
         if ev.error is not None:
@@ -694,14 +694,15 @@ class Membership:
 
     def _on_sync_response(self, ev: E.Event, out: list[A.Action]) -> None:
         assert isinstance(ev, E.SyncGroupResponseReceived)
-        if self._awaiting_assignment or ev.generation_id != self.generation_id:
+        if self._awaiting_assignment:
             self.state = S.FATAL
-            raise MembershipProtocolError(
-                f"SyncGroup answer for generation {ev.generation_id} while "
-                f"{'assigning' if self._awaiting_assignment else 'in ' + str(self.generation_id)}"
-            )
-        code = ev.result.error_code
+            raise MembershipProtocolError("SyncGroup answered before the leader sent it")
         self.state = S.UNJOINED
+        if ev.generation_id != self.generation_id:
+            # The generation was lost while SyncGroup was in flight (a commit answered
+            # UNKNOWN_MEMBER_ID, say): the answer is stale; the rejoin is already due.
+            return
+        code = ev.result.error_code
         if code != C.NONE:
             why = f"SyncGroup: {code_name(code)}"
             react = reaction("SyncGroup", code)
@@ -893,8 +894,8 @@ class Membership:
         self.timers.answered()
 
     def _coordinator_dead(self) -> None:
+        # A lookup already in flight stays the one lookup: its answer is still awaited.
         self.coordinator_id = None
-        self._finding_coordinator = False
 
     def _set_backoff(self, out: list[A.Action], why: str) -> None:
         self._backoff_until = self._now + self.retry_backoff
