@@ -316,3 +316,28 @@ def test_arrow_headers_and_partial_batches(ready_state: PartitionState) -> None:
         {"key": "g", "value": b"2"},
     ]
     assert batch.column("key").to_pylist() == [None, b"c", b"d"]
+
+
+async def test_unlimited_call_hands_out_one_chunk_per_partition() -> None:
+    fetcher, sub, tps = await _fetcher_with(1, 5)
+    assert sub.assignment is not None
+    st = sub.assignment.state(tps[0])
+    second = make_chunk(st, batch_bytes(5, values(3, 5)), 5)
+    fetcher._buffers[tps[0]].append(second)
+    fetcher.buffered_bytes += second.size
+    first_call = await fetcher.fetched_records((), 0)
+    assert [r.offset for r in first_call[tps[0]]] == [0, 1, 2, 3, 4]
+    second_call = await fetcher.fetched_records((), 0)
+    assert [r.offset for r in second_call[tps[0]]] == [5, 6, 7]
+    assert st.position == 8
+    assert fetcher.buffered_bytes == 0
+
+
+def test_arrow_without_pyarrow_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from aiogroup.arrow import require_pyarrow
+
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    with pytest.raises(ImportError, match=r"pip install 'aiogroup\[spark\]'"):
+        require_pyarrow()
