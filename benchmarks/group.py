@@ -175,28 +175,32 @@ def settled(members: list[Member], partitions: int, since: float = 0.0) -> bool:
     return True
 
 
-def duplicates(members: list[Member]) -> int:
-    """Records delivered more than once over all members (offsets seen twice per partition)."""
+def delivery_counts(members: list[Member]) -> tuple[int, int]:
+    """(records delivered, distinct offsets delivered) over all members and partitions."""
     intervals: dict[str, list[tuple[int, int]]] = {}
     for m in members:
         for e in m.of("batch"):
             for p, (first, last) in e["r"].items():
                 intervals.setdefault(p, []).append((first, last))
-    dup = 0
+    total = distinct = 0
     for spans in intervals.values():
-        total = sum(b - a + 1 for a, b in spans)
+        total += sum(b - a + 1 for a, b in spans)
         spans.sort()
-        union = 0
         cur_a, cur_b = spans[0]
         for a, b in spans[1:]:
             if a > cur_b + 1:
-                union += cur_b - cur_a + 1
+                distinct += cur_b - cur_a + 1
                 cur_a, cur_b = a, b
             else:
                 cur_b = max(cur_b, b)
-        union += cur_b - cur_a + 1
-        dup += total - union
-    return dup
+        distinct += cur_b - cur_a + 1
+    return total, distinct
+
+
+def duplicates(members: list[Member]) -> int:
+    """Records delivered more than once (the same offset of a partition seen twice)."""
+    total, distinct = delivery_counts(members)
+    return total - distinct
 
 
 class SteadyProducer:

@@ -32,11 +32,13 @@ class Plan:
     commits: int = 200
     commit_partitions: int = 100
     stall_seconds: float = 20.0
+    memory_records: int = 1_000_000
     session_timeout_ms: int = 6000
     heartbeat_interval_ms: int = 1000
     slow_revoke_seconds: float = 15.0
     scale_members: tuple[int, ...] = (1, 2, 4, 8)
     scale_partitions: int = 64
+    scale_records: int = 500_000
 
     @classmethod
     def make(cls, quick: bool, reps: int | None = None) -> Plan:
@@ -54,6 +56,7 @@ class Plan:
                 commits=100,
                 stall_seconds=5.0,
                 scale_members=(1, 2, 4),
+                scale_records=100_000,
             )
         return cls(quick=False, reps=reps or 3)
 

@@ -115,6 +115,7 @@ class _RssSampler:
 async def memory(spec: dict[str, Any]) -> dict[str, Any]:
     """Start, take one small batch so fetching is under way, then stall and watch RSS."""
     adapter = adapters.make(spec["client"], spec["variant"], spec["bootstrap"])
+    adapter.preload()
     sampler = _RssSampler()
     baseline = sampler.rss()
     first = 0

@@ -25,6 +25,11 @@ VARIANTS = {
         "max_partition_fetch_bytes=8 MiB, fetch_max_bytes=64 MiB (same as aiokafka tuned)",
         dict(_BIG_FETCH),
     ),
+    "buffer16": Variant(
+        "buffer16",
+        "defaults with max_buffered_bytes=16 MiB (memory scenario: does RSS follow the bound?)",
+        {"max_buffered_bytes": 16 * 1024 * 1024},
+    ),
     "arrow": Variant(
         "arrow",
         "tuned, getmany_arrow(): one pyarrow.RecordBatch per call, no per-record objects",
@@ -62,6 +67,7 @@ class AiogroupAdapter(Adapter):
     client = "aiogroup"
     supports_cooperative = True
     buffer_bound = "max_buffered_bytes (64 MiB default) of decoded, undelivered records"
+    imports = ("aiogroup.consumer",)
 
     consumer: Any = None
 

@@ -39,6 +39,7 @@ def _listener(hooks: Hooks, commit: AsyncCommit) -> Any:
 class AiokafkaAdapter(Adapter):
     client = "aiokafka"
     buffer_bound = "one fetch response per partition (max_partition_fetch_bytes each)"
+    imports = ("aiokafka",)
 
     consumer: Any = None
 

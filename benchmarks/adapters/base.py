@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import importlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -110,6 +111,12 @@ class Adapter(abc.ABC):
     supports_cooperative: ClassVar[bool] = False
     #: What bounds the memory a stalled consumer may buffer, for the memory table.
     buffer_bound: ClassVar[str] = ""
+    #: The client's modules, imported by ``preload`` so that memory baselines include them.
+    imports: ClassVar[tuple[str, ...]] = ()
+
+    def preload(self) -> None:
+        for module in self.imports:
+            importlib.import_module(module)
 
     def __init__(self, bootstrap_servers: str, variant: Variant) -> None:
         self.bootstrap_servers = bootstrap_servers

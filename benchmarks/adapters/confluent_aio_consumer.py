@@ -21,6 +21,7 @@ class ConfluentAioAdapter(Adapter):
     client = "confluent-aio"
     supports_cooperative = True
     buffer_bound = "queued.max.messages.kbytes (64 MiB) + fetch.max.bytes pre-fetched by librdkafka"
+    imports = ("confluent_kafka.aio",)
 
     consumer: Any = None
 

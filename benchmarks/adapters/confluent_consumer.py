@@ -16,6 +16,7 @@ class ConfluentAdapter(Adapter):
     client = "confluent"
     supports_cooperative = True
     buffer_bound = "queued.max.messages.kbytes (64 MiB) + fetch.max.bytes pre-fetched by librdkafka"
+    imports = ("confluent_kafka",)
 
     consumer: Any = None
 

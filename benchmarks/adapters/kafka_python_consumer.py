@@ -42,6 +42,7 @@ class KafkaPythonAdapter(Adapter):
     client = "kafka-python"
     supports_cooperative = True
     buffer_bound = "fetches only inside poll(): at most one fetch response in flight"
+    imports = ("kafka",)
 
     consumer: Any = None
 

@@ -1,0 +1,165 @@
+"""``python -m benchmarks [--quick] [--scenario NAME ...]``: run, then write docs/benchmarks.md.
+
+Results of earlier runs are kept for the scenarios not rerun, so one scenario can be
+refreshed on its own; each section of the document says when and how it ran.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks import report
+from benchmarks.harness import ROOT, Context, Plan
+from benchmarks.scenarios import SCENARIOS
+
+QUICK_DEFAULT = ("throughput", "commit", "memory", "rebalance")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smaller data and shorter stalls, still >= 3 repetitions; by default runs "
+        + ", ".join(QUICK_DEFAULT),
+    )
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        choices=list(SCENARIOS),
+        help="run only this scenario (repeatable); default: all (quick: see --quick)",
+    )
+    parser.add_argument("--reps", type=int, default=None, help="repetitions (>= 3, default 3)")
+    parser.add_argument(
+        "--parallel",
+        type=int,
+        default=None,
+        help="independent groups run at once in the rebalance and slow-listener scenarios "
+        "(default 4, quick 7)",
+    )
+    parser.add_argument(
+        "--docs", type=Path, default=ROOT / "docs", help="where benchmarks.md is written"
+    )
+    parser.add_argument(
+        "--fresh", action="store_true", help="drop earlier results instead of merging"
+    )
+    args = parser.parse_args(argv)
+    if args.parallel is not None and args.parallel < 1:
+        parser.error("--parallel must be >= 1")
+    try:
+        args.plan = Plan.make(args.quick, args.reps)
+    except ValueError as exc:
+        parser.error(str(exc))
+    return args
+
+
+def _version(module: str) -> str:
+    try:
+        from importlib.metadata import version
+
+        return version(module)
+    except Exception:
+        return "not installed"
+
+
+def environment(bootstrap: str, mode: str) -> dict[str, Any]:
+    cpu = platform.processor() or "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        import confluent_kafka
+
+        librdkafka = confluent_kafka.libversion()[0]
+    except Exception:
+        librdkafka = "?"
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+    except OSError:
+        commit = "?"
+    return {
+        "machine": f"{cpu}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}",
+        "python": sys.version.split()[0],
+        "aiogroup commit": commit or "?",
+        "aiokafka": _version("aiokafka"),
+        "kafka-python": _version("kafka-python"),
+        "confluent-kafka": f"{_version('confluent-kafka')} (librdkafka {librdkafka})",
+        "pyarrow": _version("pyarrow"),
+        "broker": f"{mode} ({'Tansu 0.6.0' if mode == 'embedded' else bootstrap})",
+    }
+
+
+def load_previous(path: Path) -> dict[str, Any]:
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+        return data
+    except (OSError, ValueError):
+        return {}
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    from aiogroup.testing import KafkaBroker
+
+    plan: Plan = args.plan
+    names = args.scenario or (list(QUICK_DEFAULT) if plan.quick else list(SCENARIOS))
+    parallel = args.parallel or (7 if plan.quick else 4)
+    results_path = args.docs / "benchmarks" / "results.json"
+    results = {} if args.fresh else load_previous(results_path)
+    results.setdefault("scenarios", {})
+    failures = 0
+    async with KafkaBroker() as broker:
+        ctx = Context(broker.bootstrap_servers, broker, plan, parallel=parallel)
+        results["environment"] = environment(broker.bootstrap_servers, broker.mode)
+        ctx.log(f"broker {broker.mode} at {broker.bootstrap_servers}; scenarios: {names}")
+        for name in names:
+            module = SCENARIOS[name]
+            ctx.log(f"== {name}: {module.TITLE}")
+            started = time.monotonic()
+            try:
+                section = await module.run(ctx)
+            except Exception as exc:  # one broken scenario must not lose the others
+                failures += 1
+                ctx.log(f"scenario {name} FAILED: {type(exc).__name__}: {exc}")
+                section = {"error": f"{type(exc).__name__}: {exc}", "configs": {}}
+            section["meta"] = {
+                "quick": plan.quick,
+                "reps": plan.reps,
+                "plan": plan.to_json(),
+                "finished": datetime.datetime.now(datetime.timezone.utc).strftime(
+                    "%Y-%m-%d %H:%M UTC"
+                ),
+                "seconds": time.monotonic() - started,
+            }
+            results["scenarios"][name] = section
+            path = report.write(results, args.docs)
+            ctx.log(f"== {name} done in {time.monotonic() - started:.0f}s; wrote {path}")
+    return 1 if failures else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    return asyncio.run(main_async(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

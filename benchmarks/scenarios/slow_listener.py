@@ -1,0 +1,139 @@
+"""Scenario 3: A's revoke callback takes longer than the session timeout.
+
+A consumes with ``session_timeout_ms`` (6 s); B joins; A's revoke callback commits
+and then works for ``slow_revoke_seconds`` (15 s).  A client that keeps
+heartbeating while the application's callback runs keeps A in the group; one that
+does not gets A evicted, and A's partitions move while A still thinks it owns
+them.  Reported: whether A was evicted (it was told its partitions were lost, or
+its commit on revoke was rejected), the time until both members consume a clean
+split, and how many records were delivered twice.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from benchmarks.group import (
+    Member,
+    MemberGone,
+    SteadyProducer,
+    duplicates,
+    gather_limited,
+    member_spec,
+    settled,
+    wait_until,
+)
+from benchmarks.harness import Context, Outcome
+
+TITLE = "Slow rebalance listener"
+PARTITIONS = 8
+RATE = 1000
+
+CONFIGS: list[tuple[str, str, bool]] = [
+    ("aiogroup", "defaults", False),
+    ("aiogroup", "defaults", True),
+    ("aiokafka", "defaults", False),
+    ("kafka-python", "defaults", False),
+    ("kafka-python", "defaults", True),
+    ("confluent", "tuned", False),
+    ("confluent", "tuned", True),
+]
+
+METRICS = {
+    "evicted": lambda r: float(r["evicted"]),
+    "converge_s": lambda r: r["converge_s"],
+    "duplicates": lambda r: float(r["duplicates"]),
+}
+
+
+def config_label(client: str, variant: str, cooperative: bool) -> str:
+    return f"{client}/{variant} {'cooperative' if cooperative else 'eager'}"
+
+
+async def one_rep(ctx: Context, client: str, variant: str, cooperative: bool) -> dict[str, Any]:
+    topic = await ctx.broker.create_topic(f"bench-slow-{uuid.uuid4().hex[:8]}", PARTITIONS)
+    group = f"bench-slow-{uuid.uuid4().hex[:8]}"
+    producer = SteadyProducer(ctx.bootstrap, topic, PARTITIONS, RATE)
+    await producer.start()
+    delay = ctx.plan.slow_revoke_seconds
+    members: list[Member] = []
+    try:
+        a = await Member.spawn(
+            "A",
+            member_spec(
+                ctx, client, variant, topic, group, cooperative=cooperative, revoke_delay=delay
+            ),
+        )
+        members.append(a)
+        await wait_until([a], lambda: settled([a], PARTITIONS), 60, "A consuming")
+        t_join = a.events[-1]["t"]
+        b = await Member.spawn(
+            "B", member_spec(ctx, client, variant, topic, group, cooperative=cooperative)
+        )
+        members.append(b)
+
+        def converged() -> bool:
+            # A clean split, and A out of its slow callback (else the split is not final).
+            revokes = len([e for e in a.of("revoked") if e["p"]])
+            return settled([a, b], PARTITIONS, t_join) and len(a.of("revoke_done")) >= revokes
+
+        t_conv = await wait_until(members, converged, delay * 3 + 60, "A+B converged")
+        # Let anything the slow callback set off (a late rejoin) show up before judging.
+        await wait_until(
+            members, lambda: False if not a.events else a.events[-1]["t"] > t_conv + 2, 10, "tail"
+        )
+        lost = len(a.of("lost"))
+        commit_errors = len(a.of("commit_error"))
+        return {
+            "ok": True,
+            "evicted": bool(lost or commit_errors),
+            "a_lost_events": lost,
+            "a_commit_errors": commit_errors,
+            "converge_s": t_conv - t_join,
+            "duplicates": duplicates(members),
+        }
+    except (MemberGone, TimeoutError) as exc:
+        for m in members:
+            if m.unavailable():
+                return {"ok": False, "unavailable": True, "error": m.unavailable()}
+        return {"ok": False, "unavailable": False, "error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        for m in members:
+            await m.stop()
+        await producer.stop()
+
+
+async def run(ctx: Context) -> dict[str, Any]:
+    outcomes = {config_label(*c): Outcome() for c in CONFIGS}
+    factories = []
+    for rep in range(ctx.plan.reps):
+        for client, variant, coop in CONFIGS:
+
+            async def job(
+                rep: int = rep, client: str = client, variant: str = variant, coop: bool = coop
+            ) -> None:
+                name = config_label(client, variant, coop)
+                if outcomes[name].status == "unavailable":
+                    return
+                result = await one_rep(ctx, client, variant, coop)
+                outcomes[name].record(result)
+                brief = (
+                    f"evicted={result['evicted']} converge {result['converge_s']:.1f}s "
+                    f"dups {result['duplicates']}"
+                    if result.get("ok")
+                    else result.get("error")
+                )
+                ctx.log(f"slow-listener rep {rep + 1} {name}: {brief}")
+
+            factories.append(job)
+    await gather_limited(factories, ctx.parallel)
+    for outcome in outcomes.values():
+        outcome.summarize(METRICS)
+    return {
+        "partitions": PARTITIONS,
+        "revoke_seconds": ctx.plan.slow_revoke_seconds,
+        "session_timeout_ms": ctx.plan.session_timeout_ms,
+        "parallel": ctx.parallel,
+        "configs": {name: o.to_json() for name, o in outcomes.items()},
+    }
