@@ -211,31 +211,48 @@ class Chunk:
                 if (
                     base is not None
                     and count is not None
-                    and kd is None
-                    and vd is None
                     and base >= self.next_offset
                     and batch.next_offset <= end
                     and count <= limit - taken
                 ):
                     # Whole batch wanted: one comprehension, no per-record branches.
                     tst = batch.timestamp_type
-                    recs = [
-                        CR(
-                            topic,
-                            partition,
-                            r.offset,
-                            r.timestamp,
-                            tst,
-                            k,
-                            v,
-                            None,
-                            -1 if k is None else len(k),
-                            -1 if v is None else len(v),
-                            tuple(h) if (h := r.headers) else (),
-                        )
-                        for r in batch
-                        for k, v in ((r.key, r.value),)
-                    ]
+                    if kd is None and vd is None:
+                        recs = [
+                            CR(
+                                topic,
+                                partition,
+                                r.offset,
+                                r.timestamp,
+                                tst,
+                                k,
+                                v,
+                                None,
+                                -1 if k is None else len(k),
+                                -1 if v is None else len(v),
+                                tuple(h) if (h := r.headers) else (),
+                            )
+                            for r in batch
+                            for k, v in ((r.key, r.value),)
+                        ]
+                    else:
+                        recs = [
+                            CR(
+                                topic,
+                                partition,
+                                r.offset,
+                                r.timestamp,
+                                tst,
+                                k if kd is None or k is None else kd(k),
+                                v if vd is None or v is None else vd(v),
+                                None,
+                                -1 if k is None else len(k),
+                                -1 if v is None else len(v),
+                                tuple(h) if (h := r.headers) else (),
+                            )
+                            for r in batch
+                            for k, v in ((r.key, r.value),)
+                        ]
                     if recs:
                         out.extend(recs)
                         taken += len(recs)

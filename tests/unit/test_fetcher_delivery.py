@@ -341,3 +341,11 @@ def test_arrow_without_pyarrow_names_the_extra(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     with pytest.raises(ImportError, match=r"pip install 'aiogroup\[spark\]'"):
         require_pyarrow()
+
+
+def test_deserializers_on_a_split_batch(ready_state: PartitionState) -> None:
+    chunk = make_chunk(ready_state, batch_bytes(0, values(3), keys=[b"a", b"b", None]), 0)
+    out: list[ConsumerRecord] = []
+    assert chunk.take_records(1, out, bytes.upper, len) == 1  # per-record path
+    assert chunk.take_records(5, out, bytes.upper, len) == 2
+    assert [(r.key, r.value) for r in out] == [(b"A", 2), (b"B", 2), (None, 2)]
