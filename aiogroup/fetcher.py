@@ -464,6 +464,9 @@ class Fetcher:
         loop = asyncio.get_running_loop()
         try:
             while True:
+                if self._sub.assignment is None:
+                    for tp in list(self._buffers.keys() | self._cursors.keys()):
+                        self._drop(tp)  # nothing is assigned: free the read-ahead now
                 assignment = await self._sub.wait_for_assignment()
                 self._wake_fut = loop.create_future()
                 try:

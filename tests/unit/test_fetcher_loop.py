@@ -285,3 +285,31 @@ async def test_offsets_for_times_rejects_negative_timestamps() -> None:
 async def test_list_offsets_rejects_non_partitions() -> None:
     with pytest.raises(TypeError, match="TopicPartition"):
         await offsets.list_offsets(object(), {("t", 0): -1}, read_committed=False, timeout=1)  # type: ignore[dict-item]
+
+
+async def test_close_leaves_no_task_behind() -> None:
+    before = asyncio.all_tasks()
+    broker = FakeBroker(log_100_to_110())
+    fetcher, sub, st = await start(broker)
+    st.seek(100)
+    sub.assignment.state(TP).pause()  # type: ignore[union-attr]
+    assert await fetcher.fetched_records((), 0.05) == {}
+    st.resume()
+    assert await read(fetcher, 10) == list(range(100, 110))
+    await fetcher.close()
+    assert asyncio.all_tasks() - before == set()
+    sub.close()
+
+
+async def test_unassigning_everything_frees_the_read_ahead() -> None:
+    broker = FakeBroker(log_100_to_110())
+    fetcher, sub, st = await start(broker)
+    st.seek(100)
+    got = await fetcher.fetched_records((), 5.0, max_records=1)
+    assert [r.offset for r in got[TP]] == [100]  # one record out, the rest buffered
+    assert fetcher.buffered_bytes > 0
+    sub.set_assignment(None)
+    for _ in range(3):
+        await asyncio.sleep(0)  # let the routine see the resolved `unassigned` future
+    assert fetcher.buffered_bytes == 0
+    await stop(fetcher, sub)
