@@ -286,7 +286,6 @@ async def test_buffering_stays_within_bound(
 async def test_arrow_batch_matches_records(
     bootstrap_servers: str, kafka_topic: TopicFactory
 ) -> None:
-    pytest.importorskip("pyarrow")
     from aiogroup.arrow import records_to_arrow
 
     topic = await kafka_topic(partitions=3)

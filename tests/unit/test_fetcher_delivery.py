@@ -280,7 +280,6 @@ async def test_closed_fetcher_refuses() -> None:
 
 
 async def test_arrow_batch_equals_consumer_records() -> None:
-    pytest.importorskip("pyarrow")
     from aiogroup.arrow import records_to_arrow
 
     a, _, _ = await _fetcher_with(3, 7)
@@ -298,7 +297,6 @@ async def test_arrow_batch_equals_consumer_records() -> None:
 
 
 def test_arrow_headers_and_partial_batches(ready_state: PartitionState) -> None:
-    pytest.importorskip("pyarrow")
     from aiogroup.arrow import ColumnBuilder, records_to_arrow
 
     data = batch_bytes(
