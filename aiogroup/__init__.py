@@ -1,3 +1,48 @@
-"""aiogroup: an asyncio-native Kafka consumer-group member."""
+"""aiogroup: an asyncio-native Kafka consumer-group member.
+
+``GroupConsumer`` follows aiokafka's ``AIOKafkaConsumer`` API; the record and
+partition types are aiokafka's own, so both libraries can be mixed.
+"""
+
+from aiogroup.consumer import GroupConsumer
+from aiogroup.errors import (
+    CommitFailedError,
+    ConfigurationError,
+    ConsumerStoppedError,
+    FencedInstanceIdError,
+    IllegalStateError,
+    InvalidTopicNameError,
+    KafkaError,
+    MalformedProtocolDataError,
+    NoOffsetForPartitionError,
+)
+from aiogroup.listeners import AsyncConsumerRebalanceListener, ConsumerRebalanceListener
+from aiogroup.structs import (
+    ConsumerRecord,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    RebalanceProtocol,
+    TopicPartition,
+)
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "AsyncConsumerRebalanceListener",
+    "CommitFailedError",
+    "ConfigurationError",
+    "ConsumerRebalanceListener",
+    "ConsumerRecord",
+    "ConsumerStoppedError",
+    "FencedInstanceIdError",
+    "GroupConsumer",
+    "IllegalStateError",
+    "InvalidTopicNameError",
+    "KafkaError",
+    "MalformedProtocolDataError",
+    "NoOffsetForPartitionError",
+    "OffsetAndMetadata",
+    "OffsetAndTimestamp",
+    "RebalanceProtocol",
+    "TopicPartition",
+]

@@ -172,6 +172,12 @@ class KafkaBroker:
                     f"{self.mode} mode: broker exited with code {self._process.returncode}; "
                     f"log: {self._log_tail()}"
                 )
+            if self.mode == "embedded" and not _port_taken(
+                int(self.bootstrap_servers.rsplit(":", 1)[1])
+            ):
+                # Not listening yet: skip the client, whose failed connect logs an error.
+                await asyncio.sleep(0.05)
+                continue
             client = AIOKafkaClient(bootstrap_servers=self.bootstrap_servers)
             try:
                 await client.bootstrap()
