@@ -60,6 +60,8 @@ CommitCallback = Callable[[Mapping[TopicPartition, OffsetAndMetadata], BaseExcep
 class _Lifecycle:
     NEW = "new"
     STARTED = "started"
+    #: stop() is running: listeners called from it may still commit and read positions.
+    STOPPING = "stopping"
     STOPPED = "stopped"
 
 
@@ -142,10 +144,16 @@ class GroupConsumer:
 
     async def stop(self) -> None:
         """Commit (auto-commit), revoke, leave the group and close; safe to call twice."""
-        if self._lifecycle is _Lifecycle.STOPPED:
+        if self._lifecycle in (_Lifecycle.STOPPED, _Lifecycle.STOPPING):
             return
-        self._lifecycle = _Lifecycle.STOPPED
-        await self._shutdown(graceful=True)
+        if self._lifecycle is _Lifecycle.NEW:
+            self._lifecycle = _Lifecycle.STOPPED
+            return
+        self._lifecycle = _Lifecycle.STOPPING
+        try:
+            await self._shutdown(graceful=True)
+        finally:
+            self._lifecycle = _Lifecycle.STOPPED
 
     async def abort(self) -> None:
         """Drop everything at once, as if the process had died.
@@ -153,10 +161,16 @@ class GroupConsumer:
         No commit, no revoke callback, no LeaveGroup: the group notices only when
         the session expires.  Meant for tests and demos of crash recovery.
         """
-        if self._lifecycle is _Lifecycle.STOPPED:
+        if self._lifecycle in (_Lifecycle.STOPPED, _Lifecycle.STOPPING):
             return
-        self._lifecycle = _Lifecycle.STOPPED
-        await self._shutdown(graceful=False)
+        if self._lifecycle is _Lifecycle.NEW:
+            self._lifecycle = _Lifecycle.STOPPED
+            return
+        self._lifecycle = _Lifecycle.STOPPING
+        try:
+            await self._shutdown(graceful=False)
+        finally:
+            self._lifecycle = _Lifecycle.STOPPED
 
     async def _shutdown(self, *, graceful: bool) -> None:
         try:
@@ -351,8 +365,9 @@ class GroupConsumer:
             result: dict[TopicPartition, OffsetAndMetadata] = {}
             assignment = sub.assignment
             if assignment is not None:
+                # Partitions being revoked are included: a revoke listener commits them.
                 for st in assignment.states():
-                    if st.has_valid_position and not st.revoking:
+                    if st.has_valid_position:
                         assert st.position is not None
                         result[st.tp] = OffsetAndMetadata(st.position, "")
             return result

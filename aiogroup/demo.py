@@ -80,7 +80,9 @@ async def produce(bootstrap: str, topic: str, stop: asyncio.Event) -> Counter[in
             futures = []
             for _ in range(60):
                 partition = i % PARTITIONS
-                futures.append(await producer.send(topic, f"event-{i}".encode(), partition=partition))
+                futures.append(
+                    await producer.send(topic, f"event-{i}".encode(), partition=partition)
+                )
                 produced[partition] += 1
                 i += 1
             await asyncio.gather(*futures)
@@ -113,7 +115,9 @@ async def main() -> int:
         group = unique_name("demo-group")
         say(f"{broker.mode} broker at {broker.bootstrap_servers}; topic {topic}, group {group}")
         stop_producing = asyncio.Event()
-        producer_task = asyncio.create_task(produce(broker.bootstrap_servers, topic, stop_producing))
+        producer_task = asyncio.create_task(
+            produce(broker.bootstrap_servers, topic, stop_producing)
+        )
 
         members: list[Member] = []
         for name in ("alpha", "bravo", "charlie"):
@@ -134,8 +138,10 @@ async def main() -> int:
 
         def balanced(live: list[Member]) -> bool:
             owned = [tp for m in live for tp in m.owned]
-            return len(owned) == PARTITIONS and len(set(owned)) == PARTITIONS and all(
-                m.owned for m in live
+            return (
+                len(owned) == PARTITIONS
+                and len(set(owned)) == PARTITIONS
+                and all(m.owned for m in live)
             )
 
         await wait_until(lambda: balanced(members), 30)
@@ -156,7 +162,11 @@ async def main() -> int:
 
         stop_producing.set()
         produced = await producer_task
-        await asyncio.sleep(1.5)  # let the survivors drain the last events
+
+        def drained() -> bool:
+            return all(m.consumer.lag(tp) == 0 for m in survivors for tp in m.consumer.assignment())
+
+        await wait_until(drained, 15)
         for m in survivors:
             assert m.task is not None
             m.task.cancel()
