@@ -1,0 +1,61 @@
+"""Bad input to GroupConsumer raises at once, naming the problem, with no broker needed."""
+
+from __future__ import annotations
+
+import pytest
+
+from aiogroup import (
+    ConfigurationError,
+    ConsumerStoppedError,
+    GroupConsumer,
+    IllegalStateError,
+    InvalidTopicNameError,
+    TopicPartition,
+)
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error", "fragment"),
+    [
+        (("bad topic",), {"group_id": "g"}, InvalidTopicNameError, "may contain only"),
+        (("t",), {"group_id": "g", "pattern": "t.*"}, ConfigurationError, "not both"),
+        (("t",), {}, ConfigurationError, "needs group_id"),
+        ((), {"partition_assignment_strategy": ("fastest",)}, ConfigurationError, "fastest"),
+        (
+            (),
+            {"heartbeat_interval_ms": 5000, "session_timeout_ms": 5000},
+            ConfigurationError,
+            "heartbeat_interval_ms",
+        ),
+        ((), {"fetch_max_bytes": -1}, ConfigurationError, "fetch_max_bytes"),
+        ((), {"no_such_option": 1}, TypeError, "no_such_option"),
+        ((), {"listener": object()}, TypeError, "on_partitions_revoked"),
+    ],
+)
+def test_constructor_rejects(
+    args: tuple[str, ...], kwargs: dict[str, object], error: type[Exception], fragment: str
+) -> None:
+    with pytest.raises(error, match=fragment):
+        GroupConsumer(*args, **kwargs)  # type: ignore[arg-type]
+
+
+async def test_use_before_start_says_so() -> None:
+    consumer = GroupConsumer(group_id="g")
+    with pytest.raises(IllegalStateError, match="not started"):
+        await consumer.getmany()
+    with pytest.raises(IllegalStateError, match="not started"):
+        consumer.subscribe(["t"])
+    with pytest.raises(IllegalStateError, match="not started"):
+        consumer.assign([TopicPartition("t", 0)])
+    with pytest.raises(IllegalStateError, match="not started"):
+        await consumer.commit()
+
+
+async def test_stop_before_start_then_use_raises_stopped() -> None:
+    consumer = GroupConsumer(group_id="g")
+    await consumer.stop()
+    await consumer.stop()  # idempotent
+    with pytest.raises(ConsumerStoppedError):
+        await consumer.getone()
+    with pytest.raises(ConsumerStoppedError):
+        await consumer.start()
