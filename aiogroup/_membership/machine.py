@@ -663,6 +663,10 @@ class Membership:
         self.member_id = r.member_id
         self.protocol_name = r.protocol_name
         self.leader_id = r.leader
+        # The broker counts the session from the join: a stage that heartbeats before
+        # SyncGroup completes (a revocation after a failed sync) must not inherit the
+        # previous generation's clock.
+        self.timers.reset_session(self._now)
         if self.closing or not self.subscribed:
             return  # _advance leaves the group with the identity just received
         self.state = S.COMPLETING_REBALANCE
@@ -926,6 +930,9 @@ class Membership:
         out.append(A.SendLeaveGroup(self.member_id, why))
 
     def _send_join(self, out: list[A.Action]) -> None:
+        # Java's needsJoinPrepare: one preparation (eager revoke) per rebalance, however
+        # many JoinGroup/SyncGroup retries it takes; cleared when a SyncGroup succeeds.
+        self._prejoin_done = True
         why = self.rejoin_reason or "joining the group"
         self.rejoin_reason = None
         self.last_join_reason = why

@@ -131,7 +131,7 @@ def test_sync_group_code(code: int) -> None:
         R.IGNORE: S.ASSIGNING,
         R.RETRY_BACKOFF: S.UNJOINED,
         R.FIND_COORDINATOR: S.UNJOINED,
-        R.REJOIN: S.REVOKING,  # eager, generation held: revoke (nothing) before rejoining
+        R.REJOIN: S.PREPARING_REBALANCE,  # prepared once per rebalance: no second revoke
         R.LOSE: S.PREPARING_REBALANCE,
         R.FENCED: S.FATAL,
         R.REPORT_RETRY: S.UNJOINED,

@@ -319,7 +319,7 @@ def test_undecodable_assignment_is_reported_and_the_member_rejoins() -> None:
     why = f"undecodable assignment from the group leader: {err!r}"
     assert out == [A.RaiseToApplication(why, exception=err), A.Backoff(BACKOFF, why)]
     out = m.handle(E.TimerFired(), 1.0)
-    assert isinstance(out[0], A.InvokeOnPartitionsRevoked)  # eager: generation 1 held
+    assert isinstance(out[0], A.SendJoinGroup)  # prepared once per rebalance: no revoke
 
 
 def test_assignor_failure_is_reported_and_the_member_rejoins() -> None:
@@ -339,13 +339,23 @@ def test_sync_rebalance_in_progress_rejoins_at_once() -> None:
     m.handle(E.CoordinatorFound(1), 0.0)
     m.handle(join_ok(1), 0.0)
     out = m.handle(sync_error(27, 1), 0.1)
-    # eager: generation 1 is held, so the pre-join revoke runs (with nothing owned)
-    assert out == [A.InvokeOnPartitionsRevoked(frozenset(), commit_first=False)]
-    out = m.handle(E.ListenerCompleted("revoked"), 0.2)
-    assert out == [
-        A.SetAssignment(None),
-        A.SendJoinGroup("SyncGroup: REBALANCE_IN_PROGRESS", "m1", 1, frozenset()),
-    ]
+    # the rebalance was already prepared before the first JoinGroup: no second revoke
+    assert out == [A.SendJoinGroup("SyncGroup: REBALANCE_IN_PROGRESS", "m1", 1, frozenset())]
+
+
+def test_failed_sync_after_a_revoke_does_not_revoke_again() -> None:
+    m = make()
+    to_stable(m, tps(0))
+    m.handle(E.MetadataChanged("more partitions"), 0.1)
+    m.handle(E.ListenerCompleted("revoked"), 0.2)
+    m.handle(join_ok(2), 3.0)
+    out = m.handle(sync_error(27, 2), 3.1)
+    assert out == [A.SendJoinGroup("SyncGroup: REBALANCE_IN_PROGRESS", "m1", 2, frozenset())]
+    m.handle(join_ok(3), 6.0)
+    out = m.handle(sync_ok(3, tps(0)), 6.1)
+    assert out == [A.SetAssignment(tps(0)), A.InvokeOnPartitionsAssigned(tps(0), 3)]
+    # the session clock restarted with the join: no false expiry
+    assert m.handle(E.TimerFired(), 7.1) == [A.SendHeartbeat(3, "m1")]
 
 
 def test_close_commits_revokes_and_leaves() -> None:
