@@ -1,0 +1,272 @@
+"""Shared pieces of the cooperative, upgrade and mixed-client tests.
+
+A :class:`Member` is an aiogroup consumer that journals every rebalance callback
+with the generation it ran in and the partitions the member held at that moment,
+and records when each record was handed to the application.  A :class:`Load`
+produces steadily to every partition and remembers the end offset of each
+partition from the producer's answers (the test broker's ListOffsets(latest) is
+not the log end).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+
+from aiogroup import AsyncConsumerRebalanceListener, GroupConsumer, TopicPartition
+from aiogroup.testing.broker import unique_name
+
+SESSION_MS = 6000
+HEARTBEAT_MS = 1000
+
+Key = tuple[int, int]  # (partition, offset)
+
+
+@dataclass(frozen=True)
+class Call:
+    kind: str  # "revoked" | "assigned" | "lost"
+    partitions: frozenset[int]
+    generation: int | None
+    #: What the member held while the callback ran (before a revoke, after an assign).
+    held: frozenset[int]
+    at: float
+    stopping: bool
+
+
+class Member(AsyncConsumerRebalanceListener):
+    """One aiogroup member: a consumer, its listener journal and its delivery log."""
+
+    def __init__(
+        self,
+        name: str,
+        bootstrap: str,
+        group: str,
+        topic: str,
+        strategy: Iterable[str],
+        progress: asyncio.Event,
+        **options: Any,
+    ) -> None:
+        self.name = name
+        self.topic = topic
+        self.progress = progress
+        self.owned: set[int] = set()
+        self.calls: list[Call] = []
+        self.seen: list[Key] = []
+        #: partition -> loop times at which records of it were handed out.
+        self.deliveries: dict[int, list[float]] = defaultdict(list)
+        self.errors: list[BaseException] = []
+        self.stopping = False
+        opts: dict[str, Any] = dict(
+            bootstrap_servers=bootstrap,
+            group_id=group,
+            client_id=f"{name}-{unique_name('client')}",
+            partition_assignment_strategy=tuple(strategy),
+            auto_offset_reset="earliest",
+            session_timeout_ms=SESSION_MS,
+            heartbeat_interval_ms=HEARTBEAT_MS,
+            auto_commit_interval_ms=500,
+        )
+        opts.update(options)
+        self.consumer = GroupConsumer(**opts)
+        self._task: asyncio.Task[None] | None = None
+
+    # -- listener -----------------------------------------------------------------------
+
+    def _record(self, kind: str, parts: set[TopicPartition], held: set[int]) -> None:
+        self.calls.append(
+            Call(
+                kind,
+                frozenset(tp.partition for tp in parts),
+                self.consumer.generation,
+                frozenset(held),
+                asyncio.get_running_loop().time(),
+                self.stopping,
+            )
+        )
+        self.progress.set()
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        self._record("revoked", revoked, self.owned)
+        self.owned -= {tp.partition for tp in revoked}
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.owned |= {tp.partition for tp in assigned}
+        self._record("assigned", assigned, self.owned)
+
+    async def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
+        self._record("lost", lost, self.owned)
+        self.owned -= {tp.partition for tp in lost}
+
+    # -- consuming ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.consumer.start()
+        self.consumer.subscribe([self.topic], listener=self)
+        self._task = asyncio.create_task(self._consume(), name=f"consume-{self.name}")
+
+    async def _consume(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                batches = await self.consumer.getmany(timeout_ms=100)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # kept for the test to inspect; the member goes on
+                self.errors.append(exc)
+                self.progress.set()
+                continue
+            now = loop.time()
+            for tp, records in batches.items():
+                self.seen.extend((tp.partition, r.offset) for r in records)
+                if records:
+                    self.deliveries[tp.partition].append(now)
+            if batches:
+                self.progress.set()
+
+    async def _halt(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def stop(self) -> None:
+        """Leave cleanly: auto-commit, revoke, LeaveGroup."""
+        self.stopping = True
+        await self._halt()
+        await self.consumer.stop()
+
+    # -- views ------------------------------------------------------------------------------
+
+    def of(self, kind: str, *, stopping: bool = False) -> list[Call]:
+        return [c for c in self.calls if c.kind == kind and c.stopping == stopping]
+
+    @property
+    def protocol_name(self) -> str | None:
+        coordinator = self.consumer._coordinator
+        return None if coordinator is None else coordinator.membership.protocol_name
+
+    @property
+    def rebalance_protocol(self) -> str | None:
+        coordinator = self.consumer._coordinator
+        return None if coordinator is None else coordinator.rebalance_protocol.value
+
+
+class Load:
+    """Steady production to every partition of a topic until stopped."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.partitions = partitions
+        self.end: Counter[int] = Counter()
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._producer: AIOKafkaProducer | None = None
+
+    async def __aenter__(self) -> Load:
+        self._producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=2)
+        await self._producer.start()
+        self._task = asyncio.create_task(self._run(), name=f"load-{self.topic}")
+        return self
+
+    async def _run(self) -> None:
+        assert self._producer is not None
+        i = 0
+        while not self._stop.is_set():
+            futures = []
+            for p in range(self.partitions):
+                futures.append(await self._producer.send(self.topic, f"v{i}".encode(), partition=p))
+                i += 1
+            for md in await asyncio.gather(*futures):
+                self.end[md.partition] = max(self.end[md.partition], md.offset + 1)
+            await asyncio.sleep(0.05)  # the pace of the load, not synchronisation
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._task is not None:
+            await self._task
+            self._task = None
+        if self._producer is not None:
+            await self._producer.stop()
+            self._producer = None
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def expected(self) -> set[Key]:
+        return {(p, o) for p, end in self.end.items() for o in range(end)}
+
+
+async def wait_until(
+    condition: Callable[[], bool],
+    progress: asyncio.Event,
+    timeout: float,
+    what: str,
+    *,
+    poll: float | None = None,
+    describe: Callable[[], object] | None = None,
+) -> None:
+    """Re-check ``condition`` whenever a member reports progress (or every ``poll`` seconds,
+    for members in other threads that cannot set an asyncio event)."""
+
+    async def watch() -> None:
+        while True:
+            progress.clear()
+            if condition():
+                return
+            if poll is None:
+                await progress.wait()
+            else:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(progress.wait(), poll)
+
+    try:
+        await asyncio.wait_for(watch(), timeout)
+    except asyncio.TimeoutError:
+        extra = f"; state: {describe()}" if describe is not None else ""
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}{extra}") from None
+
+
+def exactly_once_cover(owned: Iterable[set[int]], partitions: int) -> bool:
+    """Every partition owned by exactly one of the given members, each owning some."""
+    sets = list(owned)
+    flat = sorted(p for s in sets for p in s)
+    return flat == list(range(partitions)) and all(sets)
+
+
+def overlaps_by_generation(members: Iterable[Member]) -> list[tuple[int, str, str, set[int]]]:
+    """Partitions two members held in the same generation, from their callback journals."""
+    held: dict[int, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
+    for m in members:
+        for c in m.calls:
+            if c.generation is not None and c.generation >= 0:
+                held[c.generation][m.name] |= c.held
+    found = []
+    for gen, by_member in sorted(held.items()):
+        names = sorted(by_member)
+        for i, a in enumerate(names):
+            for b in names[i + 1 :]:
+                both = by_member[a] & by_member[b]
+                if both:
+                    found.append((gen, a, b, both))
+    return found
+
+
+async def committed_offsets(
+    bootstrap: str, group: str, topic: str, partitions: int
+) -> dict[int, int | None]:
+    checker = GroupConsumer(bootstrap_servers=bootstrap, group_id=group)
+    await checker.start()
+    try:
+        return {
+            p: await checker.committed(TopicPartition(topic, p)) for p in range(partitions)
+        }
+    finally:
+        await checker.stop()
