@@ -265,8 +265,6 @@ async def committed_offsets(
     checker = GroupConsumer(bootstrap_servers=bootstrap, group_id=group)
     await checker.start()
     try:
-        return {
-            p: await checker.committed(TopicPartition(topic, p)) for p in range(partitions)
-        }
+        return {p: await checker.committed(TopicPartition(topic, p)) for p in range(partitions)}
     finally:
         await checker.stop()

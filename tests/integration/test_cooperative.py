@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from itertools import pairwise
 
 import pytest
 from group_harness import (
@@ -58,7 +59,7 @@ class JoinRun:
                 t for t in self.a.deliveries[p] if self.b_started <= t <= self.settled
             ]
             times.append(self.settled)
-            worst = max(worst, max(later - earlier for earlier, later in zip(times, times[1:])))
+            worst = max(worst, max(later - earlier for earlier, later in pairwise(times)))
         return worst
 
 
@@ -80,9 +81,11 @@ async def join_scenario(
     b_started = loop.time()
     await b.start()
     await wait_until(
-        lambda: exactly_once_cover([a.owned, b.owned], PARTITIONS)
-        and bool(b.of("assigned"))
-        and a.of("assigned")[-1].generation == b.of("assigned")[-1].generation,
+        lambda: (
+            exactly_once_cover([a.owned, b.owned], PARTITIONS)
+            and bool(b.of("assigned"))
+            and a.of("assigned")[-1].generation == b.of("assigned")[-1].generation
+        ),
         progress,
         WAIT,
         f"{strategy}: A and B to split the partitions",
@@ -139,9 +142,7 @@ async def test_kept_partitions_are_delivered_through_a_cooperative_rebalance(
     async with Load(bootstrap_servers, topic, PARTITIONS) as load:
         eager, coop = await asyncio.gather(
             join_scenario(bootstrap_servers, f"{group_id}-eager", topic, "sticky", load),
-            join_scenario(
-                bootstrap_servers, f"{group_id}-coop", topic, "cooperative-sticky", load
-            ),
+            join_scenario(bootstrap_servers, f"{group_id}-coop", topic, "cooperative-sticky", load),
         )
         assert eager.a.rebalance_protocol == "eager"
         assert coop.a.rebalance_protocol == "cooperative"
