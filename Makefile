@@ -36,7 +36,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
 docs: $(STAMP)
-	$(BIN)/python -m aiogroup.testing.check_docs
+	$(BIN)/python docs/generate.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
