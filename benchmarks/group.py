@@ -8,7 +8,7 @@ import itertools
 import json
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -266,7 +266,7 @@ def member_spec(
     }
 
 
-async def gather_limited(factories: list[Callable[[], Awaitable[T]]], limit: int) -> list[T]:
+async def gather_limited(factories: Sequence[Callable[[], Awaitable[T]]], limit: int) -> list[T]:
     """Run coroutine factories at most ``limit`` at a time, results in input order."""
     sem = asyncio.Semaphore(limit)
 

@@ -84,7 +84,7 @@ class _RssSampler:
     """Samples this process's RSS from a thread, so a blocked client cannot skip samples."""
 
     def __init__(self, interval: float = 0.05) -> None:
-        import psutil
+        import psutil  # type: ignore[import-untyped]
 
         self._proc = psutil.Process()
         self.interval = interval

@@ -6,7 +6,7 @@ the straightforward way (one Python list per column, then ``pa.array``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -38,7 +38,7 @@ def from_records(records: Iterable[Any], schema_: Any) -> Any:
     offsets: list[int] = []
     timestamps: list[int] = []
     ts_types: list[int] = []
-    headers: list[Sequence[tuple[str, bytes]]] = []
+    headers: list[list[dict[str, Any]]] = []
     for r in records:
         keys.append(r.key)
         values.append(r.value)

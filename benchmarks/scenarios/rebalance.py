@@ -10,7 +10,10 @@ pause at all.  Gaps are compared with A's gaps before anything happened.
 
 from __future__ import annotations
 
+import functools
+import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from benchmarks.group import (
@@ -49,8 +52,10 @@ METRICS = {
         "join_gap_a_s",
         "join_gap_unmoved_s",
         "leave_takeover_s",
+        "leave_gap_a_s",
         "leave_gap_unmoved_s",
         "crash_takeover_s",
+        "crash_gap_a_s",
         "crash_gap_unmoved_s",
     )
 }
@@ -70,17 +75,15 @@ def _unmoved_gap(a: Member, kept: set[int], start: float, end: float) -> float:
 async def _takeover(a: Member, moved: set[int], since: float, timeout: float, what: str) -> float:
     """Time until A owns ``moved`` and has delivered a record from each of them."""
 
+    def first_from(p: int) -> float | None:
+        key = str(p)
+        return a.first("batch", after=since, pred=lambda e: key in e["r"])
+
     def done() -> bool:
-        if not moved <= a.owned:
-            return False
-        return all(
-            a.first("batch", after=since, pred=lambda e, p=p: str(p) in e["r"]) for p in moved
-        )
+        return moved <= a.owned and all(first_from(p) is not None for p in moved)
 
     await wait_until([a], done, timeout, what)
-    return max(
-        a.first("batch", after=since, pred=lambda e, p=p: str(p) in e["r"]) or since for p in moved
-    )
+    return max(first_from(p) or since for p in moved)
 
 
 async def one_rep(ctx: Context, client: str, variant: str, cooperative: bool) -> dict[str, Any]:
@@ -110,7 +113,7 @@ async def one_rep(ctx: Context, client: str, variant: str, cooperative: bool) ->
 
         # -- B joins -------------------------------------------------------------------
         before = set(a.owned)
-        t_join = a.events[-1]["t"]
+        t_join = time.monotonic()
         b = await Member.spawn("B", spec())
         members.append(b)
         t_stable = await wait_until(
@@ -133,23 +136,25 @@ async def one_rep(ctx: Context, client: str, variant: str, cooperative: bool) ->
         # -- B leaves cleanly ----------------------------------------------------------
         b_parts = set(b.owned)
         kept = set(a.owned)
-        t_leave = a.events[-1]["t"]
+        t_leave = time.monotonic()
         await b.stop()
         t_done = await _takeover(a, b_parts, t_leave, 90, "A taking over after B left")
         res["leave_takeover_s"] = t_done - t_leave
+        res["leave_gap_a_s"] = longest_gap(a.batch_times(), t_leave, t_done)
         res["leave_gap_unmoved_s"] = _unmoved_gap(a, kept, t_leave, t_done)
 
         # -- C joins, then crashes -----------------------------------------------------
-        t_join2 = a.events[-1]["t"]
+        t_join2 = time.monotonic()
         c = await Member.spawn("C", spec())
         members.append(c)
         await wait_until([a, c], lambda: settled([a, c], PARTITIONS, t_join2), 90, "A+C settled")
         c_parts = set(c.owned)
         kept = set(a.owned)
-        t_crash = a.events[-1]["t"]
+        t_crash = time.monotonic()
         await c.kill()
         t_done = await _takeover(a, c_parts, t_crash, 90, "A taking over after C crashed")
         res["crash_takeover_s"] = t_done - t_crash
+        res["crash_gap_a_s"] = longest_gap(a.batch_times(), t_crash, t_done)
         res["crash_gap_unmoved_s"] = _unmoved_gap(a, kept, t_crash, t_done)
         res["a_lost_events"] = len(a.of("lost"))
         return res
@@ -166,13 +171,11 @@ async def one_rep(ctx: Context, client: str, variant: str, cooperative: bool) ->
 
 async def run(ctx: Context) -> dict[str, Any]:
     outcomes = {config_label(*c): Outcome() for c in CONFIGS}
-    factories = []
+    factories: list[Callable[[], Awaitable[None]]] = []
     for rep in range(ctx.plan.reps):
         for client, variant, coop in CONFIGS:
 
-            async def job(
-                rep: int = rep, client: str = client, variant: str = variant, coop: bool = coop
-            ) -> None:
+            async def job(rep: int, client: str, variant: str, coop: bool) -> None:
                 name = config_label(client, variant, coop)
                 if outcomes[name].status == "unavailable":
                     return
@@ -180,7 +183,7 @@ async def run(ctx: Context) -> dict[str, Any]:
                 outcomes[name].record(result)
                 ctx.log(f"rebalance rep {rep + 1} {name}: {_brief(result)}")
 
-            factories.append(job)
+            factories.append(functools.partial(job, rep, client, variant, coop))
     await gather_limited(factories, ctx.parallel)
     for outcome in outcomes.values():
         outcome.summarize(METRICS)
