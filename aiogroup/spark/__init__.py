@@ -6,6 +6,8 @@
   part of a consumer group; call :func:`register` once per SparkSession.
 """
 
+from aiogroup.spark.ingest import BatchInfo, IngestProgress, SparkIngest, ingest
+from aiogroup.spark.options import SourceOptions, parse_options
 from aiogroup.spark.schema import ARROW_SCHEMA, COLUMNS, records_to_arrow, spark_schema
 from aiogroup.spark.source import AiogroupDataSource, AiogroupStreamReader, register
 
@@ -14,6 +16,12 @@ __all__ = [
     "COLUMNS",
     "AiogroupDataSource",
     "AiogroupStreamReader",
+    "BatchInfo",
+    "IngestProgress",
+    "SourceOptions",
+    "SparkIngest",
+    "ingest",
+    "parse_options",
     "records_to_arrow",
     "register",
     "spark_schema",

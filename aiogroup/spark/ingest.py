@@ -1,0 +1,401 @@
+"""Driver-side ingestion: a GroupConsumer feeds Spark DataFrames to a batch function.
+
+The loop alternates two things on the event loop - collect up to ``max_records``
+records (or whatever arrived within ``max_interval``) as Arrow, then hand them to
+the user's function as a DataFrame - while the function itself runs in a worker
+thread, so heartbeats, rebalances and listener callbacks carry on while Spark works.
+A batch's offsets are committed only after the function returned, and only for
+partitions this member still owns: at-least-once delivery into whatever the function
+writes to.
+
+Revocation is where the choice lies (``on_revoke``):
+
+* ``"finish"`` - the revoke callback waits for the batch in flight, commits the
+  revoked partitions' offsets, and only then lets the partitions go.  The next owner
+  starts exactly after the batch; nothing is processed twice.
+* ``"abandon"`` - the revoke callback returns at once.  The batch's offsets for the
+  revoked partitions are never committed and ``BatchInfo.abandoned`` is set, so the
+  function may stop early; the next owner re-reads those records.
+
+Lost partitions (session expired, fenced) are always abandoned: their offsets can no
+longer be committed by this member.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from aiogroup.errors import ConfigurationError, KafkaError
+from aiogroup.listeners import AsyncConsumerRebalanceListener, as_async_listener
+from aiogroup.spark.schema import conform
+from aiogroup.structs import TopicPartition
+
+__all__ = ["BatchInfo", "IngestProgress", "SparkIngest", "ingest"]
+
+log = logging.getLogger("aiogroup.spark.ingest")
+
+OnRevoke = Literal["finish", "abandon"]
+BatchFunction = Callable[[Any, "BatchInfo"], Any]
+
+
+@dataclass
+class BatchInfo:
+    """What a batch holds; passed to the batch function next to the DataFrame."""
+
+    batch_id: int
+    #: ``[first offset, last offset + 1)`` per partition in this batch.
+    ranges: Mapping[TopicPartition, tuple[int, int]]
+    num_records: int
+    #: Set when some of the batch's partitions were taken away and will not be
+    #: committed (``on_revoke="abandon"`` or lost partitions); the function may stop.
+    abandoned: threading.Event = field(default_factory=threading.Event)
+    abandoned_partitions: set[TopicPartition] = field(default_factory=set)
+    committed_partitions: set[TopicPartition] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class IngestProgress:
+    """A snapshot of the loop's progress (``SparkIngest.progress()``)."""
+
+    batches: int
+    records: int
+    records_per_second: float
+    #: Records between the group's committed offset and the high watermark, per
+    #: owned partition (only partitions whose high watermark is known yet).
+    lag: Mapping[TopicPartition, int]
+    committed: Mapping[TopicPartition, int]
+    abandoned_batches: int
+    in_flight_records: int
+    last_batch_seconds: float | None
+
+    @property
+    def total_lag(self) -> int:
+        return sum(self.lag.values())
+
+
+class _Listener(AsyncConsumerRebalanceListener):
+    def __init__(self, ingest: SparkIngest, user: AsyncConsumerRebalanceListener) -> None:
+        self._ingest = ingest
+        self._user = user
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self._ingest._release(revoked, lost=False)
+        await self._user.on_partitions_revoked(revoked)
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> Any:
+        return await self._user.on_partitions_assigned(assigned)
+
+    async def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
+        await self._ingest._release(lost, lost=True)
+        await self._user.on_partitions_lost(lost)
+
+
+def _ranges(table: pa.Table) -> dict[TopicPartition, tuple[int, int]]:
+    grouped = table.group_by(["topic", "partition"]).aggregate(
+        [("offset", "min"), ("offset", "max")]
+    )
+    return {
+        TopicPartition(row["topic"], row["partition"]): (row["offset_min"], row["offset_max"] + 1)
+        for row in grouped.to_pylist()
+    }
+
+
+def _without(table: pa.RecordBatch, tps: Iterable[TopicPartition]) -> pa.RecordBatch:
+    drop = set(tps)
+    if not drop or table.num_rows == 0:
+        return table
+    keep = None
+    for tp in drop:
+        match = pc.and_(
+            pc.equal(table["topic"], tp.topic), pc.equal(table["partition"], tp.partition)
+        )
+        keep = match if keep is None else pc.or_(keep, match)
+    return table.filter(pc.invert(keep))
+
+
+class SparkIngest:
+    """The ingestion loop; ``await run()`` until ``stop()`` (or cancellation).
+
+    The consumer must be started, created without topics and with
+    ``enable_auto_commit=False``; the loop subscribes it to ``topics`` or ``pattern``
+    with its own rebalance listener, which calls ``listener`` after its own work.
+    """
+
+    def __init__(
+        self,
+        consumer: Any,
+        spark: Any,
+        handle_batch: BatchFunction,
+        *,
+        topics: Iterable[str] | None = None,
+        pattern: str | None = None,
+        listener: object | None = None,
+        max_records: int = 10_000,
+        max_interval: float = 1.0,
+        on_revoke: OnRevoke = "finish",
+        on_progress: Callable[[IngestProgress], Any] | None = None,
+    ) -> None:
+        if not callable(handle_batch):
+            raise TypeError(f"handle_batch must be callable, got {handle_batch!r}")
+        if not isinstance(max_records, int) or isinstance(max_records, bool) or max_records <= 0:
+            raise ValueError(f"max_records must be a positive int, got {max_records!r}")
+        if not isinstance(max_interval, (int, float)) or max_interval <= 0:
+            raise ValueError(f"max_interval must be > 0 seconds, got {max_interval!r}")
+        if on_revoke not in ("finish", "abandon"):
+            raise ValueError(f"on_revoke must be 'finish' or 'abandon', got {on_revoke!r}")
+        topic_list = [topics] if isinstance(topics, str) else list(topics or ())
+        if bool(topic_list) == (pattern is not None):
+            raise ValueError(
+                "ingest() needs exactly one of topics= or pattern=: it subscribes the consumer "
+                "itself, with a rebalance listener that guards the batch in flight"
+            )
+        config = getattr(consumer, "config", None)
+        if config is not None and config.enable_auto_commit:
+            raise ConfigurationError(
+                "ingest() commits each batch after handle_batch returned; create the consumer "
+                "with enable_auto_commit=False"
+            )
+        self._consumer = consumer
+        self._spark = spark
+        self._handle_batch = handle_batch
+        self._topics = topic_list
+        self._pattern = pattern
+        self._listener = _Listener(self, as_async_listener(listener))
+        self._max_records = max_records
+        self._max_interval = float(max_interval)
+        self._on_revoke: OnRevoke = on_revoke
+        self._on_progress = on_progress
+        self._stop = asyncio.Event()
+        self._commit_lock = asyncio.Lock()
+        # One worker thread: batches are processed strictly one after the other.
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="aiogroup-spark-batch"
+        )
+        self._pending: list[pa.RecordBatch] = []
+        self._in_flight: BatchInfo | None = None
+        self._in_flight_done: asyncio.Future[Any] | None = None
+        self._batches = 0
+        self._records = 0
+        self._abandoned_batches = 0
+        self._committed: dict[TopicPartition, int] = {}
+        self._started_at: float | None = None
+        self._last_batch_seconds: float | None = None
+
+    # -- public ----------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Finish (and commit) the batch in flight, then make ``run()`` return."""
+        self._stop.set()
+
+    def progress(self) -> IngestProgress:
+        elapsed = 0.0 if self._started_at is None else time.monotonic() - self._started_at
+        lag: dict[TopicPartition, int] = {}
+        try:
+            owned = self._consumer.assignment()
+        except Exception:
+            owned = set()
+        for tp in owned:
+            try:
+                highwater = self._consumer.highwater(tp)
+            except Exception:
+                continue
+            if highwater is not None:
+                base = self._committed.get(tp)
+                if base is None:
+                    continue
+                lag[tp] = max(0, highwater - base)
+        in_flight = self._in_flight
+        return IngestProgress(
+            batches=self._batches,
+            records=self._records,
+            records_per_second=self._records / elapsed if elapsed > 0 else 0.0,
+            lag=lag,
+            committed=dict(self._committed),
+            abandoned_batches=self._abandoned_batches,
+            in_flight_records=0 if in_flight is None else in_flight.num_records,
+            last_batch_seconds=self._last_batch_seconds,
+        )
+
+    async def run(self) -> IngestProgress:
+        """Ingest until ``stop()``; raises what ``handle_batch`` raised (uncommitted)."""
+        if self._pattern is not None:
+            self._consumer.subscribe(pattern=self._pattern, listener=self._listener)
+        else:
+            self._consumer.subscribe(topics=self._topics, listener=self._listener)
+        self._started_at = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                table = await self._collect()
+                if table is not None and table.num_rows:
+                    await self._process(table)
+        finally:
+            self._executor.shutdown(wait=False)
+        return self.progress()
+
+    # -- the loop --------------------------------------------------------------------------
+
+    async def _collect(self) -> pa.Table | None:
+        """Records until max_records, max_interval after the first one, or stop()."""
+        loop = asyncio.get_running_loop()
+        self._pending = []
+        count = 0
+        deadline: float | None = None
+        while count < self._max_records and not self._stop.is_set():
+            now = loop.time()
+            if deadline is not None and now >= deadline:
+                break
+            # Wait in short slices so stop() is noticed even on an idle topic.
+            wait = min(self._max_interval, 0.5) if deadline is None else deadline - now
+            chunk = await self._consumer.getmany_arrow(
+                timeout_ms=max(1, int(wait * 1000)), max_records=self._max_records - count
+            )
+            if chunk is None or chunk.num_rows == 0:
+                continue
+            if deadline is None:
+                deadline = loop.time() + self._max_interval
+            self._pending.append(conform(chunk))
+            count = sum(b.num_rows for b in self._pending)
+        if not self._pending:
+            return None
+        table = pa.Table.from_batches(self._pending)
+        self._pending = []
+        return table
+
+    async def _process(self, table: pa.Table) -> None:
+        info = BatchInfo(batch_id=self._batches, ranges=_ranges(table), num_records=table.num_rows)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        self._in_flight = info
+        done = loop.run_in_executor(self._executor, self._call_user, table, info)
+        self._in_flight_done = done
+        try:
+            # Shielded: cancelling run() must not pretend the thread stopped; the batch
+            # is simply left uncommitted.
+            await asyncio.shield(done)
+            await self._commit(info, set(info.ranges))
+        finally:
+            self._in_flight = None
+            self._in_flight_done = None
+        self._batches += 1
+        self._records += info.num_records
+        if info.abandoned_partitions:
+            self._abandoned_batches += 1
+        self._last_batch_seconds = loop.time() - started
+        progress = self.progress()
+        log.info(
+            "batch %d: %d records in %.2fs, %.0f records/s overall, lag %d",
+            info.batch_id,
+            info.num_records,
+            self._last_batch_seconds,
+            progress.records_per_second,
+            progress.total_lag,
+        )
+        if self._on_progress is not None:
+            self._on_progress(progress)
+
+    def _call_user(self, table: pa.Table, info: BatchInfo) -> Any:
+        frame = self._spark.createDataFrame(table)
+        return self._handle_batch(frame, info)
+
+    async def _commit(self, info: BatchInfo, tps: set[TopicPartition]) -> None:
+        async with self._commit_lock:
+            owned = self._consumer.assignment()
+            offsets = {
+                tp: info.ranges[tp][1]
+                for tp in tps
+                if tp in owned
+                and tp not in info.abandoned_partitions
+                and tp not in info.committed_partitions
+            }
+            if not offsets:
+                return
+            try:
+                await self._consumer.commit(offsets)
+            except KafkaError as exc:
+                # The partitions moved on (rebalance, fencing): their records will be
+                # delivered again to the next owner - at-least-once, never lost.
+                log.warning("batch %d: commit of %s failed: %r", info.batch_id, offsets, exc)
+                return
+            info.committed_partitions |= set(offsets)
+            self._committed.update(offsets)
+
+    async def _release(self, partitions: set[TopicPartition], *, lost: bool) -> None:
+        """Runs in the rebalance listener, before ``partitions`` leave this member."""
+        # Records collected but not yet handed over: their partitions restart from the
+        # committed offset wherever they go next (here too, after an eager rebalance).
+        self._pending = [_without(b, partitions) for b in self._pending]
+        for tp in partitions:
+            self._committed.pop(tp, None)
+        info, done = self._in_flight, self._in_flight_done
+        if info is None or done is None:
+            return
+        touched = partitions & set(info.ranges)
+        if not touched:
+            return
+        if lost or self._on_revoke == "abandon":
+            info.abandoned_partitions |= touched
+            info.abandoned.set()
+            log.info("batch %d: abandoning %s", info.batch_id, sorted(touched))
+            return
+        log.info("batch %d: finishing before releasing %s", info.batch_id, sorted(touched))
+        try:
+            await asyncio.shield(done)
+        except Exception:
+            return  # the loop re-raises the function's error; nothing to commit
+        await self._commit(info, touched)
+
+
+async def ingest(
+    consumer: Any,
+    spark: Any,
+    handle_batch: BatchFunction,
+    *,
+    topics: Iterable[str] | None = None,
+    pattern: str | None = None,
+    listener: object | None = None,
+    max_records: int = 10_000,
+    max_interval: float = 1.0,
+    on_revoke: OnRevoke = "finish",
+    on_progress: Callable[[IngestProgress], Any] | None = None,
+    stop: asyncio.Event | None = None,
+) -> IngestProgress:
+    """Run :class:`SparkIngest` until ``stop`` is set (or the task is cancelled).
+
+    ``handle_batch(df, info)`` runs in a worker thread with a Spark DataFrame of the
+    batch (built from Arrow, columns as Spark's Kafka source) and its
+    :class:`BatchInfo`; the batch's offsets are committed after it returns.
+    """
+    runner = SparkIngest(
+        consumer,
+        spark,
+        handle_batch,
+        topics=topics,
+        pattern=pattern,
+        listener=listener,
+        max_records=max_records,
+        max_interval=max_interval,
+        on_revoke=on_revoke,
+        on_progress=on_progress,
+    )
+    if stop is None:
+        return await runner.run()
+
+    async def relay() -> None:
+        await stop.wait()
+        runner.stop()
+
+    relay_task = asyncio.get_running_loop().create_task(relay())
+    try:
+        return await runner.run()
+    finally:
+        relay_task.cancel()
