@@ -176,7 +176,18 @@ def _consumer_option(key: str, value: str) -> tuple[str, Any]:
         )
     if name == "partition_assignment_strategy":
         return name, tuple(part.strip() for part in value.split(",") if part.strip())
-    return name, _consumer_value(value)
+    converted = _consumer_value(value)
+    spec = ConsumerConfig.__dataclass_fields__.get(name)
+    default = None if spec is None else spec.default
+    if isinstance(default, bool) and not isinstance(converted, bool):
+        raise ConfigurationError(f"option {key} must be 'true' or 'false', got {value!r}")
+    if (
+        isinstance(default, int)
+        and not isinstance(default, bool)
+        and (not isinstance(converted, int) or isinstance(converted, bool))
+    ):
+        raise ConfigurationError(f"option {key} must be an integer, got {value!r}")
+    return name, converted
 
 
 def _starting_offsets(value: str) -> StartingOffsets:
