@@ -38,7 +38,7 @@ class Plan:
     slow_revoke_seconds: float = 15.0
     scale_members: tuple[int, ...] = (1, 2, 4, 8)
     scale_partitions: int = 64
-    scale_records: int = 500_000
+    scale_records: int = 2_000_000
 
     @classmethod
     def make(cls, quick: bool, reps: int | None = None) -> Plan:
@@ -56,7 +56,7 @@ class Plan:
                 commits=100,
                 stall_seconds=5.0,
                 scale_members=(1, 2, 4),
-                scale_records=100_000,
+                scale_records=300_000,
             )
         return cls(quick=False, reps=reps or 3)
 

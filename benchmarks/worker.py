@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 import traceback
+from pathlib import Path
 from typing import Any
 
 from benchmarks import adapters, rawfetch
@@ -22,12 +23,25 @@ from benchmarks.adapters.base import NotAvailable
 RESULT_PREFIX = "RESULT "
 
 
+def peak_rss_mib() -> float:
+    """This process's own RSS high-water mark.
+
+    Not ``ru_maxrss``: Linux carries that across fork+exec, so a worker started by a
+    big orchestrator would report the orchestrator's size.  ``VmHWM`` belongs to the
+    address space the worker got at exec.
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def _rusage() -> dict[str, float]:
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    return {
-        "cpu_total_s": usage.ru_utime + usage.ru_stime,
-        "peak_rss_mib": usage.ru_maxrss / 1024,  # Linux reports KiB
-    }
+    return {"cpu_total_s": usage.ru_utime + usage.ru_stime, "peak_rss_mib": peak_rss_mib()}
 
 
 def _cpu() -> float:
