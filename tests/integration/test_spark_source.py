@@ -20,12 +20,12 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from aiokafka import AIOKafkaProducer  # noqa: E402
+from aiokafka import AIOKafkaProducer
 
-from aiogroup.consumer import GroupConsumer  # noqa: E402
-from aiogroup.spark import register  # noqa: E402
-from aiogroup.structs import TopicPartition  # noqa: E402
-from aiogroup.testing import KafkaBroker  # noqa: E402
+from aiogroup.consumer import GroupConsumer
+from aiogroup.spark import register
+from aiogroup.structs import TopicPartition
+from aiogroup.testing import KafkaBroker
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
