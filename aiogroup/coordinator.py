@@ -259,15 +259,21 @@ class GroupCoordinator:
         cluster.add_listener(self._on_metadata)
         self._spawn(self._watch_subscription(), "subscription-watcher")
         self._spawn(self._refresh_committed_loop(), "commit-refresh")
+        # One getter outlives timeouts: wait() never cancels it, so no inbox item is
+        # lost to a timeout and cancelling the routine never waits on the getter.
+        getter: asyncio.Task[_InboxItem] | None = None
         try:
             self._on_subscription_poke()
             while self._membership.state not in (MemberState.CLOSED, MemberState.FATAL):
                 deadline = self._membership.next_deadline()
                 timeout = None if deadline is None else max(0.0, deadline - loop.time())
+                if getter is None:
+                    getter = loop.create_task(self._inbox.get())
+                done, _ = await asyncio.wait({getter}, timeout=timeout)
                 item: _InboxItem
-                try:
-                    item = await asyncio.wait_for(self._inbox.get(), timeout)
-                except asyncio.TimeoutError:
+                if getter in done:
+                    item, getter = getter.result(), None
+                else:
                     item = E.TimerFired()
                 self._dispatch(item)
         except asyncio.CancelledError:
@@ -281,6 +287,8 @@ class GroupCoordinator:
             self._subscription.report_error(KafkaError(f"group coordination failed: {exc!r}"))
             raise
         finally:
+            if getter is not None:
+                getter.cancel()
             cluster.remove_listener(self._on_metadata)
             await self._cancel_children()
 

@@ -13,6 +13,7 @@ still travels through real sockets to the real broker.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import struct
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from typing import Any
 from aiokafka.client import AIOKafkaClient
 
 HEARTBEAT_API_KEY = 12
+LEAVE_GROUP_API_KEY = 13
 
 
 class FaultProxy:
@@ -33,6 +35,11 @@ class FaultProxy:
         self._writers: set[asyncio.StreamWriter] = set()
         self._heartbeat_errors: list[int] = []
         self.injected = 0
+        #: requests seen on the wire, by API key
+        self.requests: collections.Counter[int] = collections.Counter()
+        self._seen: collections.defaultdict[int, asyncio.Event] = collections.defaultdict(
+            asyncio.Event
+        )
         self.port = 0
 
     async def start(self) -> FaultProxy:
@@ -88,11 +95,16 @@ class FaultProxy:
         finally:
             writer.close()
 
-    @staticmethod
-    def _note_request(payload: bytes, inflight: dict[int, tuple[int, int]]) -> bytes:
+    def _note_request(self, payload: bytes, inflight: dict[int, tuple[int, int]]) -> bytes:
         api_key, version, correlation = struct.unpack(">hhi", payload[:8])
         inflight[correlation] = (api_key, version)
+        self.requests[api_key] += 1
+        self._seen[api_key].set()
         return payload
+
+    async def wait_for_request(self, api_key: int) -> None:
+        """Until a request of this API has gone through (at any time since start)."""
+        await self._seen[api_key].wait()
 
     def _rewrite_response(self, payload: bytes, inflight: dict[int, tuple[int, int]]) -> bytes:
         (correlation,) = struct.unpack(">i", payload[:4])
