@@ -160,3 +160,34 @@ async def test_stop_leaves_no_task_behind(
     left = {t for t in asyncio.all_tasks() - before if not t.done()}
     left.discard(asyncio.current_task())  # type: ignore[arg-type]
     assert not [t.get_name() for t in left if t.get_name().startswith("aiogroup")]
+
+
+async def test_pattern_subscription_picks_up_new_matching_topics(
+    bootstrap_servers: str, group_id: str, kafka_topic: Any, journal: Journal
+) -> None:
+    prefix = unique_name("pat")
+    first = await kafka_topic(partitions=1, name=f"{prefix}-one")
+    await kafka_topic(partitions=1, name=unique_name("other"))  # must not match
+    listener = contract.Recorder("a", journal)
+    consumer = GroupConsumer(
+        pattern=f"^{prefix}-.*",
+        listener=listener,
+        bootstrap_servers=bootstrap_servers,
+        group_id=group_id,
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=1000,
+        metadata_max_age_ms=1000,  # new topics are seen at the next metadata refresh
+    )
+    await consumer.start()
+    try:
+        await journal.wait_for(
+            lambda c: {tp.topic for tp in consumer.assignment()} == {first}, "first topic"
+        )
+        second = await kafka_topic(partitions=1, name=f"{prefix}-two")
+        await journal.wait_for(
+            lambda c: {tp.topic for tp in consumer.assignment()} == {first, second},
+            "second topic",
+        )
+        assert journal.of("a", "lost") == []
+    finally:
+        await consumer.stop()
