@@ -1,0 +1,103 @@
+"""GroupCoordinator pieces that need no broker: the leader's assignment, the commit gate."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from aiogroup._membership import actions as A
+from aiogroup._protocol.results import JoinGroupMember
+from aiogroup.assignors import resolve_assignors
+from aiogroup.config import ConsumerConfig
+from aiogroup.consumer_protocol import ConsumerSubscription, encode_subscription
+from aiogroup.coordinator import GroupCoordinator
+from aiogroup.errors import CommitFailedError, KafkaError, MalformedProtocolDataError
+from aiogroup.structs import OffsetAndMetadata, TopicPartition
+from aiogroup.subscription import SubscriptionState
+
+
+class FakeCluster:
+    def __init__(self, partitions: dict[str, int]) -> None:
+        self._partitions = partitions
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        n = self._partitions.get(topic)
+        return None if n is None else set(range(n))
+
+    def topics(self, exclude_internal_topics: bool = True) -> set[str]:
+        return set(self._partitions)
+
+    def add_listener(self, listener: Any) -> None:
+        pass
+
+    def remove_listener(self, listener: Any) -> None:
+        pass
+
+
+class FakeClient:
+    """Only what the leader's assignment touches; any request fails loudly."""
+
+    def __init__(self, partitions: dict[str, int]) -> None:
+        self.cluster = FakeCluster(partitions)
+
+    def set_topics(self, topics: Any) -> asyncio.Future[bool]:
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        fut.set_result(True)
+        return fut
+
+    def get_random_node(self) -> None:
+        return None  # no broker: coordinator lookups fail and are retried after a backoff
+
+    async def send(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("no request expected")
+
+
+def make_coordinator(partitions: dict[str, int]) -> tuple[GroupCoordinator, SubscriptionState]:
+    config = ConsumerConfig(group_id="g", session_timeout_ms=6000, heartbeat_interval_ms=1000)
+    sub = SubscriptionState()
+    coordinator = GroupCoordinator(
+        FakeClient(partitions),  # type: ignore[arg-type]
+        sub,
+        config,
+        resolve_assignors(["range"]),
+    )
+    return coordinator, sub
+
+
+def member(member_id: str, topics: tuple[str, ...]) -> JoinGroupMember:
+    return JoinGroupMember(member_id, None, encode_subscription(ConsumerSubscription(topics)))
+
+
+async def test_leader_gives_a_member_with_undecodable_metadata_nothing() -> None:
+    coordinator, sub = make_coordinator({"t": 4})
+    action = A.ComputeAssignment(
+        3, "range", (member("a", ("t",)), JoinGroupMember("bad", None, b"\x00\x07garbage"))
+    )
+    result = await coordinator._assign(action)
+    assert result["bad"].partitions == ()
+    assert sorted(result["a"].partitions) == [TopicPartition("t", p) for p in range(4)]
+    assert isinstance(sub.pending_error, MalformedProtocolDataError)
+
+
+async def test_leader_refuses_an_assignor_it_does_not_have() -> None:
+    coordinator, _ = make_coordinator({"t": 1})
+    with pytest.raises(KafkaError, match="roundrobin"):
+        await coordinator._assign(A.ComputeAssignment(1, "roundrobin", (member("a", ("t",)),)))
+
+
+async def test_commit_outside_a_generation_is_refused_without_a_request() -> None:
+    coordinator, sub = make_coordinator({"t": 1})
+    sub.subscribe(["t"])
+    await coordinator.start()
+    try:
+        with pytest.raises(CommitFailedError, match="not part of an active generation"):
+            await coordinator.commit_offsets(
+                {TopicPartition("t", 0): OffsetAndMetadata(1, "")}, timeout=1
+            )
+        routine = coordinator._routine
+        assert routine is not None and not routine.done()  # lookups fail, nothing crashed
+    finally:
+        await coordinator.abort()
+    assert routine.cancelled()
