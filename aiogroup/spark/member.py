@@ -243,13 +243,13 @@ class SourceMember:
             timeout=self._timeout,
         )
 
+    async def owned_end_offsets(self) -> dict[TopicPartition, int]:
+        """End offsets of the partitions owned right now (read on the loop thread)."""
+        return await self.end_offsets(self.owned())
+
     @property
     def _timeout(self) -> float:
-        return (
-            float(self._consumer.config.request_timeout_ms) / 1000
-            if hasattr(self._consumer, "config")
-            else 40.0
-        )
+        return float(self._consumer.config.request_timeout_ms) / 1000
 
     async def view(self, start: BatchOffset) -> PartitionView:
         """Owned partitions with the offset each next range begins at and the log end.

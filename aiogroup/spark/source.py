@@ -97,7 +97,7 @@ class AiogroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         member = self._started_member()
         self._targets = member.call(
-            member.end_offsets(member.owned()), self._timeout, "reading end offsets"
+            member.owned_end_offsets(), self._timeout, "reading end offsets"
         )
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
@@ -127,7 +127,7 @@ class AiogroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         member = self._member
         if member is None:
             return None
-        ends = member.call(member.end_offsets(member.owned()), self._timeout, "reading ends")
+        ends = member.call(member.owned_end_offsets(), self._timeout, "reading ends")
         return BatchOffset(ends).to_json()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
