@@ -499,6 +499,7 @@ class Membership:
         self._poll_expired_at: float | None = None
         self._stable_since = now
         self._next_auto_commit: float | None = None
+        self._heartbeats_were_active = False
         self._now = now
 
     # -- queries ---------------------------------------------------------------------------
@@ -1027,7 +1028,13 @@ class Membership:
                     f"({self.rebalance_timeout:g}s)",
                 )
             )
-        if self.heartbeats_active:
+        active = self.heartbeats_active
+        if active and not self._heartbeats_were_active:
+            # Heartbeating resumes (e.g. a revoke after a failed JoinGroup): as in Java,
+            # the session clock restarts; the first answer tells whether it survived.
+            self.timers.reset_session(now)
+        self._heartbeats_were_active = active
+        if active:
             if self.timers.session_expired(now):
                 self._lose(
                     f"session expired: no successful heartbeat for {self.timers.session_timeout:g}s"

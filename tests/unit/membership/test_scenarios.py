@@ -531,3 +531,16 @@ def test_unused_heartbeat_result_import_guard() -> None:
     m.handle(E.TimerFired(), 1.0)
     assert m.handle(E.HeartbeatResponseReceived(HeartbeatResult(0, 50), 1), 1.0) == []
     assert m.timers.session_deadline() == 1.0 + SESSION
+
+
+def test_session_clock_restarts_when_heartbeating_resumes() -> None:
+    m = make(COOPERATIVE)
+    to_stable(m, tps(0))
+    m.handle(E.MetadataChanged("more partitions"), 0.5)  # cooperative: rejoin keeping p0
+    assert m.state is S.PREPARING_REBALANCE
+    m.handle(join_error(14), SESSION + 1)  # no heartbeats while joining
+    out = m.handle(E.SubscriptionChanged(False, "unsubscribed"), SESSION + 1)
+    # still generation 1: revoked (not lost), and heartbeats start over from now
+    assert out == [A.MarkRevoking(tps(0)), A.InvokeOnPartitionsRevoked(tps(0), False)]
+    assert m.generation_id == 1
+    assert m.handle(E.TimerFired(), SESSION + 1 + HEARTBEAT) == [A.SendHeartbeat(1, "m1")]
