@@ -14,6 +14,7 @@ from collections.abc import AsyncGenerator, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from aiokafka.errors import OffsetOutOfRangeError
 
 from aiogroup.spark._consumers import new_consumer
 from aiogroup.spark.options import SourceOptions
@@ -37,7 +38,16 @@ async def _chunks(options: SourceOptions, rng: OffsetRange) -> AsyncGenerator[pa
         last_progress = loop.time()
         while next_offset < rng.until_offset:
             wanted = min(_MAX_RECORDS_PER_CHUNK, rng.until_offset - next_offset)
-            chunk = await consumer.getmany_arrow(rng.tp, timeout_ms=_POLL_MS, max_records=wanted)
+            try:
+                chunk = await consumer.getmany_arrow(
+                    rng.tp, timeout_ms=_POLL_MS, max_records=wanted
+                )
+            except OffsetOutOfRangeError as exc:
+                raise OffsetOutOfRangeError(
+                    f"aiogroup source: records of {rng.topic}-{rng.partition} from offset "
+                    f"{next_offset} are gone (deleted by retention?); set failOnDataLoss=false "
+                    f"to read what is left"
+                ) from exc
             if chunk is not None and chunk.num_rows:
                 chunk = conform(chunk)
                 keep = pc.less(chunk.column("offset"), pa.scalar(rng.until_offset, pa.int64()))
