@@ -72,7 +72,11 @@ __all__ = [
     "Membership",
     "MembershipProtocolError",
     "Reaction",
+    "code_name",
+    "commit_outcome",
     "mermaid_diagram",
+    "offset_fetch_outcome",
+    "reaction",
 ]
 
 Partitions = frozenset["TopicPartition"]
