@@ -78,7 +78,9 @@ class SourceMember:
         self._consumer: Any = None
         self._client: Any = None
         self._poller: asyncio.Task[None] | None = None
-        self._assigned_once: asyncio.Event | None = None
+        # Set while the member holds a settled assignment; cleared from a revocation
+        # until the next assignment, so no batch is planned mid-rebalance.
+        self._settled: asyncio.Event | None = None
         self._error: BaseException | None = None
         self._stopped = False
         self._stop_lock = threading.Lock()
@@ -171,7 +173,7 @@ class SourceMember:
 
     async def _start(self) -> None:
         opts = self._options
-        self._assigned_once = asyncio.Event()
+        self._settled = asyncio.Event()
         self._consumer = new_consumer(**opts.group_consumer_kwargs())
         await self._consumer.start()
         subscribe(self._consumer, opts.topics, opts.pattern, _Listener(self))
@@ -211,11 +213,13 @@ class SourceMember:
             self._consumer.pause(*assigned)
         self._gained |= assigned
         log.info("aiogroup source: assigned %s", sorted(assigned))
-        assert self._assigned_once is not None
-        self._assigned_once.set()
+        assert self._settled is not None
+        self._settled.set()
 
     def _on_revoked(self, revoked: set[TopicPartition]) -> None:
         log.info("aiogroup source: revoked %s", sorted(revoked))
+        if revoked and self._settled is not None:
+            self._settled.clear()
         for tp in revoked:
             self._gained.discard(tp)
             self._floor.pop(tp, None)
@@ -226,10 +230,14 @@ class SourceMember:
             raise self._error
 
     async def wait_assigned(self) -> None:
-        """Wait for the first assignment (possibly empty) of this member."""
-        assert self._assigned_once is not None
+        """Wait until the member holds a settled assignment (possibly empty).
+
+        An eager rebalance revokes everything before assigning again; planning in
+        between would see no partitions - and an availableNow run would end early.
+        """
+        assert self._settled is not None
         self._raise_pending()
-        await self._assigned_once.wait()
+        await self._settled.wait()
 
     def owned(self) -> set[TopicPartition]:
         return set(self._consumer.assignment())
@@ -243,8 +251,10 @@ class SourceMember:
             timeout=self._timeout,
         )
 
-    async def owned_end_offsets(self) -> dict[TopicPartition, int]:
-        """End offsets of the partitions owned right now (read on the loop thread)."""
+    async def owned_end_offsets(self, settle: bool = True) -> dict[TopicPartition, int]:
+        """End offsets of the owned partitions (once the assignment is settled, if asked)."""
+        if settle:
+            await self.wait_assigned()
         return await self.end_offsets(self.owned())
 
     @property
@@ -261,7 +271,7 @@ class SourceMember:
         wins when it is ahead (the last batch finished but its group commit did not).
         With neither, ``startingOffsets`` decides.
         """
-        self._raise_pending()
+        await self.wait_assigned()
         owned = self.owned()
         ends = await self.end_offsets(owned)
         gained = sorted(self._gained & owned)

@@ -127,7 +127,7 @@ class AiogroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         member = self._member
         if member is None:
             return None
-        ends = member.call(member.owned_end_offsets(), self._timeout, "reading ends")
+        ends = member.call(member.owned_end_offsets(settle=False), self._timeout, "reading ends")
         return BatchOffset(ends).to_json()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:

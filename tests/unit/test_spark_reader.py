@@ -52,7 +52,7 @@ class StubMember:
         begins = {tp: start.positions.get(tp, b) for tp, b in self.begins.items()}
         return PartitionView(begins=begins, ends=dict(self.ends))
 
-    async def owned_end_offsets(self) -> dict[TopicPartition, int]:
+    async def owned_end_offsets(self, settle: bool = True) -> dict[TopicPartition, int]:
         return dict(self.ends)
 
     async def commit(self, done: BatchOffset) -> dict[TopicPartition, int]:
