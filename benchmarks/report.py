@@ -64,6 +64,8 @@ METHOD = """\
   Several independent groups may run at once (see "parallel" in each section) to
   keep the whole run short; their waits are timer-bound, and the baseline gap
   shows the resulting contention.
+- **Noise**: the machine may be shared (two cores, other work running); a wide
+  min-max range means one repetition was disturbed, which the median absorbs.
 - **Adding a client** is one module in `benchmarks/adapters/`: a subclass of
   `Adapter` (`assign`, `subscribe`, `poll`, `commit`, `close`; `drain` for a
   blocking client's hot loop) and a `VARIANTS` table, registered in
