@@ -549,6 +549,8 @@ def plots(results: dict[str, Any], out_dir: Path) -> dict[str, str]:
             ax.set_ylabel("thousand records/s, all members")
             ax.set_title("Scale: 64 partitions")
             ax.set_xscale("log", base=2)
+            sizes = sorted({int(n) for by_n in scale.values() for n in by_n})
+            ax.set_xticks(sizes, [str(n) for n in sizes])
             ax.legend()
             fig.tight_layout()
             path = out_dir / "scale.png"
