@@ -150,7 +150,7 @@ async def memory(spec: dict[str, Any]) -> dict[str, Any]:
         "stall_peak_mib": stalled_peak / 2**20,
         "growth_mib": (stalled_peak - baseline) / 2**20,
         "first_poll_records": first,
-        "buffer_bound": adapter.buffer_bound,
+        "buffer_bound": adapter.describe_bound(),
         "rss_trace": [(round(t - sampler.samples[0][0], 3), r / 2**20) for t, r in sampler.samples][
             ::4
         ],

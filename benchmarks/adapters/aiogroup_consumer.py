@@ -71,6 +71,12 @@ class AiogroupAdapter(Adapter):
 
     consumer: Any = None
 
+    def describe_bound(self) -> str:
+        limit = self.variant.options.get("max_buffered_bytes")
+        if limit is None:
+            return self.buffer_bound
+        return f"max_buffered_bytes ({limit / 2**20:.0f} MiB) of decoded, undelivered records"
+
     def _new(self, group_id: str | None, **extra: Any) -> Any:
         from aiogroup.consumer import GroupConsumer
 

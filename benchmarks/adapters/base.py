@@ -114,6 +114,10 @@ class Adapter(abc.ABC):
     #: The client's modules, imported by ``preload`` so that memory baselines include them.
     imports: ClassVar[tuple[str, ...]] = ()
 
+    def describe_bound(self) -> str:
+        """``buffer_bound`` for this configuration (a variant may change the bound)."""
+        return self.buffer_bound
+
     def preload(self) -> None:
         for module in self.imports:
             importlib.import_module(module)
