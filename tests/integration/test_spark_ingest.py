@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import threading
@@ -41,14 +42,14 @@ def spark() -> Iterator[Any]:
 
 
 async def produce(
-    servers: str, topic: str, count: int, partitions: int
+    servers: str, topic: str, count: int, partitions: int, first: int = 0
 ) -> dict[TopicPartition, int]:
     producer = AIOKafkaProducer(bootstrap_servers=servers, linger_ms=5)
     await producer.start()
     try:
         futures = [
             await producer.send(topic, str(i).encode(), partition=i % partitions)
-            for i in range(count)
+            for i in range(first, first + count)
         ]
         results = await asyncio.gather(*futures)
     finally:
@@ -128,9 +129,26 @@ async def wait_until(
 async def test_ingest_while_a_second_member_joins(
     spark: Any, bootstrap_servers: str, kafka_topic: TopicFactory, group_id: str
 ) -> None:
-    partitions, total = 4, 20_000
+    partitions, total = 4, 10_000
     topic = await kafka_topic(partitions=partitions)
     ends = await produce(bootstrap_servers, topic, total, partitions)
+
+    async def produce_more(count: int) -> None:
+        nonlocal total
+        more = await produce(bootstrap_servers, topic, count, partitions, first=total)
+        total += count
+        ends.update(more)
+
+    b_assigned = asyncio.Event()
+
+    class BListener:
+        async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+            if assigned:
+                b_assigned.set()
+
+        async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+            pass
+
     loop = asyncio.get_running_loop()
     recorders = {name: Recorder(loop, name) for name in ("a", "b")}
     recorders["a"].threshold = 2_000
@@ -145,7 +163,7 @@ async def test_ingest_while_a_second_member_joins(
 
     tasks: dict[str, asyncio.Task[IngestProgress]] = {}
 
-    async def launch(name: str) -> None:
+    async def launch(name: str, listener: object | None = None) -> None:
         consumer = consumers[name]
         await consumer.start()
         recorders[name].spy_on(consumer)
@@ -155,6 +173,7 @@ async def test_ingest_while_a_second_member_joins(
                 spark,
                 recorders[name].handle,
                 topics=[topic],
+                listener=listener,
                 max_records=1_000,
                 max_interval=0.5,
                 on_revoke="finish",
@@ -168,7 +187,14 @@ async def test_ingest_while_a_second_member_joins(
     try:
         await launch("a")
         await asyncio.wait_for(recorders["a"].progressed.wait(), 120)
-        await launch("b")
+        await launch("b", BListener())
+        # Keep records flowing into every partition while B joins, so that A is busy
+        # during the rebalance and B has records of its own once it owns partitions.
+        while not b_assigned.is_set():
+            await produce_more(400)
+            with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+                await asyncio.wait_for(b_assigned.wait(), 0.2)
+        await produce_more(4_000)
 
         async def all_committed() -> bool:
             for tp, end in ends.items():
