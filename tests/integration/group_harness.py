@@ -142,6 +142,12 @@ class Member(AsyncConsumerRebalanceListener):
         await self._halt()
         await self.consumer.stop()
 
+    async def abort(self) -> None:
+        """Vanish without commit or LeaveGroup (also the cleanup after a failed test)."""
+        self.stopping = True
+        await self._halt()
+        await self.consumer.abort()
+
     # -- views ------------------------------------------------------------------------------
 
     def of(self, kind: str, *, stopping: bool = False) -> list[Call]:
