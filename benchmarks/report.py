@@ -609,6 +609,11 @@ def write(results: dict[str, Any], docs_dir: Path) -> Path:
     if "scale" in sc:
         parts.append(scale_md(sc["scale"], pics))
     parts.append(problems_md(results))
+    # Hand-written findings (profiles, before/after of a fix) live next to the results
+    # so that regenerating the tables from a new run keeps them.
+    notes = bench_dir / "profile.md"
+    if notes.exists():
+        parts.append("\n" + notes.read_text())
     parts.append("\n" + METHOD)
     parts.append(environment_md(results))
     path = docs_dir / "benchmarks.md"
