@@ -562,16 +562,18 @@ class Fetcher:
         self._cursors.pop(tp, None)
 
     def _watch(self, assignment: Assignment) -> None:
-        """Make sure the routine wakes when a partition gets a position or is resumed."""
+        """Make sure the routine wakes when a partition's position changes or it is resumed."""
         live: set[tuple[int, str]] = set()
         for st in assignment.states():
             if st.revoking:
                 continue
-            if not st.has_valid_position:
-                key = (id(st), "position")
-                live.add(key)
-                if key not in self._watchers:
-                    self._spawn_watcher(key, st.wait_position())
+            # Any seek or reset, not just a position arriving: a reset asked for while
+            # we sleep (seek_to_end, no committed offset found) is ours to perform, and
+            # a seek must drop the read-ahead now, not at the next poll.
+            key = (id(st), f"change-{st.epoch}")
+            live.add(key)
+            if key not in self._watchers:
+                self._spawn_watcher(key, st.wait_changed())
             if st.paused:
                 key = (id(st), "resumed")
                 live.add(key)

@@ -78,6 +78,7 @@ class PartitionState:
     """
 
     __slots__ = (
+        "_change_waiters",
         "_position_waiters",
         "_resumed_waiter",
         "epoch",
@@ -106,6 +107,7 @@ class PartitionState:
         self.last_stable_offset: int | None = None
         self.log_start_offset: int | None = None
         self._position_waiters: list[asyncio.Future[int]] = []
+        self._change_waiters: list[asyncio.Future[None]] = []
         self._resumed_waiter: asyncio.Future[None] | None = None
 
     # -- position ----------------------------------------------------------------
@@ -128,12 +130,14 @@ class PartitionState:
         waiters, self._position_waiters = self._position_waiters, []
         for fut in waiters:
             _resolve(fut, offset)
+        self._changed()
 
     def await_committed(self) -> None:
         """Forget the position until the committed offset is looked up."""
         self.position = None
         self.status = FetchStatus.AWAITING_COMMITTED
         self.epoch += 1
+        self._changed()
 
     def await_reset(self, strategy: OffsetResetStrategy | None = None) -> None:
         """Forget the position until the fetcher resets it by ``strategy``."""
@@ -142,6 +146,7 @@ class PartitionState:
         if strategy is not None:
             self.reset_strategy = strategy
         self.epoch += 1
+        self._changed()
 
     def consumed_to(self, next_offset: int) -> None:
         """The application received records up to ``next_offset`` (exclusive)."""
@@ -155,6 +160,22 @@ class PartitionState:
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._position_waiters.append(fut)
         return await fut
+
+    async def wait_changed(self) -> None:
+        """Wait until the position's status changes (a seek, a reset or a lookup asked for).
+
+        The fetcher performs resets, so whoever asks for one (a seek_to_*, the
+        commit-refresh task finding no committed offset) must wake it; waiting on this
+        keeps them from having to know the fetcher exists.
+        """
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._change_waiters.append(fut)
+        await fut
+
+    def _changed(self) -> None:
+        waiters, self._change_waiters = self._change_waiters, []
+        for fut in waiters:
+            _resolve(fut, None)
 
     # -- pause / resume -------------------------------------------------------------
 
@@ -177,6 +198,9 @@ class PartitionState:
         waiters, self._position_waiters = self._position_waiters, []
         for fut in waiters:
             _fail(fut, exc)
+        changes, self._change_waiters = self._change_waiters, []
+        for change in changes:
+            _fail(change, exc)
         waiter, self._resumed_waiter = self._resumed_waiter, None
         _fail(waiter, exc)
 

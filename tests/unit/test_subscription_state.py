@@ -80,6 +80,31 @@ async def test_position_waiter_resolves_on_seek_and_fails_on_unassign() -> None:
         await w1
 
 
+async def test_change_waiter_resolves_on_every_seek_and_reset() -> None:
+    state = SubscriptionState()
+    asg = state.set_assignment([TP0, TP1])
+    assert asg is not None
+    st = asg.state(TP0)
+    for change in (
+        lambda: st.await_reset(OffsetResetStrategy.EARLIEST),
+        lambda: st.seek(3),
+        st.await_committed,
+    ):
+        waiter = asyncio.ensure_future(st.wait_changed())
+        await asyncio.sleep(0)
+        assert not waiter.done()
+        st.consumed_to(5)  # delivery is not a change the fetcher must act on
+        await asyncio.sleep(0)
+        assert not waiter.done()
+        change()
+        await waiter
+    other = asyncio.ensure_future(asg.state(TP1).wait_changed())
+    await asyncio.sleep(0)
+    state.set_assignment([TP0])
+    with pytest.raises(IllegalStateError, match="unassigned"):
+        await other
+
+
 async def test_resume_wakes_waiter() -> None:
     state = SubscriptionState()
     asg = state.set_assignment([TP0])
