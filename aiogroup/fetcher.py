@@ -45,7 +45,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Awaitable, Callable, Collection, Iterator
 from typing import TYPE_CHECKING, Any
 
 from aiokafka.errors import (
@@ -573,19 +573,21 @@ class Fetcher:
             key = (id(st), f"change-{st.epoch}")
             live.add(key)
             if key not in self._watchers:
-                self._spawn_watcher(key, st.wait_changed())
+                self._spawn_watcher(key, st.wait_changed)
             if st.paused:
                 key = (id(st), "resumed")
                 live.add(key)
                 if key not in self._watchers:
-                    self._spawn_watcher(key, st.wait_resumed())
+                    self._spawn_watcher(key, st.wait_resumed)
         for key in [k for k in self._watchers if k not in live]:
             self._watchers.pop(key).cancel()
 
-    def _spawn_watcher(self, key: tuple[int, str], waiter: Any) -> None:
+    def _spawn_watcher(self, key: tuple[int, str], waiter: Callable[[], Awaitable[object]]) -> None:
+        # The waiter is created inside the task: a task cancelled before it first runs
+        # (close() right after planning) must not leave a never-awaited coroutine.
         async def watch() -> None:
             try:
-                await waiter
+                await waiter()
             except asyncio.CancelledError:
                 raise
             except Exception:
