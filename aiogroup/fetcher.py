@@ -405,6 +405,7 @@ class Fetcher:
         self._routine: asyncio.Task[None] | None = None
         self._wake_fut: asyncio.Future[None] | None = None
         self._data_ready = asyncio.Event()
+        subscription.add_error_callback(self._data_ready.set)
         self._error: BaseException | None = None
         self._closed = False
         self._rr = 0
@@ -846,6 +847,7 @@ class Fetcher:
         exc, self._error = self._error, None
         if exc is not None:
             raise exc
+        self._sub.raise_pending_error()
 
     # -- delivery -----------------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -315,6 +315,7 @@ class SubscriptionState:
         self._subscription_changed: asyncio.Event = asyncio.Event()
         self.commit_refresh_needed: asyncio.Event = asyncio.Event()
         self._pending_error: BaseException | None = None
+        self._error_callbacks: list[Callable[[], None]] = []
         self._closed: BaseException | None = None
         #: Loop time of the application's last getone/getmany (max_poll_interval_ms).
         self.last_poll: float | None = None
@@ -479,6 +480,16 @@ class SubscriptionState:
         """Keep an error (listener exception, fatal group error) for the next poll."""
         if self._pending_error is None:
             self._pending_error = exc
+        for callback in self._error_callbacks:
+            callback()
+
+    def add_error_callback(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` whenever an error is reported.
+
+        The fetcher uses it to wake a poll that is already waiting, so an error
+        surfaces from that poll instead of the next one (getone() has no deadline).
+        """
+        self._error_callbacks.append(callback)
 
     def raise_pending_error(self) -> None:
         exc, self._pending_error = self._pending_error, None

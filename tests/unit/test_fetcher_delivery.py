@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from collections import deque
 from typing import Any
@@ -347,3 +348,26 @@ def test_deserializers_on_a_split_batch(ready_state: PartitionState) -> None:
     assert chunk.take_records(1, out, bytes.upper, len) == 1  # per-record path
     assert chunk.take_records(5, out, bytes.upper, len) == 2
     assert [(r.key, r.value) for r in out] == [(b"A", 2), (b"B", 2), (None, 2)]
+
+
+@pytest.mark.parametrize("call", ["next_record", "fetched_records", "fetched_arrow"])
+async def test_error_reported_while_waiting_wakes_the_poll(call: str) -> None:
+    """A listener exception or fatal group error reported while the application is
+    already waiting surfaces from that wait (getone has no deadline to end it)."""
+    fetcher, sub, _ = await _fetcher_with(1, 0)
+    fetcher._buffers.clear()
+    fetcher.buffered_bytes = 0
+    if call == "next_record":
+        waiting = asyncio.ensure_future(fetcher.next_record(()))
+    elif call == "fetched_records":
+        waiting = asyncio.ensure_future(fetcher.fetched_records((), 3600))
+    else:
+        waiting = asyncio.ensure_future(fetcher.fetched_arrow((), 3600))
+    await asyncio.sleep(0)  # let it reach its wait
+    assert not waiting.done()
+    boom = RuntimeError("listener failed")
+    sub.report_error(boom)
+    with pytest.raises(RuntimeError, match="listener failed"):
+        await asyncio.wait_for(waiting, 5)
+    assert sub.pending_error is None  # raised once, not again at the next poll
+    assert await fetcher.fetched_records((), 0) == {}
