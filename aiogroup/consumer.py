@@ -18,6 +18,7 @@ from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import ConsumerStoppedError, IllegalOperation, IllegalStateError
 
 from aiogroup import offsets as _offsets
+from aiogroup._timeouts import wait_for
 from aiogroup.assignors import resolve_assignors
 from aiogroup.config import ConsumerConfig, validate_topic_name, validate_topics
 from aiogroup.coordinator import GroupCoordinator
@@ -494,7 +495,7 @@ class GroupConsumer:
         """The offset of the next record to be handed out; waits until it is known."""
         state = self._state(partition)
         timeout = None if timeout_ms is None else timeout_ms / 1000
-        return await asyncio.wait_for(state.wait_position(), timeout)
+        return await wait_for(state.wait_position(), timeout)
 
     def highwater(self, partition: TopicPartition) -> int | None:
         return self._state(partition).highwater

@@ -71,6 +71,7 @@ from aiogroup._protocol.group import (
     parse_offset_fetch,
     parse_sync_group,
 )
+from aiogroup._timeouts import wait_for
 from aiogroup.assignors import select_rebalance_protocol
 from aiogroup.assignors.abc import ConsumerPartitionAssignor, MemberSubscription
 from aiogroup.config import ConsumerConfig
@@ -222,7 +223,7 @@ class GroupCoordinator:
         self._closing = True
         self._inbox.put_nowait(E.CloseRequested())
         try:
-            await asyncio.wait_for(asyncio.shield(routine), timeout)
+            await wait_for(asyncio.shield(routine), timeout)
         except asyncio.TimeoutError:
             log.warning(
                 "group %s: close did not finish within %.1fs; dropping the rest "

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from aiokafka import AIOKafkaProducer
 
 from aiogroup import AsyncConsumerRebalanceListener, GroupConsumer, TopicPartition
+from aiogroup._timeouts import wait_for
 from aiogroup.testing import KafkaBroker, unique_name
 
 PARTITIONS = 6
@@ -87,7 +88,7 @@ async def produce(bootstrap: str, topic: str, stop: asyncio.Event) -> Counter[in
                 i += 1
             await asyncio.gather(*futures)
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stop.wait(), 0.1)
+                await wait_for(stop.wait(), 0.1)
     finally:
         await producer.stop()
     return produced

@@ -65,6 +65,7 @@ from aiokafka.record.control_record import ABORT_MARKER, ControlRecord
 from aiokafka.record.memory_records import MemoryRecords
 
 from aiogroup import offsets as _offsets
+from aiogroup._timeouts import wait_for
 from aiogroup.config import ConsumerConfig
 from aiogroup.errors import error_for_code
 from aiogroup.structs import ConsumerRecord, OffsetResetStrategy, TopicPartition
@@ -946,7 +947,7 @@ class Fetcher:
         if remaining <= 0:
             return False
         try:
-            await asyncio.wait_for(self._data_ready.wait(), remaining)
+            await wait_for(self._data_ready.wait(), remaining)
         except (asyncio.TimeoutError, TimeoutError):
             return False
         return True

@@ -23,6 +23,7 @@ from aiokafka.errors import (
 )
 from aiokafka.protocol.offset import OffsetRequest
 
+from aiogroup._timeouts import wait_for
 from aiogroup.errors import error_for_code
 from aiogroup.structs import OffsetAndTimestamp, TopicPartition
 
@@ -99,7 +100,7 @@ async def list_offsets(
             by_node[leader][tp] = ts
         if by_node:
             try:
-                answers = await asyncio.wait_for(
+                answers = await wait_for(
                     asyncio.gather(
                         *(
                             _ask_node(client, node, parts, read_committed)
@@ -127,7 +128,7 @@ async def list_offsets(
             wait = min(backoff, max(0.0, deadline - loop.time()))
             refresh = client.force_metadata_update()
             try:
-                await asyncio.wait_for(asyncio.shield(refresh), wait + 0.001)
+                await wait_for(asyncio.shield(refresh), wait + 0.001)
             except (asyncio.TimeoutError, TimeoutError):
                 pass
             await asyncio.sleep(0)

@@ -20,6 +20,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, NodeNotRead
 from aiokafka.protocol.fetch import FetchRequest
 
 from aiogroup import offsets as _offsets
+from aiogroup._timeouts import wait_for
 from aiogroup.errors import error_for_code
 from aiogroup.structs import TopicPartition
 
@@ -63,7 +64,7 @@ async def end_offsets(
                 by_node[leader][tp] = offset
         retry = len(by_node) == 0
         try:
-            answers = await asyncio.wait_for(
+            answers = await wait_for(
                 asyncio.gather(
                     *(
                         _probe(client, node, parts, read_committed)
@@ -83,7 +84,7 @@ async def end_offsets(
         if pending and retry:
             refresh = client.force_metadata_update()
             try:
-                await asyncio.wait_for(asyncio.shield(refresh), max(0.001, min(0.1, remaining)))
+                await wait_for(asyncio.shield(refresh), max(0.001, min(0.1, remaining)))
             except (asyncio.TimeoutError, TimeoutError):
                 pass
     return result

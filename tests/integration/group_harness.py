@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaProducer
 
@@ -26,6 +26,8 @@ SESSION_MS = 6000
 HEARTBEAT_MS = 1000
 
 Key = tuple[int, int]  # (partition, offset)
+HALT_TIMEOUT = 30.0
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -132,8 +134,9 @@ class Member(AsyncConsumerRebalanceListener):
     async def _halt(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            # Bounded: a poll that swallowed its cancellation must fail the test, not hang it.
+            done, _ = await asyncio.wait({self._task}, timeout=HALT_TIMEOUT)
+            assert done, f"{self.name}: the consuming task ignored its cancellation"
             self._task = None
 
     async def stop(self) -> None:
@@ -208,6 +211,23 @@ class Load:
 
     def expected(self) -> set[Key]:
         return {(p, o) for p, end in self.end.items() for o in range(end)}
+
+
+async def all_or_nothing(*aws: Awaitable[T]) -> list[T]:
+    """Like ``asyncio.gather``, but the first failure cancels the others, so a test
+    with parallel flows fails as soon as one flow does instead of waiting for the rest."""
+    tasks = [asyncio.ensure_future(aw) for aw in aws]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks)
+    for task in tasks:
+        failure = None if task.cancelled() else task.exception()
+        if failure is not None:
+            raise failure
+    return [task.result() for task in tasks]
 
 
 async def wait_until(

@@ -24,6 +24,7 @@ from group_harness import (
     Key,
     Load,
     Member,
+    all_or_nothing,
     committed_offsets,
     exactly_once_cover,
     overlaps_by_generation,
@@ -167,10 +168,10 @@ async def test_rolling_upgrade_from_eager_to_cooperative(
     second = RollingGroup(bootstrap_servers, f"{group_id}-2", topic)
     try:
         async with Load(bootstrap_servers, topic, PARTITIONS) as load:
-            live_first, live_second = await asyncio.gather(
+            live_first, live_second = await all_or_nothing(
                 first_rolling_restart(first), second_rolling_restart(second)
             )
-        await asyncio.gather(first.finish(load, live_first), second.finish(load, live_second))
+        await all_or_nothing(first.finish(load, live_first), second.finish(load, live_second))
     finally:
         await asyncio.gather(first.abort(), second.abort())
 

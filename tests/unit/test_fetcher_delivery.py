@@ -371,3 +371,25 @@ async def test_error_reported_while_waiting_wakes_the_poll(call: str) -> None:
         await asyncio.wait_for(waiting, 5)
     assert sub.pending_error is None  # raised once, not again at the next poll
     assert await fetcher.fetched_records((), 0) == {}
+
+
+@pytest.mark.parametrize("timeout", [3600.0, None], ids=["getmany", "getone"])
+async def test_cancel_while_data_arrives_is_not_swallowed(timeout: float | None) -> None:
+    """Data arriving in the same loop iteration as the cancellation of a waiting
+    poll must not win: the task has to end cancelled (asyncio.wait_for before 3.12
+    returned the inner result instead, and the poll went on)."""
+    fetcher, _, _ = await _fetcher_with(1, 0)
+    fetcher._buffers.clear()
+    fetcher.buffered_bytes = 0
+    if timeout is None:
+        poll = asyncio.ensure_future(fetcher.next_record(()))
+    else:
+        poll = asyncio.ensure_future(fetcher.fetched_records((), timeout))
+    for _ in range(3):
+        await asyncio.sleep(0)  # let it reach its wait
+    assert not poll.done()
+    fetcher._data_ready.set()  # nothing buffered: a spurious wake-up, as after a seek
+    poll.cancel()
+    done, _ = await asyncio.wait({poll}, timeout=5)
+    assert poll in done, "the poll swallowed its cancellation and went on waiting"
+    assert poll.cancelled()
