@@ -19,18 +19,23 @@ The memory bound (what a benchmark can measure)
     Let B = ``max_buffered_bytes`` (0 disables the bound), P =
     ``max_partition_fetch_bytes``.  ``buffered_bytes`` counts the raw record-set
     bytes of every response chunk not yet fully delivered (a chunk is released
-    when its last record is handed out or when it is dropped).  Before a Fetch is
-    sent, every partition in it reserves P bytes, and a partition is only put in a
-    request while ``buffered_bytes + reserved_bytes + P <= B``; the request's own
-    ``max_bytes`` is ``min(fetch_max_bytes, n * P)`` for its n partitions.  When the
-    response arrives its reservation is replaced by the actual chunk sizes.  Hence
-    ``buffered_bytes + reserved_bytes <= B`` at every moment, as long as the broker
-    honours the limits.  Kafka itself oversteps them only to make progress (KIP-74:
-    the first record batch is returned whole even when larger than the limit), so
-    the bound is ``B + one record batch``.  A broker that ignores the limits (the
-    embedded test broker ignores the per-partition one) can add at most one
-    response: the fetcher sends nothing more while over budget.  A configuration
-    check guarantees B >= P, so an empty buffer can always fetch a partition.
+    when its last record is handed out or when it is dropped).  A response exists
+    up to three times while it is handled (the frame the connection read, the
+    record set the response decoder copied out of it, and the per-batch slices the
+    buffer keeps), so before a Fetch is sent every partition in it reserves 3P
+    bytes, and a partition is only put in a request while ``buffered_bytes +
+    reserved_bytes + 3P <= B``; the request's own ``max_bytes`` is
+    ``min(fetch_max_bytes, n * P)`` for its n partitions.  When the response has
+    been split into chunks its reservation is replaced by the chunks' sizes.
+    Hence the Kafka bytes the consumer holds, transient copies included, stay
+    within ``buffered_bytes + reserved_bytes <= B`` at every moment, as long as
+    the broker honours the limits.  Kafka itself oversteps them only to make
+    progress (KIP-74: the first record batch is returned whole even when larger
+    than the limit), so the bound is ``B + one record batch``.  A broker that
+    ignores the limits (the embedded test broker ignores the per-partition one)
+    can add at most one response: the fetcher sends nothing more while over
+    budget.  An empty buffer may always fetch one partition, so B < 3P (the
+    configuration only demands B >= P) bounds memory by 3P instead of B.
 
 Wake-ups, not polling
     The fetch routine sleeps on one future that is resolved when: a Fetch or
@@ -359,6 +364,12 @@ def _is_abort_marker(batch: Any) -> bool:
     return False
 
 
+#: How many copies of a Fetch response can be alive at once while it is handled
+#: (connection frame, decoded record set, per-batch slices): what an in-flight
+#: partition reserves against max_buffered_bytes, in units of its fetch size.
+_COPIES_WHILE_HANDLED = 3
+
+
 def split_batches(data: bytes) -> list[Any]:
     """The complete record batches in a fetched record set (a trailing partial one is cut)."""
     records = MemoryRecords(data)
@@ -496,6 +507,7 @@ class Fetcher:
             if self._max_buffered
             else None
         )
+        charge = self._partition_bytes * _COPIES_WHILE_HANDLED
         metadata_stale = False
         states = list(assignment.states())
         if states:
@@ -534,9 +546,12 @@ class Fetcher:
             if node_until is not None and node_until > now:
                 continue
             if budget_left is not None:
-                if budget_left < self._partition_bytes:
-                    continue
-                budget_left -= self._partition_bytes
+                if budget_left >= charge:
+                    budget_left -= charge
+                elif budget_left < self._max_buffered:
+                    continue  # something is buffered or in flight: wait for room
+                else:
+                    budget_left = 0  # an empty buffer always fetches one partition
             by_node.setdefault(node, []).append((st, cursor, cursor.offset))
         if metadata_stale:
             self._client.force_metadata_update()
@@ -669,7 +684,7 @@ class Fetcher:
 
     def _send_fetch(self, node: int, parts: list[tuple[PartitionState, _Cursor, int]]) -> None:
         cfg = self._config
-        reserved = len(parts) * self._partition_bytes
+        reserved = len(parts) * self._partition_bytes * _COPIES_WHILE_HANDLED
         if self._max_buffered:
             self.reserved_bytes += reserved
             self._note_peak()
