@@ -121,10 +121,14 @@ class AiogroupAdapter(Adapter):
             [topic], listener=_Listener(hooks, lambda offsets: self.commit(topic, offsets))
         )
 
-    async def poll(self, timeout: float, *, track: bool = False) -> Polled:
+    async def poll(
+        self, timeout: float, *, track: bool = False, max_records: int | None = None
+    ) -> Polled:
         out = Polled()
         if self.variant.columnar:
-            batch = await self.consumer.getmany_arrow(timeout_ms=int(timeout * 1000))
+            batch = await self.consumer.getmany_arrow(
+                timeout_ms=int(timeout * 1000), max_records=max_records
+            )
             if batch is None or batch.num_rows == 0:
                 return out
             out.count = batch.num_rows
@@ -138,7 +142,9 @@ class AiogroupAdapter(Adapter):
                     mm = pc.min_max(pc.filter(offs, pc.equal(parts, p))).as_py()
                     merge_range(out.ranges, p, mm["min"], mm["max"])
             return out
-        batches = await self.consumer.getmany(timeout_ms=int(timeout * 1000))
+        batches = await self.consumer.getmany(
+            timeout_ms=int(timeout * 1000), max_records=max_records
+        )
         for tp, recs in batches.items():
             out.count += len(recs)
             out.nbytes += sum(len(r.value) for r in recs)

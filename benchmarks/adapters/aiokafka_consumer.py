@@ -87,8 +87,12 @@ class AiokafkaAdapter(Adapter):
             [topic], listener=_listener(hooks, lambda offsets: self.commit(topic, offsets))
         )
 
-    async def poll(self, timeout: float, *, track: bool = False) -> Polled:
-        batches = await self.consumer.getmany(timeout_ms=int(timeout * 1000))
+    async def poll(
+        self, timeout: float, *, track: bool = False, max_records: int | None = None
+    ) -> Polled:
+        batches = await self.consumer.getmany(
+            timeout_ms=int(timeout * 1000), max_records=max_records
+        )
         out = Polled()
         if self.variant.columnar:
             if not batches:

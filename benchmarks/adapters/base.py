@@ -148,8 +148,11 @@ class Adapter(abc.ABC):
         """Join ``group_id`` for ``topic``, from the earliest offset when nothing is committed."""
 
     @abc.abstractmethod
-    async def poll(self, timeout: float, *, track: bool = False) -> Polled:
-        """One batch; ``track`` also fills ``Polled.ranges`` (costs a little, so optional)."""
+    async def poll(
+        self, timeout: float, *, track: bool = False, max_records: int | None = None
+    ) -> Polled:
+        """One batch (at most ``max_records``, else the client's usual batch); ``track``
+        also fills ``Polled.ranges`` (costs a little, so optional)."""
 
     @abc.abstractmethod
     async def commit(self, topic: str, offsets: dict[int, int]) -> None:

@@ -66,8 +66,12 @@ class ConfluentAioAdapter(Adapter):
             [topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost
         )
 
-    async def poll(self, timeout: float, *, track: bool = False) -> Polled:
-        messages = await self.consumer.consume(num_messages=common.BATCH, timeout=timeout)
+    async def poll(
+        self, timeout: float, *, track: bool = False, max_records: int | None = None
+    ) -> Polled:
+        messages = await self.consumer.consume(
+            num_messages=max_records or common.BATCH, timeout=timeout
+        )
         return common.tally(messages, track)
 
     async def commit(self, topic: str, offsets: dict[int, int]) -> None:

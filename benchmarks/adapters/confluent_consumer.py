@@ -60,13 +60,15 @@ class ConfluentAdapter(Adapter):
 
         await asyncio.to_thread(run)
 
-    def _poll_sync(self, timeout: float, track: bool) -> Polled:
+    def _poll_sync(self, timeout: float, track: bool, max_records: int | None = None) -> Polled:
         return common.tally(
-            self.consumer.consume(num_messages=common.BATCH, timeout=timeout), track
+            self.consumer.consume(num_messages=max_records or common.BATCH, timeout=timeout), track
         )
 
-    async def poll(self, timeout: float, *, track: bool = False) -> Polled:
-        return await asyncio.to_thread(self._poll_sync, timeout, track)
+    async def poll(
+        self, timeout: float, *, track: bool = False, max_records: int | None = None
+    ) -> Polled:
+        return await asyncio.to_thread(self._poll_sync, timeout, track, max_records)
 
     async def drain(self, records: int, timeout: float) -> tuple[int, int]:
         def run() -> tuple[int, int]:

@@ -99,8 +99,8 @@ class KafkaPythonAdapter(Adapter):
 
         await asyncio.to_thread(run)
 
-    def _poll_sync(self, timeout: float, track: bool) -> Polled:
-        batches = self.consumer.poll(timeout_ms=int(timeout * 1000))
+    def _poll_sync(self, timeout: float, track: bool, max_records: int | None = None) -> Polled:
+        batches = self.consumer.poll(timeout_ms=int(timeout * 1000), max_records=max_records)
         out = Polled()
         for tp, recs in batches.items():
             out.count += len(recs)
@@ -109,8 +109,10 @@ class KafkaPythonAdapter(Adapter):
                 merge_range(out.ranges, tp.partition, recs[0].offset, recs[-1].offset)
         return out
 
-    async def poll(self, timeout: float, *, track: bool = False) -> Polled:
-        return await asyncio.to_thread(self._poll_sync, timeout, track)
+    async def poll(
+        self, timeout: float, *, track: bool = False, max_records: int | None = None
+    ) -> Polled:
+        return await asyncio.to_thread(self._poll_sync, timeout, track, max_records)
 
     async def drain(self, records: int, timeout: float) -> tuple[int, int]:
         def run() -> tuple[int, int]:
