@@ -291,6 +291,110 @@ def rebalance_md(section: dict[str, Any]) -> str:
     return "".join(out)
 
 
+JOIN_FOURTH_COLUMNS = (
+    ("baseline gap", "baseline_gap_s", 2),
+    ("D assigned", "d_assigned_s", 2),
+    ("D first record", "d_first_record_s", 2),
+    ("settled", "settle_s", 2),
+    ("A/B/C gap", "gap_any_s", 2),
+    ("A/B/C gap unmoved", "gap_unmoved_s", 2),
+    ("gap held throughout", "gap_held_s", 2),
+    ("unmoved partitions", "unmoved_partitions", 0),
+    ("of them revoked", "unmoved_revoked", 0),
+)
+
+
+def _pairs(configs: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(client/variant, eager name, cooperative name) for each client run both ways."""
+    out = []
+    for name in configs:
+        if name.endswith(" eager"):
+            base = name.removesuffix(" eager")
+            if f"{base} cooperative" in configs:
+                out.append((base, name, f"{base} cooperative"))
+    return out
+
+
+def _bounced_note(cfg: dict[str, Any]) -> str:
+    """Cooperative runs in which a kept partition was revoked and handed back anyway.
+
+    Such a run's unmoved gap is a whole extra rebalance round, which the median hides
+    and the maximum shows; saying which runs it was keeps the two apart.
+    """
+    runs = [r for r in cfg.get("runs", []) if r.get("ok")]
+    hit = [r for r in runs if r.get("unmoved_revoked", 0) > 0]
+    if not hit:
+        return ""
+    worst = max(r["gap_unmoved_s"] for r in hit)
+    return (
+        f" In {len(hit)} of {len(runs)} runs a kept partition was revoked and given back "
+        f"to the same member on the way (pausing it up to {worst:.2f} s)."
+    )
+
+
+def join_fourth_comparison(configs: dict[str, Any]) -> str:
+    """What eager vs cooperative shows for the unmoved partitions, from the medians."""
+    sentences = []
+    for base, eager, coop in _pairs(configs):
+        e = _median(configs[eager], "gap_unmoved_s")
+        c = _median(configs[coop], "gap_unmoved_s")
+        b = _median(configs[coop], "baseline_gap_s")
+        if e is None or c is None or b is None:
+            sentences.append(f"{base}: no comparison (a configuration has no numbers).")
+            continue
+        if c <= b * 1.5:
+            verdict = "cooperative keeps them at the baseline"
+        elif c < e:
+            verdict = "cooperative shortens the pause but does not remove it"
+        else:
+            verdict = "cooperative does not shorten the pause"
+        longer = ""
+        if e > c and c > 0:
+            longer = f"; eager is {e / c:.1f}x longer"
+        elif c > e and e > 0:
+            longer = f"; cooperative is {c / e:.1f}x longer"
+        sentences.append(
+            f"{base}: the longest pause of an unmoved partition is {c:.2f} s cooperative "
+            f"against {e:.2f} s eager (baseline {b:.2f} s{longer}): {verdict}."
+            + _bounced_note(configs[coop])
+        )
+    if not sentences:
+        return ""
+    return "\n**Eager vs cooperative, unmoved partitions (medians).** " + " ".join(sentences) + "\n"
+
+
+def join_fourth_md(section: dict[str, Any]) -> str:
+    heads = " | ".join(h for h, _, _ in JOIN_FOURTH_COLUMNS)
+    n = len(JOIN_FOURTH_COLUMNS)
+    out = [
+        "\n## 2b. A fourth member joins a 3-member group\n\n",
+        _header(section),
+        f"A, B and C share a {section['partitions']}-partition topic fed at "
+        f"{section['produce_rate']} records/s (session timeout {section['session_timeout_ms']} "
+        f"ms, heartbeat {section['heartbeat_interval_ms']} ms; {section['parallel']} groups "
+        "at a time), each holding its share; then D starts.  The window runs from D's "
+        "start until every member holds its equal share and every partition has "
+        "delivered under its final owner.  *D assigned* / *D first record*: seconds from "
+        "D's start.  *Settled*: until the even split.  *A/B/C gap*: the longest pause in "
+        "any of A, B and C's delivery.  *Unmoved* partitions are those a member owned "
+        "before D started and owns after; *gap unmoved* is the longest pause of any of "
+        "them.  *Held throughout* leaves out the unmoved partitions that were revoked and "
+        "given back on the way (all of them under eager).  Seconds (partition counts "
+        "summed over A, B and C), median (min-max).\n\n"
+        f"| configuration | {heads} |\n|---|{'---|' * n}\n",
+    ]
+    for name, cfg in section["configs"].items():
+        status = _status_cell(cfg)
+        if status:
+            out.append(f"| {name} | {status} |{' |' * (n - 1)}\n")
+            continue
+        s = cfg["summary"]
+        cells = " | ".join(cell(s.get(k), d) for _, k, d in JOIN_FOURTH_COLUMNS)
+        out.append(f"| {name} | {cells} |\n")
+    out.append(join_fourth_comparison(section["configs"]))
+    return "".join(out)
+
+
 def slow_listener_md(section: dict[str, Any]) -> str:
     out = [
         "\n## 3. Slow rebalance listener\n\n",
@@ -600,6 +704,8 @@ def write(results: dict[str, Any], docs_dir: Path) -> Path:
         parts.append(configurations_md())
     if "rebalance" in sc:
         parts.append(rebalance_md(sc["rebalance"]))
+    if "join_fourth" in sc:
+        parts.append(join_fourth_md(sc["join_fourth"]))
     if "slow-listener" in sc:
         parts.append(slow_listener_md(sc["slow-listener"]))
     if "commit" in sc:

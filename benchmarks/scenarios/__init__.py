@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-from benchmarks.scenarios import commit, memory, rebalance, scale, slow_listener, throughput
+from benchmarks.scenarios import (
+    commit,
+    join_fourth,
+    memory,
+    rebalance,
+    scale,
+    slow_listener,
+    throughput,
+)
 
 SCENARIOS = {
     "throughput": throughput,
     "commit": commit,
     "memory": memory,
     "rebalance": rebalance,
+    "join_fourth": join_fourth,
     "slow-listener": slow_listener,
     "scale": scale,
 }

@@ -61,3 +61,72 @@ def test_unavailable_aiogroup_is_not_measured_and_shown_as_such(tmp_path: Path) 
     assert "throughput 100B / aiogroup/tuned: unavailable" in text
     assert (tmp_path / "benchmarks" / "results.json").exists()
     assert (tmp_path / "benchmarks" / "throughput-100B.png").stat().st_size > 0
+
+
+def _join_cfg(unmoved: float, baseline: float = 0.26) -> dict[str, Any]:
+    def s(v: float) -> dict[str, float]:
+        return {"median": v, "min": v * 0.9, "max": v * 1.1, "n": 3}
+
+    return {
+        "status": "ok",
+        "runs": [],
+        "summary": {
+            "baseline_gap_s": s(baseline),
+            "gap_unmoved_s": s(unmoved),
+            "unmoved_partitions": s(9.0),
+        },
+    }
+
+
+def _join_section(configs: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "meta": {"quick": False, "reps": 3, "finished": "now", "seconds": 1},
+        "partitions": 12,
+        "produce_rate": 1000,
+        "session_timeout_ms": 6000,
+        "heartbeat_interval_ms": 1000,
+        "parallel": 4,
+        "configs": configs,
+    }
+
+
+def test_join_fourth_compares_eager_and_cooperative_from_the_medians(tmp_path: Path) -> None:
+    section = _join_section(
+        {
+            "aiogroup/defaults eager": _join_cfg(3.2),
+            "aiogroup/defaults cooperative": {
+                **_join_cfg(0.27),
+                "runs": [
+                    {"ok": True, "unmoved_revoked": 0.0, "gap_unmoved_s": 0.27},
+                    {"ok": True, "unmoved_revoked": 1.0, "gap_unmoved_s": 7.5},
+                    {"ok": True, "unmoved_revoked": 0.0, "gap_unmoved_s": 0.29},
+                ],
+            },
+            "kafka-python/defaults eager": _join_cfg(4.0),
+            "kafka-python/defaults cooperative": _join_cfg(15.5),
+            "confluent/tuned eager": _join_cfg(3.0),
+            "confluent/tuned cooperative": {
+                "status": "failed",
+                "error": "TimeoutError: A+B+C+D settled",
+                "runs": [],
+            },
+        }
+    )
+    text = report.join_fourth_md(section)
+    assert "| aiogroup/defaults cooperative | 0.26 (0.23-0.29) |" in text
+    assert "| 0.27 (0.24-0.30) |" in text and "| 9 (8-10) |" in text
+    assert "| confluent/tuned cooperative | **failed**: TimeoutError" in text
+    assert (
+        "aiogroup/defaults: the longest pause of an unmoved partition is 0.27 s cooperative "
+        "against 3.20 s eager (baseline 0.26 s; eager is 11.9x longer): cooperative keeps "
+        "them at the baseline. In 1 of 3 runs a kept partition was revoked and given back "
+        "to the same member on the way (pausing it up to 7.50 s)." in text
+    )
+    assert "15.50 s cooperative against 4.00 s eager (baseline 0.26 s; cooperative is 3.9x" in text
+    assert text.count("runs a kept partition was revoked") == 1  # only where one was
+    assert "cooperative does not shorten the pause" in text
+    assert "confluent/tuned: no comparison" in text
+    # The full document places the section and lists the failure with the reason.
+    page = report.write({"scenarios": {"join_fourth": section}}, tmp_path).read_text()
+    assert "## 2b. A fourth member joins a 3-member group" in page
+    assert "join_fourth / confluent/tuned cooperative: failed" in page
