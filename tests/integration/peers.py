@@ -4,6 +4,17 @@ Each peer consumes in its own thread and records what it owns and what it consum
 so a test can check that the group as a whole owned every partition exactly once
 and consumed every record.  They commit synchronously after every poll that
 returned records, so that a member that leaves hands on exactly where it stopped.
+
+Ownership is tracked from the rebalance callbacks only (never from the client's
+assignment view, which kafka-python keeps until the next generation completes
+under the eager protocol), so that at any instant a peer's ``owned`` is what it
+may legitimately consume: a partition leaves it before the peer rejoins and enters
+it only when a completed generation gives it.
+
+A commit refused because the group is rebalancing is a Kafka-level fact, not a
+failure: it is retried on the next loop turn (and once more before closing) and
+counted in ``commit_retries``.  Any other exception ends the peer and is kept in
+``errors`` for the test to report.
 """
 
 from __future__ import annotations
@@ -25,6 +36,13 @@ class PeerMember:
     consumed: list[Key] = field(default_factory=list)
     errors: list[BaseException] = field(default_factory=list)
     assign_calls: int = 0
+    revoke_calls: int = 0
+    lost_calls: int = 0
+    commit_retries: int = 0
+    #: Whether the peer led (ran the assignor for) some generation, where the client tells.
+    led: bool = False
+    #: Client log lines at warning level or worse (for failure messages).
+    log: list[str] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -43,7 +61,12 @@ class PeerMember:
     def stopping(self) -> bool:
         return self._stop.is_set()
 
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
     def stop(self, timeout: float = 30.0) -> None:
+        """Leave cleanly (final commit, close with LeaveGroup); raise what the peer hit."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
@@ -56,6 +79,31 @@ class PeerMember:
         with self._lock:
             return set(self.owned), len(self.consumed)
 
+    def owned_now(self) -> set[int]:
+        with self._lock:
+            return set(self.owned)
+
+    def consumed_now(self) -> set[Key]:
+        with self._lock:
+            return set(self.consumed)
+
+    def _assigned(self, parts: set[int], *, replace: bool) -> None:
+        with self._lock:
+            self.owned = set(parts) if replace else self.owned | parts
+            self.assign_calls += 1
+
+    def _revoked(self, parts: set[int], *, lost: bool = False) -> None:
+        with self._lock:
+            self.owned -= parts
+            if lost:
+                self.lost_calls += 1
+            else:
+                self.revoke_calls += 1
+
+    def _closed(self) -> None:
+        with self._lock:
+            self.owned = set()
+
 
 def confluent_member(
     name: str,
@@ -66,45 +114,99 @@ def confluent_member(
     session_timeout_ms: int = 6000,
 ) -> PeerMember:
     """A confluent-kafka (librdkafka) member with the given assignment strategy."""
-    from confluent_kafka import Consumer, TopicPartition
+    import logging
+
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     member = PeerMember(name)
+
+    class Collect(logging.Handler):
+        """Keeps warnings, and learns from librdkafka's group debug lines whether this
+        member led: its JoinGroup response line reads "LeaderId <id> (me)"."""
+
+        def emit(self, record: logging.LogRecord) -> None:
+            line = self.format(record)
+            if record.levelno >= logging.WARNING:
+                member.log.append(line)
+            elif "JOINGROUP" in line and "LeaderId" in line:
+                member.log.append(line)
+                if "(me)" in line:
+                    member.led = True
+
+    logger = logging.getLogger(f"peers.{name}")
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    logger.addHandler(Collect())
+
+    # Refusals that only mean "the group moved on; commit again later".
+    retriable = {
+        KafkaError.REBALANCE_IN_PROGRESS,
+        KafkaError.ILLEGAL_GENERATION,
+        KafkaError._NO_OFFSET,  # what was consumed was revoked before the commit
+    }
 
     def body(m: PeerMember) -> None:
         consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
                 "group.id": group,
+                "client.id": name,
                 "partition.assignment.strategy": strategy,
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": False,
                 "session.timeout.ms": session_timeout_ms,
                 "heartbeat.interval.ms": 1000,
-            }
+                "debug": "cgrp",
+            },
+            logger=logger,
         )
         cooperative = strategy == "cooperative-sticky"
 
+        # confluent-kafka (incrementally) assigns/unassigns after these return.
         def on_assign(c: Any, parts: list[TopicPartition]) -> None:
-            with m._lock:
-                new = {p.partition for p in parts}
-                m.owned = (m.owned | new) if cooperative else new
-                m.assign_calls += 1
+            m._assigned({p.partition for p in parts}, replace=not cooperative)
 
         def on_revoke(c: Any, parts: list[TopicPartition]) -> None:
-            with m._lock:
-                m.owned -= {p.partition for p in parts}
+            m._revoked({p.partition for p in parts})
 
-        consumer.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
+        def on_lost(c: Any, parts: list[TopicPartition]) -> None:
+            m._revoked({p.partition for p in parts}, lost=True)
+
+        def commit() -> bool:
+            try:
+                consumer.commit(asynchronous=False)
+            except KafkaException as exc:
+                if exc.args[0].code() not in retriable:
+                    raise
+                with m._lock:
+                    m.commit_retries += 1
+                return bool(exc.args[0].code() == KafkaError._NO_OFFSET)
+            return True
+
+        consumer.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
+        pending = False
         try:
             while not m.stopping:
                 batch = consumer.consume(num_messages=500, timeout=0.2)
-                got = [(msg.partition(), msg.offset()) for msg in batch if not msg.error()]
+                got: list[Key] = []
+                for msg in batch:
+                    err = msg.error()
+                    part, offset = msg.partition(), msg.offset()
+                    if err is None and part is not None and offset is not None:
+                        got.append((part, offset))
+                    elif err is not None and err.code() != KafkaError._PARTITION_EOF:
+                        raise KafkaException(err)
                 if got:
                     with m._lock:
                         m.consumed.extend(got)
-                    consumer.commit(asynchronous=False)
+                    pending = True
+                if pending:
+                    pending = not commit()
+            if pending:
+                commit()
         finally:
             consumer.close()
+            m._closed()
 
     member.start(body)
     return member
@@ -123,47 +225,68 @@ def kafka_python_member(
     from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
     from kafka.coordinator.assignors.range import RangePartitionAssignor
     from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+    from kafka.errors import CommitFailedError, RebalanceInProgressError
 
     assignors = {
         "cooperative-sticky": CooperativeStickyAssignor,
         "range": RangePartitionAssignor,
         "roundrobin": RoundRobinPartitionAssignor,
     }
+    cooperative = strategy == "cooperative-sticky"
     member = PeerMember(name)
 
     class Listener(kafka.ConsumerRebalanceListener):  # type: ignore[misc]
+        # Eager: revoked = everything, assigned = the whole new assignment.
+        # Cooperative: revoked = what moves away, assigned = only what is new.
         def on_partitions_revoked(self, revoked: Any) -> None:
-            with member._lock:
-                member.owned -= {tp.partition for tp in revoked}
+            member._revoked({tp.partition for tp in revoked})
 
         def on_partitions_assigned(self, assigned: Any) -> None:
-            with member._lock:
-                member.owned |= {tp.partition for tp in assigned}
-                member.assign_calls += 1
+            member._assigned({tp.partition for tp in assigned}, replace=not cooperative)
+
+        def on_partitions_lost(self, lost: Any) -> None:
+            member._revoked({tp.partition for tp in lost}, lost=True)
 
     def body(m: PeerMember) -> None:
         consumer = kafka.KafkaConsumer(
             bootstrap_servers=bootstrap,
             group_id=group,
+            client_id=name,
             partition_assignment_strategy=(assignors[strategy],),
             auto_offset_reset="earliest",
             enable_auto_commit=False,
             session_timeout_ms=session_timeout_ms,
             heartbeat_interval_ms=1000,
         )
+
+        def commit() -> bool:
+            try:
+                consumer.commit()
+            except (CommitFailedError, RebalanceInProgressError):
+                with m._lock:
+                    m.commit_retries += 1
+                return False
+            return True
+
         consumer.subscribe([topic], listener=Listener())
+        pending = False
         try:
             while not m.stopping:
                 records = consumer.poll(timeout_ms=200, max_records=500)
                 got = [(r.partition, r.offset) for batch in records.values() for r in batch]
+                if consumer._coordinator._is_leader:
+                    m.led = True
                 if got:
                     with m._lock:
                         m.consumed.extend(got)
-                    consumer.commit()
-                with m._lock:
-                    m.owned = {tp.partition for tp in consumer.assignment()}
+                    pending = True
+                if pending:
+                    pending = not commit()
+            if pending:
+                commit()
         finally:
             consumer.close()
+            m._closed()
 
     member.start(body)
     return member
