@@ -181,34 +181,36 @@ def _rebalance(
     owner: Mapping[TopicPartition, str],
     load: Callable[[str], tuple[int, int]],
 ) -> None:
-    """Move partitions from heavy to light members until no move would help.
+    """Move partitions one at a time from heavy to light members until no move helps.
 
-    Each move lowers the sum of squared counts, so the loop ends.  The heaviest member
-    gives first and gives away what it did not own before, which is what keeps owned
-    partitions in place whenever balance allows.
+    Each move lowers the sum of squared counts, so the loop ends.  One partition per
+    move, re-ranking in between: draining a donor down to the receiver's level in
+    one go would overshoot (4/4/4/0 would give 2/4/4/2 and then take one back from a
+    member that never needed to change) and move partitions between members that
+    both stay.  The heaviest member gives first and gives away what it did not own
+    before, which is what keeps owned partitions in place whenever balance allows.
     """
     while True:
-        moved = False
+        move: tuple[str, str, TopicPartition] | None = None
         for receiver in sorted(held, key=load):
             for donor in sorted(held, key=lambda m: (-len(held[m]), load(m)[1])):
                 if len(held[donor]) < len(held[receiver]) + 2:
                     break
-                movable = sorted(
+                tp = min(
                     (tp for tp in held[donor] if tp.topic in subscribed[receiver]),
                     key=lambda tp: (owner.get(tp) == donor, tp.topic, tp.partition),
+                    default=None,
                 )
-                for tp in movable:
-                    if len(held[donor]) < len(held[receiver]) + 2:
-                        break
-                    held[donor].remove(tp)
-                    held[receiver].add(tp)
-                    moved = True
-                if moved:
+                if tp is not None:
+                    move = (donor, receiver, tp)
                     break
-            if moved:
+            if move is not None:
                 break
-        if not moved:
+        if move is None:
             return
+        donor, receiver, tp = move
+        held[donor].remove(tp)
+        held[receiver].add(tp)
 
 
 def claims_from_subscriptions(

@@ -490,3 +490,25 @@ def test_adapter_needs_a_name() -> None:
 
     with pytest.raises(ConfigurationError, match="has no name"):
         resolve_assignors([Nameless])
+
+
+@pytest.mark.parametrize("assignor_cls", [StickyAssignor, CooperativeStickyAssignor])
+def test_a_fourth_member_takes_one_partition_from_each_and_nothing_else_moves(
+    assignor_cls: type[ConsumerPartitionAssignor],
+) -> None:
+    """4/4/4 + a newcomer: three partitions move, one from each, none between the three
+    (one move per step; draining a donor down to the newcomer's level overshot)."""
+    members = group(
+        member("a", ["t"], "tp1 tp4 tp7 tp10", 1),
+        member("b", ["t"], "tp2 tp5 tp8 tp11", 1),
+        member("c", ["t"], "tp0 tp3 tp6 tp9", 1),
+        member("d", ["t"]),
+    )
+    result = assignor_cls().assign(Cluster({"t": 12}), members)
+    for name in "abc":
+        kept = set(result[name].partitions)
+        assert len(kept) == 3 and kept <= set(members[name].subscription.owned_partitions)
+    if assignor_cls is StickyAssignor:
+        assert len(result["d"].partitions) == 3
+    else:  # cooperative: the moving partitions are revoked first, granted next round
+        assert result["d"].partitions == ()

@@ -283,3 +283,23 @@ def test_cooperative_target_matches_sticky_once_nothing_is_in_flight(scenario: S
     assert CooperativeStickyAssignor().assign(scenario.cluster, fresh) == StickyAssignor().assign(
         scenario.cluster, fresh
     )
+
+
+@settings(max_examples=500)
+@given(scenarios(equal=True), st.sampled_from((StickyAssignor, CooperativeStickyAssignor)))
+def test_sticky_keeps_as_many_owned_partitions_as_balance_allows(
+    scenario: Scenario, assignor_cls: type[ConsumerPartitionAssignor]
+) -> None:
+    """Exactly the most that a balanced assignment can keep: every member keeps up to
+    the lower share, and the members that owned more than it fill the larger shares."""
+    result = assignor_cls().assign(scenario.cluster, scenario.members)
+    total = len(scenario.subscribed_partitions())
+    lower, larger_shares = divmod(total, len(scenario.members))
+    owned_by: dict[str, set[TopicPartition]] = {m: set() for m in scenario.members}
+    for tp, member_id in valid_owners(scenario).items():
+        owned_by[member_id].add(tp)
+    best = sum(min(len(o), lower) for o in owned_by.values()) + min(
+        sum(len(o) > lower for o in owned_by.values()), larger_shares
+    )
+    kept = sum(len(owned_by[m] & set(asg.partitions)) for m, asg in result.items())
+    assert kept == best
