@@ -220,7 +220,9 @@ def memory_md(section: dict[str, Any]) -> str:
         "\n## 5. Memory while the application stalls\n\n",
         _header(section),
         f"Backlog of {ds['records']:,} records of {ds['payload']}.  The consumer takes one "
-        f"batch, then the application does not poll for {section['stall_seconds']:.0f} s. "
+        "batch of at most 100 records (records the application holds are its own memory, "
+        "not read-ahead), then the application does not poll for "
+        f"{section['stall_seconds']:.0f} s. "
         "Growth is the peak RSS during the stall minus the RSS before the consumer was "
         "created (MiB).\n\n"
         "| configuration | growth MiB | peak RSS MiB | what bounds the buffer |\n"
