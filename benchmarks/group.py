@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import json
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from benchmarks.harness import ROOT, Context, worker_env
+from benchmarks.harness import ROOT, Context, Outcome, worker_env
 
 T = TypeVar("T")
 
@@ -275,3 +276,47 @@ async def gather_limited(factories: Sequence[Callable[[], Awaitable[T]]], limit:
             return await f()
 
     return list(await asyncio.gather(*(one(f) for f in factories)))
+
+
+def config_label(client: str, variant: str, cooperative: bool) -> str:
+    return f"{client}/{variant} {'cooperative' if cooperative else 'eager'}"
+
+
+def failed_run(members: Iterable[Member], exc: BaseException) -> dict[str, Any]:
+    """The result of a repetition that did not finish: unavailable if a client was
+    missing (not installed, no cooperative mode), else the error."""
+    for m in members:
+        if m.unavailable():
+            return {"ok": False, "unavailable": True, "error": m.unavailable()}
+    return {"ok": False, "unavailable": False, "error": f"{type(exc).__name__}: {exc}"}
+
+
+async def run_group_configs(
+    ctx: Context,
+    scenario: str,
+    configs: Sequence[tuple[str, str, bool]],
+    one_rep: Callable[[Context, str, str, bool], Awaitable[dict[str, Any]]],
+    metrics: Mapping[str, Callable[[dict[str, Any]], float]],
+    brief: Callable[[dict[str, Any]], str],
+) -> dict[str, Outcome]:
+    """Every (client, variant, cooperative) configuration ``ctx.plan.reps`` times, at most
+    ``ctx.parallel`` groups at once (each repetition has its own group and topic)."""
+    outcomes = {config_label(*c): Outcome() for c in configs}
+    factories: list[Callable[[], Awaitable[None]]] = []
+    for rep in range(ctx.plan.reps):
+        for client, variant, coop in configs:
+
+            async def job(rep: int, client: str, variant: str, coop: bool) -> None:
+                name = config_label(client, variant, coop)
+                if outcomes[name].status == "unavailable":
+                    return
+                result = await one_rep(ctx, client, variant, coop)
+                outcomes[name].record(result)
+                shown = brief(result) if result.get("ok") else str(result.get("error"))
+                ctx.log(f"{scenario} rep {rep + 1} {name}: {shown}")
+
+            factories.append(functools.partial(job, rep, client, variant, coop))
+    await gather_limited(factories, ctx.parallel)
+    for outcome in outcomes.values():
+        outcome.summarize(metrics)
+    return outcomes

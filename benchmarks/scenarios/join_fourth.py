@@ -13,24 +13,24 @@ shows that pause here.
 
 from __future__ import annotations
 
-import functools
 import math
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from benchmarks.group import (
     Member,
     MemberGone,
     SteadyProducer,
-    gather_limited,
+    failed_run,
     member_spec,
+    run_group_configs,
     settled,
     wait_until,
 )
-from benchmarks.harness import Context, Outcome
-from benchmarks.scenarios.rebalance import RATE, _unmoved_gap, config_label
+from benchmarks.harness import Context
+from benchmarks.scenarios.rebalance import RATE, _unmoved_gap
 from benchmarks.stats import longest_gap
 
 TITLE = "A fourth member joins a 3-member group"
@@ -164,10 +164,7 @@ async def one_rep(ctx: Context, client: str, variant: str, cooperative: bool) ->
             "lost_events": sum(len(m.of("lost")) for m in trio),
         }
     except (MemberGone, TimeoutError, AssertionError) as exc:
-        for m in members:
-            if m.unavailable():
-                return {"ok": False, "unavailable": True, "error": m.unavailable()}
-        return {"ok": False, "unavailable": False, "error": f"{type(exc).__name__}: {exc}"}
+        return failed_run(members, exc)
     finally:
         for m in members:
             await m.stop()
@@ -175,23 +172,7 @@ async def one_rep(ctx: Context, client: str, variant: str, cooperative: bool) ->
 
 
 async def run(ctx: Context) -> dict[str, Any]:
-    outcomes = {config_label(*c): Outcome() for c in CONFIGS}
-    factories: list[Callable[[], Awaitable[None]]] = []
-    for rep in range(ctx.plan.reps):
-        for client, variant, coop in CONFIGS:
-
-            async def job(rep: int, client: str, variant: str, coop: bool) -> None:
-                name = config_label(client, variant, coop)
-                if outcomes[name].status == "unavailable":
-                    return
-                result = await one_rep(ctx, client, variant, coop)
-                outcomes[name].record(result)
-                ctx.log(f"join_fourth rep {rep + 1} {name}: {_brief(result)}")
-
-            factories.append(functools.partial(job, rep, client, variant, coop))
-    await gather_limited(factories, ctx.parallel)
-    for outcome in outcomes.values():
-        outcome.summarize(METRICS)
+    outcomes = await run_group_configs(ctx, "join_fourth", CONFIGS, one_rep, METRICS, _brief)
     return {
         "partitions": PARTITIONS,
         "produce_rate": RATE,

@@ -10,22 +10,21 @@ pause at all.  Gaps are compared with A's gaps before anything happened.
 
 from __future__ import annotations
 
-import functools
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from benchmarks.group import (
     Member,
     MemberGone,
     SteadyProducer,
-    gather_limited,
+    failed_run,
     member_spec,
+    run_group_configs,
     settled,
     wait_until,
 )
-from benchmarks.harness import Context, Outcome
+from benchmarks.harness import Context
 from benchmarks.stats import longest_gap
 
 TITLE = "Rebalance latency"
@@ -59,10 +58,6 @@ METRICS = {
         "crash_gap_unmoved_s",
     )
 }
-
-
-def config_label(client: str, variant: str, cooperative: bool) -> str:
-    return f"{client}/{variant} {'cooperative' if cooperative else 'eager'}"
 
 
 def _unmoved_gap(a: Member, kept: set[int], start: float, end: float) -> float:
@@ -159,10 +154,7 @@ async def one_rep(ctx: Context, client: str, variant: str, cooperative: bool) ->
         res["a_lost_events"] = len(a.of("lost"))
         return res
     except (MemberGone, TimeoutError, AssertionError) as exc:
-        for m in members:
-            if m.unavailable():
-                return {"ok": False, "unavailable": True, "error": m.unavailable()}
-        return {"ok": False, "unavailable": False, "error": f"{type(exc).__name__}: {exc}"}
+        return failed_run(members, exc)
     finally:
         for m in members:
             await m.stop()
@@ -170,23 +162,7 @@ async def one_rep(ctx: Context, client: str, variant: str, cooperative: bool) ->
 
 
 async def run(ctx: Context) -> dict[str, Any]:
-    outcomes = {config_label(*c): Outcome() for c in CONFIGS}
-    factories: list[Callable[[], Awaitable[None]]] = []
-    for rep in range(ctx.plan.reps):
-        for client, variant, coop in CONFIGS:
-
-            async def job(rep: int, client: str, variant: str, coop: bool) -> None:
-                name = config_label(client, variant, coop)
-                if outcomes[name].status == "unavailable":
-                    return
-                result = await one_rep(ctx, client, variant, coop)
-                outcomes[name].record(result)
-                ctx.log(f"rebalance rep {rep + 1} {name}: {_brief(result)}")
-
-            factories.append(functools.partial(job, rep, client, variant, coop))
-    await gather_limited(factories, ctx.parallel)
-    for outcome in outcomes.values():
-        outcome.summarize(METRICS)
+    outcomes = await run_group_configs(ctx, "rebalance", CONFIGS, one_rep, METRICS, _brief)
     return {
         "partitions": PARTITIONS,
         "produce_rate": RATE,

@@ -11,10 +11,8 @@ split, and how many records were delivered twice.
 
 from __future__ import annotations
 
-import functools
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from benchmarks.group import (
@@ -22,12 +20,13 @@ from benchmarks.group import (
     MemberGone,
     SteadyProducer,
     duplicates,
-    gather_limited,
+    failed_run,
     member_spec,
+    run_group_configs,
     settled,
     wait_until,
 )
-from benchmarks.harness import Context, Outcome
+from benchmarks.harness import Context
 
 TITLE = "Slow rebalance listener"
 PARTITIONS = 8
@@ -48,10 +47,6 @@ METRICS = {
     "converge_s": lambda r: r["converge_s"],
     "duplicates": lambda r: float(r["duplicates"]),
 }
-
-
-def config_label(client: str, variant: str, cooperative: bool) -> str:
-    return f"{client}/{variant} {'cooperative' if cooperative else 'eager'}"
 
 
 async def one_rep(ctx: Context, client: str, variant: str, cooperative: bool) -> dict[str, Any]:
@@ -97,10 +92,7 @@ async def one_rep(ctx: Context, client: str, variant: str, cooperative: bool) ->
             "duplicates": duplicates(members),
         }
     except (MemberGone, TimeoutError) as exc:
-        for m in members:
-            if m.unavailable():
-                return {"ok": False, "unavailable": True, "error": m.unavailable()}
-        return {"ok": False, "unavailable": False, "error": f"{type(exc).__name__}: {exc}"}
+        return failed_run(members, exc)
     finally:
         for m in members:
             await m.stop()
@@ -108,29 +100,7 @@ async def one_rep(ctx: Context, client: str, variant: str, cooperative: bool) ->
 
 
 async def run(ctx: Context) -> dict[str, Any]:
-    outcomes = {config_label(*c): Outcome() for c in CONFIGS}
-    factories: list[Callable[[], Awaitable[None]]] = []
-    for rep in range(ctx.plan.reps):
-        for client, variant, coop in CONFIGS:
-
-            async def job(rep: int, client: str, variant: str, coop: bool) -> None:
-                name = config_label(client, variant, coop)
-                if outcomes[name].status == "unavailable":
-                    return
-                result = await one_rep(ctx, client, variant, coop)
-                outcomes[name].record(result)
-                brief = (
-                    f"evicted={result['evicted']} converge {result['converge_s']:.1f}s "
-                    f"dups {result['duplicates']}"
-                    if result.get("ok")
-                    else result.get("error")
-                )
-                ctx.log(f"slow-listener rep {rep + 1} {name}: {brief}")
-
-            factories.append(functools.partial(job, rep, client, variant, coop))
-    await gather_limited(factories, ctx.parallel)
-    for outcome in outcomes.values():
-        outcome.summarize(METRICS)
+    outcomes = await run_group_configs(ctx, "slow-listener", CONFIGS, one_rep, METRICS, _brief)
     return {
         "partitions": PARTITIONS,
         "revoke_seconds": ctx.plan.slow_revoke_seconds,
@@ -138,3 +108,7 @@ async def run(ctx: Context) -> dict[str, Any]:
         "parallel": ctx.parallel,
         "configs": {name: o.to_json() for name, o in outcomes.items()},
     }
+
+
+def _brief(r: dict[str, Any]) -> str:
+    return f"evicted={r['evicted']} converge {r['converge_s']:.1f}s dups {r['duplicates']}"

@@ -13,10 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import struct
-from collections.abc import AsyncIterator
 
 import pytest
-import pytest_asyncio
 from aiokafka import AIOKafkaClient, AIOKafkaProducer
 
 from aiogroup import (
@@ -158,16 +156,6 @@ class Journal(AsyncConsumerRebalanceListener):
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         self.assigned.append(set(assigned))
         self.changed.set()
-
-
-@pytest_asyncio.fixture(loop_scope="function")
-async def client(bootstrap_servers: str) -> AsyncIterator[AIOKafkaClient]:
-    client = AIOKafkaClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=20000)
-    await client.bootstrap()
-    try:
-        yield client
-    finally:
-        await client.close()
 
 
 async def produce(bootstrap: str, topic: str) -> dict[TopicPartition, int]:

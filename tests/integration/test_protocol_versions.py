@@ -8,11 +8,9 @@ OffsetCommit -> OffsetFetch -> LeaveGroup.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-import pytest_asyncio
 from aiokafka.client import AIOKafkaClient
 from aiokafka.protocol.admin import ApiVersionRequest
 from aiokafka.protocol.group import MemberAssignment, ProtocolMetadata
@@ -49,16 +47,6 @@ SESSION_TIMEOUT_MS = 6000
 #: real Kafka gives back what was committed.  The unit tests pin the metadata bytes.
 def metadata_kept(got: str | None, committed: str) -> bool:
     return got in (committed, "", None)
-
-
-@pytest_asyncio.fixture(loop_scope="function")
-async def client(bootstrap_servers: str) -> AsyncIterator[AIOKafkaClient]:
-    client = AIOKafkaClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=20000)
-    await client.bootstrap()
-    try:
-        yield client
-    finally:
-        await client.close()
 
 
 async def broker_versions(client: AIOKafkaClient, node_id: int) -> dict[int, tuple[int, int]]:
