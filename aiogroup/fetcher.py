@@ -22,20 +22,20 @@ The memory bound (what a benchmark can measure)
     when its last record is handed out or when it is dropped).  A response exists
     up to three times while it is handled (the frame the connection read, the
     record set the response decoder copied out of it, and the per-batch slices the
-    buffer keeps), so before a Fetch is sent every partition in it reserves 3P
-    bytes, and a partition is only put in a request while ``buffered_bytes +
-    reserved_bytes + 3P <= B``; the request's own ``max_bytes`` is
-    ``min(fetch_max_bytes, n * P)`` for its n partitions.  When the response has
-    been split into chunks its reservation is replaced by the chunks' sizes.
-    Hence the Kafka bytes the consumer holds, transient copies included, stay
-    within ``buffered_bytes + reserved_bytes <= B`` at every moment, as long as
-    the broker honours the limits.  Kafka itself oversteps them only to make
-    progress (KIP-74: the first record batch is returned whole even when larger
-    than the limit), so the bound is ``B + one record batch``.  A broker that
-    ignores the limits (the embedded test broker ignores the per-partition one)
-    can add at most one response: the fetcher sends nothing more while over
-    budget.  An empty buffer may always fetch one partition, so B < 3P (the
-    configuration only demands B >= P) bounds memory by 3P instead of B.
+    buffer keeps), so the budget is spent per request, on the response-level
+    limit: with room R = (B - buffered_bytes - reserved_bytes) / 3, a Fetch asks
+    for ``max_bytes = min(fetch_max_bytes, n * P, R)`` for its n partitions and
+    reserves three times that until its response has been split into chunks,
+    whose sizes then replace the reservation.  No request is sent while R is
+    below min(P, B / 3), so requests stay worth a round trip; an empty buffer
+    always has R = B / 3.  The response-level limit, not the per-partition one,
+    carries the bound because brokers honour it (the embedded test broker ignores
+    P but not ``max_bytes``), and every fetchable partition can share one request
+    instead of each reserving a worst-case 3P.  Hence the Kafka bytes the consumer
+    holds, transient copies included, stay within ``buffered_bytes +
+    reserved_bytes <= B`` at every moment; Kafka oversteps ``max_bytes`` only to
+    make progress (KIP-74: the first record batch is returned whole even when
+    larger than the limit), so the bound is ``B + one record batch``.
 
 Wake-ups, not polling
     The fetch routine sleeps on one future that is resolved when: a Fetch or
@@ -366,7 +366,7 @@ def _is_abort_marker(batch: Any) -> bool:
 
 #: How many copies of a Fetch response can be alive at once while it is handled
 #: (connection frame, decoded record set, per-batch slices): what an in-flight
-#: partition reserves against max_buffered_bytes, in units of its fetch size.
+#: Fetch reserves against max_buffered_bytes, in units of its max_bytes.
 _COPIES_WHILE_HANDLED = 3
 
 
@@ -502,12 +502,15 @@ class Fetcher:
         self._watch(assignment)
         self._start_resets(assignment)
         by_node: dict[int, list[tuple[PartitionState, _Cursor, int]]] = {}
-        budget_left = (
-            self._max_buffered - self.buffered_bytes - self.reserved_bytes
+        room = (
+            (self._max_buffered - self.buffered_bytes - self.reserved_bytes)
+            // _COPIES_WHILE_HANDLED
             if self._max_buffered
             else None
         )
-        charge = self._partition_bytes * _COPIES_WHILE_HANDLED
+        smallest = min(self._partition_bytes, self._max_buffered // _COPIES_WHILE_HANDLED)
+        if room is not None and room < smallest:
+            return  # released chunks wake the routine when there is room again
         metadata_stale = False
         states = list(assignment.states())
         if states:
@@ -545,19 +548,18 @@ class Fetcher:
             node_until = self._node_backoff.get(node)
             if node_until is not None and node_until > now:
                 continue
-            if budget_left is not None:
-                if budget_left >= charge:
-                    budget_left -= charge
-                elif budget_left < self._max_buffered:
-                    continue  # something is buffered or in flight: wait for room
-                else:
-                    budget_left = 0  # an empty buffer always fetches one partition
             by_node.setdefault(node, []).append((st, cursor, cursor.offset))
         if metadata_stale:
             self._client.force_metadata_update()
             self._wake_later(self._backoff)
         for node, parts in by_node.items():
-            self._send_fetch(node, parts)
+            max_bytes = min(self._config.fetch_max_bytes, len(parts) * self._partition_bytes)
+            if room is not None:
+                if room < smallest:
+                    break  # the other leaders' turn comes when memory is released
+                max_bytes = min(max_bytes, room)
+                room -= max_bytes
+            self._send_fetch(node, parts, max_bytes)
 
     def _purge(self, assignment: Assignment) -> None:
         """Release buffers and cursors of partitions that cannot be delivered any more."""
@@ -682,9 +684,11 @@ class Fetcher:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _send_fetch(self, node: int, parts: list[tuple[PartitionState, _Cursor, int]]) -> None:
+    def _send_fetch(
+        self, node: int, parts: list[tuple[PartitionState, _Cursor, int]], max_bytes: int
+    ) -> None:
         cfg = self._config
-        reserved = len(parts) * self._partition_bytes * _COPIES_WHILE_HANDLED
+        reserved = max_bytes * _COPIES_WHILE_HANDLED
         if self._max_buffered:
             self.reserved_bytes += reserved
             self._note_peak()
@@ -698,7 +702,7 @@ class Fetcher:
         request = FetchRequest(
             cfg.fetch_max_wait_ms,
             cfg.fetch_min_bytes,
-            min(cfg.fetch_max_bytes, len(parts) * self._partition_bytes),
+            max_bytes,
             self._isolation,
             list(by_topic.items()),
         )

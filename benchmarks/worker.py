@@ -138,13 +138,21 @@ async def memory(spec: dict[str, Any]) -> dict[str, Any]:
     with sampler:
         await adapter.assign(spec["topic"], list(range(spec["partitions"])))
         try:
-            deadline = time.monotonic() + 30
-            while first == 0 and time.monotonic() < deadline:
-                # A small batch: the records the application holds are its memory, not
-                # the consumer's read-ahead, which is what this scenario bounds.
-                first = (await adapter.poll(1.0, max_records=FIRST_BATCH)).count
-            if first == 0:
-                raise RuntimeError("no record within 30 s")
+            if spec.get("idle"):
+                # The same consumer on an empty topic: what it costs with nothing to
+                # buffer (connections, metadata, tasks), so the buffer's own growth can
+                # be told apart from the client's fixed footprint.
+                first = (await adapter.poll(2.0, max_records=FIRST_BATCH)).count
+                if first:
+                    raise RuntimeError(f"idle topic held {first} records")
+            else:
+                deadline = time.monotonic() + 30
+                while first == 0 and time.monotonic() < deadline:
+                    # A small batch: the records the application holds are its memory,
+                    # not the consumer's read-ahead, which is what this scenario bounds.
+                    first = (await adapter.poll(1.0, max_records=FIRST_BATCH)).count
+                if first == 0:
+                    raise RuntimeError("no record within 30 s")
             await asyncio.sleep(spec["stall_seconds"])  # the application is busy elsewhere
             stalled_peak = sampler.peak
         finally:

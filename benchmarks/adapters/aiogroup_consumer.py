@@ -63,10 +63,13 @@ class _Listener:
         await self.hooks.on_async("lost", sorted(tp.partition for tp in lost))
 
 
+_BOUND = "max_buffered_bytes ({limit}): fetched, undelivered record bytes, transient copies"
+
+
 class AiogroupAdapter(Adapter):
     client = "aiogroup"
     supports_cooperative = True
-    buffer_bound = "max_buffered_bytes (64 MiB default) of decoded, undelivered records"
+    buffer_bound = _BOUND.format(limit="64 MiB default")
     imports = ("aiogroup.consumer",)
 
     consumer: Any = None
@@ -75,7 +78,7 @@ class AiogroupAdapter(Adapter):
         limit = self.variant.options.get("max_buffered_bytes")
         if limit is None:
             return self.buffer_bound
-        return f"max_buffered_bytes ({limit / 2**20:.0f} MiB) of decoded, undelivered records"
+        return _BOUND.format(limit=f"{limit / 2**20:.0f} MiB")
 
     def _new(self, group_id: str | None, **extra: Any) -> Any:
         from aiogroup.consumer import GroupConsumer

@@ -284,6 +284,59 @@ async def test_buffering_stays_within_bound(
         assert 0 < fetcher.peak_bytes <= bound
 
 
+async def test_fetch_requests_spend_the_budget_on_max_bytes(
+    bootstrap_servers: str, kafka_topic: TopicFactory
+) -> None:
+    # The embedded broker ignores max_partition_fetch_bytes but honours a request's
+    # max_bytes, so the bound must be carried by max_bytes: every request may ask
+    # for at most a third of the room left (its response exists up to three times
+    # while handled), and every fetchable partition shares that one request rather
+    # than each reserving a worst case.
+    from aiokafka.protocol.fetch import FetchRequest
+
+    partitions, per_partition, size = 4, 400, 1000  # ~400 kB per partition
+    topic = await kafka_topic(partitions=partitions)
+    produced = await produce(
+        bootstrap_servers, topic, partitions * per_partition, partitions, size=size
+    )
+    part_bytes = 256 * 1024
+    bound = 1024 * 1024
+    sends: list[tuple[int, int, int, int]] = []  # (max_bytes, partitions, room, response)
+    async with running_fetcher(
+        bootstrap_servers, max_partition_fetch_bytes=part_bytes, max_buffered_bytes=bound
+    ) as (fetcher, sub):
+        real_send = fetcher._client.send
+
+        async def watched_send(node: int, request: Any, **kw: Any) -> Any:
+            if not isinstance(request, FetchRequest):
+                return await real_send(node, request, **kw)
+            # _send_fetch reserved before sending: undo it to see the room it saw.
+            room = bound - fetcher.buffered_bytes - fetcher.reserved_bytes
+            max_bytes = request._max_bytes  # aiokafka keeps the fields private
+            room += 3 * max_bytes
+            response = await real_send(node, request, **kw)
+            got = sum(len(p[-1] or b"") for _, parts in response.topics for p in parts)
+            n = sum(len(parts) for _, parts in request._topics)
+            sends.append((max_bytes, n, room, got))
+            return response
+
+        fetcher._client.send = watched_send
+        tps = sorted(produced)
+        assign(sub, tps, "earliest")
+        seen = await collect(fetcher, partitions * per_partition, max_records=100)
+    for tp in tps:
+        assert as_pairs(seen[tp]) == produced[tp]
+    assert sends
+    batch_slack = 64 * 1024  # KIP-74: a whole first batch may exceed max_bytes
+    for max_bytes, n, room, got in sends:
+        assert 3 * max_bytes <= room <= bound
+        assert max_bytes <= n * part_bytes
+        assert got <= max_bytes + batch_slack
+    # With the budget empty, one request covers every partition.
+    assert max(n for _, n, _, _ in sends) == partitions
+    assert 0 < fetcher.peak_bytes <= bound
+
+
 async def test_arrow_batch_matches_records(
     bootstrap_servers: str, kafka_topic: TopicFactory
 ) -> None:
