@@ -74,46 +74,59 @@ def arrow_schema() -> pyarrow.Schema:
 
 
 class ColumnBuilder:
-    """Column lists filled from decoded record batches, turned into Arrow at the end."""
+    """Columns filled from decoded record batches, turned into Arrow at the end.
 
-    __slots__ = (
-        "_has_headers",
-        "_runs",
-        "headers",
-        "keys",
-        "offsets",
-        "timestamp_types",
-        "timestamps",
-        "values",
-    )
+    Only ``key``, ``value`` and ``timestamp`` need a value read from every record.
+    The rest is known per run of records: topic, partition and timestamp type are
+    constant over a batch, and a batch without gaps has offsets ``base .. base+n``.
+    Those columns are kept run-length (``_runs``, ``_offsets``) and expanded in C
+    by numpy when the batch is built, which is where most of the win over building
+    the same RecordBatch from ``ConsumerRecord`` objects comes from.  Without numpy
+    they expand through Python lists (same result, slower).
+    """
+
+    __slots__ = ("_headers", "_offsets", "_rows", "_runs", "_tail", "keys", "timestamps", "values")
 
     require_pyarrow = staticmethod(require_pyarrow)
 
     def __init__(self) -> None:
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
-        self.offsets: list[int] = []
         self.timestamps: list[int] = []
-        self.timestamp_types: list[int] = []
-        self.headers: list[Any] = []
-        self._has_headers = False
-        #: (topic, partition, count) runs: topic and partition columns are run-length.
-        self._runs: list[tuple[str, int, int]] = []
+        #: offset segments: ``range`` for a gap-free batch, else a list of offsets
+        self._offsets: list[range | list[int]] = []
+        #: offsets of records added one by one, not yet closed into a segment
+        self._tail: list[int] = []
+        #: header lists, only once some record had headers (earlier rows get [])
+        self._headers: list[Any] | None = None
+        #: (topic, partition, timestamp_type, count) runs
+        self._runs: list[tuple[str, int, int, int]] = []
+        self._rows = 0
 
     def __len__(self) -> int:
-        return len(self.offsets)
+        return self._rows
 
     def take_from(self, chunk: Chunk, limit: int) -> int:
         """Fetcher delivery hook: take up to ``limit`` records of ``chunk``."""
         return chunk.take_columns(limit, self)
 
-    def _run(self, tp: TopicPartition, n: int) -> None:
+    def _run(self, topic: str, partition: int, ts_type: int, n: int) -> None:
         runs = self._runs
-        if runs and runs[-1][0] == tp.topic and runs[-1][1] == tp.partition:
+        if runs:
             last = runs[-1]
-            runs[-1] = (last[0], last[1], last[2] + n)
-        else:
-            runs.append((tp.topic, tp.partition, n))
+            if last[0] == topic and last[1] == partition and last[2] == ts_type:
+                runs[-1] = (topic, partition, ts_type, last[3] + n)
+                self._rows += n
+                return
+        runs.append((topic, partition, ts_type, n))
+        self._rows += n
+
+    def _add_headers(self, hs: list[Any]) -> None:
+        if self._headers is None:
+            if not any(hs):
+                return
+            self._headers = [[]] * (self._rows - len(hs))
+        self._headers.extend(hs)
 
     def add_batch(self, tp: TopicPartition, partition: int, batch: Any, ts_type: int) -> int:
         """Append every record of a decoded v2 batch; returns how many."""
@@ -124,70 +137,76 @@ class ColumnBuilder:
         # map(attrgetter) runs the per-record loop in C; no per-record tuple is built.
         self.keys.extend(map(_get_key, recs))
         self.values.extend(map(_get_value, recs))
-        if n == batch.last_offset_delta + 1:
-            # No gaps (not compacted): the offsets are a range.
-            base = batch.base_offset
-            self.offsets.extend(range(base, base + n))
-        else:
-            self.offsets.extend(map(_get_offset, recs))
         self.timestamps.extend(map(_get_timestamp, recs))
-        self.timestamp_types.extend([ts_type] * n)
-        start = len(self.headers)
-        self.headers.extend(map(_get_headers, recs))
-        if not self._has_headers and any(self.headers[start:]):
-            self._has_headers = True
-        self._run(tp, n)
+        if self._tail:
+            self._offsets.append(self._tail)
+            self._tail = []
+        if n == batch.last_offset_delta + 1:
+            base = batch.base_offset  # no gaps (not compacted): the offsets are a range
+            self._offsets.append(range(base, base + n))
+        else:
+            self._offsets.append(list(map(_get_offset, recs)))
+        self._run(tp.topic, partition, ts_type, n)
+        self._add_headers(list(map(_get_headers, recs)))
         return n
 
     def add_record(self, tp: TopicPartition, partition: int, r: Any, ts_type: int) -> None:
         """Append one decoded record (partial batches and the legacy format)."""
-        self.keys.append(r.key)
-        self.values.append(r.value)
-        self.offsets.append(r.offset)
-        self.timestamps.append(r.timestamp)
-        self.timestamp_types.append(ts_type)
-        hs = r.headers
-        self.headers.append(hs)
-        if hs:
-            self._has_headers = True
-        self._run(tp, 1)
+        self._append(tp.topic, partition, r.key, r.value, r.offset, r.timestamp, ts_type, r.headers)
 
     def add_consumer_record(self, rec: ConsumerRecord) -> None:
         """Append an already built ConsumerRecord (the comparison path)."""
-        self.keys.append(rec.key)
-        self.values.append(rec.value)
-        self.offsets.append(rec.offset)
-        self.timestamps.append(rec.timestamp)
-        self.timestamp_types.append(rec.timestamp_type)
-        hs = rec.headers
-        self.headers.append(hs)
-        if hs:
-            self._has_headers = True
-        self._run(TopicPartition(rec.topic, rec.partition), 1)
+        self._append(
+            rec.topic,
+            rec.partition,
+            rec.key,
+            rec.value,
+            rec.offset,
+            rec.timestamp,
+            rec.timestamp_type,
+            rec.headers,
+        )
+
+    def _append(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        offset: int,
+        timestamp: int,
+        ts_type: int,
+        headers: Any,
+    ) -> None:
+        self.keys.append(key)
+        self.values.append(value)
+        self.timestamps.append(timestamp)
+        self._tail.append(offset)
+        self._run(topic, partition, ts_type, 1)
+        self._add_headers([headers])
 
     def to_record_batch(self) -> pyarrow.RecordBatch:
         pa = require_pyarrow()
         schema = arrow_schema()
-        n = len(self.offsets)
+        n = self._rows
+        if self._tail:
+            self._offsets.append(self._tail)
+            self._tail = []
         topics: dict[str, int] = {}
-        topic_idx: list[int] = []
-        partitions: list[int] = []
-        for topic, partition, count in self._runs:
-            idx = topics.setdefault(topic, len(topics))
-            topic_idx.extend([idx] * count)
-            partitions.extend([partition] * count)
+        runs = [(topics.setdefault(t, len(topics)), p, tst, c) for t, p, tst, c in self._runs]
+        topic_idx, partitions, ts_types, offsets = _expand(runs, self._offsets)
         topic_arr = pa.DictionaryArray.from_arrays(
             pa.array(topic_idx, pa.int32()), pa.array(list(topics), pa.string())
         )
         header_type = schema.field("headers").type
-        if self._has_headers:
+        if self._headers is not None:
             headers = pa.array(
-                [[{"key": k, "value": v} for k, v in hs] for hs in self.headers],
+                [[{"key": k, "value": v} for k, v in hs] for hs in self._headers],
                 header_type,
             )
         else:
             headers = pa.ListArray.from_arrays(
-                pa.array([0] * (n + 1), pa.int32()),
+                pa.array(_zeros(n + 1), pa.int32()),
                 pa.array([], header_type.value_type),
             )
         return pa.RecordBatch.from_arrays(
@@ -196,13 +215,50 @@ class ColumnBuilder:
                 pa.array(self.values, pa.binary()),
                 topic_arr,
                 pa.array(partitions, pa.int32()),
-                pa.array(self.offsets, pa.int64()),
-                pa.array(self.timestamps, pa.timestamp("ms")),
-                pa.array(self.timestamp_types, pa.int32()),
+                pa.array(offsets, pa.int64()),
+                pa.array(self.timestamps, pa.int64()).view(pa.timestamp("ms")),
+                pa.array(ts_types, pa.int32()),
                 headers,
             ],
             schema=schema,
         )
+
+
+def _zeros(n: int) -> Any:
+    try:
+        import numpy as np
+    except ImportError:
+        return [0] * n
+    return np.zeros(n, np.int32)
+
+
+def _expand(
+    runs: list[tuple[int, int, int, int]], offsets: list[range | list[int]]
+) -> tuple[Any, Any, Any, Any]:
+    """The run-length columns as full columns: topic index, partition, ts type, offset."""
+    try:
+        import numpy as np
+    except ImportError:
+        topic_idx: list[int] = []
+        partitions: list[int] = []
+        ts_types: list[int] = []
+        for t, p, tst, c in runs:
+            topic_idx.extend([t] * c)
+            partitions.extend([p] * c)
+            ts_types.extend([tst] * c)
+        return topic_idx, partitions, ts_types, [o for seg in offsets for o in seg]
+    counts = np.fromiter((r[3] for r in runs), np.int64, len(runs))
+    cols = [
+        np.repeat(np.fromiter((r[i] for r in runs), np.int32, len(runs)), counts) for i in range(3)
+    ]
+    segs = [
+        np.arange(seg.start, seg.stop, dtype=np.int64)
+        if isinstance(seg, range)
+        else np.asarray(seg, np.int64)
+        for seg in offsets
+    ]
+    flat = np.concatenate(segs) if segs else np.zeros(0, np.int64)
+    return cols[0], cols[1], cols[2], flat
 
 
 def records_to_arrow(records: Iterable[ConsumerRecord]) -> pyarrow.RecordBatch:

@@ -261,6 +261,34 @@ async def test_chunk_not_at_position_is_dropped() -> None:
     assert fetcher.buffered_bytes == 0
 
 
+@pytest.mark.parametrize("app_enabled", [True, False])
+async def test_collector_is_paused_while_records_are_built(app_enabled: bool) -> None:
+    import gc
+
+    fetcher, _, _ = await _fetcher_with(2, 5)
+    seen: list[bool] = []
+    real_take = Chunk.take_records
+
+    def spy(self: Chunk, *args: Any) -> int:
+        seen.append(gc.isenabled())
+        return real_take(self, *args)
+
+    was = gc.isenabled()
+    if not app_enabled:
+        gc.disable()
+    try:
+        Chunk.take_records = spy  # type: ignore[method-assign]
+        got = await fetcher.fetched_records((), 0)
+        # The application's own choice survives the call, either way.
+        assert gc.isenabled() is app_enabled
+    finally:
+        Chunk.take_records = real_take  # type: ignore[method-assign]
+        if was:
+            gc.enable()
+    assert sum(len(r) for r in got.values()) == 10
+    assert seen and not any(seen)
+
+
 async def test_bad_max_records_is_rejected() -> None:
     fetcher, _, _ = await _fetcher_with(1, 1)
     with pytest.raises(ValueError, match="max_records"):
@@ -315,6 +343,35 @@ def test_arrow_headers_and_partial_batches(ready_state: PartitionState) -> None:
         {"key": "g", "value": b"2"},
     ]
     assert batch.column("key").to_pylist() == [None, b"c", b"d"]
+
+
+def test_arrow_run_length_columns_across_batches_and_partitions() -> None:
+    # Header-less rows before and after rows with headers, two partitions, and a
+    # batch with an offset gap (compaction): the run-length columns expand to what
+    # the ConsumerRecord path produces, row for row.
+    from aiogroup.arrow import ColumnBuilder, records_to_arrow
+
+    sub = SubscriptionState()
+    states = [PartitionState(TopicPartition(TOPIC, p), sub.default_reset) for p in (0, 1)]
+    for st in states:
+        st.seek(0)
+    gapped = bytearray(batch_bytes(6, values(3, 6)))
+    # lastOffsetDelta 4 with 3 records: offsets 6, 7, 8 and a gap before 11.
+    gapped[23:27] = (4).to_bytes(4, "big")
+    struct.pack_into(">I", gapped, 17, calc_crc32c(bytes(gapped[_ATTR_POS:])))
+    data0 = batch_bytes(0, values(3)) + batch_bytes(3, values(3, 3), headers=[("h", b"x")])
+    data1 = batch_bytes(0, values(2, 10)) + bytes(gapped)
+    cols = ColumnBuilder()
+    expected: list[ConsumerRecord] = []
+    for st, data, n in zip(states, (data0, data1), (6, 5), strict=True):
+        assert make_chunk(st, data, 0).take_columns(100, cols) == n
+        expected += take_all(make_chunk(st, data, 0))
+    batch = cols.to_record_batch()
+    assert len(cols) == batch.num_rows == 11
+    assert batch.to_pylist() == records_to_arrow(expected).to_pylist()
+    assert batch.column("partition").to_pylist() == [0] * 6 + [1] * 5
+    assert batch.column("offset").to_pylist()[6:] == [0, 1, 6, 7, 8]
+    assert [len(h) for h in batch.column("headers").to_pylist()] == [0] * 3 + [1] * 3 + [0] * 5
 
 
 async def test_unlimited_call_hands_out_one_chunk_per_partition() -> None:
