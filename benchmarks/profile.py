@@ -1,4 +1,4 @@
-"""Where getmany's time goes: ``python -m benchmarks.profile [micro|getmany] [--py-spy]``.
+"""Where getmany's time goes: ``python -m benchmarks.profile micro|getmany|gc [--py-spy]``.
 
 ``micro`` needs no broker: it decodes one record batch of 5,000 records of 100 B
 with aiokafka's decoder (the one aiogroup and aiokafka both use) and times each
@@ -10,6 +10,11 @@ machine is a measured number, not a guess.
 partitions, and drains them alternately with aiogroup's and aiokafka's getmany
 (assign mode, defaults), three times each, in child processes; ``--py-spy`` also
 samples one aiogroup drain and prints the lines with the most own time.
+
+``gc`` drains the same backlog with ``getmany`` and ``getmany_arrow`` three ways:
+as shipped (the fetcher pauses the cyclic GC while it builds records), with that
+pause taken out, and with the collector off for the whole drain; it prints the CPU
+seconds of each, so what the pause saves is a measured number.
 """
 
 from __future__ import annotations
@@ -76,29 +81,59 @@ def micro(batch_records: int = 5000, rounds: int = 100) -> dict[str, float]:
     return out
 
 
-async def _drain(client: str, bootstrap: str, topic: str) -> float:
+class _NoPause:
+    """Stands in for the ``gc`` module inside aiogroup.fetcher: collections not paused."""
+
+    @staticmethod
+    def isenabled() -> bool:
+        return False  # the fetcher then leaves the collector as it is: running
+
+
+async def _drain(client: str, bootstrap: str, topic: str, collector: str = "default") -> str:
+    """Drain the topic once; prints ``records/s cpu_seconds``.
+
+    ``collector``: ``default`` (as shipped: aiogroup pauses the GC while it builds
+    records), ``unpaused`` (aiogroup's pause taken out), ``off`` (gc.disable() for the
+    whole drain: what no collection at all would give).
+    """
+    import gc
+
     from aiokafka import AIOKafkaConsumer
 
     from aiogroup import GroupConsumer, TopicPartition
 
+    if collector == "unpaused":
+        import aiogroup.fetcher
+
+        aiogroup.fetcher.gc = _NoPause  # type: ignore[assignment]
     tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
     consumer: Any
-    if client == "aiogroup":
+    if client.startswith("aiogroup"):
         consumer = GroupConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest")
     else:
         consumer = AIOKafkaConsumer(
             bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
         )
+    if client == "aiogroup-arrow":
+        import pyarrow  # noqa: F401  (imported before the timed span)
     await consumer.start()
     try:
         consumer.assign(tps)
         n = 0
-        started = time.perf_counter()
+        if collector == "off":
+            gc.disable()
+        started, cpu0 = time.perf_counter(), time.process_time()
         while n < RECORDS:
+            if client == "aiogroup-arrow":
+                batch = await consumer.getmany_arrow(timeout_ms=1000)
+                n += 0 if batch is None else batch.num_rows
+                continue
             for recs in (await consumer.getmany(timeout_ms=1000)).values():
                 n += len(recs)
-        return n / (time.perf_counter() - started)
+        rate = n / (time.perf_counter() - started)
+        return f"{rate} {time.process_time() - cpu0}"
     finally:
+        gc.enable()
         await consumer.stop()
 
 
@@ -132,7 +167,8 @@ def getmany(py_spy: bool) -> None:
         rates: dict[str, list[float]] = {"aiogroup": [], "aiokafka": []}
         for _ in range(3):
             for client in rates:
-                rates[client].append(float(_child([client, broker.bootstrap_servers, topic])))
+                got = _child([client, broker.bootstrap_servers, topic])
+                rates[client].append(float(got.split()[0]))
         for client, got in rates.items():
             print(f"{client:9s} getmany: " + ", ".join(f"{r:,.0f}" for r in got) + " records/s")
         ratio = sorted(rates["aiogroup"])[1] / sorted(rates["aiokafka"])[1]
@@ -146,18 +182,40 @@ def getmany(py_spy: bool) -> None:
                     print(f"  {pct:5.1f}%  {frame}")
 
 
+def collector() -> None:
+    """CPU seconds of one drain with the GC as shipped, unpaused, and off."""
+    from aiogroup.testing import SyncKafkaBroker
+    from benchmarks.data import PAYLOADS, produce
+
+    settings = ("default", "unpaused", "off")
+    with SyncKafkaBroker() as broker:
+        topic = broker.create_topic(partitions=PARTITIONS)
+        produce(broker.bootstrap_servers, topic, PAYLOADS["100B"], RECORDS, PARTITIONS)
+        cpu: dict[tuple[str, str], list[float]] = {}
+        for _ in range(3):
+            for client in ("aiogroup", "aiogroup-arrow"):
+                for setting in settings:
+                    got = _child([client, broker.bootstrap_servers, topic, setting])
+                    cpu.setdefault((client, setting), []).append(float(got.split()[1]))
+        print(f"CPU seconds per {RECORDS:,}-record drain, median of 3 (min-max):")
+        for (client, setting), values in cpu.items():
+            values.sort()
+            print(f"  {client:15s} {setting:9s} {values[1]:.2f} ({values[0]:.2f}-{values[-1]:.2f})")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.profile", description=__doc__)
-    parser.add_argument("what", choices=["micro", "getmany", "_drain"])
+    parser.add_argument("what", choices=["micro", "getmany", "gc", "_drain"])
     parser.add_argument("rest", nargs="*")
     parser.add_argument("--py-spy", action="store_true", help="sample one drain with py-spy")
     args = parser.parse_args(argv)
     if args.what == "_drain":
-        client, bootstrap, topic = args.rest
-        print(asyncio.run(_drain(client, bootstrap, topic)))
+        print(asyncio.run(_drain(*args.rest)))
     elif args.what == "micro":
         for name, ns in micro().items():
             print(f"{name:15s} {ns:6.0f} ns/record (cumulative)")
+    elif args.what == "gc":
+        collector()
     else:
         getmany(args.py_spy)
 
