@@ -145,7 +145,7 @@ def throughput_md(section: dict[str, Any], plots: dict[str, str]) -> str:
         for name, cfg in data["configs"].items():
             status = _status_cell(cfg)
             if status:
-                out.append(f"| {name} | {status} | | | | |\n")
+                out.append(f"| {name} | {status} | | | | | |\n")
                 continue
             s = cfg["summary"]
             out.append(
@@ -198,7 +198,7 @@ def commit_md(section: dict[str, Any], plots: dict[str, str]) -> str:
     for name, cfg in section["configs"].items():
         status = _status_cell(cfg)
         if status:
-            out.append(f"| {name} | {status} | | | | |\n")
+            out.append(f"| {name} | {status} | | | | | |\n")
             continue
         s = cfg["summary"]
         out.append(
@@ -227,21 +227,26 @@ def memory_md(section: dict[str, Any]) -> str:
         "created (MiB).  *Fixed* is the same growth for the same consumer on an empty "
         "topic (connections, metadata, tasks, allocator arenas: what the client costs "
         "with nothing to buffer), measured in the same repetitions; *buffer* is growth "
-        "minus the median fixed cost, the part a read-ahead bound limits.\n\n"
-        "| configuration | growth MiB | fixed MiB | buffer MiB | peak RSS MiB "
+        "minus the median fixed cost, the part a read-ahead bound limits.  *Trimmed* is "
+        "the growth once more after the stall, right after glibc's `malloc_trim(0)`: "
+        "the memory still live, without what the allocator kept mapped after the "
+        "client freed it (transient copies of responses); RSS counts that memory "
+        "until it is reused.\n\n"
+        "| configuration | growth MiB | fixed MiB | buffer MiB | trimmed MiB | peak RSS MiB "
         "| what bounds the buffer |\n"
-        "|---|---|---|---|---|---|\n",
+        "|---|---|---|---|---|---|---|\n",
     ]
     for name, cfg in section["configs"].items():
         status = _status_cell(cfg)
         if status:
-            out.append(f"| {name} | {status} | | | | |\n")
+            out.append(f"| {name} | {status} | | | | | |\n")
             continue
         s = cfg["summary"]
         idle = cfg.get("info", {}).get("idle", {}).get("summary", {})
         out.append(
             f"| {name} | {cell(s.get('growth_mib'), 1)} | {cell(idle.get('idle_growth_mib'), 1)} "
-            f"| {cell(s.get('buffer_growth_mib'), 1)} | {cell(s.get('stall_peak_mib'), 1)} "
+            f"| {cell(s.get('buffer_growth_mib'), 1)} | {cell(s.get('trimmed_growth_mib'), 1)} "
+            f"| {cell(s.get('stall_peak_mib'), 1)} "
             f"| {cfg.get('info', {}).get('buffer_bound', '')} |\n"
         )
     return "".join(out)
@@ -535,10 +540,11 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, str]]:
         )
     )
     mem = sc.get("memory", {}).get("configs", {}).get("aiogroup/defaults")
-    growth = buffered = None
+    growth = buffered = trimmed = None
     if mem and mem.get("status") == "ok":
         growth = mem["summary"]["growth_mib"]["max"]
         buffered = mem["summary"].get("buffer_growth_mib", {}).get("max")
+        trimmed = mem["summary"].get("trimmed_growth_mib", {}).get("max")
     bound = MEMORY_BOUND_MIB["aiogroup/defaults"]
     if growth is None:
         measured = "-"
@@ -549,6 +555,8 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, str]]:
             f"worst buffer growth {buffered:.1f} MiB "
             f"(RSS growth {growth:.1f} MiB less the client's fixed cost on an empty topic)"
         )
+        if trimmed is not None:
+            measured += f"; at most {trimmed:.1f} MiB live after malloc_trim"
     rows.append(
         (
             f"memory within the configured buffer bound (max_buffered_bytes = {bound:.0f} MiB)",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import resource
 import sys
 import threading
@@ -129,6 +130,27 @@ class _RssSampler:
         self._thread.join()
 
 
+def _trimmed_rss(sampler: _RssSampler) -> int | None:
+    """RSS after glibc's malloc_trim(0): what is live, without freed memory kept mapped.
+
+    Diagnostic only, taken after the peak was recorded: the difference to the peak
+    is memory the allocator kept after the client freed it (transient response
+    copies), which RSS still counts.  None where the C library is not glibc.
+    """
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        trim = ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):
+        trim = None
+    if trim is None:
+        return None
+    trim(0)
+    return sampler.rss()
+
+
 async def memory(spec: dict[str, Any]) -> dict[str, Any]:
     """Start, take one small batch so fetching is under way, then stall and watch RSS."""
     adapter = adapters.make(spec["client"], spec["variant"], spec["bootstrap"])
@@ -156,12 +178,14 @@ async def memory(spec: dict[str, Any]) -> dict[str, Any]:
                     raise RuntimeError("no record within 30 s")
             await asyncio.sleep(spec["stall_seconds"])  # the application is busy elsewhere
             stalled_peak = sampler.peak
+            trimmed = _trimmed_rss(sampler)
         finally:
             await adapter.close()
     return {
         "baseline_mib": baseline / 2**20,
         "stall_peak_mib": stalled_peak / 2**20,
         "growth_mib": (stalled_peak - baseline) / 2**20,
+        "trimmed_growth_mib": math.nan if trimmed is None else (trimmed - baseline) / 2**20,
         "first_poll_records": first,
         "buffer_bound": adapter.describe_bound(),
         "rss_trace": [(round(t - sampler.samples[0][0], 3), r / 2**20) for t, r in sampler.samples][

@@ -36,6 +36,7 @@ METRICS = {
     "stall_peak_mib": lambda r: r["stall_peak_mib"],
     "baseline_mib": lambda r: r["baseline_mib"],
     "buffer_growth_mib": lambda r: r["buffer_growth_mib"],
+    "trimmed_growth_mib": lambda r: r.get("trimmed_growth_mib", math.nan),
 }
 
 IDLE_METRICS = {"idle_growth_mib": lambda r: r["growth_mib"]}
