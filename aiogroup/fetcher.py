@@ -890,7 +890,9 @@ class Fetcher:
         running, 0.73 with the collector off and 0.90 with this pause
         (``python -m benchmarks.profile gc``).  Deferred, a collection runs at most
         once after the call, and objects freed inside it (the Arrow path keeps
-        none) never count.
+        none) never count.  The switch is process-wide: another thread that
+        disables the collector during this (short, synchronous) window finds it
+        enabled again afterwards.
         """
         assignment = self._sub.assignment
         if assignment is None or not self._buffers:
