@@ -21,6 +21,7 @@ aiokafka's (whose field names differ), and return the dataclasses of
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -140,7 +141,7 @@ def _require_topic_partition(name: str, value: object) -> TopicPartition:
 # --- builders ----------------------------------------------------------------------
 
 
-class GroupApiRequest:
+class GroupApiRequest(abc.ABC):
     """What aiokafka's connection needs from a request: ``prepare(versions)``.
 
     Subclasses say which API they build (``API``) and supply the values of every
@@ -191,11 +192,12 @@ class GroupApiRequest:
         self._check(version)
         return self.API.request(version, self._values())
 
-    def _check(self, version: int) -> None:
+    def _check(self, version: int) -> None:  # noqa: B027 - an optional hook, not abstract
         """Raise IncompatibleBrokerVersion if ``version`` cannot carry this request."""
 
+    @abc.abstractmethod
     def _values(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """The struct's field values, by name, for the version being built."""
 
     def _needs(self, version: int, since: int, what: str) -> None:
         if version < since:
