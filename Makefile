@@ -37,6 +37,7 @@ bench: $(STAMP)
 
 docs: $(STAMP)
 	$(BIN)/python docs/generate.py
+	$(BIN)/python -m benchmarks --report-only
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -840,7 +840,8 @@ class GroupCoordinator:
             result = parse_offset_commit(resp)
             self._inbox.put_nowait(E.OffsetCommitResponseReceived(result, generation_id))
             retry = False
-            for (topic, partition), code in sorted(result.errors.items()):
+            failed = sorted((key, code) for key, code in result.errors.items() if code)
+            for (topic, partition), code in failed:
                 outcome = commit_outcome(code)
                 tp = TopicPartition(topic, partition)
                 if outcome is CallerOutcome.OK:

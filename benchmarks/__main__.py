@@ -53,6 +53,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--fresh", action="store_true", help="drop earlier results instead of merging"
     )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="run nothing: rewrite benchmarks.md and the plots from results.json "
+        "(after editing docs/benchmarks/profile.md, say)",
+    )
     args = parser.parse_args(argv)
     if args.parallel is not None and args.parallel < 1:
         parser.error("--parallel must be >= 1")
@@ -156,8 +162,19 @@ async def main_async(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+def report_only(docs: Path) -> int:
+    results = load_previous(docs / "benchmarks" / "results.json")
+    if not results.get("scenarios"):
+        print(f"no results in {docs / 'benchmarks' / 'results.json'}; run a scenario first")
+        return 1
+    print(f"wrote {report.write(results, docs)}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.report_only:
+        return report_only(args.docs)
     return asyncio.run(main_async(args))
 
 

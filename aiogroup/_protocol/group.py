@@ -371,6 +371,25 @@ class LeaveGroupRequest(GroupApiRequest):
         }
 
 
+def _checked_offset(key: TopicPartition, oam: object) -> OffsetAndMetadata:
+    """``oam`` as a well-formed OffsetAndMetadata; the error message is built only on failure."""
+    if (
+        isinstance(oam, tuple)
+        and len(oam) == 2
+        and type(oam[0]) is int
+        and oam[0] >= 0
+        and (oam[1] is None or type(oam[1]) is str)
+    ):
+        if type(oam) is OffsetAndMetadata and oam[1] is not None:
+            return oam
+        return OffsetAndMetadata(oam[0], oam[1] if oam[1] is not None else "")
+    if not isinstance(oam, tuple) or len(oam) != 2:
+        raise TypeError(f"offsets[{key}] must be OffsetAndMetadata, got {oam!r}")
+    offset = _require_int(f"offsets[{key}].offset", oam[0], minimum=0)
+    metadata = _optional_str(f"offsets[{key}].metadata", oam[1])
+    return OffsetAndMetadata(offset, metadata if metadata is not None else "")
+
+
 def _by_topic(partitions: Sequence[TopicPartition]) -> dict[str, list[int]]:
     """Partitions grouped by topic, both sorted, so equal requests encode equally."""
     grouped: dict[str, list[int]] = {}
@@ -403,11 +422,7 @@ class OffsetCommitRequest(GroupApiRequest):
         checked: dict[TopicPartition, OffsetAndMetadata] = {}
         for tp, oam in offsets.items():
             key = _require_topic_partition("offsets", tp)
-            if not isinstance(oam, tuple) or len(oam) != 2:
-                raise TypeError(f"offsets[{key}] must be OffsetAndMetadata, got {oam!r}")
-            offset = _require_int(f"offsets[{key}].offset", oam[0], minimum=0)
-            metadata = _optional_str(f"offsets[{key}].metadata", oam[1])
-            checked[key] = OffsetAndMetadata(offset, metadata if metadata is not None else "")
+            checked[key] = _checked_offset(key, oam)
         self.offsets = checked
 
     def _check(self, version: int) -> None:

@@ -374,6 +374,18 @@ def bad(value: Any) -> Any:
             "offset",
         ),
         (lambda: OffsetCommitRequest("g", 1, "m", None, bad({"t": 1})), "offsets"),
+        (
+            lambda: OffsetCommitRequest("g", 1, "m", None, {("t", 0): bad((True, ""))}),
+            r"offsets\[TopicPartition\(topic='t', partition=0\)\]\.offset must be an int",
+        ),
+        (
+            lambda: OffsetCommitRequest("g", 1, "m", None, {("t", 0): bad((1, b"x"))}),
+            r"\.metadata must be a str",
+        ),
+        (
+            lambda: OffsetCommitRequest("g", 1, "m", None, {("t", 0): bad((1, "", 2))}),
+            "must be OffsetAndMetadata",
+        ),
         (lambda: OffsetFetchRequest("g", bad("topic")), "partitions"),
         (lambda: OffsetFetchRequest("g", [("t", -1)]), "partitions"),
         (lambda: FindCoordinatorRequest(""), "key"),
@@ -385,6 +397,17 @@ def test_bad_input_is_refused_at_once_naming_the_argument(
 ) -> None:
     with pytest.raises((TypeError, ValueError), match=message):
         factory()
+
+
+def test_offset_commit_normalizes_plain_tuples_and_null_metadata() -> None:
+    req = OffsetCommitRequest(
+        "g", 1, "m", None, {("t", 1): bad((7, None)), ("t", 0): OffsetAndMetadata(3, "x")}
+    )
+    assert req.offsets == {
+        TopicPartition("t", 1): OffsetAndMetadata(7, ""),
+        TopicPartition("t", 0): OffsetAndMetadata(3, "x"),
+    }
+    assert all(type(oam) is OffsetAndMetadata for oam in req.offsets.values())
 
 
 def test_field_specs_reject_ambiguous_definitions() -> None:
