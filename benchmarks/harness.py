@@ -149,7 +149,7 @@ class Context:
             cwd=str(ROOT),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-            env=worker_env(),
+            env=worker_env(_variant_env(spec)),
         )
         try:
             out, err = await asyncio.wait_for(proc.communicate(), timeout)
@@ -175,7 +175,23 @@ class Context:
         }
 
 
-def worker_env() -> dict[str, str]:
+def _variant_env(spec: dict[str, Any]) -> dict[str, str]:
+    """The process environment a worker's client variant asks for (none if unknown)."""
+    from benchmarks import adapters
+
+    client, variant = spec.get("client"), spec.get("variant")
+    if client not in adapters.CLIENTS or not isinstance(variant, str):
+        return {}
+    try:
+        table = adapters.variants(client)
+    except ImportError:
+        return {}  # the worker reports the client as unavailable
+    chosen = table.get(variant)
+    return dict(chosen.env) if chosen is not None else {}
+
+
+def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
+    env.update(extra or {})
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     return env

@@ -30,6 +30,12 @@ VARIANTS = {
         "defaults with max_buffered_bytes=16 MiB (memory scenario: does RSS follow the bound?)",
         {"max_buffered_bytes": 16 * 1024 * 1024},
     ),
+    "mmap128k": Variant(
+        "mmap128k",
+        "defaults, worker started with MALLOC_MMAP_THRESHOLD_=131072 (memory scenario: "
+        "glibc returns freed response copies to the OS at once instead of keeping them)",
+        env={"MALLOC_MMAP_THRESHOLD_": "131072"},
+    ),
     "arrow": Variant(
         "arrow",
         "tuned, getmany_arrow(): one pyarrow.RecordBatch per call, no per-record objects",

@@ -31,6 +31,9 @@ class Variant:
     description: str
     options: dict[str, Any] = field(default_factory=dict)
     columnar: bool = False
+    #: Environment the worker process starts with (read before the interpreter runs,
+    #: as glibc's MALLOC_* tunables are), on top of the harness's own.
+    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

@@ -25,6 +25,7 @@ TITLE = "Memory bound while the application stalls"
 CONFIGS: list[tuple[str, str]] = [
     ("aiogroup", "defaults"),
     ("aiogroup", "buffer16"),
+    ("aiogroup", "mmap128k"),
     ("aiokafka", "defaults"),
     ("kafka-python", "defaults"),
     ("confluent", "tuned"),

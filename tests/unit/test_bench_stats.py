@@ -122,3 +122,14 @@ def test_plan_refuses_fewer_than_three_repetitions() -> None:
     with pytest.raises(ValueError, match=">= 3"):
         Plan.make(quick=True, reps=2)
     assert Plan.make(quick=True).reps >= 3
+
+
+def test_a_variants_environment_reaches_its_worker_and_only_its_worker() -> None:
+    from benchmarks.harness import _variant_env, worker_env
+
+    fixed = _variant_env({"client": "aiogroup", "variant": "mmap128k"})
+    assert fixed == {"MALLOC_MMAP_THRESHOLD_": "131072"}
+    assert worker_env(fixed)["MALLOC_MMAP_THRESHOLD_"] == "131072"
+    assert _variant_env({"client": "aiogroup", "variant": "defaults"}) == {}
+    assert _variant_env({"client": "nobody", "variant": "defaults"}) == {}
+    assert _variant_env({"task": "raw"}) == {}
