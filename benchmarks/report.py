@@ -46,7 +46,15 @@ METHOD = """\
   timeout, so every join costs seconds whatever the client; its caught-up fetch
   waits up to about 250 ms, which sets the baseline delivery gap.  Rebalance
   numbers are therefore comparable between clients here, not absolute Kafka
-  numbers.
+  numbers.  One more Tansu behaviour shapes the cooperative rows: when the leader
+  sends SyncGroup and rejoins within a few milliseconds (as a cooperative leader
+  that just released partitions does), a follower's SyncGroup already waiting at
+  the broker is not answered with its assignment but held until the next join
+  phase ends and then refused with REBALANCE_IN_PROGRESS, so the joining member
+  misses a generation and waits for one more (about 4 s of "B assigned").
+  Apache Kafka answers every pending SyncGroup when the leader's arrives.
+  aiogroup rejoins at once, as the Java client does; it does not wait to suit
+  this broker.
 - **Processes**: every throughput, commit and memory measurement runs in a fresh
   Python process (`benchmarks/worker.py`), so CPU seconds and peak RSS (from
   `getrusage`, including librdkafka's threads) belong to that client alone.  Group
