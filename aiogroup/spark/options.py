@@ -18,7 +18,7 @@ from aiogroup.config import ConsumerConfig, validate_topic_name
 from aiogroup.errors import ConfigurationError
 from aiogroup.structs import TopicPartition
 
-__all__ = ["SourceOptions", "StartingOffsets", "parse_options"]
+__all__ = ["DEFAULT_SOURCE_ASSIGNORS", "SourceOptions", "StartingOffsets", "parse_options"]
 
 #: "earliest", "latest", or explicit offsets (-2 earliest, -1 latest) per partition.
 StartingOffsets = Literal["earliest", "latest"] | dict[TopicPartition, int]
@@ -93,6 +93,11 @@ class SourceOptions:
     def group_consumer_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for the streaming-source process's group member."""
         kwargs = dict(self.consumer_options)
+        # Cooperative by default: a query keeps reading the partitions it keeps while
+        # another query (or application) joins or leaves the group, instead of every
+        # member's micro-batches waiting out an eager rebalance.  A group that also
+        # holds eager-only members sets kafka.partition.assignment.strategy.
+        kwargs.setdefault("partition_assignment_strategy", DEFAULT_SOURCE_ASSIGNORS)
         kwargs.update(
             bootstrap_servers=self.bootstrap_servers,
             group_id=self.group_id,
@@ -139,6 +144,10 @@ class SourceOptions:
                 kwargs[name] = self.consumer_options[name]
         kwargs["bootstrap_servers"] = self.bootstrap_servers
         return kwargs
+
+
+#: The source member's assignors unless ``kafka.partition.assignment.strategy`` is set.
+DEFAULT_SOURCE_ASSIGNORS = ("cooperative-sticky",)
 
 
 def _bool(name: str, value: str) -> bool:

@@ -36,6 +36,9 @@ MEMBER_SCRIPT = textwrap.dedent(
         "kafka.bootstrap.servers": sys.argv[1], "kafka.group.id": sys.argv[2],
         "subscribe": sys.argv[3], "kafka.session.timeout.ms": "30000",
         "kafka.heartbeat.interval.ms": "1000",
+        # Eager, as the test's own member: a revocation of everything is the sign
+        # that the group started rebalancing (the source's default is cooperative).
+        "kafka.partition.assignment.strategy": "range",
     })
     member = SourceMember(options)
     member.start()

@@ -29,6 +29,7 @@ def test_subscribe_list_and_defaults() -> None:
     kwargs = parsed.group_consumer_kwargs()
     assert kwargs["enable_auto_commit"] is False
     assert kwargs["group_id"] == "g"
+    assert kwargs["partition_assignment_strategy"] == ("cooperative-sticky",)
     reader = parsed.reader_consumer_kwargs()
     assert reader["group_id"] is None
 
@@ -85,13 +86,13 @@ def test_kafka_options_become_consumer_arguments() -> None:
             kafka__session__timeout__ms="6000",
             kafka__heartbeat__interval__ms="1000",
             kafka__isolation__level="read_committed",
-            kafka__partition__assignment__strategy="cooperative-sticky",
+            kafka__partition__assignment__strategy="range, roundrobin",
         )
     )
     kwargs = parsed.group_consumer_kwargs()
     assert kwargs["session_timeout_ms"] == 6000
     assert kwargs["heartbeat_interval_ms"] == 1000
-    assert kwargs["partition_assignment_strategy"] == ("cooperative-sticky",)
+    assert kwargs["partition_assignment_strategy"] == ("range", "roundrobin")
     assert parsed.read_committed
     # Group-only settings stay out of the executors' group-less consumers.
     assert "session_timeout_ms" not in parsed.reader_consumer_kwargs()
