@@ -1,7 +1,7 @@
 """Records/s from Kafka into a parquet sink: aiogroup's Spark source, ingest(), and a baseline.
 
-    .venv/bin/python benchmarks/spark_bench.py [--records 200000] [--partitions 4]
-        [--value-bytes 100] [--batch 10000] [--repeat 1] [--json out.json]
+    .venv/bin/python -m benchmarks.spark_bench [--records 200000] [--partitions 4]
+        [--value-bytes 100] [--batch 10000] [--modes source,ingest,baseline] [--json out.json]
 
 One run produces the records once, then drains the same topic three ways, each with
 a fresh consumer group and its own parquet directory:
