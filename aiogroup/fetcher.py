@@ -888,7 +888,7 @@ class Fetcher:
         the survivors, which makes older-generation collections frequent.  On a
         1,000,000-record drain getmany took 1.13 CPU seconds with collections
         running, 0.73 with the collector off and 0.90 with this pause
-        (``python -m benchmarks.profile gc``).  Deferred, a collection runs at most
+        (``python -m benchmarks.profiling gc``).  Deferred, a collection runs at most
         once after the call, and objects freed inside it (the Arrow path keeps
         none) never count.  The switch is process-wide: another thread that
         disables the collector during this (short, synchronous) window finds it

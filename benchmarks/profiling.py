@@ -1,4 +1,4 @@
-"""Where getmany's time goes: ``python -m benchmarks.profile micro|getmany|gc [--py-spy]``.
+"""Where getmany's time goes: ``python -m benchmarks.profiling micro|getmany|gc [--py-spy]``.
 
 ``micro`` needs no broker: it decodes one record batch of 5,000 records of 100 B
 with aiokafka's decoder (the one aiogroup and aiokafka both use) and times each
@@ -138,7 +138,7 @@ async def _drain(client: str, bootstrap: str, topic: str, collector: str = "defa
 
 
 def _child(argv: list[str], py_spy: str | None = None) -> str:
-    cmd = [sys.executable, "-m", "benchmarks.profile", "_drain", *argv]
+    cmd = [sys.executable, "-m", "benchmarks.profiling", "_drain", *argv]
     if py_spy is not None:
         spy = os.path.join(os.path.dirname(sys.executable), "py-spy")
         cmd = [spy, "record", "-r", "200", "-f", "raw", "-o", py_spy, "--", *cmd]
@@ -204,7 +204,7 @@ def collector() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.profile", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.profiling", description=__doc__)
     parser.add_argument("what", choices=["micro", "getmany", "gc", "_drain"])
     parser.add_argument("rest", nargs="*")
     parser.add_argument("--py-spy", action="store_true", help="sample one drain with py-spy")
