@@ -15,8 +15,9 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# CI runs this: property tests at the thorough Hypothesis profile (tests/conftest.py).
 test: $(STAMP)
-	$(BIN)/python -m pytest tests -p no:cacheprovider -q $(PYTEST_FLAGS)
+	HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest tests -p no:cacheprovider -q $(PYTEST_FLAGS)
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit -q $(PYTEST_FLAGS)

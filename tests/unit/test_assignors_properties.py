@@ -6,7 +6,7 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from aiogroup.assignors import (
@@ -149,7 +149,6 @@ def follow_up(scenario: Scenario, result: Mapping[str, ConsumerAssignment]) -> S
 # --- all assignors ---------------------------------------------------------------------
 
 
-@settings(max_examples=300)
 @given(scenarios(), st.sampled_from(ALL_ASSIGNORS), st.randoms(use_true_random=False))
 def test_shape_and_determinism(
     scenario: Scenario, assignor_cls: type[ConsumerPartitionAssignor], rnd: random.Random
@@ -161,7 +160,6 @@ def test_shape_and_determinism(
     assert assignor_cls().assign(scenario.cluster, dict(shuffled)) == result
 
 
-@settings(max_examples=300)
 @given(scenarios(), st.sampled_from((RangeAssignor, RoundRobinAssignor, StickyAssignor)))
 def test_every_subscribed_partition_is_assigned(
     scenario: Scenario, assignor_cls: type[ConsumerPartitionAssignor]
@@ -179,7 +177,6 @@ def test_range_balances_each_topic(scenario: Scenario) -> None:
             assert max(per_member) - min(per_member) <= 1
 
 
-@settings(max_examples=300)
 @given(scenarios(equal=True), st.sampled_from((RoundRobinAssignor, StickyAssignor)))
 def test_equal_subscriptions_are_balanced(
     scenario: Scenario, assignor_cls: type[ConsumerPartitionAssignor]
@@ -191,13 +188,11 @@ def test_equal_subscriptions_are_balanced(
 # --- sticky ---------------------------------------------------------------------------
 
 
-@settings(max_examples=300)
 @given(scenarios())
 def test_sticky_is_locally_balanced_for_any_subscriptions(scenario: Scenario) -> None:
     assert locally_balanced(scenario, StickyAssignor().assign(scenario.cluster, scenario.members))
 
 
-@settings(max_examples=300)
 @given(scenarios(equal=True), st.sampled_from((StickyAssignor, CooperativeStickyAssignor)))
 def test_owned_partitions_stay_up_to_the_fair_share(
     scenario: Scenario, assignor_cls: type[ConsumerPartitionAssignor]
@@ -222,7 +217,6 @@ def test_sticky_moves_nothing_when_already_balanced(scenario: Scenario) -> None:
 # --- cooperative-sticky ------------------------------------------------------------------
 
 
-@settings(max_examples=300)
 @given(scenarios())
 def test_cooperative_never_hands_over_a_partition_someone_else_holds(scenario: Scenario) -> None:
     result = CooperativeStickyAssignor().assign(scenario.cluster, scenario.members)
@@ -237,7 +231,6 @@ def test_cooperative_never_hands_over_a_partition_someone_else_holds(scenario: S
             assert mine or not others, (tp, member_id, others)
 
 
-@settings(max_examples=300)
 @given(scenarios(equal=True))
 def test_cooperative_completes_balanced_after_the_follow_up_round(scenario: Scenario) -> None:
     assignor = CooperativeStickyAssignor()
@@ -253,7 +246,6 @@ def test_cooperative_completes_balanced_after_the_follow_up_round(scenario: Scen
         assert set(asg.partitions) <= set(second[member_id].partitions)
 
 
-@settings(max_examples=300)
 @given(scenarios(equal=False))
 def test_cooperative_converges_for_unequal_subscriptions(scenario: Scenario) -> None:
     assignor = CooperativeStickyAssignor()
@@ -285,7 +277,6 @@ def test_cooperative_target_matches_sticky_once_nothing_is_in_flight(scenario: S
     )
 
 
-@settings(max_examples=500)
 @given(scenarios(equal=True), st.sampled_from((StickyAssignor, CooperativeStickyAssignor)))
 def test_sticky_keeps_as_many_owned_partitions_as_balance_allows(
     scenario: Scenario, assignor_cls: type[ConsumerPartitionAssignor]

@@ -270,7 +270,6 @@ class ListenerContract(RuleBasedStateMachine):
             assert not m.commit_gate([]).allowed
 
 
-ListenerContract.TestCase.settings = settings(
-    max_examples=500, stateful_step_count=60, deadline=None
-)
+# max_examples comes from the Hypothesis profile (tests/conftest.py).
+ListenerContract.TestCase.settings = settings(stateful_step_count=60, deadline=None)
 TestListenerContract = ListenerContract.TestCase
