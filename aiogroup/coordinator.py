@@ -839,13 +839,14 @@ class GroupCoordinator:
                 continue
             result = parse_offset_commit(resp)
             self._inbox.put_nowait(E.OffsetCommitResponseReceived(result, generation_id))
-            retry = False
-            failed = sorted((key, code) for key, code in result.errors.items() if code)
+            failed = sorted(
+                (key, code)
+                for key, code in result.errors.items()
+                if commit_outcome(code) is not CallerOutcome.OK
+            )
             for (topic, partition), code in failed:
                 outcome = commit_outcome(code)
                 tp = TopicPartition(topic, partition)
-                if outcome is CallerOutcome.OK:
-                    continue
                 if outcome is CallerOutcome.COMMIT_FAILED:
                     raise CommitFailedError(
                         f"commit failed with {code_name(code)}: the group has rebalanced and "
@@ -857,11 +858,10 @@ class GroupCoordinator:
                     self._inbox.put_nowait(
                         E.RequestFailed("OffsetCommit", "coordinator", generation_id)
                     )
-                retry = True
-            if not retry:
+            if not failed:
                 log.debug("group %s: committed %s", self._group_id, offsets)
                 return
-            await asyncio.sleep(self._retry_backoff)
+            await asyncio.sleep(self._retry_backoff)  # what was not raised is retried
 
     async def _auto_commit(self, partitions: Iterable[TopicPartition] | None, why: str) -> None:
         """Commit positions of ``partitions`` (None: all assigned); failures are logged only."""

@@ -555,7 +555,8 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, str]]:
             verdict(None if not runs else evicted == 0),
         )
     )
-    mem = sc.get("memory", {}).get("configs", {}).get("aiogroup/defaults")
+    mem_configs = sc.get("memory", {}).get("configs", {})
+    mem = mem_configs.get("aiogroup/defaults")
     growth = buffered = trimmed = None
     if mem and mem.get("status") == "ok":
         growth = mem["summary"]["growth_mib"]["max"]
@@ -573,7 +574,7 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, str]]:
         )
         if trimmed is not None:
             measured += f"; at most {trimmed:.1f} MiB live after malloc_trim"
-        fixed = sc.get("memory", {}).get("configs", {}).get("aiogroup/mmap128k")
+        fixed = mem_configs.get("aiogroup/mmap128k")
         if fixed and fixed.get("status") == "ok":
             fixed_buffer = fixed["summary"].get("buffer_growth_mib", {}).get("max")
             if fixed_buffer is not None:
