@@ -12,6 +12,7 @@ from __future__ import annotations
 from aiogroup._protocol.schema import ApiStructs, Field, Kind, define_api
 
 __all__ = [
+    "CONSUMER_GROUP_HEARTBEAT",
     "FIND_COORDINATOR",
     "HEARTBEAT",
     "JOIN_GROUP",
@@ -270,6 +271,50 @@ OFFSET_FETCH: ApiStructs = define_api(
                 ),
                 Field("error_code", _I16),
             ),
+        ),
+    ),
+)
+
+# --- KIP-848: the consumer group protocol ---------------------------------------------
+#
+# One RPC replaces JoinGroup/SyncGroup/Heartbeat/LeaveGroup.  Every version is
+# flexible; v1 (Kafka 4.0) adds the broker-side regex subscription.  The "null if
+# it didn't change since the last heartbeat" fields let a member send its full
+# state only when it joins, rejoins or changes; partitions are named by topic id.
+_CONSUMER_GROUP_TOPIC_PARTITIONS = (
+    Field("topic_id", Kind.UUID),
+    Field("partitions", _I32, array=True),
+)
+
+CONSUMER_GROUP_HEARTBEAT: ApiStructs = define_api(
+    "ConsumerGroupHeartbeat",
+    api_key=68,
+    versions=range(2),
+    flexible_from=0,
+    request_fields=(
+        Field("group_id", _STR),
+        Field("member_id", _STR),
+        # 0 joins, -1 leaves, -2 leaves a static member that will come back.
+        Field("member_epoch", _I32),
+        Field("instance_id", _STR),
+        Field("rack_id", _STR),
+        Field("rebalance_timeout_ms", _I32),
+        Field("subscribed_topic_names", _STR, array=True),
+        Field("subscribed_topic_regex", _STR, "1+"),
+        Field("server_assignor", _STR),
+        Field("topic_partitions", fields=_CONSUMER_GROUP_TOPIC_PARTITIONS),
+    ),
+    response_fields=(
+        Field("throttle_time_ms", _I32),
+        Field("error_code", _I16),
+        Field("error_message", _STR),
+        Field("member_id", _STR),
+        Field("member_epoch", _I32),
+        Field("heartbeat_interval_ms", _I32),
+        Field(
+            "assignment",
+            single=True,
+            fields=(Field("topic_partitions", fields=_CONSUMER_GROUP_TOPIC_PARTITIONS),),
         ),
     ),
 )
