@@ -14,7 +14,10 @@ from typing import Any
 from aiogroup.errors import ConfigurationError, InvalidTopicNameError
 from aiogroup.structs import OffsetResetStrategy
 
-__all__ = ["ConsumerConfig", "validate_topic_name"]
+__all__ = ["REMOTE_ASSIGNORS", "ConsumerConfig", "validate_topic_name"]
+
+#: The consumer protocol's server-side assignors (Kafka 4's group.consumer.assignors).
+REMOTE_ASSIGNORS = ("uniform", "range")
 
 _TOPIC_CHARS = re.compile(r"^[a-zA-Z0-9._-]+$")
 _MAX_TOPIC_LENGTH = 249
@@ -103,6 +106,10 @@ class ConsumerConfig:
     connections_max_idle_ms: int = 540_000
     key_deserializer: Any = None
     value_deserializer: Any = None
+    #: "classic" (JoinGroup/SyncGroup) or "consumer" (KIP-848, Apache Kafka 4+).
+    group_protocol: str = "classic"
+    #: group_protocol="consumer" only: the broker's assignor (None: the broker's default).
+    group_remote_assignor: str | None = None
     #: Passed through to aiokafka's client: security_protocol, ssl_context, sasl_*.
     client_options: dict[str, Any] = field(default_factory=dict)
 
@@ -152,10 +159,29 @@ class ConsumerConfig:
             raise ConfigurationError(
                 "partition_assignment_strategy must name at least one assignor"
             )
+        self._check_group_protocol()
         if self.max_buffered_bytes and self.max_buffered_bytes < self.max_partition_fetch_bytes:
             raise ConfigurationError(
                 f"max_buffered_bytes ({self.max_buffered_bytes}) must be at least "
                 f"max_partition_fetch_bytes ({self.max_partition_fetch_bytes})"
+            )
+
+    def _check_group_protocol(self) -> None:
+        if self.group_protocol not in ("classic", "consumer"):
+            raise ConfigurationError(
+                f"group_protocol must be 'classic' or 'consumer', got {self.group_protocol!r}"
+            )
+        if self.group_remote_assignor is None:
+            return
+        if self.group_protocol != "consumer":
+            raise ConfigurationError(
+                "group_remote_assignor needs group_protocol='consumer' (the classic protocol "
+                "assigns in the client: partition_assignment_strategy)"
+            )
+        if self.group_remote_assignor not in REMOTE_ASSIGNORS:
+            raise ConfigurationError(
+                f"group_remote_assignor must be one of {', '.join(REMOTE_ASSIGNORS)}, got "
+                f"{self.group_remote_assignor!r}"
             )
 
     @property

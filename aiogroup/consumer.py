@@ -21,6 +21,10 @@ from aiogroup import offsets as _offsets
 from aiogroup._timeouts import wait_for
 from aiogroup.assignors import resolve_assignors
 from aiogroup.config import ConsumerConfig, validate_topic_name, validate_topics
+from aiogroup.consumer_group_routine import (
+    ConsumerGroupCoordinator,
+    check_group_protocol_options,
+)
 from aiogroup.coordinator import GroupCoordinator
 from aiogroup.errors import CommitFailedError, ConfigurationError
 from aiogroup.fetcher import Fetcher
@@ -86,6 +90,7 @@ class GroupConsumer:
         if unknown:
             raise TypeError(f"GroupConsumer got unknown option(s): {', '.join(sorted(unknown))}")
         options.setdefault("client_options", {}).update(client_options)
+        check_group_protocol_options(options)
         self._config = ConsumerConfig(**options)
         # Resolve assignor names now so an unknown name fails in the constructor.
         self._assignors = resolve_assignors(self._config.partition_assignment_strategy)
@@ -104,7 +109,7 @@ class GroupConsumer:
         self._client: AIOKafkaClient | None = None
         self._subscription: SubscriptionState | None = None
         self._fetcher: Fetcher | None = None
-        self._coordinator: GroupCoordinator | None = None
+        self._coordinator: GroupCoordinator | ConsumerGroupCoordinator | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -129,7 +134,9 @@ class GroupConsumer:
             await self._client.bootstrap()
             self._fetcher = Fetcher(self._client, self._subscription, cfg)
             await self._fetcher.start()
-            if cfg.group_id is not None:
+            if cfg.group_id is not None and cfg.group_protocol == "consumer":
+                self._coordinator = ConsumerGroupCoordinator(self._client, self._subscription, cfg)
+            elif cfg.group_id is not None:
                 self._coordinator = GroupCoordinator(
                     self._client, self._subscription, cfg, self._assignors
                 )

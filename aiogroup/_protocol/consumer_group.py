@@ -29,7 +29,7 @@ from aiogroup._protocol.group import (
     _require_int,
     _require_str,
 )
-from aiogroup._protocol.messages import CONSUMER_GROUP_HEARTBEAT
+from aiogroup._protocol.messages import CONSUMER_GROUP_HEARTBEAT, TOPIC_METADATA
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
 
 __all__ = [
@@ -40,7 +40,9 @@ __all__ = [
     "ConsumerOffsetCommitRequest",
     "ConsumerOffsetFetchRequest",
     "TopicIdPartitions",
+    "TopicIdsRequest",
     "parse_consumer_group_heartbeat",
+    "parse_topic_ids",
 ]
 
 #: member_epoch values with a meaning of their own (ConsumerGroupHeartbeatRequest.json).
@@ -226,3 +228,47 @@ class ConsumerOffsetFetchRequest(OffsetFetchRequest):
             group["member_id"] = self.member_id
             group["member_epoch"] = self.member_epoch
         return values
+
+
+_NO_TOPIC_ID = uuid.UUID(int=0)
+
+
+class TopicIdsRequest(GroupApiRequest):
+    """Metadata v10+ for ``topics`` (None: every topic), read for its topic ids.
+
+    The consumer protocol assigns partitions by topic id; listeners, the fetcher
+    and commits speak names.  Never creates topics.
+    """
+
+    API = TOPIC_METADATA
+
+    def __init__(self, topics: Sequence[str] | None) -> None:
+        if topics is None:
+            self.topics: tuple[str, ...] | None = None
+        elif isinstance(topics, str | bytes):
+            raise TypeError("topics must be a sequence of str, not a str")
+        else:
+            self.topics = tuple(sorted(_require_str("topic", t, empty_ok=False) for t in topics))
+
+    def _values(self) -> dict[str, Any]:
+        return {
+            "topics": (
+                None
+                if self.topics is None
+                else [{"topic_id": _NO_TOPIC_ID, "name": t} for t in self.topics]
+            ),
+            "allow_auto_topic_creation": False,
+            "include_cluster_authorized_operations": False,
+            "include_topic_authorized_operations": False,
+        }
+
+
+def parse_topic_ids(resp: Any) -> dict[uuid.UUID, str]:
+    """topic id -> name for every topic the response names without error."""
+    obj = _fields(resp)
+    out: dict[uuid.UUID, str] = {}
+    for topic in obj["topics"] or ():
+        tid = topic.get("topic_id")
+        if topic["error_code"] == 0 and topic["name"] and tid is not None and tid != _NO_TOPIC_ID:
+            out[tid] = topic["name"]
+    return out

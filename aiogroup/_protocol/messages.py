@@ -20,6 +20,7 @@ __all__ = [
     "OFFSET_COMMIT",
     "OFFSET_FETCH",
     "SYNC_GROUP",
+    "TOPIC_METADATA",
 ]
 
 _I8, _I16, _I32, _I64 = Kind.INT8, Kind.INT16, Kind.INT32, Kind.INT64
@@ -316,5 +317,58 @@ CONSUMER_GROUP_HEARTBEAT: ApiStructs = define_api(
             single=True,
             fields=(Field("topic_partitions", fields=_CONSUMER_GROUP_TOPIC_PARTITIONS),),
         ),
+    ),
+)
+
+# Metadata v10+ names topics by id as well (KIP-516).  aiokafka's client stops at v5,
+# so a consumer-protocol member asks for the id <-> name map itself; only the
+# fields it reads are used, the rest are here so the layout matches the spec.
+TOPIC_METADATA: ApiStructs = define_api(
+    "Metadata",
+    api_key=3,
+    versions=range(10, 13),
+    flexible_from=9,
+    request_fields=(
+        Field("topics", fields=(Field("topic_id", Kind.UUID, "10+"), Field("name", _STR))),
+        Field("allow_auto_topic_creation", _BOOL, "4+"),
+        Field("include_cluster_authorized_operations", _BOOL, "8-10"),
+        Field("include_topic_authorized_operations", _BOOL, "8+"),
+    ),
+    response_fields=(
+        Field("throttle_time_ms", _I32, "3+"),
+        Field(
+            "brokers",
+            fields=(
+                Field("node_id", _I32),
+                Field("host", _STR),
+                Field("port", _I32),
+                Field("rack", _STR, "1+"),
+            ),
+        ),
+        Field("cluster_id", _STR, "2+"),
+        Field("controller_id", _I32, "1+"),
+        Field(
+            "topics",
+            fields=(
+                Field("error_code", _I16),
+                Field("name", _STR),
+                Field("topic_id", Kind.UUID, "10+"),
+                Field("is_internal", _BOOL, "1+"),
+                Field(
+                    "partitions",
+                    fields=(
+                        Field("error_code", _I16),
+                        Field("partition_index", _I32),
+                        Field("leader_id", _I32),
+                        Field("leader_epoch", _I32, "7+"),
+                        Field("replica_nodes", _I32, array=True),
+                        Field("isr_nodes", _I32, array=True),
+                        Field("offline_replicas", _I32, "5+", array=True),
+                    ),
+                ),
+                Field("topic_authorized_operations", _I32, "8+"),
+            ),
+        ),
+        Field("cluster_authorized_operations", _I32, "8-10"),
     ),
 )

@@ -251,3 +251,57 @@ def test_offset_fetch_names_the_member_on_v9_only() -> None:
 def test_static_leave_epoch_is_accepted() -> None:
     req = ConsumerGroupHeartbeatRequest("g", "m", LEAVE_STATIC_EPOCH, instance_id="i")
     assert struct_to_dict(req.build(1))["member_epoch"] == -2
+
+
+def test_topic_ids_request_and_response() -> None:
+    from aiogroup._protocol.consumer_group import TopicIdsRequest, parse_topic_ids
+    from aiogroup._protocol.messages import TOPIC_METADATA
+
+    req = TopicIdsRequest(["b", "a"])
+    built = req.prepare({3: (0, 13)})
+    assert req.api_version == 12
+    fields = struct_to_dict(type(built).decode(built.encode()))
+    assert [t["name"] for t in fields["topics"]] == ["a", "b"]
+    assert fields["allow_auto_topic_creation"] is False
+    assert struct_to_dict(TopicIdsRequest(None).build(12))["topics"] is None
+    with pytest.raises(IncompatibleBrokerVersion, match="no common Metadata version"):
+        req.prepare({3: (0, 5)})
+    resp = TOPIC_METADATA.response(
+        12,
+        {
+            "throttle_time_ms": 0,
+            "brokers": [{"node_id": 1, "host": "h", "port": 9092, "rack": None}],
+            "cluster_id": "c",
+            "controller_id": 1,
+            "topics": [
+                {
+                    "error_code": 0,
+                    "name": "a",
+                    "topic_id": T1,
+                    "is_internal": False,
+                    "partitions": [
+                        {
+                            "error_code": 0,
+                            "partition_index": 0,
+                            "leader_id": 1,
+                            "leader_epoch": 0,
+                            "replica_nodes": [1],
+                            "isr_nodes": [1],
+                            "offline_replicas": [],
+                        }
+                    ],
+                    "topic_authorized_operations": -2147483648,
+                },
+                {
+                    "error_code": 3,
+                    "name": "gone",
+                    "topic_id": T2,
+                    "is_internal": False,
+                    "partitions": [],
+                    "topic_authorized_operations": 0,
+                },
+            ],
+            "cluster_authorized_operations": 0,
+        },
+    )
+    assert parse_topic_ids(type(resp).decode(resp.encode())) == {T1: "a"}
