@@ -88,6 +88,7 @@ from aiogroup.errors import (
     MalformedProtocolDataError,
     RebalanceListenerError,
     error_for_code,
+    is_retriable,
 )
 from aiogroup.listeners import AsyncConsumerRebalanceListener, ListenerThread, as_async_listener
 from aiogroup.structs import OffsetAndMetadata, RebalanceProtocol, TopicPartition
@@ -977,10 +978,7 @@ class GroupCoordinator:
                     tps, timeout=self._config.request_timeout_ms / 1000
                 )
             except (KafkaError, asyncio.TimeoutError) as exc:
-                retriable = isinstance(exc, asyncio.TimeoutError) or getattr(
-                    exc, "retriable", False
-                )
-                if not retriable:
+                if not is_retriable(exc):
                     log.error("group %s: cannot fetch committed offsets: %r", self._group_id, exc)
                     sub.report_error(exc)
                 await asyncio.sleep(self._retry_backoff)
