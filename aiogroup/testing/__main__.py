@@ -18,20 +18,20 @@ from aiogroup.testing.broker import BrokerStartError, KafkaBroker
 
 
 async def _serve(topics: list[str], partitions: int) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):  # before the line that says we are up
+        loop.add_signal_handler(sig, stop.set)
     broker = KafkaBroker()
     await broker.start()
     try:
         for name in topics:
             await broker.create_topic(name, partitions)
         print(
-            f"{broker.mode} broker at {broker.bootstrap_servers} "
-            f"(started in {broker.startup_seconds:.1f}s); Ctrl-C to stop",
+            f"{broker.mode} broker at {broker.bootstrap_servers} (pid {broker.pid}, "
+            f"started in {broker.startup_seconds:.1f}s); Ctrl-C to stop",
             flush=True,
         )
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
         await stop.wait()
     finally:
         await broker.stop()
