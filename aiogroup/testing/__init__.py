@@ -3,15 +3,42 @@
 ``KafkaBroker`` (async) and ``SyncKafkaBroker`` start a broker as described in
 :mod:`aiogroup.testing.broker`; the pytest plugin (registered through the
 ``pytest11`` entry point) offers ``kafka_broker`` and ``kafka_topic`` to any
-project that installs aiogroup.
+project that installs aiogroup.  ``python -m aiogroup.testing`` runs one by hand.
+
+Names are imported lazily so that ``python -m aiogroup.testing.broker`` does not
+import the module twice (runpy's RuntimeWarning).
 """
 
-from aiogroup.testing.broker import (
-    BrokerStartError,
-    KafkaBroker,
-    SyncKafkaBroker,
-    tansu_binary,
-    unique_name,
-)
+from __future__ import annotations
 
-__all__ = ["BrokerStartError", "KafkaBroker", "SyncKafkaBroker", "tansu_binary", "unique_name"]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aiogroup.testing.broker import (
+        BrokerStartError,
+        KafkaBroker,
+        SyncKafkaBroker,
+        tansu_binary,
+        unique_name,
+    )
+    from aiogroup.testing.caps import BrokerCaps
+
+__all__ = [
+    "BrokerCaps",
+    "BrokerStartError",
+    "KafkaBroker",
+    "SyncKafkaBroker",
+    "tansu_binary",
+    "unique_name",
+]
+
+_HOME = {name: "aiogroup.testing.broker" for name in __all__} | {
+    "BrokerCaps": "aiogroup.testing.caps"
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOME:
+        return getattr(importlib.import_module(_HOME[name]), name)
+    raise AttributeError(f"module 'aiogroup.testing' has no attribute {name!r}")
