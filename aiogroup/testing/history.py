@@ -18,9 +18,11 @@ The rules :func:`check_history` applies (see ``docs/reliability.md``):
 
 * **No overlap.**  A member *holds* a partition from the assignment until its
   revoke listener returns or ``on_partitions_lost`` is called.  A member that
-  crashed, or that the broker fenced (its member id vanished from DescribeGroups
-  without it having started a clean leave), holds nothing from the fence on.  No
-  partition is held by two members at the same instant.
+  crashed or was frozen holds nothing from the moment the broker fenced it (its
+  member id vanished from DescribeGroups without it having started a clean
+  leave).  A *running* member is not excused by a fence: until it learns of it (its
+  lost listener), whatever it holds is still being processed.  No partition is held
+  by two members at the same instant.
 * **Nothing lost.**  Every produced record was handed to some member's application.
 * **Duplicates only where a crash allows them.**  A record handed out twice is
   allowed only if an earlier copy went to a member that crashed, was fenced or lost
@@ -74,6 +76,7 @@ EventKind = Literal[
     "leaving",  # the member started a clean leave (close / unsubscribe)
     # Written by whoever runs the test.
     "crashed",  # the process was killed (kill -9) or the member vanished without leaving
+    "frozen",  # the process was stopped (SIGSTOP): it holds nothing from its fence on
     "produced",  # spans: records the producer got acknowledged
     # Written by an observer of the broker (DescribeGroups).
     "joined",  # the member's id appeared in the group (detail: member id)
@@ -473,11 +476,15 @@ def _windows(
             w.end = max(t, w.start)
             w.cut = cut
 
-    # Fences interleave with the member's own events at their earliest possible time.
+    # Fences interleave with the member's own events at their earliest possible time;
+    # they end the holds of a member that cannot act on them (crashed or frozen).
     cuts: list[Event] = []
     for member, fs in fences.items():
         cuts += [Event(f.earliest, member, "gone", detail="fence") for f in fs]
+    inert: set[str] = set()
     for e in sorted([*history, *cuts], key=lambda e: e.t):
+        if e.kind in ("joined", "assigned"):
+            inert.discard(e.member)  # woke and rejoined
         if e.kind == "assigned":
             for p in e.partitions:
                 if (e.member, p) not in open_:
@@ -487,11 +494,18 @@ def _windows(
         elif e.kind in ("revoke_ended", "lost"):
             close(e.member, e.t, "revoke" if e.kind == "revoke_ended" else "lost", e.partitions)
         elif e.kind == "gone" and e.detail == "fence":
-            close(e.member, e.t, "fence")
-        elif e.kind == "crashed" and not fences.get(e.member):
-            # Without an observer's fence, a crash ends the window where it happened;
-            # with one, the window runs on to the fence (the broker still counts it).
-            close(e.member, e.t, "crash")
+            if e.member in inert:
+                close(e.member, e.t, "fence")
+            else:
+                for (member, _), w in open_.items():
+                    if member == e.member:
+                        w.cut = "fence"  # remembered for the duplicate rule
+        elif e.kind in ("crashed", "frozen"):
+            inert.add(e.member)
+            if e.kind == "crashed" and not fences.get(e.member):
+                # Without an observer's fence, a crash ends the window where it
+                # happened; with one, it runs on to the fence (the broker still counts it).
+                close(e.member, e.t, "crash")
     return windows
 
 

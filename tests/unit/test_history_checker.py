@@ -129,6 +129,7 @@ def test_a_zombie_commit_is_reported() -> None:
         .assigned(1.0, "A", 0)
         .delivered(2.0, "A", 0, 9)
         .committed(2.1, "A", 10)
+        .add(3.0, "A", "frozen")
         .gone(9.8, 10.0, "A")
         .assigned(10.5, "B", 0)
         .delivered(11.0, "B", 10, 19)
@@ -147,6 +148,7 @@ def test_a_zombie_delivery_is_reported() -> None:
         .assigned(1.0, "A", 0)
         .delivered(2.0, "A", 0, 9)
         .committed(2.1, "A", 10)
+        .add(3.0, "A", "frozen")
         .gone(9.8, 10.0, "A")
         .assigned(10.5, "B", 0)
         .delivered(11.0, "B", 10, 29)
@@ -156,6 +158,27 @@ def test_a_zombie_delivery_is_reported() -> None:
     report = s.check()
     assert [v.rule for v in report.zombie_deliveries] == ["zombie delivery"]
     assert not report.unowned_deliveries
+
+
+def test_a_running_member_is_not_excused_by_its_fence() -> None:
+    # The issue-12 defect: the broker drops A while A's revoke listener still runs,
+    # and B is given A's partition; A never hears of it (no lost).
+    s = (
+        Script()
+        .produced(0.0, 0, 19)
+        .assigned(1.0, "A", 0)
+        .delivered(2.0, "A", 0, 9)
+        .committed(2.1, "A", 10)
+        .add(5.0, "A", "revoke_started", partitions=(P0,))
+        .gone(10.8, 11.0, "A")
+        .assigned(15.0, "B", 0)
+        .delivered(15.5, "B", 10, 19)
+        .add(35.0, "A", "revoke_ended", partitions=(P0,))
+    )
+    report = s.check()
+    assert [(o.first, o.second) for o in report.overlaps] == [("A", "B")]
+    assert report.overlaps[0].seconds == pytest.approx(20.0)
+    assert report.evictions == [("A", 11.0)]
 
 
 def test_a_member_readmitted_after_a_fence_may_consume_again() -> None:
