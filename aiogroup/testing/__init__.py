@@ -1,4 +1,5 @@
-"""Test support shipped with aiogroup: a real broker and pytest fixtures.
+"""Test support shipped with aiogroup: a real broker, pytest fixtures, and an
+ownership-history checker that judges a group from outside its members.
 
 ``KafkaBroker`` (async) and ``SyncKafkaBroker`` start a broker as described in
 :mod:`aiogroup.testing.broker`; the pytest plugin (registered through the
@@ -23,19 +24,46 @@ if TYPE_CHECKING:
         unique_name,
     )
     from aiogroup.testing.caps import BrokerCaps
+    from aiogroup.testing.history import (
+        Event,
+        HistoryError,
+        HistoryRecorder,
+        HistoryReport,
+        MemberRecorder,
+        check_history,
+        load_history,
+    )
 
 __all__ = [
     "BrokerCaps",
     "BrokerStartError",
+    "Event",
+    "HistoryError",
+    "HistoryRecorder",
+    "HistoryReport",
     "KafkaBroker",
+    "MemberRecorder",
     "SyncKafkaBroker",
+    "check_history",
+    "load_history",
     "tansu_binary",
     "unique_name",
 ]
 
-_HOME = {name: "aiogroup.testing.broker" for name in __all__} | {
-    "BrokerCaps": "aiogroup.testing.caps"
-}
+_HISTORY = (
+    "Event",
+    "HistoryError",
+    "HistoryRecorder",
+    "HistoryReport",
+    "MemberRecorder",
+    "check_history",
+    "load_history",
+)
+_HOME = (
+    {name: "aiogroup.testing.broker" for name in __all__}
+    | {"BrokerCaps": "aiogroup.testing.caps"}
+    | {name: "aiogroup.testing.history" for name in _HISTORY}
+)
 
 
 def __getattr__(name: str) -> Any:
