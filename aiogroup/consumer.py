@@ -140,6 +140,7 @@ class GroupConsumer:
                 self._coordinator = GroupCoordinator(
                     self._client, self._subscription, cfg, self._assignors
                 )
+            if self._coordinator is not None:
                 await self._coordinator.start()
         except BaseException:
             await self._shutdown(graceful=False)

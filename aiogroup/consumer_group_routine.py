@@ -463,6 +463,13 @@ class ConsumerGroupCoordinator:
                 raise KafkaError("coordinator unknown")
             resp = await self._client.send(self._node, request, group=ConnectionGroup.COORDINATION)
             r = parse_consumer_group_heartbeat(resp)
+            if r.error_code:
+                log.debug(
+                    "group %s: heartbeat answered %s: %s",
+                    self._group_id,
+                    cg.code_name(r.error_code),
+                    r.error_message,
+                )
             event = cg.HeartbeatResponseReceived(
                 r.error_code,
                 r.member_epoch,

@@ -887,6 +887,7 @@ def _on_heartbeat_failed(m: M, ev: Event) -> None:
         return
     # A lost connection usually means a moved coordinator: look it up again.
     m.coordinator_known = False
+    m.lookup_retry_at = m.now + m.config.retry_backoff
     m.next_heartbeat_at = m.now + m.config.retry_backoff
 
 
@@ -919,7 +920,10 @@ def _on_heartbeat_response(m: M, ev: Event) -> None:
         if reported is not None and reported == m.owned:
             m.acknowledged = True
     elif reaction is H.FIND_COORDINATOR:
+        # Look the coordinator up again after a backoff (a group's coordinator may
+        # still be loading), then heartbeat at once.
         m.coordinator_known = False
+        m.lookup_retry_at = m.now + m.config.retry_backoff
         m.next_heartbeat_at = m.now
     elif reaction is H.RETRY_BACKOFF:
         m.next_heartbeat_at = m.now + m.config.retry_backoff

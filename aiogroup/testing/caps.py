@@ -54,6 +54,9 @@ class BrokerCaps:
     #: Fetch honours ``max_partition_fetch_bytes``; Tansu honours only the request's
     #: total ``max_bytes``.
     honours_partition_max_bytes: bool = True
+    #: The consumer group protocol (KIP-848: ConsumerGroupHeartbeat, API key 68) is
+    #: served.  Tansu has only the classic JoinGroup/SyncGroup protocol.
+    supports_consumer_protocol: bool = True
 
 
 #: Apache Kafka 4.x (the reference broker): every default.
@@ -72,4 +75,5 @@ TANSU_CAPS = BrokerCaps(
     keeps_commit_metadata=False,
     supports_transactions=False,
     honours_partition_max_bytes=False,
+    supports_consumer_protocol=False,
 )

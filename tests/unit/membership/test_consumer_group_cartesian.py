@@ -256,8 +256,12 @@ def test_each_heartbeat_code_from_stable(code: int) -> None:
     if reaction is HeartbeatReaction.OK:
         assert m.state is S.STABLE and out == []
     elif reaction is HeartbeatReaction.FIND_COORDINATOR:
-        assert m.state is S.STABLE and not m.coordinator_known
-        assert [type(a).__name__ for a in out] == ["FindCoordinator"]
+        # Looked up again after a backoff (not in a tight loop), then heartbeat at once.
+        assert m.state is S.STABLE and not m.coordinator_known and out == []
+        assert m.next_deadline() == pytest.approx(1.1)
+        clock[0] = 1.1
+        assert [type(a).__name__ for a in feed(m, clock, TimerFired())] == ["FindCoordinator"]
+        assert [type(a).__name__ for a in feed(m, clock, CoordinatorFound())] == ["SendHeartbeat"]
     elif reaction is HeartbeatReaction.RETRY_BACKOFF:
         assert m.state is S.STABLE and out == []
         assert m.next_deadline() == pytest.approx(1.1)

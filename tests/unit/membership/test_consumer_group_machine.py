@@ -418,22 +418,26 @@ def test_coordinator_errors() -> None:
     d.stable_with({})
     d.now = 3.0
     d.send(TimerFired())
-    out = d.send(error(16))  # NOT_COORDINATOR
-    assert out == [FindCoordinator("heartbeat in STABLE")]
+    assert d.send(error(16)) == []  # NOT_COORDINATOR: look it up again after a backoff
+    d.now = 3.1
+    assert d.send(TimerFired()) == [FindCoordinator("heartbeat in STABLE")]
     (hb,) = d.send(CoordinatorFound())
     # An error resets what was "sent": the next heartbeat repeats the full state.
     assert isinstance(hb, SendHeartbeat) and hb.subscribed_topic_names == ("a", "b")
     assert hb.topic_partitions == {}
     d.send(error(14))  # COORDINATOR_LOAD_IN_PROGRESS: back off
-    assert d.m.next_deadline() == pytest.approx(3.1)
-    d.now = 3.1
+    assert d.m.next_deadline() == pytest.approx(3.2)
+    d.now = 3.25
     (hb,) = d.send(TimerFired())
-    (find,) = d.send(HeartbeatFailed("connection reset"))
-    assert isinstance(find, FindCoordinator)
+    assert d.send(HeartbeatFailed("connection reset")) == []
     assert d.m.coordinator_known is False
+    assert d.m.next_deadline() == pytest.approx(3.35)
+    d.now = 3.4
+    (find,) = d.send(TimerFired())
+    assert isinstance(find, FindCoordinator)
     out = d.send(CoordinatorLookupFailed("none"))
-    assert out == [] and d.m.next_deadline() == pytest.approx(3.2)
-    d.now = 3.2
+    assert out == [] and d.m.next_deadline() == pytest.approx(3.5)
+    d.now = 3.5
     assert [type(a) for a in d.send(TimerFired())] == [FindCoordinator]
 
 
