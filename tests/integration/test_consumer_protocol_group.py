@@ -240,3 +240,297 @@ async def test_one_member_joins_consumes_and_leaves(
         await a.stop()
     assert a.state == "UNSUBSCRIBED"
     check_history(history.events()).assert_clean()
+
+
+async def started(*members_and_topics: tuple[ProtocolMember, list[str]]) -> None:
+    for member, topics in members_and_topics:
+        await member.start(topics)
+
+
+async def test_two_members_split_and_one_leaves(
+    consumer_protocol_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str
+) -> None:
+    bootstrap = consumer_protocol_broker.bootstrap_servers
+    topic = await kafka_topic(partitions=4)
+    history = HistoryRecorder()
+    await produce(bootstrap, topic, 4, 5, history)
+    a = ProtocolMember("a", bootstrap, group_id, history)
+    b = ProtocolMember("b", bootstrap, group_id, history)
+    try:
+        await a.start([topic])
+        await until([a], lambda: covers([a], topic, 4), "a to own all four partitions")
+        await b.start([topic])
+        await until(
+            [a, b],
+            lambda: covers([a, b], topic, 4) and bool(a.owned) and bool(b.owned),
+            "a and b to split the partitions",
+        )
+        await produce(bootstrap, topic, 4, 5, history)
+        await until([a, b], lambda: all_delivered(history), "every record delivered")
+        await b.stop()
+        await until([a], lambda: covers([a], topic, 4), "a to take b's partitions back")
+        await produce(bootstrap, topic, 4, 5, history)
+        await until([a], lambda: all_delivered(history), "every record delivered after b left")
+        assert a.lost_calls == 0 and b.lost_calls == 0
+    finally:
+        await a.stop()
+        if b.consumer._coordinator is not None and b.state != "UNSUBSCRIBED":
+            await b.stop()
+    check_history(history.events()).assert_clean()
+
+
+async def test_killed_member_is_replaced_after_its_session(
+    consumer_protocol_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str
+) -> None:
+    bootstrap = consumer_protocol_broker.bootstrap_servers
+    topic = await kafka_topic(partitions=4)
+    history = HistoryRecorder()
+    await produce(bootstrap, topic, 4, 5, history)
+    a = ProtocolMember("a", bootstrap, group_id, history)
+    b = ProtocolMember("b", bootstrap, group_id, history)
+    try:
+        await a.start([topic])
+        await b.start([topic])
+        await until(
+            [a, b],
+            lambda: covers([a, b], topic, 4) and bool(a.owned) and bool(b.owned),
+            "a and b to split the partitions",
+        )
+        await until([a, b], lambda: all_delivered(history), "every record delivered")
+        # kill -9: no revoke, no leave heartbeat; the broker fences b when its session ends.
+        history.crashed(b.client_id)
+        await b.abort()
+        await produce(bootstrap, topic, 4, 5, history)
+        await until([a], lambda: covers([a], topic, 4), "a to get b's partitions")
+        await until([a], lambda: all_delivered(history), "every record delivered")
+        assert a.lost_calls == 0
+    finally:
+        await a.stop()
+    check_history(history.events()).assert_clean()
+
+
+async def test_slow_revoke_listener_is_not_fenced_while_heartbeats_flow(
+    consumer_protocol_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str
+) -> None:
+    """A revoke listener running five sessions long: heartbeats keep the member in."""
+    bootstrap = consumer_protocol_broker.bootstrap_servers
+    topic = await kafka_topic(partitions=4)
+    history = HistoryRecorder()
+    await produce(bootstrap, topic, 4, 5, history)
+    a = ProtocolMember("a", bootstrap, group_id, history, revoke_delay=0.0)
+    b = ProtocolMember("b", bootstrap, group_id, history)
+    try:
+        await a.start([topic])
+        await until([a], lambda: covers([a], topic, 4), "a to own all four partitions")
+        coordinator = a.consumer._coordinator
+        assert coordinator is not None
+        interval = coordinator.membership.heartbeat_interval  # type: ignore[union-attr]
+        assert interval > 0
+        # The broker's session (6 s in the test settings) is several heartbeat intervals;
+        # the listener outlasts five of them.
+        a.revoke_delay = 5 * 6.0
+        await b.start([topic])
+        await until(
+            [a, b],
+            lambda: covers([a, b], topic, 4) and bool(b.owned),
+            "b to get partitions once a's slow revocation finishes",
+        )
+        assert a.lost_calls == 0, "a was fenced during its slow revocation"
+        # The revocation really outlasted five sessions (and a heartbeated through it).
+        starts = [
+            e.t
+            for e in history.events()
+            if e.member == a.client_id and e.kind == "revoke_started" and e.partitions
+        ]
+        ends = [
+            e.t
+            for e in history.events()
+            if e.member == a.client_id and e.kind == "revoke_ended" and e.partitions
+        ]
+        assert starts and ends and ends[0] - starts[0] >= 5 * 6.0
+        assert a.state in ("STABLE", "ACKNOWLEDGING", "RECONCILING")
+        await until([a, b], lambda: all_delivered(history), "every record delivered")
+    finally:
+        a.revoke_delay = 0.0
+        await a.stop()
+        await b.stop()
+    check_history(history.events()).assert_clean()
+
+
+async def test_regex_subscription_is_resolved_by_the_broker(
+    consumer_protocol_broker: KafkaBroker, group_id: str
+) -> None:
+    bootstrap = consumer_protocol_broker.bootstrap_servers
+    prefix = unique_name("rx")
+    t1 = await consumer_protocol_broker.create_topic(f"{prefix}-one", 2)
+    t2 = await consumer_protocol_broker.create_topic(f"{prefix}-two", 1)
+    other = await consumer_protocol_broker.create_topic(unique_name("other"), 1)
+    history = HistoryRecorder()
+    await produce(bootstrap, t1, 2, 3, history)
+    await produce(bootstrap, t2, 1, 3, history)
+    a = ProtocolMember("a", bootstrap, group_id, history)
+    try:
+        await a.start(pattern=f"{prefix}-.*")
+        await until(
+            [a],
+            lambda: (
+                a.owned == {TopicPartition(t1, 0), TopicPartition(t1, 1), TopicPartition(t2, 0)}
+            ),
+            "a to own the partitions of both matching topics",
+        )
+        await until([a], lambda: all_delivered(history), "every record delivered")
+        assert not any(tp.topic == other for tp in a.owned)
+    finally:
+        await a.stop()
+    check_history(history.events()).assert_clean()
+
+
+async def test_static_member_keeps_its_partitions_across_a_restart(
+    consumer_protocol_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str
+) -> None:
+    bootstrap = consumer_protocol_broker.bootstrap_servers
+    topic = await kafka_topic(partitions=4)
+    history = HistoryRecorder()
+    a = ProtocolMember("a", bootstrap, group_id, history, group_instance_id="static-a")
+    b = ProtocolMember("b", bootstrap, group_id, history)
+    try:
+        await a.start([topic])
+        await b.start([topic])
+        await until(
+            [a, b],
+            lambda: covers([a, b], topic, 4) and bool(a.owned) and bool(b.owned),
+            "a and b to split the partitions",
+        )
+        before = set(a.owned)
+        b_before = set(b.owned)
+        # Leaving with epoch -2 parks a's assignment for its instance id.
+        await a.stop()
+        a2 = ProtocolMember("a2", bootstrap, group_id, history, group_instance_id="static-a")
+        await a2.start([topic])
+        await until(
+            [a2, b], lambda: a2.owned == before, "the restarted instance to get its partitions back"
+        )
+        assert b.owned == b_before, "the parked partitions went to another member"
+        assert b.lost_calls == 0
+        await a2.stop()
+    finally:
+        await b.stop()
+    check_history(history.events()).assert_clean()
+
+
+def confluent_protocol_member(
+    name: str, bootstrap: str, group: str, topic: str, history: HistoryRecorder
+) -> tuple[Any, MemberRecorder, set[TopicPartition], Any]:
+    """A confluent-kafka member speaking the consumer protocol (group.protocol=consumer)."""
+    from confluent_kafka import Consumer
+
+    rec = history.member(name)
+    owned: set[TopicPartition] = set()
+
+    def on_assign(c: Any, parts: list[Any]) -> None:
+        rec.assigned((p.topic, p.partition) for p in parts)
+        owned.update(TopicPartition(p.topic, p.partition) for p in parts)
+
+    def on_revoke(c: Any, parts: list[Any]) -> None:
+        rec.revoke_started((p.topic, p.partition) for p in parts)
+        owned.difference_update(TopicPartition(p.topic, p.partition) for p in parts)
+        rec.revoke_ended((p.topic, p.partition) for p in parts)
+
+    def on_lost(c: Any, parts: list[Any]) -> None:
+        rec.lost((p.topic, p.partition) for p in parts)
+        owned.difference_update(TopicPartition(p.topic, p.partition) for p in parts)
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "client.id": name,
+            "group.protocol": "consumer",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
+    return consumer, rec, owned, on_revoke
+
+
+async def test_interop_with_confluent_kafka_consumer_protocol_members(
+    consumer_protocol_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str
+) -> None:
+    pytest.importorskip("confluent_kafka")
+    bootstrap = consumer_protocol_broker.bootstrap_servers
+    topic = await kafka_topic(partitions=4)
+    history = HistoryRecorder()
+    await produce(bootstrap, topic, 4, 5, history)
+    a = ProtocolMember("a", bootstrap, group_id, history)
+    name = f"rdkafka-{unique_name('c')}"
+    consumer, rec, owned, _ = confluent_protocol_member(name, bootstrap, group_id, topic, history)
+    stop = asyncio.Event()
+
+    def poll_loop() -> None:
+        while not stop.is_set():
+            msgs = consumer.consume(num_messages=100, timeout=0.2)
+            by_tp: dict[tuple[str, int], list[int]] = {}
+            for msg in msgs:
+                if msg.error() is None:
+                    by_tp.setdefault((msg.topic(), msg.partition()), []).append(msg.offset())
+            for (t, p), offsets in by_tp.items():
+                rec.delivered(t, p, offsets)
+            if by_tp:
+                done = consumer.commit(asynchronous=False)
+                rec.committed(
+                    [(tp.topic, tp.partition, tp.offset) for tp in done if tp.offset >= 0]
+                )
+        consumer.close()
+
+    poller = asyncio.get_running_loop().run_in_executor(None, poll_loop)
+    try:
+        await a.start([topic])
+
+        def split() -> bool:
+            theirs = set(owned)
+            return (
+                bool(a.owned)
+                and bool(theirs)
+                and a.owned | theirs == {TopicPartition(topic, p) for p in range(4)}
+                and not (a.owned & theirs)
+            )
+
+        await until([a], split, "aiogroup and librdkafka members to split the partitions")
+        await until([a], lambda: all_delivered(history), "every record delivered")
+    finally:
+        history.add(name, "leaving")
+        stop.set()
+        await asyncio.wait_for(poller, WAIT)
+        await a.stop()
+    check_history(history.events()).assert_clean()
+
+
+# --- a broker without the consumer protocol ----------------------------------------------
+
+
+async def test_unsupported_broker_fails_with_a_clear_error(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str
+) -> None:
+    """What a user of a classic-only broker (Tansu) gets: UnsupportedVersion naming the gap."""
+    if kafka_broker.caps.supports_consumer_protocol:
+        pytest.skip("not applicable: this broker speaks the consumer protocol")
+    from aiokafka.errors import UnsupportedVersionError
+
+    topic = await kafka_topic(partitions=1)
+    consumer = GroupConsumer(
+        topic,
+        bootstrap_servers=kafka_broker.bootstrap_servers,
+        group_id=group_id,
+        group_protocol="consumer",
+    )
+    await consumer.start()
+    try:
+        with pytest.raises(UnsupportedVersionError) as info:
+            for _ in range(100):
+                await consumer.getmany(timeout_ms=200)
+        message = str(info.value)
+        assert "ConsumerGroupHeartbeat" in message
+        assert "group_protocol='classic'" in message
+    finally:
+        await consumer.stop()
