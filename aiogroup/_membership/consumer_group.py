@@ -1077,6 +1077,10 @@ for _s in (*_MEMBER, S.PREPARE_LEAVING):
         _on_heartbeat_response, S.FENCED, S.FATAL
     )
     EVENT_TRANSITIONS[(_s, HeartbeatFailed)] = _t(_on_heartbeat_failed)
+# Fenced while releasing: no FENCED detour, the leave ends without a leave heartbeat.
+EVENT_TRANSITIONS[(S.PREPARE_LEAVING, HeartbeatResponseReceived)] = _t(
+    _on_heartbeat_response, S.FATAL
+)
 EVENT_TRANSITIONS[(S.LEAVING, HeartbeatResponseReceived)] = _t(
     _on_heartbeat_response, S.UNSUBSCRIBED, S.STALE
 )
