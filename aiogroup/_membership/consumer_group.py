@@ -571,6 +571,8 @@ class ConsumerMembership:
         #: The latest target from the coordinator (None: none received since joining).
         self.target: IdPartitions | None = None
         self.names: dict[uuid.UUID, str] = {}
+        #: What the last SetAssignment gave the fetcher.
+        self.fetching: frozenset[TopicPartition] = frozenset()
         self.reconciliation: _Reconciliation | None = None
         #: The listener running now (listeners never overlap), and those waiting.
         self.listener: Listener | None = None
@@ -590,6 +592,8 @@ class ConsumerMembership:
         self.leave_reason: LeaveReason | None = None
         #: The leave heartbeat (epoch -1/-2) is out: its answer, whatever it is, ends LEAVING.
         self.leave_sent = False
+        #: The application subscribed again while the member was leaving: rejoin after.
+        self.resubscribed = False
         self.requested_ids: frozenset[uuid.UUID] = frozenset()
         self.error: RaiseToApplication | None = None
         self.now = now
@@ -657,7 +661,14 @@ class ConsumerMembership:
     # -- helpers -----------------------------------------------------------------------
 
     def _emit(self, action: Action) -> None:
+        if isinstance(action, SetAssignment):
+            self.fetching = action.partitions
         self._out.append(action)
+
+    def _stop_fetching(self) -> None:
+        """The fetcher stops serving everything (leaving, fenced, failed), if it served any."""
+        if self.fetching:
+            self._emit(SetAssignment(frozenset()))
 
     def _named(self, parts: IdPartitions) -> frozenset[TopicPartition]:
         return frozenset((self.names[tid], p) for tid, p in parts)
@@ -699,11 +710,13 @@ class ConsumerMembership:
         if hint:
             text += f" ({hint})"
         self._report(code, text, fatal=True)
-        if self.owned:
-            self._invoke(InvokeOnPartitionsLost(self._named(self.owned)), Listener.LOST)
+        held = _held(self)
         self.owned = _NONE
         self.reconciliation = None
         self.state = S.FATAL
+        if held:
+            self._invoke(InvokeOnPartitionsLost(self._named(held)), Listener.LOST)
+        self._stop_fetching()
 
     # -- scheduler: what goes out now --------------------------------------------------
 
@@ -820,6 +833,9 @@ def _held(m: M) -> IdPartitions:
 def _on_subscribed(m: M, ev: Event) -> None:
     assert isinstance(ev, Subscribed)
     m.topics, m.regex = ev.topics, ev.regex
+    if m.state in (S.PREPARE_LEAVING, S.LEAVING):
+        m.resubscribed = True
+        return
     if m.state in (S.UNSUBSCRIBED, S.STALE):
         m.leave_reason = None
         m.last_poll = m.now
@@ -836,6 +852,7 @@ def _start_joining(m: M) -> None:
 
 def _on_leave_requested(m: M, ev: Event) -> None:
     reason = LeaveReason.CLOSE if isinstance(ev, CloseRequested) else LeaveReason.UNSUBSCRIBE
+    m.resubscribed = False
     if m.state in (S.UNSUBSCRIBED, S.STALE):
         m.leave_reason = reason
         return
@@ -860,9 +877,12 @@ def _prepare_leaving(m: M) -> None:
                 m._named(held), commit_first=m.config.auto_commit
             )
             m._invoke(action, Listener.REVOKED)
-        else:
-            m._invoke(InvokeOnPartitionsLost(m._named(held)), Listener.LOST)
-        m._emit(SetAssignment(frozenset()))
+            # The fetcher keeps the assignment until the revoke (and the auto-commit
+            # before it, which reads the positions) returned; the shell stops fetching
+            # the revoked partitions meanwhile.  The rules leaving PREPARE_LEAVING clear it.
+            return
+        m._invoke(InvokeOnPartitionsLost(m._named(held)), Listener.LOST)
+    m._stop_fetching()
 
 
 def _on_coordinator_found(m: M, ev: Event) -> None:
@@ -955,7 +975,7 @@ def _fence(m: M) -> None:
     m.state = S.FENCED
     if held:
         m._invoke(InvokeOnPartitionsLost(m._named(held)), Listener.LOST)
-        m._emit(SetAssignment(frozenset()))
+    m._stop_fetching()
 
 
 def _finish_leaving(m: M) -> None:
@@ -1070,6 +1090,7 @@ for _s in (*_MEMBER, S.FENCED):
     EVENT_TRANSITIONS[(_s, UnsubscribeRequested)] = _t(_on_leave_requested, S.PREPARE_LEAVING)
     EVENT_TRANSITIONS[(_s, CloseRequested)] = _t(_on_leave_requested, S.PREPARE_LEAVING)
 for _s in (S.PREPARE_LEAVING, S.LEAVING):
+    EVENT_TRANSITIONS[(_s, Subscribed)] = _t(_on_subscribed)
     EVENT_TRANSITIONS[(_s, UnsubscribeRequested)] = _t(_on_leave_requested)
     EVENT_TRANSITIONS[(_s, CloseRequested)] = _t(_on_leave_requested)
 for _s in (*_MEMBER, S.PREPARE_LEAVING):
@@ -1178,6 +1199,25 @@ def _end_fencing(m: M) -> None:
 
 def _left_without_heartbeat(m: M) -> None:
     m.target = None
+    m._stop_fetching()
+
+
+def _start_leave_heartbeat(m: M) -> None:
+    m._stop_fetching()
+
+
+def _resubscribed(m: M) -> bool:
+    return m.resubscribed and m.leave_reason is not LeaveReason.CLOSE
+
+
+def _rejoin_after_leave(m: M) -> None:
+    m.resubscribed = False
+    m.leave_reason = None
+    m.last_poll = m.now
+    m.member_epoch = JOIN_EPOCH
+    m.target = None
+    m.acknowledged = False
+    m._reset_sent()
 
 
 def _nothing_to_leave(m: M) -> bool:
@@ -1229,7 +1269,20 @@ STATE_RULES: tuple[Rule, ...] = (
         "not a member",
         _left_without_heartbeat,
     ),
-    Rule(frozenset({S.PREPARE_LEAVING}), _member_released, S.LEAVING, "partitions released"),
+    Rule(
+        frozenset({S.PREPARE_LEAVING}),
+        _member_released,
+        S.LEAVING,
+        "partitions released",
+        _start_leave_heartbeat,
+    ),
+    Rule(
+        frozenset({S.UNSUBSCRIBED}),
+        _resubscribed,
+        S.JOINING,
+        "subscribed while leaving",
+        _rejoin_after_leave,
+    ),
 )
 
 

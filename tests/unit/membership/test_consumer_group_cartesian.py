@@ -210,6 +210,9 @@ def test_every_state_rule_fires_somewhere() -> None:
     feed(m, clock, TimerFired())
     feed(m, clock, HeartbeatResponseReceived(110), ListenerCompleted(Listener.REVOKED))
     assert m.state is S.STALE
+    m, clock = in_state(S.LEAVING)
+    feed(m, clock, Subscribed(frozenset({"b"})), ok(1))
+    assert m.state is S.JOINING
     for state in S:
         in_state(state)
     reasons = {rule.reason for rule in STATE_RULES}

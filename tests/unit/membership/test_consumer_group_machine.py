@@ -295,8 +295,10 @@ def test_leave_revokes_then_sends_leave_epoch(
     d.stable_with({A: (0,)})
     out = d.send(leave)
     assert d.state is S.PREPARE_LEAVING
-    assert out == [InvokeOnPartitionsRevoked(tps(("a", 0)), True), SetAssignment(frozenset())]
-    (hb,) = d.send(ListenerCompleted(Listener.REVOKED))
+    # The fetcher keeps its assignment until the revoke (and its auto-commit) returned.
+    assert out == [InvokeOnPartitionsRevoked(tps(("a", 0)), True)]
+    clear, hb = d.send(ListenerCompleted(Listener.REVOKED))
+    assert clear == SetAssignment(frozenset())
     assert d.state is S.LEAVING
     assert hb == SendHeartbeat("m-1", epoch, instance_id)
     d.send(error(25))  # whatever the answer
@@ -324,7 +326,7 @@ def test_fenced_while_leaving_skips_the_leave_heartbeat() -> None:
     d.send(TimerFired())
     d.send(UnsubscribeRequested())
     assert d.send(error(110)) == []  # no epoch-0 heartbeat: that would be a join
-    assert d.send(ListenerCompleted(Listener.REVOKED)) == []
+    assert d.send(ListenerCompleted(Listener.REVOKED)) == [SetAssignment(frozenset())]
     assert d.state is S.UNSUBSCRIBED
 
 
@@ -402,7 +404,7 @@ def test_poll_timeout_leaves_and_the_next_poll_rejoins() -> None:
     assert d.state is S.PREPARE_LEAVING
     assert out[0] == InvokeOnPartitionsRevoked(tps(("a", 0)), True)
     # The heartbeat due at 6.0 went out with the revocation; the leave waits for its answer.
-    assert d.send(ListenerCompleted(Listener.REVOKED)) == []
+    assert d.send(ListenerCompleted(Listener.REVOKED)) == [SetAssignment(frozenset())]
     assert d.state is S.LEAVING
     (hb,) = d.send(ok(1))
     assert isinstance(hb, SendHeartbeat) and hb.member_epoch == -1
@@ -448,7 +450,8 @@ def test_fatal_codes_name_the_gap_and_lose_partitions() -> None:
     d.send(TimerFired())
     out = d.send(error(35))
     assert d.state is S.FATAL and d.m.finished
-    raise_, lost = out
+    raise_, lost, clear = out
+    assert clear == SetAssignment(frozenset())
     assert isinstance(raise_, RaiseToApplication) and raise_.fatal
     assert "UNSUPPORTED_VERSION" in raise_.message and "group_protocol='classic'" in raise_.message
     assert lost == InvokeOnPartitionsLost(tps(("a", 0)))
@@ -517,3 +520,16 @@ def test_mermaid_diagram_draws_both_tables() -> None:
     assert text.startswith("stateDiagram-v2\n    [*] --> UNSUBSCRIBED")
     assert "RECONCILING --> ACKNOWLEDGING: [reconciled]" in text
     assert "UNSUBSCRIBED --> JOINING: Subscribed" in text
+
+
+def test_subscribe_again_while_leaving_rejoins_after_the_leave() -> None:
+    d = Driver()
+    d.stable_with({A: (0,)})
+    d.send(UnsubscribeRequested())
+    assert d.send(Subscribed(frozenset({"b"}))) == []
+    assert d.state is S.PREPARE_LEAVING
+    d.send(ListenerCompleted(Listener.REVOKED))
+    (hb,) = d.send(ok(1))  # the leave's answer
+    assert d.state is S.JOINING
+    assert isinstance(hb, SendHeartbeat) and hb.member_epoch == 0
+    assert hb.subscribed_topic_names == ("b",)
