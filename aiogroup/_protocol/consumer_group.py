@@ -29,18 +29,26 @@ from aiogroup._protocol.group import (
     _require_int,
     _require_str,
 )
-from aiogroup._protocol.messages import CONSUMER_GROUP_HEARTBEAT, TOPIC_METADATA
+from aiogroup._protocol.messages import (
+    CONSUMER_GROUP_DESCRIBE,
+    CONSUMER_GROUP_HEARTBEAT,
+    TOPIC_METADATA,
+)
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
 
 __all__ = [
     "LEAVE_EPOCH",
     "LEAVE_STATIC_EPOCH",
+    "ConsumerGroupDescribeRequest",
     "ConsumerGroupHeartbeatRequest",
     "ConsumerGroupHeartbeatResult",
     "ConsumerOffsetCommitRequest",
     "ConsumerOffsetFetchRequest",
+    "DescribedConsumerGroup",
+    "DescribedMember",
     "TopicIdPartitions",
     "TopicIdsRequest",
+    "parse_consumer_group_describe",
     "parse_consumer_group_heartbeat",
     "parse_topic_ids",
 ]
@@ -272,3 +280,65 @@ def parse_topic_ids(resp: Any) -> dict[uuid.UUID, str]:
         if topic["error_code"] == 0 and topic["name"] and tid is not None and tid != _NO_TOPIC_ID:
             out[tid] = topic["name"]
     return out
+
+
+class ConsumerGroupDescribeRequest(GroupApiRequest):
+    """ConsumerGroupDescribe (API 69) for one group: the coordinator's view of it."""
+
+    API = CONSUMER_GROUP_DESCRIBE
+
+    def __init__(self, group_id: str) -> None:
+        self.group_id = _require_str("group_id", group_id, empty_ok=False)
+
+    def _values(self) -> dict[str, Any]:
+        return {"group_ids": [self.group_id], "include_authorized_operations": False}
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedMember:
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    member_epoch: int
+    #: What the member owns now / what the coordinator wants it to own, by name.
+    assignment: frozenset[tuple[str, int]]
+    target_assignment: frozenset[tuple[str, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedConsumerGroup:
+    error_code: int
+    group_state: str
+    group_epoch: int
+    assignment_epoch: int
+    members: tuple[DescribedMember, ...]
+
+
+def _described(assignment: Any) -> frozenset[tuple[str, int]]:
+    return frozenset(
+        (row["topic_name"], p)
+        for row in assignment["topic_partitions"] or ()
+        for p in row["partitions"] or ()
+    )
+
+
+def parse_consumer_group_describe(resp: Any) -> DescribedConsumerGroup:
+    obj = _fields(resp)
+    groups = obj["groups"] or ()
+    if not groups:
+        raise ValueError("ConsumerGroupDescribe response names no group")
+    g = groups[0]
+    members = tuple(
+        DescribedMember(
+            m["member_id"],
+            m["instance_id"],
+            m["client_id"],
+            m["member_epoch"],
+            _described(m["assignment"]),
+            _described(m["target_assignment"]),
+        )
+        for m in g["members"] or ()
+    )
+    return DescribedConsumerGroup(
+        g["error_code"], g["group_state"], g["group_epoch"], g["assignment_epoch"], members
+    )

@@ -12,6 +12,7 @@ from __future__ import annotations
 from aiogroup._protocol.schema import ApiStructs, Field, Kind, define_api
 
 __all__ = [
+    "CONSUMER_GROUP_DESCRIBE",
     "CONSUMER_GROUP_HEARTBEAT",
     "FIND_COORDINATOR",
     "HEARTBEAT",
@@ -370,5 +371,67 @@ TOPIC_METADATA: ApiStructs = define_api(
             ),
         ),
         Field("cluster_authorized_operations", _I32, "8-10"),
+    ),
+)
+
+_DESCRIBED_ASSIGNMENT = (
+    Field(
+        "topic_partitions",
+        fields=(
+            Field("topic_id", Kind.UUID),
+            Field("topic_name", _STR),
+            Field("partitions", _I32, array=True),
+        ),
+    ),
+)
+
+#: The broker's view of a consumer-protocol group (classic DescribeGroups does not
+#: describe KIP-848 groups): members, epochs, current and target assignments.
+CONSUMER_GROUP_DESCRIBE: ApiStructs = define_api(
+    "ConsumerGroupDescribe",
+    api_key=69,
+    versions=range(1),
+    flexible_from=0,
+    request_fields=(
+        Field("group_ids", _STR, array=True),
+        Field("include_authorized_operations", _BOOL),
+    ),
+    response_fields=(
+        Field("throttle_time_ms", _I32),
+        Field(
+            "groups",
+            fields=(
+                Field("error_code", _I16),
+                Field("error_message", _STR),
+                Field("group_id", _STR),
+                Field("group_state", _STR),
+                Field("group_epoch", _I32),
+                Field("assignment_epoch", _I32),
+                Field("assignor_name", _STR),
+                Field(
+                    "members",
+                    fields=(
+                        Field("member_id", _STR),
+                        Field("instance_id", _STR),
+                        Field("rack_id", _STR),
+                        Field("member_epoch", _I32),
+                        Field("client_id", _STR),
+                        Field("client_host", _STR),
+                        Field("subscribed_topic_names", _STR, array=True),
+                        Field("subscribed_topic_regex", _STR),
+                        Field(
+                            "assignment", single=True, nullable=False, fields=_DESCRIBED_ASSIGNMENT
+                        ),
+                        Field(
+                            "target_assignment",
+                            single=True,
+                            nullable=False,
+                            fields=_DESCRIBED_ASSIGNMENT,
+                        ),
+                    ),
+                ),
+                Field("authorized_operations", _I32),
+            ),
+        ),
     ),
 )

@@ -66,8 +66,8 @@ class Field:
 
     ``versions`` uses the spec's notation: ``"3+"``, ``"0-2"`` or ``"1"``.  A field
     is either a scalar ``kind``, an array of a scalar (``array=True``), or an array
-    of structs (``fields`` given), or - with ``single=True`` - one nullable struct
-    (the spec's ``"type": "Assignment"`` with ``nullableVersions``).
+    of structs (``fields`` given), or - with ``single=True`` - one struct (the spec's
+    ``"type": "Assignment"``), nullable unless ``nullable=False``.
     """
 
     name: str
@@ -76,6 +76,7 @@ class Field:
     array: bool = False
     fields: tuple[Field, ...] = ()
     single: bool = False
+    nullable: bool = True
 
     def __post_init__(self) -> None:
         if (self.kind is None) == (not self.fields):
@@ -165,7 +166,8 @@ def _schema(fields: tuple[Field, ...], version: int, flexible: bool) -> Schema:
         if not spec.present_in(version):
             continue
         if spec.single:
-            parts.append((spec.name, NullableStruct(_schema(spec.fields, version, flexible))))
+            inner = _schema(spec.fields, version, flexible)
+            parts.append((spec.name, NullableStruct(inner) if spec.nullable else inner))
         elif spec.fields:
             parts.append((spec.name, array_type(_schema(spec.fields, version, flexible))))
         else:
@@ -258,6 +260,8 @@ def _struct_arrays(schema: Schema) -> tuple[Schema | _Single | None, ...]:
     return tuple(
         _Single(kind.schema)
         if isinstance(kind, NullableStruct)
+        else _Single(kind)
+        if isinstance(kind, Schema)
         else kind.array_of
         if isinstance(kind, Array) and isinstance(kind.array_of, Schema)
         else None

@@ -20,9 +20,15 @@ from collections.abc import Iterable
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaClient, AIOKafkaProducer
+from aiokafka.client import CoordinationType
 
 from aiogroup import AsyncConsumerRebalanceListener, GroupConsumer, TopicPartition
+from aiogroup._protocol.consumer_group import (
+    ConsumerGroupDescribeRequest,
+    DescribedConsumerGroup,
+    parse_consumer_group_describe,
+)
 from aiogroup.errors import KafkaError
 from aiogroup.testing.broker import KafkaBroker, unique_name
 from aiogroup.testing.history import HistoryRecorder, MemberRecorder, check_history
@@ -216,6 +222,38 @@ def covers(members: Iterable[ProtocolMember], topic: str, partitions: int) -> bo
     return union == wanted and sum(len(o) for o in owned) == partitions
 
 
+async def describe(bootstrap: str, group: str) -> DescribedConsumerGroup:
+    """The coordinator's own view of the group (ConsumerGroupDescribe), from outside."""
+    client = AIOKafkaClient(bootstrap_servers=bootstrap)
+    await client.bootstrap()
+    try:
+        node = await client.coordinator_lookup(CoordinationType.GROUP, group)
+        return parse_consumer_group_describe(
+            await client.send(node, ConsumerGroupDescribeRequest(group))
+        )
+    finally:
+        await client.close()
+
+
+async def broker_agrees(bootstrap: str, group: str, members: Iterable[ProtocolMember]) -> None:
+    """Wait (bounded) until the broker lists exactly ``members``, each owning what it
+    believes it owns, with nothing left to move (current == target)."""
+    members = list(members)
+    deadline = time.monotonic() + WAIT
+    while True:
+        view = await describe(bootstrap, group)
+        by_client = {m.client_id: m for m in view.members}
+        wanted = {m.client_id: {(tp.topic, tp.partition) for tp in m.owned} for m in members}
+        if set(by_client) == set(wanted) and all(
+            by_client[c].assignment == parts and by_client[c].target_assignment == parts
+            for c, parts in wanted.items()
+        ):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"broker view {view} never matched the members' {wanted}")
+        await asyncio.sleep(0.2)
+
+
 # --- scenarios on a broker that speaks KIP-848 -------------------------------------------
 
 
@@ -265,10 +303,12 @@ async def test_two_members_split_and_one_leaves(
             lambda: covers([a, b], topic, 4) and bool(a.owned) and bool(b.owned),
             "a and b to split the partitions",
         )
+        await broker_agrees(bootstrap, group_id, [a, b])
         await produce(bootstrap, topic, 4, 5, history)
         await until([a, b], lambda: all_delivered(history), "every record delivered")
         await b.stop()
         await until([a], lambda: covers([a], topic, 4), "a to take b's partitions back")
+        await broker_agrees(bootstrap, group_id, [a])
         await produce(bootstrap, topic, 4, 5, history)
         await until([a], lambda: all_delivered(history), "every record delivered after b left")
         assert a.lost_calls == 0 and b.lost_calls == 0
@@ -302,6 +342,7 @@ async def test_killed_member_is_replaced_after_its_session(
         await b.abort()
         await produce(bootstrap, topic, 4, 5, history)
         await until([a], lambda: covers([a], topic, 4), "a to get b's partitions")
+        await broker_agrees(bootstrap, group_id, [a])  # b was fenced by its session
         await until([a], lambda: all_delivered(history), "every record delivered")
         assert a.lost_calls == 0
     finally:
@@ -412,6 +453,9 @@ async def test_static_member_keeps_its_partitions_across_a_restart(
         )
         assert b.owned == b_before, "the parked partitions went to another member"
         assert b.lost_calls == 0
+        await broker_agrees(bootstrap, group_id, [a2, b])
+        view = await describe(bootstrap, group_id)
+        assert {m.instance_id for m in view.members if m.client_id == a2.client_id} == {"static-a"}
         await a2.stop()
     finally:
         await b.stop()

@@ -305,3 +305,56 @@ def test_topic_ids_request_and_response() -> None:
         },
     )
     assert parse_topic_ids(type(resp).decode(resp.encode())) == {T1: "a"}
+
+
+def test_consumer_group_describe_round_trip() -> None:
+    from aiogroup._protocol.consumer_group import (
+        ConsumerGroupDescribeRequest,
+        parse_consumer_group_describe,
+    )
+    from aiogroup._protocol.messages import CONSUMER_GROUP_DESCRIBE
+
+    req = ConsumerGroupDescribeRequest("g")
+    built = req.prepare({69: (0, 1)})
+    assert struct_to_dict(type(built).decode(built.encode()))["group_ids"] == ["g"]
+    assignment = {"topic_partitions": [{"topic_id": T1, "topic_name": "t", "partitions": [1, 0]}]}
+    resp = CONSUMER_GROUP_DESCRIBE.response(
+        0,
+        {
+            "throttle_time_ms": 0,
+            "groups": [
+                {
+                    "error_code": 0,
+                    "error_message": None,
+                    "group_id": "g",
+                    "group_state": "Stable",
+                    "group_epoch": 3,
+                    "assignment_epoch": 3,
+                    "assignor_name": "uniform",
+                    "members": [
+                        {
+                            "member_id": "m",
+                            "instance_id": None,
+                            "rack_id": None,
+                            "member_epoch": 3,
+                            "client_id": "c",
+                            "client_host": "/127.0.0.1",
+                            "subscribed_topic_names": ["t"],
+                            "subscribed_topic_regex": None,
+                            "assignment": assignment,
+                            "target_assignment": {"topic_partitions": []},
+                        }
+                    ],
+                    "authorized_operations": 0,
+                }
+            ],
+        },
+    )
+    raw = resp.encode()
+    # A non-nullable struct is inline: no presence marker before its array.
+    assert CONSUMER_GROUP_DESCRIBE.responses[0].decode(raw) == resp
+    group = parse_consumer_group_describe(type(resp).decode(raw))
+    assert group.group_state == "Stable" and group.group_epoch == 3
+    (member,) = group.members
+    assert member.client_id == "c" and member.assignment == {("t", 0), ("t", 1)}
+    assert member.target_assignment == frozenset()
