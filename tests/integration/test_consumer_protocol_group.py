@@ -578,3 +578,76 @@ async def test_unsupported_broker_fails_with_a_clear_error(
         assert "group_protocol='classic'" in message
     finally:
         await consumer.stop()
+
+
+async def test_online_upgrade_from_classic_by_rolling_restart(
+    consumer_protocol_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str
+) -> None:
+    """Kafka 4 converts a classic group when consumer-protocol members replace its members
+    one by one (group.consumer.migration.policy); ownership stays exclusive throughout."""
+    bootstrap = consumer_protocol_broker.bootstrap_servers
+    topic = await kafka_topic(partitions=4)
+    history = HistoryRecorder()
+    await produce(bootstrap, topic, 4, 5, history)
+    classic = dict(group_protocol="classic", partition_assignment_strategy=("cooperative-sticky",))
+    a = ProtocolMember("a", bootstrap, group_id, history, **classic)
+    b = ProtocolMember("b", bootstrap, group_id, history, **classic)
+    a2 = ProtocolMember("a2", bootstrap, group_id, history)
+    b2 = ProtocolMember("b2", bootstrap, group_id, history)
+    try:
+        await a.start([topic])
+        await b.start([topic])
+        await until(
+            [a, b],
+            lambda: covers([a, b], topic, 4) and bool(a.owned) and bool(b.owned),
+            "the classic members to split the partitions",
+        )
+        await a.stop()
+        await a2.start([topic])
+        await until(
+            [a2, b],
+            lambda: covers([a2, b], topic, 4) and bool(a2.owned) and bool(b.owned),
+            "a consumer-protocol member and a classic one to share the group",
+        )
+        await produce(bootstrap, topic, 4, 5, history)
+        await b.stop()
+        await b2.start([topic])
+        await until(
+            [a2, b2],
+            lambda: covers([a2, b2], topic, 4) and bool(a2.owned) and bool(b2.owned),
+            "two consumer-protocol members to split the partitions",
+        )
+        await broker_agrees(bootstrap, group_id, [a2, b2])
+        await produce(bootstrap, topic, 4, 5, history)
+        await until([a2, b2], lambda: all_delivered(history), "every record delivered")
+        assert a2.lost_calls == 0 and b2.lost_calls == 0
+    finally:
+        for m in (a, b, a2, b2):
+            if m._task is not None:
+                await m.stop()
+    check_history(history.events()).assert_clean()
+
+
+async def test_unsubscribe_leaves_the_group(
+    consumer_protocol_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str
+) -> None:
+    bootstrap = consumer_protocol_broker.bootstrap_servers
+    topic = await kafka_topic(partitions=2)
+    history = HistoryRecorder()
+    a = ProtocolMember("a", bootstrap, group_id, history)
+    b = ProtocolMember("b", bootstrap, group_id, history)
+    try:
+        await a.start([topic])
+        await b.start([topic])
+        await until(
+            [a, b], lambda: bool(a.owned) and bool(b.owned), "a and b to split the partitions"
+        )
+        b.rec.leaving()
+        b.consumer.unsubscribe()
+        await until([a, b], lambda: covers([a], topic, 2) and not b.owned, "a to own both")
+        await broker_agrees(bootstrap, group_id, [a])
+        assert b.state == "UNSUBSCRIBED"
+    finally:
+        await a.stop()
+        await b.stop()
+    check_history(history.events()).assert_clean()
