@@ -145,11 +145,27 @@ class ColumnBuilder:
         self._add_headers(list(map(_get_headers, recs)))
         return n
 
-    def add_record(self, tp: TopicPartition, r: Any, ts_type: int) -> None:
-        """Append one decoded record (partial batches and the legacy format; walker sink)."""
-        self._append(
-            tp.topic, tp.partition, r.key, r.value, r.offset, r.timestamp, ts_type, r.headers
-        )
+    def add_records(self, tp: TopicPartition, records: list[Any], ts_type: int | None) -> None:
+        """Append decoded records: part of a batch, or the legacy format (walker sink)."""
+        if ts_type is None:  # legacy format: each record has its own timestamp type
+            for r in records:
+                self._append(
+                    tp.topic,
+                    tp.partition,
+                    r.key,
+                    r.value,
+                    r.offset,
+                    r.timestamp,
+                    r.timestamp_type,
+                    r.headers,
+                )
+            return
+        self.keys.extend(map(_get_key, records))
+        self.values.extend(map(_get_value, records))
+        self.timestamps.extend(map(_get_timestamp, records))
+        self._tail.extend(map(_get_offset, records))
+        self._run(tp.topic, tp.partition, ts_type, len(records))
+        self._add_headers(list(map(_get_headers, records)))
 
     def add_consumer_record(self, rec: ConsumerRecord) -> None:
         """Append an already built ConsumerRecord (the comparison path)."""
