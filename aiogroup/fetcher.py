@@ -74,6 +74,7 @@ from aiogroup import offsets as _offsets
 from aiogroup._timeouts import wait_for
 from aiogroup.config import ConsumerConfig
 from aiogroup.errors import error_for_code
+from aiogroup.metrics import ConsumerMetrics
 from aiogroup.structs import ConsumerRecord, OffsetResetStrategy, TopicPartition
 from aiogroup.subscription import Assignment, FetchStatus, PartitionState, SubscriptionState
 
@@ -421,6 +422,8 @@ class Fetcher:
         subscription.add_error_callback(self._data_ready.set)
         self._error: BaseException | None = None
         self._closed = False
+        #: Replaced by GroupConsumer with the consumer's shared instance.
+        self.metrics = ConsumerMetrics()
         self._rr = 0
         self._plan_rr = 0
 
@@ -718,7 +721,7 @@ class Fetcher:
         reserved: int,
     ) -> None:
         try:
-            response = await self._client.send(node, request)
+            response = await self.metrics.timed_fetch(self._client.send(node, request), plan)
         except asyncio.CancelledError:
             raise
         except _TRANSPORT_ERRORS as exc:
