@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -57,6 +58,7 @@ from aiogroup.errors import (
     error_for_code,
 )
 from aiogroup.listeners import AsyncConsumerRebalanceListener, as_async_listener
+from aiogroup.metrics import ConsumerMetrics
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
 from aiogroup.subscription import FetchStatus, SubscriptionState, SubscriptionType
 
@@ -78,15 +80,24 @@ CLASSIC_ONLY_OPTIONS = (
 )
 
 
-def check_group_protocol_options(options: Mapping[str, Any]) -> None:
-    """Reject options the consumer protocol cannot honour when the caller gave them.
+def check_group_protocol_options(group_protocol: str, classic_options: Mapping[str, Any]) -> None:
+    """Reject classic-only options set to something else than their default with
+    ``group_protocol="consumer"``, naming them (as Java does).
 
-    Only the caller's own keyword arguments tell "given" from "defaulted", so this
-    runs on them (``GroupConsumer.__init__``), not on the config object.
+    The constructor's explicit keyword parameters cannot tell "passed the default"
+    from "left out"; a value other than the default is what is refused.
     """
-    if options.get("group_protocol", "classic") != "consumer":
+    if group_protocol != "consumer":
         return
-    given = [name for name in CLASSIC_ONLY_OPTIONS if name in options]
+    defaults = ConsumerConfig.__dataclass_fields__
+    given = []
+    for name in CLASSIC_ONLY_OPTIONS:
+        value = classic_options.get(name, defaults[name].default)
+        default = defaults[name].default
+        if isinstance(default, tuple) and isinstance(value, list | tuple):
+            value = tuple(value)
+        if value != default:
+            given.append(name)
     if given:
         raise ConfigurationError(
             f"{', '.join(given)} cannot be used with group_protocol='consumer': the broker "
@@ -132,6 +143,9 @@ class ConsumerGroupCoordinator:
             max_poll_interval=config.max_poll_interval_ms / 1000,
             auto_commit=config.enable_auto_commit,
         )
+        #: Replaced by the consumer's own (GroupConsumer.metrics); heartbeats and commits
+        #: are timed through it.  The session is the broker's (group.consumer.session.timeout.ms).
+        self.metrics = ConsumerMetrics()
         self._inbox: asyncio.Queue[_InboxItem] = asyncio.Queue()
         self._routine: asyncio.Task[None] | None = None
         self._children: set[asyncio.Task[Any]] = set()
@@ -285,6 +299,7 @@ class ConsumerGroupCoordinator:
             self._start_listener(cg.Listener.ASSIGNED, lambda: self._run_assigned(parts))
         elif isinstance(action, cg.InvokeOnPartitionsLost):
             lost = _tps(action.partitions)
+            self.metrics.partitions_lost += len(lost)
             log.warning("group %s: partitions lost: %s", self._group_id, sorted(lost))
             self._start_listener(
                 cg.Listener.LOST, lambda: self._listener.on_partitions_lost(set(lost))
@@ -461,8 +476,13 @@ class ConsumerGroupCoordinator:
         try:
             if self._node is None:
                 raise KafkaError("coordinator unknown")
-            resp = await self._client.send(self._node, request, group=ConnectionGroup.COORDINATION)
+            resp = await self.metrics.timed_group_request(
+                request,
+                self._client.send(self._node, request, group=ConnectionGroup.COORDINATION),
+            )
             r = parse_consumer_group_heartbeat(resp)
+            if r.error_code == 0:
+                self.metrics.last_heartbeat_ok = time.monotonic()
             if r.error_code:
                 log.debug(
                     "group %s: heartbeat answered %s: %s",
@@ -558,7 +578,10 @@ class ConsumerGroupCoordinator:
             node = await self._coordinator_node()
             epoch_changed = self._epoch_changed
             try:
-                resp = await self._client.send(node, request, group=ConnectionGroup.COORDINATION)
+                resp = await self.metrics.timed_group_request(
+                    request,
+                    self._client.send(node, request, group=ConnectionGroup.COORDINATION),
+                )
             except IncompatibleBrokerVersion:
                 raise
             except (KafkaError, OSError) as exc:

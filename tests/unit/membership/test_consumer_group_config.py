@@ -13,9 +13,9 @@ from aiogroup.errors import ConfigurationError
 @pytest.mark.parametrize(
     "option",
     [
-        {"partition_assignment_strategy": ("range",)},
-        {"session_timeout_ms": 10_000},
-        {"heartbeat_interval_ms": 3_000},
+        {"partition_assignment_strategy": ("cooperative-sticky",)},
+        {"session_timeout_ms": 6_000},
+        {"heartbeat_interval_ms": 1_000},
     ],
 )
 def test_classic_only_options_are_refused_with_the_consumer_protocol(
@@ -51,3 +51,11 @@ def test_group_protocol_values() -> None:
 def test_consumer_protocol_coordinator_needs_a_group() -> None:
     with pytest.raises(ConfigurationError, match="group_id"):
         ConsumerGroupCoordinator(None, None, ConsumerConfig())  # type: ignore[arg-type]
+
+
+def test_classic_options_left_at_their_defaults_are_accepted() -> None:
+    """The constructor's keyword defaults cannot be told from "not given"; they pass."""
+    consumer = GroupConsumer(
+        "t", group_id="g", group_protocol="consumer", session_timeout_ms=10_000
+    )
+    assert consumer.config.group_protocol == "consumer"
