@@ -568,9 +568,10 @@ async def test_unsupported_broker_fails_with_a_clear_error(
         group_id=group_id,
         group_protocol="consumer",
     )
-    await consumer.start()
     try:
+        # start() waits for the first assignment, so the error surfaces there.
         with pytest.raises(UnsupportedVersionError) as info:
+            await consumer.start()
             for _ in range(100):
                 await consumer.getmany(timeout_ms=200)
         message = str(info.value)
