@@ -1168,9 +1168,13 @@ def _start_reconciliation(m: M) -> None:
 
 
 def _first_target_is_current(m: M) -> bool:
-    """Joined, and the first assignment equals what is owned (e.g. nothing): assign anyway."""
+    """Joined, and the first assignment equals what is owned (e.g. nothing): assign anyway.
+
+    Not while some of it names topics not resolved yet: that is not "nothing", and
+    the names are on their way (RequestMetadata).
+    """
     goal = m._reconcilable_target()
-    return goal is not None and goal == m.owned and m.member_epoch > 0
+    return goal is not None and m.target == goal and goal == m.owned and m.member_epoch > 0
 
 
 def _reconciled(m: M) -> bool:
