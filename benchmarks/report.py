@@ -768,9 +768,10 @@ def write(results: dict[str, Any], docs_dir: Path) -> Path:
     parts.append(problems_md(results))
     # Hand-written findings (profiles, before/after of a fix) live next to the results
     # so that regenerating the tables from a new run keeps them.
-    notes = bench_dir / "profile.md"
-    if notes.exists():
-        parts.append("\n" + notes.read_text())
+    for name in ("profile.md", "kip848.md"):  # kip848.md: the Apache Kafka 4 run
+        notes = bench_dir / name
+        if notes.exists():
+            parts.append("\n" + notes.read_text())
     parts.append("\n" + METHOD)
     parts.append(environment_md(results))
     path = docs_dir / "benchmarks.md"

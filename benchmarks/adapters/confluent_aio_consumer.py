@@ -44,7 +44,9 @@ class ConfluentAioAdapter(Adapter):
     ) -> None:
         from confluent_kafka.aio import AIOConsumer
 
-        extra = common.group_config(cooperative, session_timeout_ms, heartbeat_interval_ms)
+        extra = common.group_config(
+            cooperative, session_timeout_ms, heartbeat_interval_ms, self.variant
+        )
         self.consumer = AIOConsumer(
             common.config(self.bootstrap_servers, self.variant, group_id, **extra)
         )

@@ -41,7 +41,9 @@ class ConfluentAdapter(Adapter):
     ) -> None:
         from confluent_kafka import Consumer
 
-        extra = common.group_config(cooperative, session_timeout_ms, heartbeat_interval_ms)
+        extra = common.group_config(
+            cooperative, session_timeout_ms, heartbeat_interval_ms, self.variant
+        )
 
         def run() -> None:
             self.consumer = Consumer(
