@@ -421,9 +421,35 @@ async def test_regex_subscription_is_resolved_by_the_broker(
         )
         await until([a], lambda: all_delivered(history), "every record delivered")
         assert not any(tp.topic == other for tp in a.owned)
+        # A topic created after the subscription is picked up by the broker.
+        t3 = await consumer_protocol_broker.create_topic(f"{prefix}-three", 1)
+        await until(
+            [a], lambda: TopicPartition(t3, 0) in a.owned, "a to get the later matching topic"
+        )
     finally:
         await a.stop()
     check_history(history.events()).assert_clean()
+
+
+async def test_regex_must_match_the_whole_topic_name(
+    consumer_protocol_broker: KafkaBroker, group_id: str
+) -> None:
+    """RE2J on the broker matches whole names (Python's re.match would take a prefix)."""
+    bootstrap = consumer_protocol_broker.bootstrap_servers
+    prefix = unique_name("rxw")
+    exact = await consumer_protocol_broker.create_topic(f"{prefix}-a", 1)
+    longer = await consumer_protocol_broker.create_topic(f"{prefix}-ab", 1)
+    history = HistoryRecorder()
+    a = ProtocolMember("a", bootstrap, group_id, history)
+    try:
+        await a.start(pattern=f"{prefix}-a")
+        await until([a], lambda: TopicPartition(exact, 0) in a.owned, "a to own the exact match")
+        view = await describe(bootstrap, group_id)
+        (member,) = view.members
+        assert (longer, 0) not in member.target_assignment
+        assert TopicPartition(longer, 0) not in a.owned
+    finally:
+        await a.stop()
 
 
 async def test_static_member_keeps_its_partitions_across_a_restart(
