@@ -83,7 +83,9 @@ async def test_slow_async_revoke_with_a_concurrent_join_quick(
 # -- processes: kill -9 and SIGSTOP --------------------------------------------------------
 
 
-@pytest.mark.parametrize("protocol", ["eager", "cooperative"])
+@pytest.mark.parametrize(
+    "protocol", ["eager", pytest.param("cooperative", marks=pytest.mark.chaos_long)]
+)
 async def test_kill_9_of_a_member_mid_batch(
     kafka_broker: KafkaBroker, tmp_path: Path, seed: int, protocol: str
 ) -> None:
@@ -110,7 +112,9 @@ async def test_kill_9_of_a_member_mid_batch(
         assert [m for m, _ in report.fences] == [victim]
 
 
-@pytest.mark.parametrize("protocol", ["eager", "cooperative"])
+@pytest.mark.parametrize(
+    "protocol", [pytest.param("eager", marks=pytest.mark.chaos_long), "cooperative"]
+)
 async def test_sigstop_for_twice_the_session_then_sigcont(
     kafka_broker: KafkaBroker, tmp_path: Path, seed: int, protocol: str
 ) -> None:
@@ -160,7 +164,9 @@ async def _proxy(broker: KafkaBroker) -> FaultProxy:
     return await FaultProxy(host, int(port)).start()
 
 
-@pytest.mark.parametrize("protocol", ["eager", "cooperative"])
+@pytest.mark.parametrize(
+    "protocol", ["eager", pytest.param("cooperative", marks=pytest.mark.chaos_long)]
+)
 async def test_one_members_connection_cut_for_twice_the_session(
     kafka_broker: KafkaBroker, tmp_path: Path, seed: int, protocol: str, proxied_clients: None
 ) -> None:
