@@ -8,6 +8,7 @@ one history.  The seed picks the victim and the moment of the fault.
 from __future__ import annotations
 
 import asyncio
+import struct
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,9 @@ from chaos_run import SESSION_S, ChaosRun
 from fault_proxy import FaultProxy, ProxiedClient, route
 from group_harness import Member
 from peers import confluent_member, kafka_python_member
+from raw_peer import MalformedPeer
 
+from aiogroup import MalformedProtocolDataError
 from aiogroup import consumer as consumer_module
 from aiogroup.testing.broker import KafkaBroker
 
@@ -298,3 +301,46 @@ async def test_member_churn_under_steady_production(
         assert report.ok, report.summary()
         for peer in peers:
             await asyncio.to_thread(peer.stop)
+
+
+# -- a peer with malformed subscription metadata ---------------------------------------------
+
+#: Subscription version 0 announcing 5 topics, then nothing: truncated.
+TRUNCATED = struct.pack(">hi", 0, 5)
+
+
+@pytest.mark.parametrize(
+    "protocol", ["eager", pytest.param("cooperative", marks=pytest.mark.chaos_long)]
+)
+async def test_a_peer_with_malformed_subscription_metadata(
+    kafka_broker: KafkaBroker, tmp_path: Path, seed: int, protocol: str
+) -> None:
+    """The leader is told exactly what is wrong (through its poll), gives the bad peer
+    nothing, and the group goes on: no overlap, nothing lost, nobody evicted."""
+    async with ChaosRun(kafka_broker, tmp_path, f"malformed-peer-{protocol}", seed) as run:
+        leader = await run.member("A", STRATEGIES[protocol])
+        await run.owners(1)
+        await run.member("B", STRATEGIES[protocol])
+        await run.owners(2)
+        await asyncio.sleep(run.rng.uniform(0.0, 1.0))
+        peer = MalformedPeer(
+            run.bootstrap, run.group, TRUNCATED, STRATEGIES[protocol][0], int(SESSION_S * 1000)
+        )
+        run.faults += 1
+        await peer.start()
+        try:
+            await run.until(
+                "the leader to report the malformed subscription",
+                lambda _: any(isinstance(e, MalformedProtocolDataError) for e in leader.errors),
+                timeout=60,
+            )
+            await run.owners(2)
+            assert not peer.errors, peer.errors
+            assert not peer.led
+            report = await run.judge()
+        finally:
+            await peer.close()
+        assert report.ok, report.summary()
+        assert report.evictions == []
+        problem = next(e for e in leader.errors if isinstance(e, MalformedProtocolDataError))
+        assert "subscription" in str(problem)
