@@ -97,7 +97,8 @@ async def test_kill_9_of_a_member_mid_batch(
     last commit."""
     async with ChaosRun(kafka_broker, tmp_path, f"kill9-{protocol}", seed) as run:
         strategy = STRATEGIES[protocol][0]
-        procs = [await run.process(f"P{i}", strategy) for i in range(2)]
+        # Each batch is worked on for 0.2 s before its commit: the kill lands mid-batch.
+        procs = [await run.process(f"P{i}", strategy, process_delay=0.2) for i in range(2)]
         await run.member("C", STRATEGIES[protocol])
         await run.owners(3, timeout=90)
         victim = run.rng.choice(procs)
@@ -152,6 +153,13 @@ async def test_sigstop_for_twice_the_session_then_sigcont(
         report = await run.judge()
         assert report.ok, report.summary()
         assert report.zombie_deliveries == [] and report.zombie_commits == []
+        # It learned of the fence (lost) before it acted again.
+        after = [
+            e.kind
+            for e in run.events()
+            if e.member == frozen and e.t > woke and e.kind in ("lost", "delivered", "committed")
+        ]
+        assert after and after[0] == "lost", f"after waking: {after[:5]}"
 
 
 # -- network faults through a proxy ------------------------------------------------------
