@@ -259,15 +259,17 @@ async def test_broker_unreachable_for_everyone_for_ten_seconds(
         pytest.param("eager", marks=pytest.mark.chaos_long),
         pytest.param("cooperative", marks=pytest.mark.chaos_long),
         "mixed",
+        pytest.param("mixed-eager", marks=pytest.mark.chaos_long),
     ],
 )
 async def test_member_churn_under_steady_production(
     kafka_broker: KafkaBroker, tmp_path: Path, seed: int, mix: str
 ) -> None:
     """Members join and leave (cleanly) in a seeded order while records flow; with
-    ``mixed``, confluent-kafka and kafka-python members share the cooperative group."""
+    ``mixed``, confluent-kafka and kafka-python members share the cooperative group
+    (``mixed-eager``: the range-assigned eager group)."""
     async with ChaosRun(kafka_broker, tmp_path, f"churn-{mix}", seed, partitions=6) as run:
-        strategy = EAGER if mix == "eager" else COOPERATIVE
+        strategy = EAGER if mix in ("eager", "mixed-eager") else COOPERATIVE
         peers = []
         first = await run.member("A", strategy)
         await run.owners(1)
@@ -276,7 +278,7 @@ async def test_member_churn_under_steady_production(
         steps = 4
         for step in range(steps):
             joiner_kind = "aiogroup"
-            if mix == "mixed":
+            if mix.startswith("mixed"):
                 joiner_kind = run.rng.choice(["aiogroup", "confluent", "kafka-python"])
             name = f"{joiner_kind[:2]}{step}"
             if joiner_kind == "aiogroup":
@@ -288,7 +290,7 @@ async def test_member_churn_under_steady_production(
                     run.bootstrap,
                     run.group,
                     run.topic,
-                    strategy="cooperative-sticky",
+                    strategy=strategy[0],
                     history=run.history,
                 )
                 peers.append(peer)
