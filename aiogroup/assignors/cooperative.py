@@ -21,7 +21,6 @@ from aiogroup.assignors.sticky import (
     NO_GENERATION,
     OwnershipClaim,
     StickyAssignor,
-    sticky_assignment,
 )
 from aiogroup.consumer_protocol import ConsumerAssignment
 from aiogroup.structs import RebalanceProtocol, TopicPartition
@@ -75,12 +74,15 @@ class CooperativeStickyAssignor(StickyAssignor):
         encoded: bytes = Int32.encode(self._generation_id)
         return encoded
 
-    def assign(
-        self, cluster: ClusterView, members: Mapping[str, MemberSubscription]
-    ) -> dict[str, ConsumerAssignment]:
-        claims = {
+    def claims(self, members: Mapping[str, MemberSubscription]) -> dict[str, OwnershipClaim]:
+        """owned_partitions as sent; the generation from v2+, else from user_data."""
+        return {
             member_id: OwnershipClaim(m.subscription.owned_partitions, _generation_of(m))
             for member_id, m in members.items()
         }
-        target = sticky_assignment(cluster, members, claims)
-        return build_assignments(members, withhold_transfers(target, members))
+
+    def assign(
+        self, cluster: ClusterView, members: Mapping[str, MemberSubscription]
+    ) -> dict[str, ConsumerAssignment]:
+        goal = self.target(cluster, members)
+        return build_assignments(members, withhold_transfers(goal, members))
