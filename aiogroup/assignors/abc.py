@@ -104,3 +104,61 @@ def build_assignments(
         )
         for member_id in members
     }
+
+
+def partition_racks(cluster: object, partition: TopicPartition) -> frozenset[str] | None:
+    """Racks holding a replica of ``partition``, or None when the metadata has none.
+
+    A view may answer ``partition_racks`` itself (tests do); aiokafka's
+    ClusterMetadata keeps each partition's replica ids and each broker's rack, but
+    offers no public call joining them, so this reads its partition table and asks
+    ``broker_metadata`` for every replica.  Brokers without ``broker.rack`` add
+    nothing, so a cluster without racks gives an empty set.
+    """
+    own = getattr(cluster, "partition_racks", None)
+    if callable(own):
+        racks: frozenset[str] | None = own(partition)
+        return racks
+    table = getattr(cluster, "_partitions", None)
+    broker_metadata = getattr(cluster, "broker_metadata", None)
+    if not isinstance(table, dict) or not callable(broker_metadata):
+        return None
+    meta = table.get(partition.topic, {}).get(partition.partition)
+    replicas = getattr(meta, "replicas", None)
+    if replicas is None:
+        return None
+    found = set()
+    for node_id in replicas:
+        broker = broker_metadata(node_id)
+        rack = getattr(broker, "rack", None)
+        if isinstance(rack, str) and rack:
+            found.add(rack)
+    return frozenset(found)
+
+
+def member_rack(member: MemberSubscription) -> str | None:
+    """The member's ``client.rack`` as sent in subscription v3; empty means none."""
+    return member.subscription.rack_id or None
+
+
+def use_rack_aware(
+    consumer_racks: set[str],
+    racks_by_partition: Mapping[TopicPartition, frozenset[str]],
+    prefer: bool = False,
+) -> bool:
+    """KIP-881's rule for when rack matching is worth doing.
+
+    Only when some member states a rack that some replica is on; and then only if
+    the partitions differ in where their replicas are (when every partition has a
+    replica on every rack, every member is local to everything, and matching would
+    change nothing but cost time).  ``prefer`` forces the rack-aware path whenever
+    racks overlap: Kafka's tests use it to exercise that path on such clusters.
+    """
+    all_racks = (
+        frozenset().union(*racks_by_partition.values()) if racks_by_partition else frozenset()
+    )
+    if not consumer_racks or not consumer_racks & all_racks:
+        return False
+    if prefer:
+        return True
+    return any(racks != all_racks for racks in racks_by_partition.values())

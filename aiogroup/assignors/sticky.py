@@ -30,10 +30,13 @@ from aiogroup.assignors.abc import (
     ConsumerPartitionAssignor,
     MemberSubscription,
     build_assignments,
+    member_rack,
     member_sort_key,
+    partition_racks,
     partitions_by_topic,
+    use_rack_aware,
 )
-from aiogroup.assignors.uniform import uniform_assignment
+from aiogroup.assignors.uniform import RackInfo, uniform_assignment
 from aiogroup.consumer_protocol import ConsumerAssignment
 from aiogroup.structs import TopicPartition
 
@@ -155,6 +158,7 @@ def sticky_assignment(
     cluster: ClusterView,
     members: Mapping[str, MemberSubscription],
     claims: Mapping[str, OwnershipClaim],
+    prefer_rack_aware: bool = False,
 ) -> dict[str, list[TopicPartition]]:
     """A balanced assignment that keeps as many validly owned partitions as it can.
 
@@ -179,8 +183,27 @@ def sticky_assignment(
         owned: dict[str, list[TopicPartition]] = {m: [] for m in subscribed}
         for tp, member_id in resolve_owners(valid_claims, exists).items():
             owned[member_id].append(tp)
-        return {m: sorted(ps) for m, ps in uniform_assignment(all_partitions, owned).items()}
+        racks = _rack_info(cluster, order, all_partitions, prefer_rack_aware)
+        assignment = uniform_assignment(all_partitions, owned, racks)
+        return {m: sorted(ps) for m, ps in assignment.items()}
     return _general_assignment(order, subscribed, topics, valid_claims)
+
+
+def _rack_info(
+    cluster: ClusterView,
+    order: list[MemberSubscription],
+    partitions: list[TopicPartition],
+    prefer: bool,
+) -> RackInfo | None:
+    """Racks for KIP-881 matching, or None when matching would not apply (no member
+    rack, no overlap with replica racks, or every partition on every rack)."""
+    member_racks = {m.member_id: r for m in order if (r := member_rack(m)) is not None}
+    if not member_racks:
+        return None
+    replica_racks = {tp: partition_racks(cluster, tp) or frozenset() for tp in partitions}
+    if not use_rack_aware(set(member_racks.values()), replica_racks, prefer):
+        return None
+    return RackInfo(member_racks, replica_racks)
 
 
 def _general_assignment(
@@ -367,7 +390,10 @@ class StickyAssignor(ConsumerPartitionAssignor):
 
     name = "sticky"
 
-    def __init__(self) -> None:
+    def __init__(self, prefer_rack_aware: bool = False) -> None:
+        # Kafka's test hook (preferRackAwareLogic): take the rack-matching path even
+        # when every partition is on every rack, where it must give the same result.
+        self.prefer_rack_aware = prefer_rack_aware
         self._last: tuple[TopicPartition, ...] | None = None
         self._generation_id = NO_GENERATION
 
@@ -394,7 +420,7 @@ class StickyAssignor(ConsumerPartitionAssignor):
         self, cluster: ClusterView, members: Mapping[str, MemberSubscription]
     ) -> dict[str, list[TopicPartition]]:
         """The balanced, sticky goal (Kafka's assignPartitions before any hold-back)."""
-        return sticky_assignment(cluster, members, self.claims(members))
+        return sticky_assignment(cluster, members, self.claims(members), self.prefer_rack_aware)
 
     def assign(
         self, cluster: ClusterView, members: Mapping[str, MemberSubscription]

@@ -21,7 +21,7 @@ from aiogroup.assignors.sticky import encode_sticky_user_data
 from aiogroup.consumer_protocol import ConsumerAssignment, ConsumerSubscription
 from aiogroup.structs import TopicPartition
 
-ALL_RACKS = ("a", "b", "c", "d", "e", "f", "g", "h")
+ALL_RACKS = ("a", "b", "c", "d", "e", "f")
 DEFAULT_GENERATION = -1
 
 Assignment = dict[str, list[TopicPartition]]

@@ -24,6 +24,13 @@ from tests.unit.assignors.support import (
 )
 
 T, T1, T2 = "topic", "topic1", "topic2"
+
+
+def RANGE() -> RangeAssignor:
+    """Kafka's initializeRacks sets preferRackAwareLogic for every range case."""
+    return RangeAssignor(prefer_rack_aware=True)
+
+
 C1, C2, C3, C4, C5 = "consumer1", "consumer2", "consumer3", "consumer4", "consumer5"
 I1, I2, I3 = "instance1", "instance2", "instance3"
 
@@ -93,46 +100,44 @@ def rf(racks: RackSetup, replicas: int) -> RackSetup:
 @pytest.mark.parametrize("has_rack", [True, False])
 def test_range_one_consumer_no_topic(has_rack: bool) -> None:
     racks = RACK_SETUPS[2] if has_rack else RACK_SETUPS[1]
-    assert run(RangeAssignor(), cluster(racks), Members(racks).add(C1, [])) == {C1: []}
+    assert run(RANGE(), cluster(racks), Members(racks).add(C1, [])) == {C1: []}
 
 
 @pytest.mark.parametrize("has_rack", [True, False])
 def test_range_one_consumer_nonexistent_topic(has_rack: bool) -> None:
     racks = RACK_SETUPS[2] if has_rack else RACK_SETUPS[1]
-    assert run(RangeAssignor(), cluster(racks), Members(racks).add(C1, [T1])) == {C1: []}
+    assert run(RANGE(), cluster(racks), Members(racks).add(C1, [T1])) == {C1: []}
 
 
 def test_range_one_consumer_one_topic(racks: RackSetup) -> None:
-    result = run(RangeAssignor(), cluster(racks, topic1=3), Members(racks).add(C1, [T1]))
+    result = run(RANGE(), cluster(racks, topic1=3), Members(racks).add(C1, [T1]))
     assert result == {C1: [tp(T1, 0), tp(T1, 1), tp(T1, 2)]}
 
 
 def test_range_only_assigns_partitions_from_subscribed_topics(racks: RackSetup) -> None:
-    result = run(RangeAssignor(), cluster(racks, topic1=3, other=3), Members(racks).add(C1, [T1]))
+    result = run(RANGE(), cluster(racks, topic1=3, other=3), Members(racks).add(C1, [T1]))
     assert result == {C1: [tp(T1, 0), tp(T1, 1), tp(T1, 2)]}
 
 
 def test_range_one_consumer_multiple_topics(racks: RackSetup) -> None:
-    result = run(
-        RangeAssignor(), cluster(racks, topic1=1, topic2=2), Members(racks).add(C1, [T1, T2])
-    )
+    result = run(RANGE(), cluster(racks, topic1=1, topic2=2), Members(racks).add(C1, [T1, T2]))
     assert result == {C1: [tp(T1, 0), tp(T2, 0), tp(T2, 1)]}
 
 
 def test_range_two_consumers_one_topic_one_partition(racks: RackSetup) -> None:
     members = Members(racks).add(C1, [T1]).add(C2, [T1])
-    assert run(RangeAssignor(), cluster(racks, topic1=1), members) == {C1: [tp(T1, 0)], C2: []}
+    assert run(RANGE(), cluster(racks, topic1=1), members) == {C1: [tp(T1, 0)], C2: []}
 
 
 def test_range_two_consumers_one_topic_two_partitions(racks: RackSetup) -> None:
     members = Members(racks).add(C1, [T1]).add(C2, [T1])
-    result = run(RangeAssignor(), cluster(racks, topic1=2), members)
+    result = run(RANGE(), cluster(racks, topic1=2), members)
     assert result == {C1: [tp(T1, 0)], C2: [tp(T1, 1)]}
 
 
 def test_range_multiple_consumers_mixed_topics(racks: RackSetup) -> None:
     members = Members(racks).add(C1, [T1]).add(C2, [T1, T2]).add(C3, [T1])
-    result = run(RangeAssignor(), cluster(racks, topic1=3, topic2=2), members)
+    result = run(RANGE(), cluster(racks, topic1=3, topic2=2), members)
     assert result == {
         C1: [tp(T1, 0)],
         C2: [tp(T1, 1), tp(T2, 0), tp(T2, 1)],
@@ -142,7 +147,7 @@ def test_range_multiple_consumers_mixed_topics(racks: RackSetup) -> None:
 
 def test_range_two_consumers_two_topics_six_partitions(racks: RackSetup) -> None:
     members = Members(racks).add(C1, [T1, T2]).add(C2, [T1, T2])
-    result = run(RangeAssignor(), cluster(racks, topic1=3, topic2=3), members)
+    result = run(RANGE(), cluster(racks, topic1=3, topic2=3), members)
     assert result == {
         C1: [tp(T1, 0), tp(T1, 1), tp(T2, 0), tp(T2, 1)],
         C2: [tp(T1, 2), tp(T2, 2)],
@@ -152,7 +157,7 @@ def test_range_two_consumers_two_topics_six_partitions(racks: RackSetup) -> None
 def test_range_two_static_consumers_two_topics_six_partitions(racks: RackSetup) -> None:
     # consumer-a sorts first by member id, but static members are ordered by instance id.
     members = Members(racks).add("consumer-b", [T1, T2], I1).add("consumer-a", [T1, T2], I2)
-    result = run(RangeAssignor(), cluster(racks, topic1=3, topic2=3), members)
+    result = run(RANGE(), cluster(racks, topic1=3, topic2=3), members)
     assert result == {
         "consumer-b": [tp(T1, 0), tp(T1, 1), tp(T2, 0), tp(T2, 1)],
         "consumer-a": [tp(T1, 2), tp(T2, 2)],
@@ -163,7 +168,7 @@ def test_range_one_static_consumer_and_one_dynamic_consumer_two_topics_six_parti
     racks: RackSetup,
 ) -> None:
     members = Members(racks).add("consumer-b", [T1, T2], I1).add("consumer-a", [T1, T2])
-    result = run(RangeAssignor(), cluster(racks, topic1=3, topic2=3), members)
+    result = run(RANGE(), cluster(racks, topic1=3, topic2=3), members)
     assert result == {
         "consumer-b": [tp(T1, 0), tp(T1, 1), tp(T2, 0), tp(T2, 1)],
         "consumer-a": [tp(T1, 2), tp(T2, 2)],
@@ -181,11 +186,11 @@ def test_range_static_member_range_assignment_persistent(racks: RackSetup) -> No
         C3: [tp(T1, 3), tp(T2, 2)],
         C4: [tp(T1, 4), tp(T2, 3)],
     }
-    assert run(RangeAssignor(), builder, members) == expected
+    assert run(RANGE(), builder, members) == expected
     del members.members[C4]
     members.add(C5, [T1, T2])
     expected[C5] = expected.pop(C4)
-    assert run(RangeAssignor(), builder, members) == expected
+    assert run(RANGE(), builder, members) == expected
 
 
 def test_range_static_member_range_assignment_persistent_after_member_id_changes(
@@ -193,7 +198,7 @@ def test_range_static_member_range_assignment_persistent_after_member_id_changes
 ) -> None:
     builder = cluster(racks, topic1=5, topic2=5)
     members = Members(racks).add(C1, [T1, T2], I1).add(C2, [T1, T2], I2).add(C3, [T1, T2], I3)
-    first = by_instance(run(RangeAssignor(), builder, members), members)
+    first = by_instance(run(RANGE(), builder, members), members)
     assert first == {
         I1: [tp(T1, 0), tp(T1, 1), tp(T2, 0), tp(T2, 1)],
         I2: [tp(T1, 2), tp(T1, 3), tp(T2, 2), tp(T2, 3)],
@@ -201,7 +206,7 @@ def test_range_static_member_range_assignment_persistent_after_member_id_changes
     }
     members.rename(C3, C4)
     members.rename(C2, C5)
-    assert by_instance(run(RangeAssignor(), builder, members), members) == first
+    assert by_instance(run(RANGE(), builder, members), members) == first
 
 
 # --- RoundRobinAssignorTest -----------------------------------------------------------

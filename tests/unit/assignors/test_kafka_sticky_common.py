@@ -43,7 +43,7 @@ GEN = 1
 @pytest.fixture(params=[StickyAssignor, CooperativeStickyAssignor], ids=["sticky", "coop"])
 def assignor(request: pytest.FixtureRequest) -> StickyAssignor:
     cls: type[StickyAssignor] = request.param
-    return cls()
+    return cls(prefer_rack_aware=True)  # Java: initializeRacks sets preferRackAwareLogic
 
 
 @pytest.fixture(params=RACK_SETUPS, ids=lambda r: r.name)
@@ -635,7 +635,7 @@ def test_reassignment_with_random_subscriptions_and_changes(
 ) -> None:
     rand = random.Random(16 + len(racks.name))
     for _ in range(100):
-        g = Group(type(assignor)(), racks)
+        g = Group(type(assignor)(prefer_rack_aware=True), racks)
         num_topics = 10 + rand.randrange(10)
         topics = [name("t", i, 20) for i in range(num_topics)]
         for i, t in enumerate(topics):

@@ -55,7 +55,7 @@ def sizes(a: dict) -> list[int]:
 def test_sticky_all_consumers_have_owned_partition_invalidated_when_claimed_by_multiple_consumers_in_same_generation(  # noqa: E501
     racks: RackSetup, count: int, expected_c1: list
 ) -> None:
-    g = Group(StickyAssignor(), racks).topic(T, count)
+    g = Group(StickyAssignor(prefer_rack_aware=True), racks).topic(T, count)
     g.owned(C1, [T], [tp(T, 0), tp(T, 1)], GEN, 0)
     g.owned(C2, [T], [tp(T, 0), tp(T, 2)], GEN, 1)
     g.owned(C3, [T], [], GEN, 2)
@@ -67,7 +67,7 @@ def test_sticky_all_consumers_have_owned_partition_invalidated_when_claimed_by_m
 def test_sticky_assignment_with_multiple_generations1(racks: RackSetup, equal: bool) -> None:
     every = [T, T2]
     c2_topics = every if equal else [T]
-    g = Group(StickyAssignor(), racks).topic(T, 6).topic(T2, 6)
+    g = Group(StickyAssignor(prefer_rack_aware=True), racks).topic(T, 6).topic(T2, 6)
     g.fresh(C1, every, 0)
     g.fresh(C2, c2_topics, 1)
     g.fresh(C3, every, 2)
@@ -99,7 +99,7 @@ def test_sticky_assignment_with_multiple_generations2(racks: RackSetup, equal: b
     every = [T, T2, T3]
     c1_topics = every if equal else [T]
     c3_topics = every if equal else [T, T2]
-    g = Group(StickyAssignor(), racks).topic(T, 4).topic(T2, 4).topic(T3, 4)
+    g = Group(StickyAssignor(prefer_rack_aware=True), racks).topic(T, 4).topic(T2, 4).topic(T3, 4)
     g.fresh(C1, c1_topics, 0)
     g.fresh(C2, every, 1)
     g.fresh(C3, c3_topics, 2)
@@ -126,7 +126,7 @@ def test_sticky_assignment_with_conflicting_previous_generations(
     every = [T, T2, T3]
     c1_topics = every if equal else [T]
     c2_topics = every if equal else [T, T2]
-    g = Group(StickyAssignor(), racks).topic(T, 4).topic(T2, 4).topic(T3, 4)
+    g = Group(StickyAssignor(prefer_rack_aware=True), racks).topic(T, 4).topic(T2, 4).topic(T3, 4)
     c1_owned = (
         [tp(T, 0), tp(T, 1), tp(T, 2), tp(T2, 2), tp(T2, 3), tp(T3, 0)]
         if equal
@@ -152,7 +152,7 @@ class _StickyUserDataV0(Struct):  # type: ignore[misc]
 
 
 def test_sticky_schema_backward_compatibility(racks: RackSetup) -> None:
-    g = Group(StickyAssignor(), racks).topic(T, 3)
+    g = Group(StickyAssignor(prefer_rack_aware=True), racks).topic(T, 3)
     g.fresh(C3, [T], 2)
     g.owned(C1, [T], [tp(T, 0), tp(T, 2)], 1, 0)
     old_layout = _StickyUserDataV0([(T, [1])]).encode()
@@ -239,7 +239,7 @@ def test_coop_decode_generation() -> None:
 def test_coop_all_consumers_have_owned_partition_invalidated_when_claimed_by_multiple_consumers_in_same_generation(  # noqa: E501
     racks: RackSetup, count: int, expected_c1: list
 ) -> None:
-    g = Group(CooperativeStickyAssignor(), racks).topic(T, count)
+    g = Group(CooperativeStickyAssignor(prefer_rack_aware=True), racks).topic(T, count)
     g.owned(C1, [T], [tp(T, 0), tp(T, 1)], GEN, 0)
     g.owned(C2, [T], [tp(T, 0), tp(T, 2)], GEN, 1)
     g.owned(C3, [T], [], GEN, 2)
