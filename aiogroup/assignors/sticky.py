@@ -30,6 +30,7 @@ from aiogroup.assignors.abc import (
     ConsumerPartitionAssignor,
     MemberSubscription,
     build_assignments,
+    collector_paused,
     member_rack,
     member_sort_key,
     partition_racks,
@@ -420,9 +421,13 @@ class StickyAssignor(ConsumerPartitionAssignor):
         self, cluster: ClusterView, members: Mapping[str, MemberSubscription]
     ) -> dict[str, list[TopicPartition]]:
         """The balanced, sticky goal (Kafka's assignPartitions before any hold-back)."""
-        return sticky_assignment(cluster, members, self.claims(members), self.prefer_rack_aware)
+        with collector_paused():
+            claims = self.claims(members)
+            return sticky_assignment(cluster, members, claims, self.prefer_rack_aware)
 
     def assign(
         self, cluster: ClusterView, members: Mapping[str, MemberSubscription]
     ) -> dict[str, ConsumerAssignment]:
-        return build_assignments(members, self.target(cluster, members))
+        goal = self.target(cluster, members)
+        with collector_paused():
+            return build_assignments(members, goal)
