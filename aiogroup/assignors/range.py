@@ -78,20 +78,34 @@ class _TopicState:
         self.count[consumer] += len(partitions)
         if self.count[consumer] > self.per_consumer:
             self.extra -= 1
-        taken = set(partitions)
-        self.unassigned = [tp for tp in self.unassigned if tp not in taken]
+        n = len(partitions)
+        if self.unassigned[:n] == partitions:  # plain ranges always take a prefix
+            del self.unassigned[:n]
+        else:
+            taken = set(partitions)
+            self.unassigned = [tp for tp in self.unassigned if tp not in taken]
 
 
 def _assign_ranges(
     state: _TopicState,
-    may_assign: Callable[[str, TopicPartition], bool],
+    may_assign: Callable[[str, TopicPartition], bool] | None,
     out: dict[str, list[TopicPartition]],
 ) -> None:
+    """Each consumer in order takes up to its share of what is left (in partition
+    order), of the partitions ``may_assign`` allows it; None allows all."""
     for consumer in state.consumers:
         if not state.unassigned:
             return
         room = state.room(consumer)
-        chosen = [tp for tp in state.unassigned if may_assign(consumer, tp)][:room]
+        if may_assign is None:
+            chosen = state.unassigned[:room]
+        else:
+            chosen = []
+            for tp in state.unassigned:
+                if len(chosen) == room:
+                    break
+                if may_assign(consumer, tp):
+                    chosen.append(tp)
         if chosen:
             state.give(consumer, chosen, out)
 
@@ -159,5 +173,5 @@ class RangeAssignor(ConsumerPartitionAssignor):
                 elif group[0].rack_aware:
                     _assign_ranges(group[0], group[0].racks_match, result)
         for s in states:
-            _assign_ranges(s, lambda _c, _tp: True, result)
+            _assign_ranges(s, None, result)
         return build_assignments(members, result)

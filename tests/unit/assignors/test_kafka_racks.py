@@ -23,6 +23,7 @@ from aiogroup.assignors import (
 from aiogroup.consumer_protocol import ConsumerSubscription
 from tests.unit.assignors.support import (
     ALL_RACKS,
+    Cluster,
     assign,
     null_racks,
     parse,
@@ -374,3 +375,42 @@ def test_coop_uniform_subscription_transfer_ownership_list_is_right() -> None:
     assert members
     goal = target(a, cluster, subs)
     assert len(transferring_ownership(a, subs, goal)) == 2
+
+
+def test_range_rack_aware_static_member_range_assignment_persistent_after_member_id_changes() -> (
+    None
+):
+    # Six brokers on racks a, b, c, a, b, c; replication factor 2, both topics placed
+    # from broker 0, so partition i has replicas on racks (i, i+1) mod 3.
+    brokers = [ALL_RACKS[i % 3] for i in range(6)]
+    cluster = Cluster()
+    for topic in ("topic1", "topic2"):
+        cluster.partitions[topic] = 5
+        for i in range(5):
+            cluster.replica_racks[tp(topic, i)] = frozenset({brokers[i % 6], brokers[(i + 1) % 6]})
+    members = {
+        member: MemberSubscription(
+            member, instance, ConsumerSubscription(topics=("topic1", "topic2"), rack_id=rack)
+        )
+        for member, instance, rack in [
+            ("consumer1", "instance1", "a"),
+            ("consumer2", "instance2", "b"),
+            ("consumer3", "instance3", "c"),
+        ]
+    }
+    assignor = RangeAssignor(prefer_rack_aware=True)
+
+    def by_instance() -> dict[str | None, list]:
+        result = assignor.assign(cluster, members)
+        return {m.group_instance_id: sorted(result[k].partitions) for k, m in members.items()}
+
+    first = by_instance()
+    assert first == {
+        "instance1": parse("topic1-0 topic1-2 topic2-0 topic2-2"),
+        "instance2": parse("topic1-1 topic1-3 topic2-1 topic2-3"),
+        "instance3": parse("topic1-4 topic2-4"),
+    }
+    for old, new in (("consumer3", "consumer4"), ("consumer2", "consumer5")):
+        m = members.pop(old)
+        members[new] = MemberSubscription(new, m.group_instance_id, m.subscription)
+    assert by_instance() == first
