@@ -20,7 +20,7 @@ test: $(STAMP)
 	HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest tests -p no:cacheprovider -q $(PYTEST_FLAGS)
 
 test-unit: $(STAMP)
-	$(BIN)/python -m pytest tests/unit -q $(PYTEST_FLAGS)
+	$(BIN)/python -m pytest tests/unit -q -m 'not scale' $(PYTEST_FLAGS)
 
 test-integration: $(STAMP)
 	$(BIN)/python -m pytest tests/integration -q $(PYTEST_FLAGS)

@@ -795,6 +795,10 @@ def write(results: dict[str, Any], docs_dir: Path) -> Path:
     notes = bench_dir / "profile.md"
     if notes.exists():
         parts.append("\n" + notes.read_text())
+    # Written by `python -m benchmarks.assignors` (pure leader-side CPU, no broker).
+    assignors = bench_dir / "assignors.md"
+    if assignors.exists():
+        parts.append("\n" + assignors.read_text())
     parts.append("\n" + METHOD)
     parts.append(environment_md(results))
     path = docs_dir / "benchmarks.md"
