@@ -1,8 +1,9 @@
 """Columnar hand-over: fetched records as one ``pyarrow.RecordBatch``.
 
-The point is to skip the per-record Python object.  The fetcher's decoded batches
-are read field by field into plain lists (one comprehension per batch, then a
-transpose in C), and each list becomes an Arrow array in a single call at the end.
+The point is to skip the per-record Python object.  ``ColumnBuilder`` is a sink of
+the fetcher's record walker (``aiogroup._fetch.walker``): decoded batches are read
+field by field into plain lists, and each list becomes an Arrow array in a single
+call at the end.  This module knows nothing of the fetcher, which imports it lazily.
 
 Schema (``ARROW_SCHEMA``)::
 
@@ -23,8 +24,6 @@ from aiogroup.structs import ConsumerRecord, TopicPartition
 
 if TYPE_CHECKING:
     import pyarrow
-
-    from aiogroup.fetcher import Chunk
 
 __all__ = ["ColumnBuilder", "arrow_schema", "records_to_arrow", "require_pyarrow"]
 
@@ -106,10 +105,6 @@ class ColumnBuilder:
     def __len__(self) -> int:
         return self._rows
 
-    def take_from(self, chunk: Chunk, limit: int) -> int:
-        """Fetcher delivery hook: take up to ``limit`` records of ``chunk``."""
-        return chunk.take_columns(limit, self)
-
     def _run(self, topic: str, partition: int, ts_type: int, n: int) -> None:
         runs = self._runs
         if runs:
@@ -128,8 +123,8 @@ class ColumnBuilder:
             self._headers = [[]] * (self._rows - len(hs))
         self._headers.extend(hs)
 
-    def add_batch(self, tp: TopicPartition, partition: int, batch: Any, ts_type: int) -> int:
-        """Append every record of a decoded v2 batch; returns how many."""
+    def add_batch(self, tp: TopicPartition, batch: Any, ts_type: int) -> int:
+        """Append every record of a decoded v2 batch; returns how many (walker sink)."""
         recs = list(batch)
         n = len(recs)
         if not n:
@@ -146,13 +141,15 @@ class ColumnBuilder:
             self._offsets.append(range(base, base + n))
         else:
             self._offsets.append(list(map(_get_offset, recs)))
-        self._run(tp.topic, partition, ts_type, n)
+        self._run(tp.topic, tp.partition, ts_type, n)
         self._add_headers(list(map(_get_headers, recs)))
         return n
 
-    def add_record(self, tp: TopicPartition, partition: int, r: Any, ts_type: int) -> None:
-        """Append one decoded record (partial batches and the legacy format)."""
-        self._append(tp.topic, partition, r.key, r.value, r.offset, r.timestamp, ts_type, r.headers)
+    def add_record(self, tp: TopicPartition, r: Any, ts_type: int) -> None:
+        """Append one decoded record (partial batches and the legacy format; walker sink)."""
+        self._append(
+            tp.topic, tp.partition, r.key, r.value, r.offset, r.timestamp, ts_type, r.headers
+        )
 
     def add_consumer_record(self, rec: ConsumerRecord) -> None:
         """Append an already built ConsumerRecord (the comparison path)."""

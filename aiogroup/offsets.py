@@ -15,16 +15,11 @@ from collections import defaultdict
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from aiokafka.errors import (
-    KafkaConnectionError,
-    KafkaTimeoutError,
-    NodeNotReadyError,
-    RequestTimedOutError,
-)
+from aiokafka.errors import KafkaTimeoutError
 from aiokafka.protocol.offset import OffsetRequest
 
 from aiogroup._timeouts import wait_for
-from aiogroup.errors import error_for_code
+from aiogroup.errors import RETRIABLE_CODES, TRANSPORT_ERRORS, error_for_code
 from aiogroup.structs import OffsetAndTimestamp, TopicPartition
 
 __all__ = [
@@ -42,21 +37,6 @@ log = logging.getLogger(__name__)
 #: read_committed, the last stable offset).
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
-
-# Codes after which the same question, asked again once metadata is fresh, can succeed.
-_RETRIABLE_CODES = frozenset(
-    {
-        3,  # UNKNOWN_TOPIC_OR_PARTITION: metadata not yet propagated
-        5,  # LEADER_NOT_AVAILABLE
-        6,  # NOT_LEADER_OR_FOLLOWER
-        7,  # REQUEST_TIMED_OUT
-        56,  # KAFKA_STORAGE_ERROR
-        74,  # FENCED_LEADER_EPOCH
-        75,  # UNKNOWN_LEADER_EPOCH
-        78,  # OFFSET_NOT_AVAILABLE: a leader change is in progress
-    }
-)
-_TRANSPORT_ERRORS = (KafkaConnectionError, NodeNotReadyError, RequestTimedOutError)
 
 
 def _check_partitions(partitions: Collection[Any]) -> None:
@@ -114,7 +94,7 @@ async def list_offsets(
                 break
             for answer in answers:
                 if isinstance(answer, BaseException):
-                    if isinstance(answer, _TRANSPORT_ERRORS):
+                    if isinstance(answer, TRANSPORT_ERRORS):
                         stale = True
                         continue
                     raise answer
@@ -156,7 +136,7 @@ async def _ask_node(
             tp = TopicPartition(topic, partition)
             if tp not in parts:
                 continue
-            if code in _RETRIABLE_CODES:
+            if code in RETRIABLE_CODES:
                 log.debug("ListOffsets for %s: retriable error %d", tp, code)
                 retry = True
                 continue

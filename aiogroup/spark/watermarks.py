@@ -21,12 +21,12 @@ from aiokafka.protocol.fetch import FetchRequest
 
 from aiogroup import offsets as _offsets
 from aiogroup._timeouts import wait_for
+from aiogroup.errors import RETRIABLE_CODES as _RETRIABLE_CODES
 from aiogroup.errors import error_for_code
 from aiogroup.structs import TopicPartition
 
 __all__ = ["end_offsets"]
 
-_RETRIABLE_CODES = frozenset({3, 5, 6, 7, 56, 74, 75, 78})
 # The broker still returns at least the first record batch (KIP-74); asking for one
 # byte only keeps that slice as small as the broker allows.
 _SLICE_BYTES = 1
