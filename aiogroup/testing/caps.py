@@ -19,7 +19,8 @@ class BrokerCaps:
     """Behaviours of the broker under test; the defaults are Apache Kafka's."""
 
     #: ListOffsets(latest) answers the log end offset (the offset the next record
-    #: gets).  Tansu answers the base offset of the last batch instead.
+    #: gets).  Tansu answers the last batch's base offset + 1 instead: the log end
+    #: only when that batch holds one record.
     list_offsets_latest_is_log_end: bool = True
     #: ListOffsets(timestamp) past the newest record answers "no such record" (-1).
     #: Tansu answers offset 0.

@@ -296,8 +296,7 @@ class KafkaCluster:
             cmd = self._java_command(
                 "kafka.tools.StorageTool",
                 "format",
-                "--cluster-id",
-                cluster_id,
+                f"--cluster-id={cluster_id}",  # one argument: an id may start with "-"
                 "--config",
                 str(n.config_path),
                 "--ignore-formatted",

@@ -322,7 +322,7 @@ async def test_caps_rebalance_timeout_keeps_a_member_that_rejoins_late_but_withi
                 beats.append(await x.heartbeat())
                 await asyncio.sleep(1)  # the member's heartbeat interval, not a wait
             x_error, x_members = await x.join()
-            y_error, y_members = await asyncio.wait_for(y_join, 60)
+            y_error, _ = await asyncio.wait_for(y_join, 60)
         finally:
             y_join.cancel()
     assert REBALANCE_IN_PROGRESS in beats, beats
