@@ -11,7 +11,7 @@ KAFKA_JAR := .kafka/$(KAFKA_VERSION)/libs/kafka_2.13-$(KAFKA_VERSION).jar
 KAFKA_RAN := == Apache Kafka tier: integration tests on Apache Kafka $(KAFKA_VERSION)
 KAFKA_SKIPPED := == Apache Kafka tier SKIPPED
 
-.PHONY: install kafka-jars test test-unit test-integration test-kafka lint demo bench docs clean
+.PHONY: install kafka-jars test test-unit test-integration test-kafka chaos lint demo bench docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,15 @@ test-unit: $(STAMP)
 # AIOGROUP_BROKER=kafka make test-integration runs the tier on Apache Kafka.
 test-integration: $(STAMP)
 	$(BIN)/python -m pytest tests/integration -q $(PYTEST_FLAGS)
+
+# Every chaos scenario over several seeds, each judged by the ownership-history checker;
+# the figures go to CHAOS_RESULTS (JSON lines) for docs/reliability.md.  `make test` runs a
+# bounded subset (one seed, the scenarios not marked chaos_long).
+CHAOS_SEEDS ?= 1,2,3
+CHAOS_RESULTS ?= chaos-results.jsonl
+chaos: $(STAMP)
+	AIOGROUP_CHAOS=full AIOGROUP_CHAOS_SEEDS=$(CHAOS_SEEDS) AIOGROUP_CHAOS_RESULTS=$(CHAOS_RESULTS) \
+		$(BIN)/python -m pytest tests/chaos -p no:cacheprovider -q $(PYTEST_FLAGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check aiogroup tests benchmarks

@@ -1,4 +1,5 @@
-"""Test support shipped with aiogroup: a real broker and pytest fixtures.
+"""Test support shipped with aiogroup: a real broker, pytest fixtures, and an
+ownership-history checker that judges a group from outside its members.
 
 ``KafkaBroker`` (async) and ``SyncKafkaBroker`` start a broker as described in
 :mod:`aiogroup.testing.broker`; the pytest plugin (registered through the
@@ -23,22 +24,43 @@ if TYPE_CHECKING:
         unique_name,
     )
     from aiogroup.testing.caps import BrokerCaps
+    from aiogroup.testing.history import (
+        Event,
+        HistoryError,
+        HistoryRecorder,
+        HistoryReport,
+        MemberRecorder,
+        check_history,
+        load_history,
+    )
 
 __all__ = [
     "BrokerCaps",
     "BrokerStartError",
+    "Event",
+    "HistoryError",
+    "HistoryRecorder",
+    "HistoryReport",
     "KafkaBroker",
+    "MemberRecorder",
     "SyncKafkaBroker",
+    "check_history",
+    "load_history",
     "tansu_binary",
     "unique_name",
 ]
 
-_HOME = {name: "aiogroup.testing.broker" for name in __all__} | {
-    "BrokerCaps": "aiogroup.testing.caps"
-}
+_HISTORY = {"Event", "HistoryError", "HistoryRecorder", "HistoryReport", "MemberRecorder"}
+_HISTORY |= {"check_history", "load_history"}
+
+
+def _home(name: str) -> str:
+    if name == "BrokerCaps":
+        return "aiogroup.testing.caps"
+    return "aiogroup.testing.history" if name in _HISTORY else "aiogroup.testing.broker"
 
 
 def __getattr__(name: str) -> Any:
-    if name in _HOME:
-        return getattr(importlib.import_module(_HOME[name]), name)
+    if name in __all__:
+        return getattr(importlib.import_module(_home(name)), name)
     raise AttributeError(f"module 'aiogroup.testing' has no attribute {name!r}")
