@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -17,7 +18,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 
 from aiogroup.testing import BrokerStartError, KafkaBroker
-from aiogroup.testing.broker import broker_mode
+from aiogroup.testing.broker import broker_mode, unique_name
 from aiogroup.testing.caps import KAFKA_CAPS, TANSU_CAPS, BrokerCaps
 from aiogroup.testing.kafka import KAFKA_VERSION
 from aiogroup.testing.plugin import TopicFactory
@@ -388,3 +389,97 @@ async def test_caps_list_offsets_latest(
         await consumer.stop()
     # Tansu answers short of the log end (here 1: the last batch's base offset + 1).
     assert (latest == 3) == kafka_broker.caps.list_offsets_latest_is_log_end, latest
+
+
+async def test_caps_transactions(kafka_broker: KafkaBroker, kafka_topic: TopicFactory) -> None:
+    """``supports_transactions``: a transactional producer commits one transaction."""
+    topic = await kafka_topic(partitions=1)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=kafka_broker.bootstrap_servers,
+        transactional_id=unique_name("tx"),
+        request_timeout_ms=10_000,
+    )
+    try:
+        await asyncio.wait_for(producer.start(), 30)
+        async with producer.transaction():
+            await producer.send_and_wait(topic, b"in a transaction", partition=0)
+        committed = True
+    except Exception:  # Tansu refuses InitProducerId for a transactional id
+        committed = False
+    finally:
+        with contextlib.suppress(Exception):
+            await producer.stop()
+    assert committed == kafka_broker.caps.supports_transactions
+
+
+async def test_caps_partition_max_bytes(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory
+) -> None:
+    """``honours_partition_max_bytes``: two partitions of ~200 kB in batches of at most
+    16 kB, fetched with a 64 kB limit per partition; Kafka answers at most 64 kB of each."""
+    from aiokafka.client import AIOKafkaClient
+    from aiokafka.protocol.fetch import FetchRequest
+
+    topic = await kafka_topic(partitions=2)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=kafka_broker.bootstrap_servers, linger_ms=20, max_batch_size=16384
+    )
+    await producer.start()
+    try:
+        sent = [await producer.send(topic, b"x" * 1000, partition=i % 2) for i in range(400)]
+        await asyncio.gather(*sent)
+    finally:
+        await producer.stop()
+    limit = 64 * 1024
+    client = AIOKafkaClient(bootstrap_servers=kafka_broker.bootstrap_servers)
+    await client.bootstrap()
+    try:
+        await client.force_metadata_update()
+        leader = client.cluster.leader_for_partition(TopicPartition(topic, 0))
+        assert leader == client.cluster.leader_for_partition(TopicPartition(topic, 1))
+        request = FetchRequest(
+            max_wait_time=500,
+            min_bytes=1,
+            max_bytes=50 << 20,
+            isolation_level=0,
+            topics=[(topic, [(0, 0, limit), (1, 0, limit)])],
+        )
+        response = await client.send(leader, request)
+    finally:
+        await client.close()
+    sizes = [len(p[-1] or b"") for _, parts in response.topics for p in parts]
+    assert len(sizes) == 2 and all(sizes), sizes
+    assert (max(sizes) <= limit) == kafka_broker.caps.honours_partition_max_bytes, sizes
+
+
+async def test_caps_evicted_member_id(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str
+) -> None:
+    """``readmits_evicted_member_id``: a member whose session expired rejoins with its
+    old id.  Kafka answers UNKNOWN_MEMBER_ID (it must join as a new member)."""
+    from aiokafka.client import AIOKafkaClient
+
+    from aiogroup.testing.observer import describe_group
+
+    topic = await kafka_topic(partitions=2)
+    async with RawMember(kafka_broker.bootstrap_servers, group_id, topic, RAW_SESSION_MS) as x:
+        await _formed(x)
+        old = x.member_id
+        # No heartbeats from here: wait for the broker's view to drop x (bounded).
+        observer = AIOKafkaClient(bootstrap_servers=kafka_broker.bootstrap_servers)
+        await observer.bootstrap()
+        try:
+            deadline = time.monotonic() + 3 * RAW_SESSION_MS / 1000
+            while time.monotonic() < deadline:
+                if old not in {
+                    m for m, _ in (await describe_group(observer, group_id)).members.values()
+                }:
+                    break
+                await asyncio.sleep(0.5)  # DescribeGroups is polled: no event exists
+        finally:
+            await observer.close()
+        error, _ = await x.join()
+    readmitted = error == 0 and x.member_id == old
+    assert readmitted == kafka_broker.caps.readmits_evicted_member_id, error
+    if not readmitted:
+        assert error == UNKNOWN_MEMBER_ID_CODE
