@@ -50,23 +50,17 @@ __all__ = [
     "unique_name",
 ]
 
-_HISTORY = (
-    "Event",
-    "HistoryError",
-    "HistoryRecorder",
-    "HistoryReport",
-    "MemberRecorder",
-    "check_history",
-    "load_history",
-)
-_HOME = (
-    {name: "aiogroup.testing.broker" for name in __all__}
-    | {"BrokerCaps": "aiogroup.testing.caps"}
-    | {name: "aiogroup.testing.history" for name in _HISTORY}
-)
+_HISTORY = {"Event", "HistoryError", "HistoryRecorder", "HistoryReport", "MemberRecorder"}
+_HISTORY |= {"check_history", "load_history"}
+
+
+def _home(name: str) -> str:
+    if name == "BrokerCaps":
+        return "aiogroup.testing.caps"
+    return "aiogroup.testing.history" if name in _HISTORY else "aiogroup.testing.broker"
 
 
 def __getattr__(name: str) -> Any:
-    if name in _HOME:
-        return getattr(importlib.import_module(_HOME[name]), name)
+    if name in __all__:
+        return getattr(importlib.import_module(_home(name)), name)
     raise AttributeError(f"module 'aiogroup.testing' has no attribute {name!r}")

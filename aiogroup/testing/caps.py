@@ -19,7 +19,8 @@ class BrokerCaps:
     """Behaviours of the broker under test; the defaults are Apache Kafka's."""
 
     #: ListOffsets(latest) answers the log end offset (the offset the next record
-    #: gets).  Tansu answers the base offset of the last batch instead.
+    #: gets).  Tansu answers the last batch's base offset + 1 instead: the log end
+    #: only when that batch holds one record.
     list_offsets_latest_is_log_end: bool = True
     #: ListOffsets(timestamp) past the newest record answers "no such record" (-1).
     #: Tansu answers offset 0.
@@ -43,16 +44,13 @@ class BrokerCaps:
     #: group after ``group.initial.rebalance.delay.ms``).  Tansu holds joins for
     #: about half the session timeout.
     holds_join_half_session: bool = False
-    #: Kafka fills a Fetch response with many partitions up to the request's limits.
-    #: Tansu answers one partition per Fetch response.
-    one_partition_per_fetch_response: bool = False
     #: OffsetCommit metadata strings come back from OffsetFetch.  Tansu drops them.
     keeps_commit_metadata: bool = True
     #: InitProducerId works for transactional ids (transactions, aborted records).
     #: Tansu refuses it.
     supports_transactions: bool = True
-    #: Fetch honours ``max_partition_fetch_bytes``; Tansu honours only the request's
-    #: total ``max_bytes``.
+    #: Fetch honours each partition's byte limit (``max_partition_fetch_bytes``; at
+    #: least one whole batch).  Tansu answers whole partitions beyond it.
     honours_partition_max_bytes: bool = True
     #: The consumer group protocol (KIP-848: ConsumerGroupHeartbeat, API key 68) is
     #: served.  Tansu has only the classic JoinGroup/SyncGroup protocol.
@@ -71,7 +69,6 @@ TANSU_CAPS = BrokerCaps(
     pins_group_assignor=True,
     cooperative_joiner_extra_generation=True,
     holds_join_half_session=True,
-    one_partition_per_fetch_response=True,
     keeps_commit_metadata=False,
     supports_transactions=False,
     honours_partition_max_bytes=False,

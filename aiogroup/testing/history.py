@@ -441,7 +441,8 @@ def check_history(
 
 
 def _fences(history: list[Event], report: HistoryReport) -> dict[str, list[_Fence]]:
-    """Fences (a "gone" without a clean leave since the member last joined) and crashes."""
+    """Fences: a "gone" without a clean leave since the member last joined.  Each is
+    also reported; it counts as an eviction unless the member had crashed."""
     fences: dict[str, list[_Fence]] = defaultdict(list)
     crashes: dict[str, float] = {}
     leaving: dict[str, bool] = defaultdict(bool)

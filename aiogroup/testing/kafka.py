@@ -67,6 +67,11 @@ TEST_SETTINGS: Mapping[str, str] = {
 #: The cluster mode's replication settings (what a production cluster has).
 CLUSTER_SETTINGS: Mapping[str, str] = {
     "group.initial.rebalance.delay.ms": "0",
+    # Consumer-protocol groups: a session of seconds, as in TEST_SETTINGS.
+    "group.consumer.min.session.timeout.ms": "6000",
+    "group.consumer.session.timeout.ms": "6000",
+    "group.consumer.min.heartbeat.interval.ms": "500",
+    "group.consumer.heartbeat.interval.ms": "1000",
     "default.replication.factor": "3",
     "min.insync.replicas": "2",
     "offsets.topic.replication.factor": "3",
@@ -303,8 +308,7 @@ class KafkaCluster:
             cmd = self._java_command(
                 "kafka.tools.StorageTool",
                 "format",
-                "--cluster-id",
-                cluster_id,
+                f"--cluster-id={cluster_id}",  # one argument: an id may start with "-"
                 "--config",
                 str(n.config_path),
                 "--ignore-formatted",

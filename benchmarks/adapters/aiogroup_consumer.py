@@ -123,6 +123,7 @@ class AiogroupAdapter(Adapter):
         cooperative: bool,
         session_timeout_ms: int,
         heartbeat_interval_ms: int,
+        client_id: str | None = None,
     ) -> None:
         strategy = ("cooperative-sticky",) if cooperative else ("range",)
         classic: dict[str, Any] = {
@@ -132,7 +133,11 @@ class AiogroupAdapter(Adapter):
         }
         if self.variant.options.get("group_protocol") == "consumer":
             classic = {}  # the broker owns session, heartbeat interval and assignment
-        consumer = self._new(group_id, **classic)
+        consumer = self._new(
+            group_id,
+            **({} if client_id is None else {"client_id": client_id}),
+            **classic,
+        )
         await consumer.start()
         consumer.subscribe(
             [topic], listener=_Listener(hooks, lambda offsets: self.commit(topic, offsets))

@@ -33,6 +33,7 @@ async def run(spec: dict[str, object]) -> None:
         history=history,
         client_id=str(spec["client_id"]),
         session_timeout_ms=int(spec["session_timeout_ms"]),  # type: ignore[call-overload]
+        process_delay=float(spec.get("process_delay", 0.0)),  # type: ignore[arg-type]
     )
     await member.start()
     try:

@@ -8,6 +8,7 @@ one history.  The seed picks the victim and the moment of the fault.
 from __future__ import annotations
 
 import asyncio
+import struct
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,9 @@ from chaos_run import SESSION_S, ChaosRun
 from fault_proxy import FaultProxy, ProxiedClient, route
 from group_harness import Member
 from peers import confluent_member, kafka_python_member
+from raw_peer import MalformedPeer
 
+from aiogroup import MalformedProtocolDataError
 from aiogroup import consumer as consumer_module
 from aiogroup.testing.broker import KafkaBroker
 
@@ -83,7 +86,9 @@ async def test_slow_async_revoke_with_a_concurrent_join_quick(
 # -- processes: kill -9 and SIGSTOP --------------------------------------------------------
 
 
-@pytest.mark.parametrize("protocol", ["eager", "cooperative"])
+@pytest.mark.parametrize(
+    "protocol", ["eager", pytest.param("cooperative", marks=pytest.mark.chaos_long)]
+)
 async def test_kill_9_of_a_member_mid_batch(
     kafka_broker: KafkaBroker, tmp_path: Path, seed: int, protocol: str
 ) -> None:
@@ -92,7 +97,8 @@ async def test_kill_9_of_a_member_mid_batch(
     last commit."""
     async with ChaosRun(kafka_broker, tmp_path, f"kill9-{protocol}", seed) as run:
         strategy = STRATEGIES[protocol][0]
-        procs = [await run.process(f"P{i}", strategy) for i in range(2)]
+        # Each batch is worked on for 0.2 s before its commit: the kill lands mid-batch.
+        procs = [await run.process(f"P{i}", strategy, process_delay=0.2) for i in range(2)]
         await run.member("C", STRATEGIES[protocol])
         await run.owners(3, timeout=90)
         victim = run.rng.choice(procs)
@@ -110,7 +116,9 @@ async def test_kill_9_of_a_member_mid_batch(
         assert [m for m, _ in report.fences] == [victim]
 
 
-@pytest.mark.parametrize("protocol", ["eager", "cooperative"])
+@pytest.mark.parametrize(
+    "protocol", [pytest.param("eager", marks=pytest.mark.chaos_long), "cooperative"]
+)
 async def test_sigstop_for_twice_the_session_then_sigcont(
     kafka_broker: KafkaBroker, tmp_path: Path, seed: int, protocol: str
 ) -> None:
@@ -145,6 +153,13 @@ async def test_sigstop_for_twice_the_session_then_sigcont(
         report = await run.judge()
         assert report.ok, report.summary()
         assert report.zombie_deliveries == [] and report.zombie_commits == []
+        # It learned of the fence (lost) before it acted again.
+        after = [
+            e.kind
+            for e in run.events()
+            if e.member == frozen and e.t > woke and e.kind in ("lost", "delivered", "committed")
+        ]
+        assert after and after[0] == "lost", f"after waking: {after[:5]}"
 
 
 # -- network faults through a proxy ------------------------------------------------------
@@ -160,7 +175,9 @@ async def _proxy(broker: KafkaBroker) -> FaultProxy:
     return await FaultProxy(host, int(port)).start()
 
 
-@pytest.mark.parametrize("protocol", ["eager", "cooperative"])
+@pytest.mark.parametrize(
+    "protocol", ["eager", pytest.param("cooperative", marks=pytest.mark.chaos_long)]
+)
 async def test_one_members_connection_cut_for_twice_the_session(
     kafka_broker: KafkaBroker, tmp_path: Path, seed: int, protocol: str, proxied_clients: None
 ) -> None:
@@ -242,15 +259,17 @@ async def test_broker_unreachable_for_everyone_for_ten_seconds(
         pytest.param("eager", marks=pytest.mark.chaos_long),
         pytest.param("cooperative", marks=pytest.mark.chaos_long),
         "mixed",
+        pytest.param("mixed-eager", marks=pytest.mark.chaos_long),
     ],
 )
 async def test_member_churn_under_steady_production(
     kafka_broker: KafkaBroker, tmp_path: Path, seed: int, mix: str
 ) -> None:
     """Members join and leave (cleanly) in a seeded order while records flow; with
-    ``mixed``, confluent-kafka and kafka-python members share the cooperative group."""
+    ``mixed``, confluent-kafka and kafka-python members share the cooperative group
+    (``mixed-eager``: the range-assigned eager group)."""
     async with ChaosRun(kafka_broker, tmp_path, f"churn-{mix}", seed, partitions=6) as run:
-        strategy = EAGER if mix == "eager" else COOPERATIVE
+        strategy = EAGER if mix in ("eager", "mixed-eager") else COOPERATIVE
         peers = []
         first = await run.member("A", strategy)
         await run.owners(1)
@@ -259,7 +278,7 @@ async def test_member_churn_under_steady_production(
         steps = 4
         for step in range(steps):
             joiner_kind = "aiogroup"
-            if mix == "mixed":
+            if mix.startswith("mixed"):
                 joiner_kind = run.rng.choice(["aiogroup", "confluent", "kafka-python"])
             name = f"{joiner_kind[:2]}{step}"
             if joiner_kind == "aiogroup":
@@ -271,7 +290,7 @@ async def test_member_churn_under_steady_production(
                     run.bootstrap,
                     run.group,
                     run.topic,
-                    strategy="cooperative-sticky",
+                    strategy=strategy[0],
                     history=run.history,
                 )
                 peers.append(peer)
@@ -292,3 +311,46 @@ async def test_member_churn_under_steady_production(
         assert report.ok, report.summary()
         for peer in peers:
             await asyncio.to_thread(peer.stop)
+
+
+# -- a peer with malformed subscription metadata ---------------------------------------------
+
+#: Subscription version 0 announcing 5 topics, then nothing: truncated.
+TRUNCATED = struct.pack(">hi", 0, 5)
+
+
+@pytest.mark.parametrize(
+    "protocol", ["eager", pytest.param("cooperative", marks=pytest.mark.chaos_long)]
+)
+async def test_a_peer_with_malformed_subscription_metadata(
+    kafka_broker: KafkaBroker, tmp_path: Path, seed: int, protocol: str
+) -> None:
+    """The leader is told exactly what is wrong (through its poll), gives the bad peer
+    nothing, and the group goes on: no overlap, nothing lost, nobody evicted."""
+    async with ChaosRun(kafka_broker, tmp_path, f"malformed-peer-{protocol}", seed) as run:
+        leader = await run.member("A", STRATEGIES[protocol])
+        await run.owners(1)
+        await run.member("B", STRATEGIES[protocol])
+        await run.owners(2)
+        await asyncio.sleep(run.rng.uniform(0.0, 1.0))
+        peer = MalformedPeer(
+            run.bootstrap, run.group, TRUNCATED, STRATEGIES[protocol][0], int(SESSION_S * 1000)
+        )
+        run.faults += 1
+        await peer.start()
+        try:
+            await run.until(
+                "the leader to report the malformed subscription",
+                lambda _: any(isinstance(e, MalformedProtocolDataError) for e in leader.errors),
+                timeout=60,
+            )
+            await run.owners(2)
+            assert not peer.errors, peer.errors
+            assert not peer.led
+            report = await run.judge()
+        finally:
+            await peer.close()
+        assert report.ok, report.summary()
+        assert report.evictions == []
+        problem = next(e for e in leader.errors if isinstance(e, MalformedProtocolDataError))
+        assert "subscription" in str(problem)

@@ -73,6 +73,7 @@ class Member(AsyncConsumerRebalanceListener):
         revoke_delay: float = 0.0,
         assign_delay: float = 0.0,
         sync_listener: bool = False,
+        process_delay: float = 0.0,
         **options: Any,
     ) -> None:
         self.name = name
@@ -105,6 +106,8 @@ class Member(AsyncConsumerRebalanceListener):
         self.revoke_delay = revoke_delay
         self.assign_delay = assign_delay
         self.sync_listener = sync_listener
+        #: Seconds the "application" works on a batch before committing it.
+        self.process_delay = process_delay
         #: partition -> next offset to commit (what the application has been handed).
         self.positions: dict[int, int] = {}
         self.commit_failures: list[BaseException] = []
@@ -251,6 +254,8 @@ class Member(AsyncConsumerRebalanceListener):
                         self.history.delivered(tp.topic, tp.partition, [r.offset for r in records])
             if batches:
                 self.progress.set()
+                if self.process_delay:
+                    await asyncio.sleep(self.process_delay)  # the application's work
                 if self.history is not None:
                     await self._commit(
                         {

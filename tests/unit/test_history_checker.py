@@ -412,3 +412,49 @@ def test_a_chain_of_owners_overlaps_exactly_where_a_handover_was_early(
     # Deliveries at start+0.01 may fall inside the previous owner's revoke; that is
     # an overlap, not a misplaced delivery.
     assert not report.unowned_deliveries
+
+
+# -- recording listeners ---------------------------------------------------------------------
+
+
+async def test_recording_listeners_record_around_the_application_listener() -> None:
+    from aiogroup import AsyncConsumerRebalanceListener, ConsumerRebalanceListener
+    from aiogroup.testing.recording import RecordingListener, RecordingSyncListener
+
+    clock = iter(float(i) for i in range(100))
+    rec = HistoryRecorder(clock=lambda: next(clock))
+    seen: list[str] = []
+    tps = {TopicPartition(T, 0)}
+
+    class App(AsyncConsumerRebalanceListener):
+        async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+            seen.append("app revoked")
+            raise RuntimeError("the application's own failure still ends the revoke")
+
+    class SyncApp(ConsumerRebalanceListener):
+        def on_partitions_assigned(
+            self, assigned: set[TopicPartition]
+        ) -> dict[TopicPartition, int]:
+            seen.append("sync app assigned")
+            return {TopicPartition(T, 0): 5}
+
+    async_listener = RecordingListener(rec.member("A"), App())
+    sync_listener = RecordingSyncListener(rec.member("B"), SyncApp())
+    assert await async_listener.on_partitions_assigned(tps) is None
+    with pytest.raises(RuntimeError):
+        await async_listener.on_partitions_revoked(tps)
+    with pytest.raises(RuntimeError):
+        await async_listener.on_partitions_lost(tps)
+    assert sync_listener.on_partitions_assigned(tps) == {TopicPartition(T, 0): 5}
+    sync_listener.on_partitions_lost(tps)
+    got = [(e.member, e.kind) for e in rec.events()]
+    assert got == [
+        ("A", "assigned"),
+        ("A", "revoke_started"),
+        ("A", "revoke_ended"),
+        ("A", "lost"),
+        ("B", "assigned"),
+        ("B", "lost"),
+    ]
+    # The default lost hook of the application runs its revoke, not ours: one revoke pair.
+    assert seen == ["app revoked", "app revoked", "sync app assigned"]
