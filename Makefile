@@ -22,17 +22,22 @@ $(STAMP): pyproject.toml
 install: $(STAMP) kafka-jars
 
 # Maven fetches Kafka's broker jars and spark-sql-kafka (skipped, with a message, without java/mvn).
-kafka-jars: $(STAMP)
+# A stamp per pom: a second `make test` does not ask Maven again; no stamp without the jars,
+# so installing Java later and rerunning fetches them.
+KAFKA_STAMP := .kafka/.fetched
+kafka-jars: $(KAFKA_STAMP)
+$(KAFKA_STAMP): $(STAMP) maven/pom.xml maven/fetch.sh
 	maven/fetch.sh $(BIN)/python
+	@if [ -f $(KAFKA_JAR) ]; then touch $@; fi
 
 # CI runs this: unit + integration on the embedded Tansu broker (property tests at the
 # thorough Hypothesis profile, tests/conftest.py), then the integration tier again on
 # Apache Kafka (single node, and the 3-node failover tests) when Java and the jars are here.
-test: $(STAMP)
+test: install
 	HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest tests -p no:cacheprovider -q -m "not kafka_cluster" $(PYTEST_FLAGS)
 	@$(MAKE) --no-print-directory test-kafka
 
-test-kafka: $(STAMP)
+test-kafka: install
 	@if command -v java >/dev/null 2>&1 && [ -f $(KAFKA_JAR) ]; then \
 	  echo "$(KAFKA_RAN) =="; \
 	  AIOGROUP_BROKER=kafka $(BIN)/python -m pytest tests/integration -p no:cacheprovider -q $(PYTEST_FLAGS); \

@@ -2,9 +2,17 @@
 
 Two goals, in this order: the assignment is balanced, and as few partitions as
 possible move.  Balanced means no member could take a partition from a member that
-holds two or more more than it (with equal subscriptions: counts differ by at most
-one).  Sticky means every partition a member validly owned stays with it unless that
-member is above its fair share.
+holds two or more more than it, directly or through a chain of members that could
+each pass one on (with equal subscriptions: counts differ by at most one).  Sticky
+means every partition a member validly owned stays with it unless that member is
+above its fair share.
+
+Like Kafka's AbstractStickyAssignor there are two builders: equal subscriptions take
+the closed-form one in :mod:`aiogroup.assignors.uniform` (Kafka's "constrained"
+builder, whose answers it reproduces exactly, racks included); unequal ones take the
+general builder here, which keeps owned partitions, places the rest on the least
+loaded eligible member and then balances along chains.  Both are checked against
+Apache Kafka's own test suites in tests/unit/assignors/.
 
 Prior ownership comes from each member's subscription.  Under the eager protocol a
 member has revoked everything before it joins, so Kafka's StickyAssignor carries the

@@ -371,8 +371,6 @@ def test_coop_uniform_subscription_transfer_ownership_list_is_right() -> None:
         "c0": with_history(a, ["topic1"], [tp("topic1", 0), tp("topic1", 1)], 1, rack="a"),
         "c1": with_history(a, ["topic1"], [tp("topic1", 2), tp("topic1", 3)], 1, rack="b"),
     }
-    members = {m: MemberSubscription(m, None, s) for m, s in subs.items()}
-    assert members
     goal = target(a, cluster, subs)
     assert len(transferring_ownership(a, subs, goal)) == 2
 

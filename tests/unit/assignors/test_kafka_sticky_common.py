@@ -12,6 +12,7 @@ builder does not compute it) there is nothing to port.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import pytest
 
@@ -20,6 +21,7 @@ from aiogroup.consumer_protocol import ConsumerSubscription
 from tests.unit.assignors.support import (
     DEFAULT_GENERATION,
     RACK_SETUPS,
+    Cluster,
     ClusterBuilder,
     RackSetup,
     assign,
@@ -67,7 +69,7 @@ class Group:
         self.index: dict[str, int] = {}
 
     @property
-    def cluster(self):  # type: ignore[no-untyped-def]
+    def cluster(self) -> Cluster:
         return self.builder.cluster
 
     def topic(self, topic: str, count: int) -> Group:
@@ -438,7 +440,13 @@ def test_same_subscriptions(assignor: StickyAssignor, racks: RackSetup) -> None:
     g.verify(a)
 
 
-def _large_group(g: Group, topic_count: int, partitions: int, consumers: int, subs) -> None:  # type: ignore[no-untyped-def]
+def _large_group(
+    g: Group,
+    topic_count: int,
+    partitions: int,
+    consumers: int,
+    subs: Callable[[int, list[str]], list[str]],
+) -> None:
     topics = [name("t", i, topic_count) for i in range(topic_count)]
     for t in topics:
         g.topic(t, partitions)
