@@ -37,6 +37,7 @@ __all__ = [
     "KafkaCluster",
     "KafkaNode",
     "KafkaSetupError",
+    "broker_rack",
     "java_binary",
     "kafka_libs",
 ]
@@ -79,7 +80,17 @@ CLUSTER_SETTINGS: Mapping[str, str] = {
     "transaction.state.log.min.isr": "2",
     "share.coordinator.state.topic.replication.factor": "3",
     "share.coordinator.state.topic.min.isr": "2",
+    # Racks (KIP-392): each node is its own rack (``rack-<node id>``, see
+    # :func:`broker_rack`), and leaders name a same-rack follower to consumers that
+    # send their rack, as a multi-zone production cluster is set up.
+    "replica.selector.class": "org.apache.kafka.common.replica.RackAwareReplicaSelector",
 }
+
+
+def broker_rack(node_id: int) -> str:
+    """The ``broker.rack`` of a cluster-mode node."""
+    return f"rack-{node_id}"
+
 
 #: Bounded heap per node; C1-only JIT and the serial collector start fastest on the
 #: 2-core CI machines.  ``AIOGROUP_KAFKA_JVM_OPTS`` replaces these.
@@ -280,6 +291,8 @@ class KafkaCluster:
                 "log.dirs": str(n.directory / "data"),
                 **self._base_settings(),
             }
+            if self.size > 1:
+                config.setdefault("broker.rack", broker_rack(n.node_id))
             n.config_path.write_text("".join(f"{k}={v}\n" for k, v in config.items()))
         assert self._root is not None
         (self._root / "log4j2.properties").write_text(_LOG4J2)
