@@ -36,7 +36,6 @@ from typing import Any
 import async_timeout
 from aiokafka.client import AIOKafkaClient, ConnectionGroup
 from aiokafka.errors import (
-    CommitFailedError,
     IllegalStateError,
     IncompatibleBrokerVersion,
     KafkaError,
@@ -84,6 +83,7 @@ from aiogroup.consumer_protocol import (
     encode_subscription,
 )
 from aiogroup.errors import (
+    CommitFailedError,
     ConfigurationError,
     MalformedProtocolDataError,
     RebalanceListenerError,
@@ -91,6 +91,7 @@ from aiogroup.errors import (
     is_retriable,
 )
 from aiogroup.listeners import AsyncConsumerRebalanceListener, ListenerThread, as_async_listener
+from aiogroup.metrics import ConsumerMetrics
 from aiogroup.structs import OffsetAndMetadata, RebalanceProtocol, TopicPartition
 from aiogroup.subscription import FetchStatus, SubscriptionState, SubscriptionType
 
@@ -118,7 +119,12 @@ class _ChildCrashed:
     exc: BaseException
 
 
-_InboxItem = E.Event | _SubscriptionPoke | _MetadataPoke | _ChildCrashed
+@dataclass(frozen=True, slots=True)
+class _AbandonJoin:
+    """close() was called: a JoinGroup still held by the broker is given up (leave at once)."""
+
+
+_InboxItem = E.Event | _SubscriptionPoke | _MetadataPoke | _ChildCrashed | _AbandonJoin
 
 
 def _failure_kind(exc: BaseException) -> str:
@@ -164,6 +170,9 @@ class GroupCoordinator:
         self._routine: asyncio.Task[None] | None = None
         self._children: set[asyncio.Task[Any]] = set()
         self._listener_task: asyncio.Task[None] | None = None
+        self._join_task: asyncio.Task[Any] | None = None
+        #: (coordinator node, member id) to send LeaveGroup to after an abandoned join.
+        self._leave_after_close: tuple[int, str] | None = None
         self._listener_inner: asyncio.Task[Any] | None = None
         self._listener_cancel_reason: str | None = None
         #: Set when the running callback overran while in the listener thread (which
@@ -178,6 +187,8 @@ class GroupCoordinator:
         self._group_topics: frozenset[str] = frozenset()
         self._closing = False
         self._all_topics_metadata = False
+        #: Replaced by GroupConsumer with the consumer's shared instance.
+        self.metrics = ConsumerMetrics(config.session_timeout_ms / 1000)
 
     # -- read-only views ---------------------------------------------------------------
 
@@ -227,8 +238,13 @@ class GroupCoordinator:
             return
         self._closing = True
         self._inbox.put_nowait(E.CloseRequested())
+        self._inbox.put_nowait(_AbandonJoin())
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         try:
             await wait_for(asyncio.shield(routine), timeout)
+            if self._leave_after_close is not None:
+                await wait_for(self._leave_abandoned(), max(0.0, deadline - loop.time()))
         except asyncio.TimeoutError:
             log.warning(
                 "group %s: close did not finish within %.1fs; dropping the rest "
@@ -240,6 +256,20 @@ class GroupCoordinator:
             pass  # the routine already reported and logged its failure
         finally:
             await self._finish_routine()
+
+    async def _leave_abandoned(self) -> None:
+        assert self._leave_after_close is not None
+        node, member_id = self._leave_after_close
+        self._leave_after_close = None
+        log.info("group %s: leaving the group - closing during a JoinGroup", self._group_id)
+        request = LeaveGroupRequest(self._group_id, member_id, None, "the consumer is closing")
+        # Not on the coordination connection: a broker answers one request per
+        # connection at a time, so there the LeaveGroup would wait behind the held join.
+        send = self._client.send(node, request, group=ConnectionGroup.DEFAULT)
+        try:
+            parse_leave_group(await self.metrics.timed_group_request(request, send))
+        except (KafkaError, OSError) as exc:
+            log.debug("group %s: LeaveGroup after an abandoned join: %r", self._group_id, exc)
 
     async def abort(self) -> None:
         """Stop at once as if the process died: no commit, no revoke, no LeaveGroup."""
@@ -308,7 +338,36 @@ class GroupCoordinator:
         if isinstance(item, _MetadataPoke):
             self._on_metadata_poke()
             return
+        if isinstance(item, _AbandonJoin):
+            self._abandon_join()
+            return
         self._feed(item)
+
+    def _abandon_join(self) -> None:
+        """Give up a JoinGroup in flight so close() leaves at once.
+
+        A broker holds a JoinGroup until the rebalance completes (up to the rebalance
+        timeout; Tansu about half the session timeout), so waiting for its answer made
+        stop() take seconds.  The request task is cancelled - it then reports nothing -
+        and the machine is told the join failed, which takes it to UNJOINED; with
+        ``closing`` set it then leaves (LeaveGroup with the member id it has, if any)
+        and closes.  Checked here, in the routine, so the state is current.
+        """
+        task = self._join_task
+        m = self._membership
+        if m.state is MemberState.PREPARING_REBALANCE and task is not None and task.cancel():
+            if m.member_id and m.coordinator_id is not None and not m.static_member:
+                # The machine counts the join as a failure (coordinator unknown) and
+                # closes without a LeaveGroup; close() sends it once the routine ends.
+                self._leave_after_close = (m.coordinator_id, m.member_id)
+            self._feed(
+                E.RequestFailed(
+                    "JoinGroup",
+                    "connection",
+                    self._membership.generation_id,
+                    "abandoned: the consumer is closing",
+                )
+            )
 
     def _feed(self, event: E.Event) -> None:
         """The one place the machine is driven; performs what it answers, in order."""
@@ -328,6 +387,7 @@ class GroupCoordinator:
             self._perform(action)
 
     def _perform(self, action: A.Action) -> None:
+        self.metrics.on_action(action)
         if isinstance(action, A.FindCoordinator):
             log.debug("group %s: finding coordinator (%s)", self._group_id, action.reason)
             self._spawn(self._find_coordinator(), "FindCoordinator")
@@ -340,7 +400,7 @@ class GroupCoordinator:
                 action.generation_id,
                 len(action.owned_partitions),
             )
-            self._spawn(self._join_group(action), "JoinGroup")
+            self._join_task = self._spawn(self._join_group(action), "JoinGroup")
         elif isinstance(action, A.ComputeAssignment):
             self._spawn(self._compute_assignment(action), "assign")
         elif isinstance(action, A.SendSyncGroup):
@@ -614,7 +674,8 @@ class GroupCoordinator:
     # -- group requests (each in its own child task) ----------------------------------------
 
     async def _send(self, node_id: int, request: Any) -> Any:
-        return await self._client.send(node_id, request, group=ConnectionGroup.COORDINATION)
+        send = self._client.send(node_id, request, group=ConnectionGroup.COORDINATION)
+        return await self.metrics.timed_group_request(request, send)
 
     async def _find_coordinator(self) -> None:
         event: E.Event
@@ -622,7 +683,8 @@ class GroupCoordinator:
             node = self._client.get_random_node()
             if node is None:
                 raise KafkaError("no broker known to ask for the coordinator")
-            resp = await self._client.send(node, FindCoordinatorRequest(self._group_id))
+            request = FindCoordinatorRequest(self._group_id)
+            resp = await self.metrics.timed_group_request(request, self._client.send(node, request))
             result = parse_find_coordinator(resp)
             if result.error_code != 0:
                 event = E.CoordinatorLookupFailed(result.error_code, result.error_message or "")

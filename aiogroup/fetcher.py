@@ -49,6 +49,7 @@ from aiogroup._fetch.walker import RecordSink, Sink
 from aiogroup._timeouts import wait_for
 from aiogroup.config import ConsumerConfig
 from aiogroup.errors import TRANSPORT_ERRORS, error_for_code
+from aiogroup.metrics import ConsumerMetrics
 from aiogroup.structs import ConsumerRecord, TopicPartition
 from aiogroup.subscription import Assignment, PartitionState, SubscriptionState
 
@@ -121,6 +122,8 @@ class Fetcher:
         self._error: BaseException | None = None
         self._closed = False
         self._plan_turn = 0
+        #: Replaced by GroupConsumer with the consumer's shared instance.
+        self.metrics = ConsumerMetrics()
 
     # -- memory accounting (what tests and benchmarks read) -------------------------------
 
@@ -354,7 +357,7 @@ class Fetcher:
         self, node: int, request: Any, plan: dict[TopicPartition, _Planned], reserved: int
     ) -> None:
         try:
-            response = await self._client.send(node, request)
+            response = await self.metrics.timed_fetch(self._client.send(node, request), plan)
         except asyncio.CancelledError:
             raise
         except TRANSPORT_ERRORS as exc:

@@ -1,4 +1,5 @@
-"""Test support shipped with aiogroup: a real broker and pytest fixtures.
+"""Test support shipped with aiogroup: a real broker, pytest fixtures, and an
+ownership-history checker that judges a group from outside its members.
 
 ``KafkaBroker`` (async) and ``SyncKafkaBroker`` start a broker as described in
 :mod:`aiogroup.testing.broker`; the pytest plugin (registered through the
@@ -13,5 +14,27 @@ from aiogroup.testing.broker import (
     tansu_binary,
     unique_name,
 )
+from aiogroup.testing.history import (
+    Event,
+    HistoryError,
+    HistoryRecorder,
+    HistoryReport,
+    MemberRecorder,
+    check_history,
+    load_history,
+)
 
-__all__ = ["BrokerStartError", "KafkaBroker", "SyncKafkaBroker", "tansu_binary", "unique_name"]
+__all__ = [
+    "BrokerStartError",
+    "Event",
+    "HistoryError",
+    "HistoryRecorder",
+    "HistoryReport",
+    "KafkaBroker",
+    "MemberRecorder",
+    "SyncKafkaBroker",
+    "check_history",
+    "load_history",
+    "tansu_binary",
+    "unique_name",
+]

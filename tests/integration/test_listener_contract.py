@@ -8,6 +8,7 @@ rewrites the error code of a heartbeat response on the wire.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -114,9 +115,15 @@ def member_factory(
 
     @asynccontextmanager
     async def member(
-        name: str, topic: str, proxy: FaultProxy | None = None, **options: Any
+        name: str,
+        topic: str,
+        proxy: FaultProxy | None = None,
+        on_assign: Callable[[Recorder, frozenset[TopicPartition]], Any] | None = None,
+        **options: Any,
     ) -> AsyncIterator[tuple[GroupConsumer, Recorder]]:
         recorder = Recorder(name, journal)
+        if on_assign is not None:  # before start(): start() returns after the first assignment
+            recorder.on_assign = functools.partial(on_assign, recorder)
         opts: dict[str, Any] = dict(
             bootstrap_servers=bootstrap_servers,
             group_id=group_id,
@@ -366,16 +373,17 @@ async def test_slow_assigned_listener_does_not_get_the_member_evicted(
     kafka_topic: Any, member_factory: Any, journal: Journal
 ) -> None:
     topic = await kafka_topic(partitions=2)
-    async with member_factory("a", topic) as (consumer, rec):
-        identity: list[tuple[str | None, int | None]] = []
+    identity: list[tuple[str | None, int | None]] = []
 
-        async def slow_assign(parts: frozenset[TopicPartition]) -> None:
-            identity.append((consumer.member_id, consumer.generation))
-            await asyncio.sleep(2 * SESSION_MS / 1000)
-            identity.append((consumer.member_id, consumer.generation))
-            await journal.record(Call("a", "assign-finished", parts, consumer.generation))
+    async def slow_assign(rec: Recorder, parts: frozenset[TopicPartition]) -> None:
+        consumer = rec.consumer
+        assert consumer is not None
+        identity.append((consumer.member_id, consumer.generation))
+        await asyncio.sleep(2 * SESSION_MS / 1000)
+        identity.append((consumer.member_id, consumer.generation))
+        await journal.record(Call("a", "assign-finished", parts, consumer.generation))
 
-        rec.on_assign = slow_assign
+    async with member_factory("a", topic, on_assign=slow_assign) as (_, rec):
         await journal.wait_for(lambda c: bool(journal.of("a", "assign-finished")), "slow assign")
         assert identity[0] == identity[1] and identity[0][1] is not None
         assert identity[0][1] >= 0
@@ -398,20 +406,22 @@ async def test_listener_may_await_commit_position_and_seek(
         setup.assign([tp])
         await setup.commit({tp: 2})
     seen: dict[str, int | None] = {}
-    async with member_factory("a", topic) as (consumer, rec):
 
-        async def on_assign(parts: frozenset[TopicPartition]) -> None:
-            if parts and not seen:  # the first assignment only
-                seen["position"] = await consumer.position(tp)
-                consumer.seek(tp, 4)
-                await consumer.commit({tp: 4})
-                seen["committed"] = await consumer.committed(tp)
-                await journal.record(Call("a", "assign-finished", parts, consumer.generation))
+    async def on_assign(rec: Recorder, parts: frozenset[TopicPartition]) -> None:
+        consumer = rec.consumer
+        assert consumer is not None
+        if parts and not seen:  # the first assignment only
+            seen["position"] = await consumer.position(tp)
+            consumer.seek(tp, 4)
+            await consumer.commit({tp: 4})
+            seen["committed"] = await consumer.committed(tp)
+            await journal.record(Call("a", "assign-finished", parts, consumer.generation))
+
+    async with member_factory("a", topic, on_assign=on_assign) as (consumer, rec):
 
         async def before_revoke(parts: frozenset[TopicPartition]) -> None:
             await consumer.commit({tp: 7})
 
-        rec.on_assign = on_assign
         rec.before_revoke = before_revoke
         await journal.wait_for(lambda c: assigned_to(journal, "a") == 1, "assign")
         records = await consumer.getmany(timeout_ms=WAIT * 1000)
@@ -431,12 +441,10 @@ async def test_listener_exception_is_raised_from_getmany_and_the_rebalance_compl
     class Boom(Exception):
         pass
 
-    async with member_factory("a", topic) as (consumer, rec):
+    async def on_assign(rec: Recorder, parts: frozenset[TopicPartition]) -> None:
+        raise Boom("from on_partitions_assigned")
 
-        async def on_assign(parts: frozenset[TopicPartition]) -> None:
-            raise Boom("from on_partitions_assigned")
-
-        rec.on_assign = on_assign
+    async with member_factory("a", topic, on_assign=on_assign) as (consumer, _):
         await journal.wait_for(lambda c: assigned_to(journal, "a") == 1, "assign")
         with pytest.raises(Boom):
             async with async_timeout.timeout(WAIT):
@@ -452,12 +460,13 @@ async def test_on_partitions_assigned_may_return_start_offsets(
     topic = await kafka_topic(partitions=2)
     await produce(bootstrap_servers, topic, 2, 10)
     starts = {TopicPartition(topic, 0): 3, TopicPartition(topic, 1): 8}
-    async with member_factory("a", topic) as (consumer, rec):
 
-        async def on_assign(parts: frozenset[TopicPartition]) -> dict[TopicPartition, int]:
-            return {tp: starts[tp] for tp in parts}
+    async def on_assign(
+        rec: Recorder, parts: frozenset[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        return {tp: starts[tp] for tp in parts}
 
-        rec.on_assign = on_assign
+    async with member_factory("a", topic, on_assign=on_assign) as (consumer, _):
         first: dict[TopicPartition, int] = {}
         async with async_timeout.timeout(WAIT):
             while len(first) < 2:
