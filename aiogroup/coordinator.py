@@ -88,8 +88,9 @@ from aiogroup.errors import (
     MalformedProtocolDataError,
     RebalanceListenerError,
     error_for_code,
+    is_retriable,
 )
-from aiogroup.listeners import AsyncConsumerRebalanceListener, as_async_listener
+from aiogroup.listeners import AsyncConsumerRebalanceListener, ListenerThread, as_async_listener
 from aiogroup.metrics import ConsumerMetrics
 from aiogroup.structs import OffsetAndMetadata, RebalanceProtocol, TopicPartition
 from aiogroup.subscription import FetchStatus, SubscriptionState, SubscriptionType
@@ -174,6 +175,10 @@ class GroupCoordinator:
         self._leave_after_close: tuple[int, str] | None = None
         self._listener_inner: asyncio.Task[Any] | None = None
         self._listener_cancel_reason: str | None = None
+        #: Set when the running callback overran while in the listener thread (which
+        #: cannot be cancelled): reported when it returns.
+        self._listener_overran: str | None = None
+        self._listener_thread = ListenerThread()
         self._listener: AsyncConsumerRebalanceListener = AsyncConsumerRebalanceListener()
         self._coordinator_known = asyncio.Event()
         self._last_fed_poll: float | None = None
@@ -281,6 +286,7 @@ class GroupCoordinator:
             if not routine.cancelled() and routine.exception() is not None:
                 log.debug("group %s: routine ended with %r", self._group_id, routine.exception())
         await self._cancel_children()
+        self._listener_thread.close()
 
     # -- the routine ------------------------------------------------------------------------
 
@@ -436,10 +442,23 @@ class GroupCoordinator:
             parts = action.partitions
             self._start_listener("lost", lambda: self._listener.on_partitions_lost(set(parts)))
         elif isinstance(action, A.CancelListener):
-            log.error("group %s: %s; cancelling it", self._group_id, action.reason)
-            self._listener_cancel_reason = action.reason
-            if self._listener_inner is not None:
-                self._listener_inner.cancel()
+            if self._listener_thread.busy:
+                # A thread cannot be cancelled.  Wait for it (callbacks never overlap,
+                # and the next step must not start while the application still works
+                # on these partitions); heartbeats go on, the broker decides.
+                log.error(
+                    "group %s: %s; it runs in the listener thread, which cannot be "
+                    "cancelled: waiting for it to return (the group may rebalance "
+                    "without this member meanwhile)",
+                    self._group_id,
+                    action.reason,
+                )
+                self._listener_overran = action.reason
+            else:
+                log.error("group %s: %s; cancelling it", self._group_id, action.reason)
+                self._listener_cancel_reason = action.reason
+                if self._listener_inner is not None:
+                    self._listener_inner.cancel()
         elif isinstance(action, A.SetAssignment):
             self._set_assignment(action.partitions)
         elif isinstance(action, A.AutoCommit):
@@ -485,6 +504,7 @@ class GroupCoordinator:
         )
         self._listener_inner = inner
         self._listener_cancel_reason = None
+        self._listener_overran = None
 
         async def supervise() -> None:
             try:
@@ -505,6 +525,12 @@ class GroupCoordinator:
                         self._group_id,
                         kind,
                         exc_info=error,
+                    )
+                elif self._listener_overran is not None:
+                    error = RebalanceListenerError(
+                        f"{self._listener_overran}; it ran in the listener thread, which "
+                        "cannot be cancelled, and returned late - the group may have "
+                        "rebalanced without this member"
                     )
             self._listener_inner = None
             self._inbox.put_nowait(E.ListenerCompleted(kind, error))
@@ -546,7 +572,7 @@ class GroupCoordinator:
         sub = self._subscription.subscription
         if sub.group_managed:
             # Kept after unsubscribe: the revocation that follows must reach it.
-            self._listener = as_async_listener(sub.listener)
+            self._listener = as_async_listener(sub.listener, thread=self._listener_thread)
             if sub.type is SubscriptionType.AUTO_PATTERN:
                 if not self._all_topics_metadata:
                     self._all_topics_metadata = True
@@ -1014,10 +1040,7 @@ class GroupCoordinator:
                     tps, timeout=self._config.request_timeout_ms / 1000
                 )
             except (KafkaError, asyncio.TimeoutError) as exc:
-                retriable = isinstance(exc, asyncio.TimeoutError) or getattr(
-                    exc, "retriable", False
-                )
-                if not retriable:
+                if not is_retriable(exc):
                     log.error("group %s: cannot fetch committed offsets: %r", self._group_id, exc)
                     sub.report_error(exc)
                 await asyncio.sleep(self._retry_backoff)

@@ -6,9 +6,16 @@ is due.  Nothing here reads a clock, so the machine and its tests decide time.
 
 Why a client-side session check at all: a member whose heartbeats cannot get
 through (a stalled connection, a paused coordinator) must assume the broker has
-evicted it once ``session_timeout`` has passed without a successful heartbeat -
-some brokers even let an evicted member back in under its old id, which would
-otherwise hide the loss from the application.
+evicted it once ``session_timeout`` has passed without a heartbeat answer that
+proves the membership - some brokers even let an evicted member back in under its
+old id, which would otherwise hide the loss from the application.
+
+Which answers prove the membership is the machine's decision
+(``machine.HEARTBEAT_ANSWERS``): a plain success, and also REBALANCE_IN_PROGRESS -
+the coordinator checked our member id and generation before saying so, and keeps a
+heartbeating member through a rebalance (up to the rebalance timeout) while its
+listeners run.  The rule therefore fires only when the broker really stopped
+answering us, not while it is waiting for us to rejoin.
 """
 
 from __future__ import annotations
@@ -73,6 +80,7 @@ class HeartbeatTimers:
         self.in_flight = True
 
     def succeeded(self, now: float) -> None:
+        """An answer that proves the coordinator still knows us: the session restarts."""
         self._last_ok = now
         self.in_flight = False
 
@@ -82,7 +90,7 @@ class HeartbeatTimers:
         self._retry_at = now + self.retry_backoff
 
     def answered(self) -> None:
-        """An answer arrived that neither proves nor disproves the session (stale, error)."""
+        """An answer arrived that does not prove the session (stale, or an error)."""
         self.in_flight = False
 
     def next_heartbeat_at(self) -> float:

@@ -14,7 +14,12 @@ sleeps until :meth:`Membership.next_deadline` and then feeds ``TimerFired``.
 
 Error codes from each group API are reacted to through one table per API
 (:data:`JOIN_GROUP_REACTIONS` ...), built from shared entries plus per-API
-overrides, so "what does ILLEGAL_GENERATION do to a heartbeat" is a lookup.
+overrides, so "what does ILLEGAL_GENERATION do to a heartbeat" is a lookup.  Heartbeat answers
+get one more table, :data:`HEARTBEAT_ANSWERS` (state x code): whether the answer
+proves the session (a success or REBALANCE_IN_PROGRESS: the coordinator knows us
+and is waiting for us to rejoin) and the reaction in that state.  Heartbeats flow in
+STABLE, ASSIGNING and REVOKING, so a listener that runs longer than the session
+timeout keeps its member in the group; only the rebalance timeout bounds it.
 
 Rebalance protocol is a parameter, not a fork.  The only place EAGER and
 COOPERATIVE differ is the pre-join revocation; the post-sync step is one diff
@@ -58,22 +63,26 @@ __all__ = [
     "AUTOMATIC_TRANSITIONS",
     "COMMIT_OUTCOMES",
     "FIND_COORDINATOR_REACTIONS",
+    "HEARTBEAT_ANSWERS",
     "HEARTBEAT_REACTIONS",
     "JOIN_GROUP_REACTIONS",
     "LEAVE_GROUP_REACTIONS",
     "OFFSET_COMMIT_REACTIONS",
     "OFFSET_FETCH_OUTCOMES",
+    "SESSION_PROVING_CODES",
     "SYNC_GROUP_REACTIONS",
     "TRANSITIONS",
     "CallerOutcome",
     "CommitGate",
     "ErrorCode",
+    "HeartbeatAnswer",
     "MemberState",
     "Membership",
     "MembershipProtocolError",
     "Reaction",
     "code_name",
     "commit_outcome",
+    "heartbeat_answer",
     "mermaid_diagram",
     "offset_fetch_outcome",
     "reaction",
@@ -263,6 +272,55 @@ _TABLES: dict[str, dict[int, Reaction]] = {
 def reaction(api: str, code: int) -> Reaction:
     """The membership's reaction to ``code`` in an answer from ``api``."""
     return _TABLES[api].get(code, _DEFAULT_REACTION[api])
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatAnswer:
+    """What one Heartbeat answer means to a member in one state.
+
+    ``keeps_session``: the answer proves the coordinator still knows this member
+    in this generation, so it counts as a received heartbeat and restarts the
+    client-side session clock.  ``reaction``: what the membership does about it.
+    """
+
+    keeps_session: bool
+    reaction: Reaction
+
+
+#: Answers that prove the coordinator still holds our member id and generation.  Kafka's
+#: coordinator answers REBALANCE_IN_PROGRESS only after it found the member and checked
+#: its generation, and it extends the member's session on that very heartbeat: it keeps
+#: a heartbeating member through a rebalance for up to the rebalance timeout, waiting
+#: for it to rejoin.  Java's heartbeat thread therefore counts that answer as received.
+#: Treating it as "no proof" made a member whose revoke listener outlived the session
+#: timeout declare itself dead while the broker was still waiting for it.
+SESSION_PROVING_CODES = frozenset({C.NONE, C.REBALANCE_IN_PROGRESS})
+
+
+def _heartbeat_answer(state: MemberState, code: int) -> HeartbeatAnswer:
+    if state not in _HEARTBEATING:
+        # The member stopped heartbeating (it is joining, losing, leaving, closed)
+        # before this answer arrived: it describes a stage that is over.
+        return HeartbeatAnswer(False, R.IGNORE)
+    react = reaction("Heartbeat", code)
+    if state is S.REVOKING and code == C.REBALANCE_IN_PROGRESS:
+        # Already releasing partitions; what follows the listener (rejoin, install a
+        # pending cooperative assignment then rejoin, or leave) is decided already.
+        react = R.IGNORE
+    return HeartbeatAnswer(code in SESSION_PROVING_CODES, react)
+
+
+#: (state, error code) -> what the answer does; every state x every known code.  A code
+#: no table knows is looked up through :func:`heartbeat_answer` (never proves the session).
+HEARTBEAT_ANSWERS: dict[tuple[MemberState, int], HeartbeatAnswer] = {
+    (state, code): _heartbeat_answer(state, code) for state in MemberState for code in C
+}
+
+
+def heartbeat_answer(state: MemberState, code: int) -> HeartbeatAnswer:
+    """What a Heartbeat answered with ``code`` means to a member in ``state``."""
+    found = HEARTBEAT_ANSWERS.get((state, code))
+    return found if found is not None else _heartbeat_answer(state, code)
 
 
 class CallerOutcome(enum.Enum):
@@ -760,15 +818,14 @@ class Membership:
             self.timers.answered()
             return
         code = ev.result.error_code
-        if code == C.NONE:
+        answer = heartbeat_answer(self.state, code)
+        if answer.keeps_session:
             self.timers.succeeded(self._now)
-            return
-        react = reaction("Heartbeat", code)
-        if react in (R.RETRY_BACKOFF, R.FIND_COORDINATOR, R.REPORT_RETRY):
+        elif answer.reaction in (R.RETRY_BACKOFF, R.FIND_COORDINATOR, R.REPORT_RETRY):
             self.timers.failed(self._now)
         else:
             self.timers.answered()
-        self._react(out, "Heartbeat", code, react, f"Heartbeat: {code_name(code)}")
+        self._react(out, "Heartbeat", code, answer.reaction, f"Heartbeat: {code_name(code)}")
 
     def _on_leave_response(self, ev: E.Event, out: list[A.Action]) -> None:
         assert isinstance(ev, E.LeaveGroupResponseReceived)
