@@ -121,9 +121,9 @@ class Fetcher:
         subscription.add_error_callback(self._data_ready.set)
         self._error: BaseException | None = None
         self._closed = False
+        self._plan_turn = 0
         #: Replaced by GroupConsumer with the consumer's shared instance.
         self.metrics = ConsumerMetrics()
-        self._plan_turn = 0
 
     # -- memory accounting (what tests and benchmarks read) -------------------------------
 
