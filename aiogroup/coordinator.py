@@ -432,7 +432,15 @@ class GroupCoordinator:
                 action.generation_id,
                 sorted(action.partitions) or "no new partitions",
             )
-            self._start_listener("assigned", lambda: self._run_assigned(action.partitions))
+            # New partitions are held until the callback (and the seeks to the offsets
+            # it returns) are done, however it ends.
+            added = action.partitions
+            self._subscription.mark_assigning(added, True)
+            self._start_listener(
+                "assigned",
+                lambda: self._run_assigned(added),
+                on_done=lambda: self._subscription.mark_assigning(added, False),
+            )
         elif isinstance(action, A.InvokeOnPartitionsLost):
             log.warning(
                 "group %s: membership lost; partitions lost: %s",
@@ -496,8 +504,17 @@ class GroupCoordinator:
             await asyncio.gather(*tasks, return_exceptions=True)
         self._children.clear()
 
-    def _start_listener(self, kind: str, call: Callable[[], Awaitable[Any]]) -> None:
-        """Run a listener as a child; its end (or our cancelling it) becomes ListenerCompleted."""
+    def _start_listener(
+        self,
+        kind: str,
+        call: Callable[[], Awaitable[Any]],
+        on_done: Callable[[], None] | None = None,
+    ) -> None:
+        """Run a listener as a child; its end (or our cancelling it) becomes ListenerCompleted.
+
+        ``on_done`` runs once the callback ended, however it ended (also when it never
+        started because the routine was cancelled first).
+        """
         loop = asyncio.get_running_loop()
         inner: asyncio.Task[Any] = loop.create_task(
             _call(call), name=f"aiogroup-on_partitions_{kind}"
@@ -512,6 +529,9 @@ class GroupCoordinator:
             except asyncio.CancelledError:
                 inner.cancel()
                 raise
+            finally:
+                if on_done is not None:
+                    on_done()
             error: BaseException | None
             if inner.cancelled():
                 error = RebalanceListenerError(

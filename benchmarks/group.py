@@ -253,8 +253,10 @@ def member_spec(
     *,
     cooperative: bool,
     revoke_delay: float = 0.0,
+    client_id: str | None = None,
 ) -> dict[str, Any]:
     return {
+        "client_id": client_id,
         "bootstrap": ctx.bootstrap,
         "client": client,
         "variant": variant,

@@ -4,11 +4,12 @@ How it works.  ``Membership.handle(event, now)`` looks the pair (current state, 
 of event) up in :data:`TRANSITIONS`.  A missing pair is an illegal input: the
 machine enters FATAL for good and raises :class:`MembershipProtocolError` (the
 shell has a bug; continuing would break the listener contract).  The handler
-updates the machine and returns actions; then the *state-triggered rules* in
-``_advance`` (the few rules that do not fit an event table: "owned partitions but
-no generation -> partitions lost", "closing -> revoke, then leave", "nothing
-blocking -> join") are applied from the two resting states, UNJOINED and STABLE,
-until nothing changes.  Deadlines (heartbeat, session, max poll interval,
+updates the machine and returns actions; then the *state-triggered rules*
+(:data:`STATE_RULES`, an ordered table of guard, target and reason: "owned
+partitions but no generation -> partitions lost", "closing -> revoke, then leave",
+"nothing blocking -> join") are applied by ``_advance`` from the two resting
+states, UNJOINED and STABLE, until nothing changes; the diagram is drawn from both
+tables.  Deadlines (heartbeat, session, max poll interval,
 listener overrun, auto-commit, backoff) are checked on every event; the shell
 sleeps until :meth:`Membership.next_deadline` and then feeds ``TimerFired``.
 
@@ -70,6 +71,7 @@ __all__ = [
     "OFFSET_COMMIT_REACTIONS",
     "OFFSET_FETCH_OUTCOMES",
     "SESSION_PROVING_CODES",
+    "STATE_RULES",
     "SYNC_GROUP_REACTIONS",
     "TRANSITIONS",
     "CallerOutcome",
@@ -80,6 +82,7 @@ __all__ = [
     "Membership",
     "MembershipProtocolError",
     "Reaction",
+    "StateRule",
     "code_name",
     "commit_outcome",
     "heartbeat_answer",
@@ -475,27 +478,6 @@ TRANSITIONS[(S.REVOKING, E.ListenerCompleted)] = _t(
 )
 TRANSITIONS[(S.ASSIGNING, E.ListenerCompleted)] = _t("_on_listener_completed", S.STABLE)
 TRANSITIONS[(S.LOSING, E.ListenerCompleted)] = _t("_on_listener_completed", S.UNJOINED)
-
-#: State-triggered moves taken from the resting states by ``_advance``.
-AUTOMATIC_TRANSITIONS: dict[MemberState, dict[MemberState, str]] = {
-    S.UNJOINED: {
-        S.REVOKING: "leaving or eager pre-join revoke",
-        S.LOSING: "owned partitions without a generation",
-        S.LEAVING: "closing/unsubscribed/max poll expired (dynamic member)",
-        S.PREPARING_REBALANCE: "coordinator known, subscribed: SendJoinGroup",
-        S.CLOSED: "closing, nothing left to release",
-        S.FATAL: "fatal error raised, nothing left to release",
-    },
-    S.STABLE: {
-        S.REVOKING: "rejoin (eager) or leaving with owned partitions",
-        S.LOSING: "membership lost (session expired, fenced, unknown member)",
-        S.LEAVING: "leaving without owned partitions (dynamic member)",
-        S.PREPARING_REBALANCE: "rejoin needed: SendJoinGroup",
-        S.UNJOINED: "leaving as a static member",
-        S.CLOSED: "closing with nothing owned (static member)",
-        S.FATAL: "fatal error",
-    },
-}
 
 
 def _fmt(parts: Iterable[TopicPartition]) -> str:
@@ -1004,56 +986,33 @@ class Membership:
     # -- state-triggered rules ----------------------------------------------------------------
 
     def _advance(self, out: list[A.Action]) -> None:
+        """Apply :data:`STATE_RULES` from the resting states until nothing changes."""
         while self.state in _RESTING:
             before = (self.state, len(out), self.generation_id)
             self._advance_once(out)
             if (self.state, len(out), self.generation_id) == before:
                 return
 
-    def _advance_once(self, out: list[A.Action]) -> None:
-        in_gen = self.in_generation
-        auto = self.auto_commit_interval is not None
-        if self.closing:
-            if self.owned:
-                if in_gen:
-                    self._start_revoke(out, self.owned, commit_first=auto)
-                else:
-                    self._start_lost(out)
-            elif in_gen and not self.static_member and self.coordinator_id is not None:
-                self._send_leave(out, "the consumer is closing")
-            else:
-                self._reset_generation()
-                self.state = S.CLOSED
-            return
-        if self.owned and not in_gen:
-            self._start_lost(out)
-            return
-        if self.fatal:
-            self.state = S.FATAL
-            return
-        leaving = None
-        if not self.subscribed:
-            leaving = "unsubscribed"
-        elif self._poll_expired_at is not None:
-            leaving = "max_poll_interval_ms passed without a poll; leaving until the next poll"
-        if leaving is not None:
-            if self.owned:
-                self._start_revoke(out, self.owned, commit_first=auto and not self.subscribed)
-            elif in_gen and not self.static_member and self.coordinator_id is not None:
-                self._send_leave(out, leaving)
-            else:
-                if in_gen:
-                    self._reset_generation()
-                self.state = S.UNJOINED
-            return
-        if self._backoff_until is not None or self.coordinator_id is None:
-            return
-        if self.state is S.UNJOINED or self.rejoin_reason is not None:
-            if not self._cooperative and in_gen and not self._prejoin_done:
-                self._prejoin_done = True
-                self._start_revoke(out, self.owned, commit_first=auto)
-                return
-            self._send_join(out)
+    def _advance_once(self, out: list[A.Action]) -> StateRule | None:
+        """Perform the first rule whose guard holds; returns it (None: nothing to do)."""
+        for rule in STATE_RULES:
+            if rule.guard(self):
+                rule.perform(self, out)
+                return rule
+        return None
+
+    def _rest(self) -> None:
+        if self.in_generation:
+            self._reset_generation()
+        self.state = S.UNJOINED
+
+    def _close(self) -> None:
+        self._reset_generation()
+        self.state = S.CLOSED
+
+    def _prejoin_revoke(self, out: list[A.Action]) -> None:
+        self._prejoin_done = True
+        self._start_revoke(out, self.owned, commit_first=_auto_commits(self))
 
     # -- deadlines ----------------------------------------------------------------------------
 
@@ -1137,6 +1096,157 @@ class Membership:
         return "needed for offset commit/fetch"
 
 
+# -- state-triggered rules ------------------------------------------------------------------
+#
+# What a member does on its own, from a resting state, once an event has been handled:
+# an ordered table of (guard, target, reason) that ``Membership._advance`` applies until
+# nothing changes, and that the diagram draws.  The first rule whose guard holds wins,
+# so each guard is read knowing the rules above it did not fire; the guards still
+# spell out the conditions that matter to their own rule.
+
+
+@dataclass(frozen=True)
+class StateRule:
+    """One state-triggered move."""
+
+    #: Short name, for tests and logs.
+    name: str
+    #: The resting states it fires from in practice (the diagram's edge sources).
+    sources: frozenset[MemberState]
+    guard: Callable[[Membership], bool]
+    target: MemberState
+    reason: str
+    perform: Callable[[Membership, list[A.Action]], None]
+
+
+def _auto_commits(m: Membership) -> bool:
+    return m.auto_commit_interval is not None
+
+
+def _leaving_reason(m: Membership) -> str | None:
+    if not m.subscribed:
+        return "unsubscribed"
+    if m._poll_expired_at is not None:
+        return "max_poll_interval_ms passed without a poll; leaving until the next poll"
+    return None
+
+
+def _can_send_leave(m: Membership) -> bool:
+    """LeaveGroup makes sense: in a generation, dynamic (static members just go quiet)."""
+    return m.in_generation and not m.static_member and m.coordinator_id is not None
+
+
+def _may_join(m: Membership) -> bool:
+    return (
+        m._backoff_until is None
+        and m.coordinator_id is not None
+        and (m.state is S.UNJOINED or m.rejoin_reason is not None)
+    )
+
+
+_BOTH = frozenset({S.UNJOINED, S.STABLE})
+
+STATE_RULES: tuple[StateRule, ...] = (
+    StateRule(
+        "lost",
+        _BOTH,
+        lambda m: bool(m.owned) and not m.in_generation,
+        S.LOSING,
+        "owned partitions without a generation (session expired, fenced, unknown member)",
+        lambda m, out: m._start_lost(out),
+    ),
+    StateRule(
+        "close-revoke",
+        _BOTH,
+        lambda m: m.closing and bool(m.owned) and m.in_generation,
+        S.REVOKING,
+        "closing: revoke owned partitions",
+        lambda m, out: m._start_revoke(out, m.owned, commit_first=_auto_commits(m)),
+    ),
+    StateRule(
+        "close-leave",
+        _BOTH,
+        lambda m: m.closing and not m.owned and _can_send_leave(m),
+        S.LEAVING,
+        "closing: leave the group (dynamic member)",
+        lambda m, out: m._send_leave(out, "the consumer is closing"),
+    ),
+    StateRule(
+        "close",
+        _BOTH,
+        lambda m: m.closing,
+        S.CLOSED,
+        "closing, nothing left to release",
+        lambda m, out: m._close(),
+    ),
+    StateRule(
+        "fatal",
+        _BOTH,
+        lambda m: m.fatal,
+        S.FATAL,
+        "fatal error raised",
+        lambda m, out: setattr(m, "state", S.FATAL),
+    ),
+    StateRule(
+        "leave-revoke",
+        _BOTH,
+        lambda m: _leaving_reason(m) is not None and bool(m.owned),
+        S.REVOKING,
+        "unsubscribed or max poll expired: revoke owned partitions",
+        lambda m, out: m._start_revoke(
+            out, m.owned, commit_first=_auto_commits(m) and not m.subscribed
+        ),
+    ),
+    StateRule(
+        "leave",
+        _BOTH,
+        lambda m: _leaving_reason(m) is not None and not m.owned and _can_send_leave(m),
+        S.LEAVING,
+        "unsubscribed or max poll expired, nothing owned: leave (dynamic member)",
+        lambda m, out: m._send_leave(out, _leaving_reason(m) or ""),
+    ),
+    StateRule(
+        "rest",
+        _BOTH,
+        lambda m: _leaving_reason(m) is not None,
+        S.UNJOINED,
+        "unsubscribed or max poll expired, nothing to release or leave: rest",
+        lambda m, out: m._rest(),
+    ),
+    StateRule(
+        "prejoin-revoke",
+        # Not from UNJOINED: an eager member there in a generation has already revoked
+        # for this rebalance (a failed JoinGroup keeps ``_prejoin_done`` until a sync).
+        frozenset({S.STABLE}),
+        lambda m: _may_join(m) and not m._cooperative and m.in_generation and not m._prejoin_done,
+        S.REVOKING,
+        "eager rebalance: revoke everything before joining",
+        lambda m, out: m._prejoin_revoke(out),
+    ),
+    StateRule(
+        "join",
+        _BOTH,
+        _may_join,
+        S.PREPARING_REBALANCE,
+        "coordinator known, nothing blocking: SendJoinGroup",
+        lambda m, out: m._send_join(out),
+    ),
+)
+
+#: The rules as edges, by source state: {state: {target: reason}} (self-loops left out).
+AUTOMATIC_TRANSITIONS: dict[MemberState, dict[MemberState, str]] = {}
+for _rule in STATE_RULES:
+    for _source in sorted(_rule.sources, key=lambda st: st.value):
+        if _rule.target is not _source:
+            _moves = AUTOMATIC_TRANSITIONS.setdefault(_source, {})
+            _moves[_rule.target] = (
+                f"{_moves[_rule.target]}; {_rule.reason}"
+                if _rule.target in _moves
+                else _rule.reason
+            )
+del _rule, _source, _moves
+
+
 def mermaid_diagram() -> str:
     """Render :data:`TRANSITIONS` and the state-triggered rules as a mermaid stateDiagram.
 
@@ -1148,9 +1258,10 @@ def mermaid_diagram() -> str:
         for target in tr.targets:
             if target is not state:
                 edges.setdefault((state, target), set()).add(event.__name__)
-    for state, moves in AUTOMATIC_TRANSITIONS.items():
-        for target, why in moves.items():
-            edges.setdefault((state, target), set()).add(f"[{why}]")
+    for rule in STATE_RULES:
+        for source in rule.sources:
+            if rule.target is not source:
+                edges.setdefault((source, rule.target), set()).add(f"[{rule.reason}]")
     lines = ["stateDiagram-v2", f"    [*] --> {S.UNJOINED.value}"]
     for (src, dst), labels in sorted(
         edges.items(), key=lambda kv: (kv[0][0].value, kv[0][1].value)

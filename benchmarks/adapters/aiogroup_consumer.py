@@ -117,12 +117,14 @@ class AiogroupAdapter(Adapter):
         cooperative: bool,
         session_timeout_ms: int,
         heartbeat_interval_ms: int,
+        client_id: str | None = None,
     ) -> None:
         strategy = ("cooperative-sticky",) if cooperative else ("range",)
         consumer = self._new(
             group_id,
             session_timeout_ms=session_timeout_ms,
             heartbeat_interval_ms=heartbeat_interval_ms,
+            **({} if client_id is None else {"client_id": client_id}),
             partition_assignment_strategy=strategy,
         )
         await consumer.start()

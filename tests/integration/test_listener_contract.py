@@ -23,6 +23,7 @@ from aiogroup import consumer as consumer_module
 from aiogroup.consumer import GroupConsumer
 from aiogroup.errors import FencedInstanceIdError
 from aiogroup.structs import TopicPartition
+from aiogroup.testing import KafkaBroker
 from aiogroup.testing.broker import unique_name
 
 pytestmark = pytest.mark.integration
@@ -332,7 +333,7 @@ async def test_stop_and_unsubscribe_call_revoked(
 
 
 async def test_slow_revoke_does_not_get_the_member_evicted(
-    kafka_topic: Any, member_factory: Any, journal: Journal
+    kafka_topic: Any, member_factory: Any, journal: Journal, kafka_broker: KafkaBroker
 ) -> None:
     """A revoke listener sleeping 5x the session timeout while another member joins.
 

@@ -111,8 +111,8 @@ class History:
         """Overlaps: a partition, or a record of it, handed to a member while another
         member holds it (from its assigned callback until its revoke callback returns).
 
-        A record handed to a member *before* its own assigned callback started is not
-        counted here (see test_no_record_before_on_partitions_assigned_returns)."""
+        (That no record reaches a member before its own assigned callback returned is
+        test_no_record_before_on_partitions_assigned_returns.)"""
         holder: dict[int, str] = {}
         problems: list[str] = []
         for e in self.snapshot():
@@ -434,11 +434,6 @@ async def test_member_joins_while_a_listener_runs_five_session_timeouts(
     assert split["A"] | split["B"] == set(range(PARTITIONS)) and not split["A"] & split["B"]
 
 
-@pytest.mark.xfail(
-    reason="records of a new partition are handed out while on_partitions_assigned runs, "
-    "so start offsets it returns take effect after delivery began (fix pending)",
-    strict=True,
-)
 @pytest.mark.parametrize("style", ["async", "sync"])
 async def test_no_record_before_on_partitions_assigned_returns(
     bootstrap_servers: str, group_id: str, kafka_topic: Any, style: str
