@@ -52,6 +52,9 @@ class BrokerCaps:
     #: Fetch honours each partition's byte limit (``max_partition_fetch_bytes``; at
     #: least one whole batch).  Tansu answers whole partitions beyond it.
     honours_partition_max_bytes: bool = True
+    #: DescribeGroups names the group's protocol (assignor) and each member's
+    #: client id and assignment.  Tansu answers with them empty.
+    describe_groups_reports_assignment: bool = True
 
 
 #: Apache Kafka 4.x (the reference broker): every default.
@@ -69,4 +72,5 @@ TANSU_CAPS = BrokerCaps(
     keeps_commit_metadata=False,
     supports_transactions=False,
     honours_partition_max_bytes=False,
+    describe_groups_reports_assignment=False,
 )
