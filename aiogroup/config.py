@@ -94,6 +94,14 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 }
 
 
+#: aiokafka client options checked here, so a typo fails in the constructor rather
+#: than in start().
+_CLIENT_CHOICES: dict[str, tuple[str, ...]] = {
+    "security_protocol": ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
+    "sasl_mechanism": ("PLAIN", "GSSAPI", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"),
+}
+
+
 def _bad(name: str, value: object, wanted: str) -> ConfigurationError:
     return ConfigurationError(f"{name} must be {wanted}, got {value!r} ({type(value).__name__})")
 
@@ -213,6 +221,13 @@ class ConsumerConfig:
             raise _bad("api_version", self.api_version, "'auto', a version string or None")
         if not isinstance(self.client_options, dict):
             raise _bad("client_options", self.client_options, "a dict")
+        for name, choices in _CLIENT_CHOICES.items():
+            if name in self.client_options and self.client_options[name] not in choices:
+                raise _bad(name, self.client_options[name], " or ".join(map(repr, choices)))
+        for name in ("sasl_plain_username", "sasl_plain_password", "sasl_kerberos_domain_name"):
+            value = self.client_options.get(name)
+            if value is not None and not isinstance(value, str):
+                raise _bad(name, value, "a str or None")
 
     def _check_combinations(self) -> None:
         if self.heartbeat_interval_ms >= self.session_timeout_ms:

@@ -55,6 +55,9 @@ class BrokerCaps:
     #: The consumer group protocol (KIP-848: ConsumerGroupHeartbeat, API key 68) is
     #: served.  Tansu has only the classic JoinGroup/SyncGroup protocol.
     supports_consumer_protocol: bool = True
+    #: DescribeGroups names the group's protocol (assignor) and each member's
+    #: client id and assignment.  Tansu answers with them empty.
+    describe_groups_reports_assignment: bool = True
 
 
 #: Apache Kafka 4.x (the reference broker): every default.
@@ -73,4 +76,5 @@ TANSU_CAPS = BrokerCaps(
     supports_transactions=False,
     honours_partition_max_bytes=False,
     supports_consumer_protocol=False,
+    describe_groups_reports_assignment=False,
 )
