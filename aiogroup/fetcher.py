@@ -235,7 +235,8 @@ class Fetcher:
         for tp in [tp for tp, until in self._tp_backoff.items() if until <= now]:
             del self._tp_backoff[tp]
         self._purge(assignment)
-        self._replicas.forget(assignment.partitions)
+        if self._replicas.enabled:
+            self._replicas.forget(assignment.partitions)
         self._watch(assignment)
         self._resets.start(assignment)
         if not self._budget.can_request():
@@ -274,6 +275,9 @@ class Fetcher:
                 tp, leader, now, self._replica_view, self._broker_known
             )
             metadata_stale |= stale_replica
+            if node != leader and self._node_backoff.get(node, 0.0) > now:
+                self._replicas.failed(tp, now)  # the replica's broker just failed a Fetch
+                node = leader
             if node in self._inflight_nodes:
                 continue
             node_until = self._node_backoff.get(node)
