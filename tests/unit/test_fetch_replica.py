@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-from aiokafka.protocol.fetch import FetchRequest_v11, FetchResponse_v11
+from types import SimpleNamespace
+from typing import Any
+
+from aiokafka.errors import OffsetOutOfRangeError
+from aiokafka.protocol.fetch import FetchRequest, FetchRequest_v11, FetchResponse_v11
 
 from aiogroup._fetch.replica import NO_REPLICA, ReadReplicas, ReplicaView
 from aiogroup._fetch.responses import build_fetch_request, parse_fetch_response
+from aiogroup.config import ConsumerConfig
+from aiogroup.fetcher import Fetcher
 from aiogroup.structs import TopicPartition
+from aiogroup.subscription import SubscriptionState
+from tests.unit.test_fetcher_loop import FakeBroker, FakeLog
 
 TP = TopicPartition("t", 0)
 OTHER = TopicPartition("t", 1)
@@ -148,3 +156,101 @@ def test_rack_id_on_the_wire_and_preferred_replica_parsed() -> None:
     (result,) = parse_fetch_response(response)
     assert result.preferred_read_replica == FOLLOWER
     assert result.tp == TP and result.highwater == 10
+
+
+# -- the fetcher following a preferred replica, against a scripted leader and follower ----
+
+
+class RackBroker(FakeBroker):
+    """Node 0 leads TP and, to a Fetch with a rack, names node 1 (no records); node 1 is
+    a follower whose log ends at ``follower_end`` (out of range beyond it, as Kafka)."""
+
+    def __init__(self, logs: dict[TopicPartition, FakeLog]) -> None:
+        super().__init__(logs)
+        self.follower_end = logs[FTP].end
+        self.sent: list[tuple[int, str]] = []  # (node, rack_id) of every Fetch
+        self.list_offsets = 0
+        partitions = {0: SimpleNamespace(replicas=[0, 1], isr=[0, 1])}
+        self.cluster = SimpleNamespace(
+            leader_for_partition=self.leaders.get,
+            _partitions={"f": partitions},
+            broker_metadata=lambda node: object() if node in (0, 1) else None,
+        )
+
+    async def send(self, node: int, request: Any) -> Any:
+        if not isinstance(request, FetchRequest):
+            self.list_offsets += 1
+            return await super().send(node, request)
+        self.sent.append((node, request._rack_id))
+        ((topic, ((p, offset, _),)),) = request.topics
+        log = self.logs[FTP]
+        if node == 0 and request._rack_id:
+            part = (p, 0, log.end, log.end, log.start, [], 1, b"")
+        elif node == 1 and offset > self.follower_end:
+            part = (p, OffsetOutOfRangeError.errno, -1, -1, -1, [], -1, b"")
+        else:
+            end = self.follower_end if node == 1 else log.end
+            data = b"".join(b for base, b in log.batches if base >= offset and base < end)
+            part = (p, 0, end, end, log.start, [], -1, data)
+        return SimpleNamespace(API_VERSION=11, topics=[(topic, [part])])
+
+
+FTP = TopicPartition("f", 0)
+
+
+async def start_rack_fetcher(broker: RackBroker) -> tuple[Fetcher, SubscriptionState]:
+    config = ConsumerConfig(
+        fetch_max_wait_ms=10, retry_backoff_ms=10, client_rack="r1", auto_offset_reset="earliest"
+    )
+    sub = SubscriptionState(config.reset_strategy)
+    fetcher = Fetcher(broker, sub, config)
+    await fetcher.start()
+    sub.assign_from_user([FTP])
+    assert sub.assignment is not None
+    sub.assignment.state(FTP).seek(0)
+    return fetcher, sub
+
+
+async def read_offsets(fetcher: Fetcher, want: int) -> list[int]:
+    seen: list[int] = []
+    while len(seen) < want:
+        got = await fetcher.fetched_records((), 5.0)
+        assert got, f"nothing after {seen}"
+        seen += [r.offset for r in got[FTP]]
+    return seen
+
+
+async def test_fetcher_follows_the_named_replica() -> None:
+    log = FakeLog(0)
+    log.append(5)
+    log.append(5)
+    broker = RackBroker({FTP: log})
+    fetcher, sub = await start_rack_fetcher(broker)
+    try:
+        assert await read_offsets(fetcher, 10) == list(range(10))
+    finally:
+        await fetcher.close()
+        sub.close()
+    assert broker.sent[0] == (0, "r1")  # the leader is asked, with the rack
+    assert {node for node, _ in broker.sent[1:]} == {1}  # then only the follower
+
+
+async def test_follower_behind_sends_partition_to_leader_without_reset() -> None:
+    log = FakeLog(0)
+    log.append(5)
+    broker = RackBroker({FTP: log})
+    fetcher, sub = await start_rack_fetcher(broker)
+    try:
+        assert await read_offsets(fetcher, 5) == list(range(5))
+        # The leader's log grows; the follower is left behind at 3 (< position 5).
+        log.append(5)
+        broker.follower_end = 3
+        assert await read_offsets(fetcher, 5) == list(range(5, 10))
+    finally:
+        await fetcher.close()
+        sub.close()
+    assert broker.list_offsets == 0, "a follower's out-of-range must not reset the position"
+    after = broker.sent[broker.sent.index((1, "r1")) :]
+    # Back to the leader, held there without rack_id so it cannot redirect again.
+    assert (0, "") in after, broker.sent
+    assert after[-1] == (0, "")
