@@ -107,6 +107,11 @@ class _SubscriptionPoke:
     """The subscription object changed; the routine reads it and tells the machine."""
 
 
+#: Longest wait between metadata requests for a subscribed topic the cluster does not
+#: show yet (Java's retry.backoff.max.ms default).
+_MISSING_TOPIC_BACKOFF_MAX = 1.0
+
+
 @dataclass(frozen=True, slots=True)
 class _MetadataPoke:
     """Cluster metadata was refreshed (pattern matches, partition counts)."""
@@ -166,6 +171,7 @@ class GroupCoordinator:
             static_member=config.group_instance_id is not None,
         )
         self._retry_backoff = config.retry_backoff_ms / 1000
+        self._missing_topics_task: asyncio.Task[Any] | None = None
         self._inbox: asyncio.Queue[_InboxItem] = asyncio.Queue()
         self._routine: asyncio.Task[None] | None = None
         self._children: set[asyncio.Task[Any]] = set()
@@ -644,6 +650,29 @@ class GroupCoordinator:
             parts = cluster.partitions_for_topic(topic)
             counts[topic] = len(parts) if parts else None
         self._partition_counts = counts
+        missing = sorted(t for t, n in counts.items() if n is None)
+        if missing and (self._missing_topics_task is None or self._missing_topics_task.done()):
+            self._missing_topics_task = self._spawn(
+                self._refresh_until_known(missing), "missing-topics"
+            )
+
+    async def _refresh_until_known(self, topics: list[str]) -> None:
+        """Ask for metadata again until every subscribed topic is known.
+
+        A topic created just before the group formed can be missing from the metadata
+        the assignment was computed on (the broker answering Metadata had not learnt
+        it yet).  The group is then stable with those partitions owned by nobody, and
+        the periodic refresh (``metadata_max_age_ms``, 5 minutes by default) would be
+        the first to notice.  As Java's client does for a subscribed topic it cannot
+        see, refresh with a capped backoff; once the topic appears the metadata
+        listener reports the partition-count change and the member rejoins.
+        """
+        delay = self._retry_backoff
+        cluster = self._client.cluster
+        while any(not cluster.partitions_for_topic(t) for t in topics):
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _MISSING_TOPIC_BACKOFF_MAX)
+            await self._client.force_metadata_update()
 
     def _set_assignment(self, partitions: frozenset[TopicPartition] | None) -> None:
         sub = self._subscription

@@ -201,3 +201,34 @@ async def test_new_partitions_are_held_until_the_assigned_callback_ends(ending: 
     assert state.position == (3 if ending == "returns" else 0)
     assert (done.error is None) == (ending == "returns")
     await coordinator.abort()
+
+
+async def test_a_subscribed_topic_missing_from_metadata_is_asked_for_until_it_appears() -> None:
+    """A group formed before the topic reached the broker's metadata must not wait
+    for the periodic refresh (minutes) to pick up its partitions."""
+    coordinator, sub = make_coordinator({})
+    client = coordinator._client
+    refreshed = asyncio.Event()
+    calls = 0
+
+    async def force_metadata_update() -> bool:
+        nonlocal calls
+        calls += 1
+        if calls == 3:  # the topic becomes visible on the third refresh
+            client.cluster._partitions["late"] = 2  # type: ignore[attr-defined]
+            refreshed.set()
+        return True
+
+    client.force_metadata_update = force_metadata_update  # type: ignore[attr-defined]
+    fed: list[object] = []
+    coordinator._feed = fed.append  # type: ignore[method-assign]
+    sub.subscribe(["late"])
+    coordinator._snapshot_partition_counts()
+    assert coordinator._partition_counts == {"late": None}
+    await asyncio.wait_for(refreshed.wait(), timeout=10)
+    task = coordinator._missing_topics_task
+    assert task is not None
+    await asyncio.wait_for(task, timeout=10)  # stops once the topic is known
+    assert calls == 3
+    coordinator._on_metadata_poke()  # what the cluster listener triggers on the refresh
+    assert [type(e).__name__ for e in fed] == ["MetadataChanged"]
