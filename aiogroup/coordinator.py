@@ -379,6 +379,10 @@ class GroupCoordinator:
             self._last_fed_poll = last_poll
             self._perform_all(self._membership.handle(E.ApplicationPolled(last_poll), loop.time()))
         self._perform_all(self._membership.handle(event, loop.time()))
+        machine = self._membership
+        self._subscription.set_membership_valid_until(
+            machine.timers.session_deadline() if machine.heartbeats_active else None
+        )
         if self._membership.coordinator_id is None:
             self._coordinator_known.clear()
         else:

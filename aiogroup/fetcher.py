@@ -573,7 +573,10 @@ class Fetcher:
             self._data_ready.clear()
             sink = new_sink()
             refusals = self._delivery.refusals
-            if self._delivery.drain(self._sub.assignment, partitions, max_records, sink):
+            now = asyncio.get_running_loop().time()
+            if self._sub.membership_current(now) and self._delivery.drain(
+                self._sub.assignment, partitions, max_records, sink
+            ):
                 return sink
             if self._error is not None or self._delivery.refusals != refusals:
                 continue

@@ -336,6 +336,14 @@ class SubscriptionState:
         #: Set at every poll; the coordinator waits on it to rejoin after leaving the
         #: group because the application stopped polling (max_poll_interval_ms).
         self.polled: asyncio.Event = asyncio.Event()
+        #: Loop time until which the group membership is known to hold (the client-side
+        #: session deadline while heartbeating), written by the coordination routine;
+        #: None when no session bounds delivery (no group, or joining).  A process that
+        #: was frozen (SIGSTOP, a long GC or swap) past it wakes with records buffered
+        #: and the routine's overdue timer not yet run: the fetcher hands nothing out
+        #: until the routine has decided whether the membership survived, so a fenced
+        #: member never delivers another record before it learns of the fence.
+        self.membership_valid_until: float | None = None
 
     # -- subscription (written by the application) -------------------------------------
 
@@ -495,6 +503,19 @@ class SubscriptionState:
 
     def request_commit_refresh(self) -> None:
         self.commit_refresh_needed.set()
+
+    def set_membership_valid_until(self, until: float | None) -> None:
+        """The routine moved the deadline: wake a poll that waits because it had passed."""
+        if until == self.membership_valid_until:
+            return
+        self.membership_valid_until = until
+        for callback in self._error_callbacks:
+            callback()
+
+    def membership_current(self, now: float) -> bool:
+        """Whether records may be handed out at loop time ``now`` (see the attribute)."""
+        until = self.membership_valid_until
+        return until is None or now < until
 
     def note_poll(self, now: float) -> None:
         """The application called getone/getmany/getmany_arrow at loop time ``now``."""

@@ -462,3 +462,22 @@ async def test_cancel_while_data_arrives_is_not_swallowed(timeout: float | None)
     done, _ = await asyncio.wait({poll}, timeout=5)
     assert poll in done, "the poll swallowed its cancellation and went on waiting"
     assert poll.cancelled()
+
+
+async def test_nothing_is_handed_out_past_the_membership_deadline() -> None:
+    """A process frozen past its session (SIGSTOP) wakes with records buffered: none
+    reaches the application until the routine has judged the membership."""
+    fetcher, sub, tps = await _fetcher_with(1, 5)
+    now = asyncio.get_running_loop().time()
+    sub.set_membership_valid_until(now - 0.001)  # the session deadline has passed
+    assert await fetcher.fetched_records((), 0) == {}
+    waiting = asyncio.ensure_future(fetcher.fetched_records((), 5))
+    await asyncio.sleep(0)  # the poll is parked, not spinning
+    assert not waiting.done()
+    # The routine found the membership alive (a heartbeat answered): the waiting poll
+    # is woken and delivers.
+    sub.set_membership_valid_until(now + 30)
+    got = await asyncio.wait_for(waiting, 5)
+    assert [r.offset for r in got[tps[0]]] == [0, 1, 2, 3, 4]
+    sub.set_membership_valid_until(None)  # no session bounds delivery (joining, no group)
+    assert sub.membership_current(now + 10**6)
