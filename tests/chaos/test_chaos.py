@@ -153,13 +153,17 @@ async def test_sigstop_for_twice_the_session_then_sigcont(
         report = await run.judge()
         assert report.ok, report.summary()
         assert report.zombie_deliveries == [] and report.zombie_commits == []
-        # It learned of the fence (lost) before it acted again.
+        # Before it acted again it learned of the fence (lost) or was given partitions
+        # anew by the broker; the checker above already ruled out acting on the old
+        # assignment.  A revoke of what it no longer held is not learning of the fence.
         after = [
             e.kind
             for e in run.events()
-            if e.member == frozen and e.t > woke and e.kind in ("lost", "delivered", "committed")
+            if e.member == frozen
+            and e.t > woke
+            and e.kind in ("lost", "assigned", "revoke_started", "delivered", "committed")
         ]
-        assert after and after[0] == "lost", f"after waking: {after[:5]}"
+        assert after and after[0] in ("lost", "assigned"), f"after waking: {after[:6]}"
 
 
 # -- network faults through a proxy ------------------------------------------------------
