@@ -6,14 +6,13 @@ catching them keeps working; the classes below cover what aiokafka has no name f
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from aiokafka.errors import (
     BrokerResponseError,
-    CommitFailedError,
     ConsumerStoppedError,
     IllegalStateError,
+    KafkaConfigurationError,
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
@@ -22,6 +21,7 @@ from aiokafka.errors import (
     RequestTimedOutError,
     for_code,
 )
+from aiokafka.errors import CommitFailedError as _AIOKafkaCommitFailedError
 
 from aiogroup.structs import TopicPartition
 
@@ -47,12 +47,31 @@ __all__ = [
 ]
 
 
-class ConfigurationError(ValueError):
-    """A consumer option, or a combination of options, is invalid."""
+class ConfigurationError(KafkaConfigurationError, ValueError):
+    """A consumer option, or a combination of options, is invalid.
+
+    A ``KafkaError`` (aiokafka's ``KafkaConfigurationError``) so that an aiokafka
+    program's ``except KafkaError`` still catches it, and a ``ValueError`` because
+    that is what a bad argument is in Python.
+    """
 
 
-class InvalidTopicNameError(ValueError):
-    """A topic name breaks Kafka's naming rules."""
+class InvalidTopicNameError(KafkaError, ValueError):
+    """A topic name breaks Kafka's naming rules (a ``KafkaError`` and a ``ValueError``)."""
+
+
+class CommitFailedError(_AIOKafkaCommitFailedError):
+    """A commit was refused; the message starts with the actual reason.
+
+    aiokafka's class prepends a fixed paragraph about ``max_poll_interval_ms`` to
+    every message, which buries the reason (a partition not owned, a rebalance in
+    progress) at the end of a tuple repr.  This subclass keeps aiokafka's class in
+    the hierarchy (``except aiokafka.errors.CommitFailedError`` still catches it)
+    but its message is just the reason given.
+    """
+
+    def __init__(self, *args: Any) -> None:
+        KafkaError.__init__(self, *args)
 
 
 class MalformedProtocolDataError(KafkaError):
@@ -150,6 +169,10 @@ TRANSPORT_ERRORS: tuple[type[KafkaError], ...] = (
 
 def is_retriable(exc: BaseException) -> bool:
     """Whether asking again (after a backoff) can succeed where ``exc`` failed."""
+    # Imported here, not at module level: the pure membership machine and the assignors
+    # import this module and must not pull in asyncio (tests/unit/membership/test_purity.py).
+    import asyncio
+
     if isinstance(exc, (TimeoutError, asyncio.TimeoutError, *TRANSPORT_ERRORS)):
         return True
     errno = getattr(exc, "errno", None)

@@ -37,6 +37,7 @@ from aiokafka.errors import (
 from aiogroup._fetch.decoding import Chunk, split_batches
 from aiogroup._fetch.delivery import Delivery
 from aiogroup._fetch.planning import MemoryBudget, planning_order
+from aiogroup._fetch.replica import ReadReplicas, ReplicaView
 from aiogroup._fetch.resets import PositionResets
 from aiogroup._fetch.responses import (
     PartitionResult,
@@ -49,6 +50,7 @@ from aiogroup._fetch.walker import RecordSink, Sink
 from aiogroup._timeouts import wait_for
 from aiogroup.config import ConsumerConfig
 from aiogroup.errors import TRANSPORT_ERRORS, error_for_code
+from aiogroup.metrics import ConsumerMetrics
 from aiogroup.structs import ConsumerRecord, TopicPartition
 from aiogroup.subscription import Assignment, PartitionState, SubscriptionState
 
@@ -73,13 +75,15 @@ class _Cursor:
 class _Planned:
     """A partition in an in-flight Fetch: where it was asked from, in which epoch."""
 
-    __slots__ = ("cursor", "epoch", "offset", "state")
+    __slots__ = ("cursor", "epoch", "from_replica", "offset", "state")
 
-    def __init__(self, state: PartitionState, cursor: _Cursor) -> None:
+    def __init__(self, state: PartitionState, cursor: _Cursor, from_replica: bool = False) -> None:
         self.state = state
         self.cursor = cursor
         self.offset = cursor.offset
         self.epoch = state.epoch
+        #: Asked from a preferred read replica (KIP-392), not the leader.
+        self.from_replica = from_replica
 
 
 class Fetcher:
@@ -107,6 +111,12 @@ class Fetcher:
             retry_later=lambda: self._wake_later(self._backoff),
         )
         self._cursors: dict[TopicPartition, _Cursor] = {}
+        self._replicas = ReadReplicas(
+            enabled=bool(config.client_rack), max_age=config.metadata_max_age_ms / 1000
+        )
+        #: Test hook: called with (node id, partitions) for every Fetch sent, so tests
+        #: can see which broker - leader or same-rack follower - was asked.
+        self.on_fetch_sent: Callable[[int, frozenset[TopicPartition]], None] | None = None
         self._inflight_nodes: set[int] = set()
         self._inflight_tps: set[TopicPartition] = set()
         self._node_backoff: dict[int, float] = {}
@@ -121,6 +131,8 @@ class Fetcher:
         self._error: BaseException | None = None
         self._closed = False
         self._plan_turn = 0
+        #: Replaced by GroupConsumer with the consumer's shared instance.
+        self.metrics = ConsumerMetrics()
 
     # -- memory accounting (what tests and benchmarks read) -------------------------------
 
@@ -223,6 +235,8 @@ class Fetcher:
         for tp in [tp for tp, until in self._tp_backoff.items() if until <= now]:
             del self._tp_backoff[tp]
         self._purge(assignment)
+        if self._replicas.enabled:
+            self._replicas.forget(assignment.partitions)
         self._watch(assignment)
         self._resets.start(assignment)
         if not self._budget.can_request():
@@ -250,19 +264,26 @@ class Fetcher:
                 self._drop(tp)
                 assert st.position is not None
                 cursor = self._cursors[tp] = _Cursor(st.epoch, st.position)
-            node = self._client.cluster.leader_for_partition(tp)
-            if node is None or node == -1:
-                if node is None:
+            leader = self._client.cluster.leader_for_partition(tp)
+            if leader is None or leader == -1:
+                if leader is None:
                     self._client.add_topic(tp.topic)
                 metadata_stale = True
                 self._tp_backoff[tp] = now + self._backoff
                 continue
+            node, stale_replica = self._replicas.select(
+                tp, leader, now, self._replica_view, self._broker_known
+            )
+            metadata_stale |= stale_replica
+            if node != leader and self._node_backoff.get(node, 0.0) > now:
+                self._replicas.failed(tp, now)  # the replica's broker just failed a Fetch
+                node = leader
             if node in self._inflight_nodes:
                 continue
             node_until = self._node_backoff.get(node)
             if node_until is not None and node_until > now:
                 continue
-            by_node.setdefault(node, []).append(_Planned(st, cursor))
+            by_node.setdefault(node, []).append(_Planned(st, cursor, node != leader))
         if metadata_stale:
             self._client.force_metadata_update()
             self._wake_later(self._backoff)
@@ -283,6 +304,14 @@ class Fetcher:
                 or (cursor is not None and cursor.epoch != st.epoch)
             ):
                 self._drop(tp)
+
+    def _replica_view(self, tp: TopicPartition) -> ReplicaView | None:
+        # aiokafka keeps replicas and ISR only in ClusterMetadata's private table.
+        meta = self._client.cluster._partitions.get(tp.topic, {}).get(tp.partition)
+        return None if meta is None else ReplicaView(meta.replicas, meta.isr)
+
+    def _broker_known(self, node: int) -> bool:
+        return self._client.cluster.broker_metadata(node) is not None
 
     def _drop(self, tp: TopicPartition) -> None:
         self._delivery.drop(tp)
@@ -339,6 +368,11 @@ class Fetcher:
         reserved = self._budget.reserve(max_bytes)
         self._inflight_nodes.add(node)
         self._inflight_tps.update(p.state.tp for p in parts)
+        tps = frozenset(p.state.tp for p in parts)
+        now = asyncio.get_running_loop().time()
+        rack = cfg.client_rack if cfg.client_rack and self._replicas.send_rack(tps, now) else ""
+        if self.on_fetch_sent is not None:
+            self.on_fetch_sent(node, tps)
         request = build_fetch_request(
             [(p.state.tp, p.offset) for p in parts],
             max_wait_ms=cfg.fetch_max_wait_ms,
@@ -346,6 +380,7 @@ class Fetcher:
             max_bytes=max_bytes,
             partition_bytes=self._budget.partition_bytes,
             read_committed=cfg.read_committed,
+            rack_id=rack,
         )
         plan = {p.state.tp: p for p in parts}
         self._spawn(self._fetch(node, request, plan, reserved))
@@ -354,23 +389,27 @@ class Fetcher:
         self, node: int, request: Any, plan: dict[TopicPartition, _Planned], reserved: int
     ) -> None:
         try:
-            response = await self._client.send(node, request)
+            response = await self.metrics.timed_fetch(self._client.send(node, request), plan)
         except asyncio.CancelledError:
             raise
         except TRANSPORT_ERRORS as exc:
             log.debug("Fetch from node %s failed: %r", node, exc)
-            self._node_backoff[node] = asyncio.get_running_loop().time() + self._backoff
+            now = asyncio.get_running_loop().time()
+            self._node_backoff[node] = now + self._backoff
+            self._replicas.node_failed(node, plan, now)
             self._client.force_metadata_update()
             self._wake_later(self._backoff)
         except Exception as exc:
             log.warning("Fetch from node %s failed: %r", node, exc)
-            self._node_backoff[node] = asyncio.get_running_loop().time() + self._backoff
+            now = asyncio.get_running_loop().time()
+            self._node_backoff[node] = now + self._backoff
+            self._replicas.node_failed(node, plan, now)
             self._wake_later(self._backoff)
         else:
             self._budget.unreserve(reserved)
             reserved = 0
             try:
-                self._handle_response(response, plan)
+                self._handle_response(response, plan, node)
             except Exception as exc:  # undecodable response: tell the application
                 log.exception("handling a Fetch response from node %s failed", node)
                 self._report(exc)
@@ -382,8 +421,14 @@ class Fetcher:
             self._inflight_tps.difference_update(plan)
             self._wake()
 
-    def _handle_response(self, response: Any, plan: dict[TopicPartition, _Planned]) -> None:
-        """Apply each partition's result by the reaction its error code calls for."""
+    def _handle_response(
+        self, response: Any, plan: dict[TopicPartition, _Planned], node: int
+    ) -> None:
+        """Apply each partition's result by the reaction its error code calls for.
+
+        An error from a preferred read replica sends the partition back to the leader
+        (an out-of-range offset there means the follower is behind: no reset).
+        """
         now = asyncio.get_running_loop().time()
         backoffs = dict(self._tp_backoff)
         got_data = refresh = False
@@ -393,8 +438,19 @@ class Fetcher:
                 continue
             reaction = reaction_for(result.error_code)
             if reaction is Reaction.DELIVER:
+                self._replicas.update(result.tp, result.preferred_read_replica, node, now)
                 got_data |= self._deliver(result, planned, now)
                 continue
+            if planned.from_replica:
+                log.debug(
+                    "Fetch %s from replica %s: error %d, back to the leader",
+                    result.tp,
+                    node,
+                    result.error_code,
+                )
+                self._replicas.failed(result.tp, now)
+                if reaction is Reaction.RESET_POSITION:
+                    continue  # refetched from the leader at once
             if reaction is Reaction.RESET_POSITION:
                 if not self._resets.out_of_range(planned.state, planned.epoch, planned.offset):
                     continue
@@ -479,7 +535,8 @@ class Fetcher:
         if exc is not None:
             raise exc
         self._sub.raise_pending_error()
-        self._delivery.raise_refusal(self._sub.assignment, partitions)
+        if self._delivery.refusal_pending:
+            self._delivery.raise_refusal(self._sub.assignment, partitions)
 
     # -- delivery -----------------------------------------------------------------------------
 

@@ -795,6 +795,14 @@ def write(results: dict[str, Any], docs_dir: Path) -> Path:
     notes = bench_dir / "profile.md"
     if notes.exists():
         parts.append("\n" + notes.read_text())
+    # Written by `python -m benchmarks.assignors` (pure leader-side CPU, no broker).
+    assignors = bench_dir / "assignors.md"
+    if assignors.exists():
+        parts.append("\n" + assignors.read_text())
+    # Hand-kept: the consumer-protocol (KIP-848) run on Apache Kafka 4 (issue 14).
+    kip848 = bench_dir / "kip848.md"
+    if kip848.exists():
+        parts.append("\n" + kip848.read_text())
     parts.append("\n" + METHOD)
     parts.append(environment_md(results))
     path = docs_dir / "benchmarks.md"

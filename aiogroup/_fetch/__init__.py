@@ -6,6 +6,7 @@
 - ``responses``: Fetch requests, parsed partition results and the code -> reaction table.
 - ``resets``: positions found by ListOffsets for partitions that need one.
 - ``delivery``: the buffer of chunks and the synchronous hand-over to the application.
+- ``replica``: the leader or the preferred read replica to fetch from (KIP-392).
 
 None of them imports ``aiogroup.fetcher`` or ``aiogroup.arrow``.
 """

@@ -75,6 +75,9 @@ class PartitionResult:
     #: where the broker cannot filter by transaction.
     aborted: list[tuple[int, int]] | None
     records: bytes
+    #: The replica the leader wants this consumer to fetch from (KIP-392); -1 when
+    #: none is named (versions before 11, followers, a leader preferring itself).
+    preferred_read_replica: int = -1
 
 
 def parse_fetch_response(response: Any) -> Iterator[PartitionResult]:
@@ -89,6 +92,7 @@ def parse_fetch_response(response: Any) -> Iterator[PartitionResult]:
                 log_start_offset=p[4] if version >= 5 else -1,
                 aborted=((p[5] if version >= 5 else p[4]) or []) if version >= 4 else None,
                 records=p[-1] or b"",
+                preferred_read_replica=p[6] if version >= 11 else -1,
             )
 
 
@@ -100,8 +104,13 @@ def build_fetch_request(
     max_bytes: int,
     partition_bytes: int,
     read_committed: bool,
+    rack_id: str = "",
 ) -> FetchRequest:
-    """One Fetch for (partition, offset) pairs, all with the same per-partition limit."""
+    """One Fetch for (partition, offset) pairs, all with the same per-partition limit.
+
+    ``rack_id`` (KIP-392) is sent from version 11 on, the highest aiokafka speaks, so
+    a broker that knows it (Kafka 2.4+) gets it; older versions leave it out.
+    """
     by_topic: dict[str, list[tuple[int, int, int]]] = {}
     for tp, offset in partitions:
         by_topic.setdefault(tp.topic, []).append((tp.partition, offset, partition_bytes))
@@ -111,4 +120,5 @@ def build_fetch_request(
         max_bytes,
         READ_COMMITTED if read_committed else READ_UNCOMMITTED,
         list(by_topic.items()),
+        rack_id=rack_id,
     )

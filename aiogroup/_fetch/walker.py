@@ -45,8 +45,12 @@ class Sink(Protocol):
         """Take every record of a v2 batch; returns how many.  May raise BatchDeclined."""
         ...
 
-    def add_record(self, tp: TopicPartition, record: Any, ts_type: int) -> None:
-        """Take one record.  May raise RecordDeserializationError."""
+    def add_records(self, tp: TopicPartition, records: list[Any], ts_type: int | None) -> None:
+        """Take decoded records, in order (``ts_type`` None: each record has its own).
+
+        On a record it cannot take it raises RecordDeserializationError, having taken
+        every record before it.
+        """
         ...
 
 
@@ -84,29 +88,39 @@ def walk(chunk: Chunk, limit: int, sink: Sink) -> int:
                 records = list(batch)
                 chunk.ts_type = None
             it = chunk.pending = iter(records)
-        tst_or_none = chunk.ts_type
+        # Part of a batch: collect the run of records to hand out, then hand it over
+        # in one call (one comprehension in the sink, not a call per record).
         nxt = chunk.next_offset
-        add = sink.add_record
+        want = limit - taken
+        run: list[Any] = []
+        past_end = exhausted = False
         for r in it:
             off = r.offset
             if off < nxt:
                 continue
             if off >= end:
-                nxt = end
-                chunk.finish()
+                past_end = True
                 break
-            try:
-                add(tp, r, r.timestamp_type if tst_or_none is None else tst_or_none)
-            except RecordDeserializationError as exc:
-                chunk.pending = chain((r,), it)  # read it again next time
-                chunk.next_offset = off
-                chunk.failure = exc
-                return taken
-            nxt = off + 1
-            taken += 1
-            if taken >= limit:
+            run.append(r)
+            if len(run) >= want:
                 break
         else:
+            exhausted = True
+        if run:
+            try:
+                sink.add_records(tp, run, chunk.ts_type)
+            except RecordDeserializationError as exc:
+                i = next(i for i, r in enumerate(run) if r.offset == exc.offset)
+                chunk.pending = chain(run[i:], it)  # read the refused one again next time
+                chunk.next_offset = exc.offset
+                chunk.failure = exc
+                return taken + i
+            taken += len(run)
+            nxt = run[-1].offset + 1
+        if past_end:
+            nxt = end
+            chunk.finish()
+        elif exhausted:
             chunk.pending = None
             batch = chunk.batches[chunk.batch_index - 1]
             nxt = max(nxt, min(batch.next_offset, end))
@@ -188,7 +202,40 @@ class RecordSink:
             self._out(tp).extend(recs)
         return len(recs)
 
-    def add_record(self, tp: TopicPartition, r: Any, ts_type: int) -> None:
+    def add_records(self, tp: TopicPartition, records: list[Any], ts_type: int | None) -> None:
+        out = self._out(tp)
+        kd, vd = self._kd, self._vd
+        if len(records) == 1:  # getone: no comprehension for a single record
+            r = records[0]
+            out.append(self._one(tp, r, r.timestamp_type if ts_type is None else ts_type))
+            return
+        if ts_type is not None and kd is None and vd is None:
+            topic, partition = tp.topic, tp.partition
+            CR = ConsumerRecord
+            out.extend(
+                [
+                    CR(
+                        topic,
+                        partition,
+                        r.offset,
+                        r.timestamp,
+                        ts_type,
+                        k,
+                        v,
+                        r.checksum,
+                        -1 if k is None else len(k),
+                        -1 if v is None else len(v),
+                        tuple(h) if (h := r.headers) else (),
+                    )
+                    for r in records
+                    for k, v in ((r.key, r.value),)
+                ]
+            )
+            return
+        for r in records:  # deserializers or the legacy format: one at a time
+            out.append(self._one(tp, r, r.timestamp_type if ts_type is None else ts_type))
+
+    def _one(self, tp: TopicPartition, r: Any, ts_type: int) -> ConsumerRecord:
         k = r.key
         v = r.value
         kd, vd = self._kd, self._vd
@@ -204,18 +251,16 @@ class RecordSink:
             except Exception as exc:
                 raise RecordDeserializationError(tp, r.offset, "value", exc) from exc
         hs = r.headers
-        self._out(tp).append(
-            ConsumerRecord(
-                tp.topic,
-                tp.partition,
-                r.offset,
-                r.timestamp,
-                ts_type,
-                key,
-                value,
-                r.checksum,
-                -1 if k is None else len(k),
-                -1 if v is None else len(v),
-                tuple(hs) if hs else (),
-            )
+        return ConsumerRecord(
+            tp.topic,
+            tp.partition,
+            r.offset,
+            r.timestamp,
+            ts_type,
+            key,
+            value,
+            r.checksum,
+            -1 if k is None else len(k),
+            -1 if v is None else len(v),
+            tuple(hs) if hs else (),
         )

@@ -291,3 +291,35 @@ async def test_other_partitions_keep_flowing_and_a_filter_hides_the_refusal() ->
     with pytest.raises(RecordDeserializationError):
         await fetcher.fetched_records((), 0)
     assert sub.assignment is not None and sub.assignment.state(tps[0]).position == 2
+
+
+# -- the import rule ------------------------------------------------------------------------
+
+
+def _imports(path: Any) -> set[str]:
+    import ast
+
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return found
+
+
+def test_no_cycle_between_the_fetcher_and_its_parts() -> None:
+    """The parts and arrow.py never import the fetcher (or each other's wiring)."""
+    from pathlib import Path
+
+    import aiogroup
+
+    root = Path(aiogroup.__file__).parent
+    arrow = _imports(root / "arrow.py")
+    assert not {m for m in arrow if m.startswith(("aiogroup.fetcher", "aiogroup._fetch"))}
+    for module in (root / "_fetch").glob("*.py"):
+        imported = _imports(module)
+        assert "aiogroup.fetcher" not in imported, module.name
+        assert not {m for m in imported if m.startswith("aiogroup.arrow")}, module.name
+        assert not {m for m in imported if m.startswith("aiogroup.coordinator")}, module.name
