@@ -38,7 +38,7 @@ async def slow_listener_scenario(
     """A owns everything; B joins while A's revoke (or assigned) listener runs
     ``factor`` x the session timeout.  A must stay in the group, nobody may be handed
     A's partitions before A's revoke returns, and the group must converge to a split."""
-    name = f"slow-{where}-{'sync' if sync else 'async'}-{protocol}"
+    name = f"slow-{where}-{'sync' if sync else 'async'}-{protocol}-{factor:g}x"
     delay = factor * SESSION_S
     async with ChaosRun(broker, tmp, name, seed) as run:
         opts = {"revoke_delay": delay} if where == "revoke" else {}
@@ -49,9 +49,20 @@ async def slow_listener_scenario(
             # The slow assignment is the one B's join sets off in A.
             a.assign_delay = delay
         await asyncio.sleep(run.rng.uniform(0.0, 1.0))  # seeded moment of the join
+        run.faults += 1  # the slow listener, set off by the join
+        joined = run.history.now()
         b = await run.member("B", STRATEGIES[protocol])
         await run.owners(2, timeout=delay * 3 + 60)
         await run.consuming(b.client_id, timeout=delay * 3 + 60)
+        # A is judged only once its slow listener is over and it consumes again.
+        await run.until(
+            "A to consume again after its slow listener",
+            lambda evs: any(
+                e.member == a.client_id and e.kind == "delivered" and e.t > joined + delay
+                for e in evs
+            ),
+            timeout=delay * 3 + 60,
+        )
         report = await run.judge()
         assert report.ok, report.summary()
         assert report.evictions == [], f"the broker dropped a member: {report.summary()}"
@@ -153,13 +164,17 @@ async def test_sigstop_for_twice_the_session_then_sigcont(
         report = await run.judge()
         assert report.ok, report.summary()
         assert report.zombie_deliveries == [] and report.zombie_commits == []
-        # It learned of the fence (lost) before it acted again.
+        # Before it acted again it learned of the fence (lost) or was given partitions
+        # anew by the broker; the checker above already ruled out acting on the old
+        # assignment.  A revoke of what it no longer held is not learning of the fence.
         after = [
             e.kind
             for e in run.events()
-            if e.member == frozen and e.t > woke and e.kind in ("lost", "delivered", "committed")
+            if e.member == frozen
+            and e.t > woke
+            and e.kind in ("lost", "assigned", "revoke_started", "delivered", "committed")
         ]
-        assert after and after[0] == "lost", f"after waking: {after[:5]}"
+        assert after and after[0] in ("lost", "assigned"), f"after waking: {after[:6]}"
 
 
 # -- network faults through a proxy ------------------------------------------------------
@@ -220,19 +235,20 @@ async def test_broker_unreachable_for_everyone_for_ten_seconds(
     proxy = await _proxy(kafka_broker)
     try:
         async with ChaosRun(kafka_broker, tmp_path, "broker-unreachable", seed) as run:
+            # One group, one protocol: the seed picks it for both members.
+            strategy = COOPERATIVE if run.rng.random() < 0.5 else EAGER
             members = [
                 Member(
                     n,
                     run.bootstrap,
                     run.group,
                     run.topic,
-                    COOPERATIVE if run.rng.random() < 0.5 else EAGER,
+                    strategy,
                     run.progress,
                     history=run.history,
                 )
                 for n in ("X", "Y")
             ]
-            # One group, one protocol: both members use the first member's choice.
             for m in members:
                 run.members.append(m)
                 with route(m.client_id, proxy):

@@ -9,11 +9,12 @@ not the log end).
 
 Given a :class:`~aiogroup.testing.history.HistoryRecorder`, a member also writes
 its ownership history (under its client id, the name the broker's DescribeGroups
-shows) and commits explicitly - after every batch and, with an async listener, in
+shows) and commits explicitly - after every batch and in
 its revoke callback - so that every commit is in the history too; a :class:`Load`
 given one records what it produced.  ``revoke_delay``/``assign_delay`` make the
 listener slow (``await asyncio.sleep`` or, with ``sync_listener``, a blocking
-``time.sleep`` in a plain ``ConsumerRebalanceListener``).
+``time.sleep`` in a plain ``ConsumerRebalanceListener``, which commits on revoke
+through ``run_on_loop`` as the usage guide says).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from aiogroup import (
     TopicPartition,
 )
 from aiogroup.errors import KafkaError
+from aiogroup.listeners import run_on_loop
 from aiogroup.testing.broker import unique_name
 from aiogroup.testing.history import HistoryRecorder, MemberRecorder
 
@@ -144,16 +146,17 @@ class Member(AsyncConsumerRebalanceListener):
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
         self._revoke_begin(revoked)
         try:
-            gone = {tp.partition for tp in revoked}
-            offsets = {
-                TopicPartition(self.topic, p): o for p, o in self.positions.items() if p in gone
-            }
+            offsets = self._revoked_positions(revoked)
             if self.history is not None and offsets:
                 await self._commit(offsets)
             if self.revoke_delay:
                 await asyncio.sleep(self.revoke_delay)  # the application's slow work
         finally:
             self._revoke_end(revoked)
+
+    def _revoked_positions(self, revoked: set[TopicPartition]) -> dict[TopicPartition, int]:
+        gone = {tp.partition for tp in revoked}
+        return {TopicPartition(self.topic, p): o for p, o in self.positions.items() if p in gone}
 
     def _revoke_begin(self, revoked: set[TopicPartition]) -> None:
         if self.history is not None:
@@ -199,6 +202,10 @@ class Member(AsyncConsumerRebalanceListener):
             def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
                 member._revoke_begin(revoked)
                 try:
+                    offsets = member._revoked_positions(revoked)
+                    if member.history is not None and offsets:
+                        # The consumer belongs to the loop: reach it through run_on_loop.
+                        run_on_loop(member._commit(offsets), timeout=10)
                     if member.revoke_delay:
                         time.sleep(member.revoke_delay)
                 finally:
