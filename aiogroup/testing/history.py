@@ -27,7 +27,8 @@ The rules :func:`check_history` applies (see ``docs/reliability.md``):
 * **Duplicates only where a crash allows them.**  A record handed out twice is
   allowed only if an earlier copy went to a member that crashed, was fenced or lost
   the partition, at an offset at or after that member's last commit of it.
-* **Commits never go backwards** (per partition, in time order).
+* **Commits never go backwards** (per partition, in time order; a commit counts
+  as later than another only if it was sent after the other was acknowledged).
 * **No zombie.**  A member that was fenced neither commits nor is handed records
   after the fence, until the group assigns it partitions again.
 
@@ -253,14 +254,25 @@ class MemberRecorder:
         if spans:
             self.recorder.add(self.name, "delivered", spans=spans)
 
-    def committed(self, offsets: Mapping[TopicPartition, int] | Iterable[Commit]) -> None:
-        """A commit the broker accepted: partition -> next offset to read."""
+    def committed(
+        self,
+        offsets: Mapping[TopicPartition, int] | Iterable[Commit],
+        *,
+        sent_at: float | None = None,
+    ) -> None:
+        """A commit the broker accepted: partition -> next offset to read.
+
+        ``sent_at``: when the commit request left (``time.monotonic()``).  The event is
+        stamped when the answer came back; two commits in flight at once may have been
+        applied by the broker in either order, so the checker orders commits only
+        where one was acknowledged before the other was sent.
+        """
         if isinstance(offsets, Mapping):
             rows = tuple(sorted((tp.topic, tp.partition, int(o)) for tp, o in offsets.items()))
         else:
             rows = tuple(sorted(offsets))
         if rows:
-            self.recorder.add(self.name, "committed", offsets=rows)
+            self.recorder.add(self.name, "committed", offsets=rows, since=sent_at)
 
     def leaving(self) -> None:
         self.recorder.add(self.name, "leaving")
@@ -629,7 +641,7 @@ def _duplicate_allowed(
 def _check_commits(
     history: list[Event], fences: Mapping[str, list[_Fence]], report: HistoryReport
 ) -> None:
-    high: dict[Partition, tuple[int, str]] = {}
+    high: dict[Partition, tuple[int, str, float]] = {}
     assigned_after: dict[str, float] = {}
     for e in history:
         if e.kind == "assigned":
@@ -646,9 +658,12 @@ def _check_commits(
                     f"{list(e.offsets)} after the broker fenced it at t={fence.latest:.3f}",
                 )
             )
+        sent = e.t if e.since is None else e.since
         for topic, p, offset in e.offsets:
             prev = high.get((topic, p))
-            if prev is not None and offset < prev[0]:
+            # Backwards only if this commit left after the higher one was acknowledged:
+            # commits in flight together may be applied by the broker in either order.
+            if prev is not None and offset < prev[0] and sent >= prev[2]:
                 report.backwards_commits.append(
                     Violation(
                         "backwards commit",
@@ -658,7 +673,7 @@ def _check_commits(
                     )
                 )
             if prev is None or offset > prev[0]:
-                high[(topic, p)] = (offset, e.member)
+                high[(topic, p)] = (offset, e.member, e.t)
 
 
 def _rebalances(history: list[Event]) -> int:

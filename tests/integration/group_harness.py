@@ -224,13 +224,14 @@ class Member(AsyncConsumerRebalanceListener):
     async def _commit(self, offsets: dict[TopicPartition, int]) -> None:
         """Commit and, if the broker accepted it, record it (a refusal is a Kafka-level
         fact during a rebalance, kept for the test to see)."""
+        sent = time.monotonic()
         try:
             await self.consumer.commit(offsets)
         except KafkaError as exc:
             self.commit_failures.append(exc)
             return
         if self.history is not None:
-            self.history.committed(offsets)
+            self.history.committed(offsets, sent_at=sent)
 
     # -- consuming ------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ refuses a blocking commit from its callback thread; its poll loop has committed)
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -178,10 +179,11 @@ def confluent_member(
         )
         cooperative = strategy == "cooperative-sticky"
 
-        def record_commit(done: Any) -> None:
+        def record_commit(done: Any, sent: float) -> None:
             if rec is not None and done:
                 rec.committed(
-                    [(tp.topic, tp.partition, tp.offset) for tp in done if tp.offset >= 0]
+                    [(tp.topic, tp.partition, tp.offset) for tp in done if tp.offset >= 0],
+                    sent_at=sent,
                 )
 
         # confluent-kafka (incrementally) assigns/unassigns after these return.
@@ -200,7 +202,8 @@ def confluent_member(
                 ]
                 try:
                     if gone:
-                        record_commit(c.commit(offsets=gone, asynchronous=False))
+                        sent = time.monotonic()
+                        record_commit(c.commit(offsets=gone, asynchronous=False), sent)
                 except KafkaException as exc:
                     # _DESTROY: the revoke close() runs; the loop committed before it.
                     if exc.args[0].code() not in retriable | {KafkaError._DESTROY}:
@@ -220,7 +223,8 @@ def confluent_member(
 
         def commit() -> bool:
             try:
-                record_commit(consumer.commit(asynchronous=False))
+                sent = time.monotonic()
+                record_commit(consumer.commit(asynchronous=False), sent)
             except KafkaException as exc:
                 if exc.args[0].code() not in retriable:
                     raise
@@ -302,6 +306,7 @@ def kafka_python_member(
         offsets = {p: member.positions[p] for p in parts if p in member.positions}
         if not offsets:
             return True
+        sent = time.monotonic()
         try:
             consumers[0].commit(
                 {
@@ -314,7 +319,7 @@ def kafka_python_member(
                 member.commit_retries += 1
             return False
         if rec is not None:
-            rec.committed([(topic, p, o) for p, o in offsets.items()])
+            rec.committed([(topic, p, o) for p, o in offsets.items()], sent_at=sent)
         return True
 
     class Listener(kafka.ConsumerRebalanceListener):  # type: ignore[misc]

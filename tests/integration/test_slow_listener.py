@@ -427,8 +427,9 @@ async def test_member_joins_while_a_listener_runs_five_session_timeouts(
     # B got none of A's partitions before A's slow callback returned.
     b_assigned = [e for e in history.of("B", "assigned") if e.partitions]
     assert b_assigned and b_assigned[0].at > slow.ended_at, history.dump()
+    # (B may have nothing to read: A can drain every record before B joins.)
     first_b_record = [e for e in events if e.member == "B" and e.kind == "record"]
-    assert first_b_record and first_b_record[0].at >= b_assigned[0].at
+    assert not first_b_record or first_b_record[0].at >= b_assigned[0].at
     assert history.of("A", "lost") == [] and history.of("B", "lost") == []
     assert a.errors == [] and b.errors == []
     assert split["A"] | split["B"] == set(range(PARTITIONS)) and not split["A"] & split["B"]

@@ -53,8 +53,10 @@ class Script:
     def delivered(self, t: float, member: str, first: int, last: int, partition: int = 0) -> Script:
         return self.add(t, member, "delivered", spans=((T, partition, first, last),))
 
-    def committed(self, t: float, member: str, offset: int, partition: int = 0) -> Script:
-        return self.add(t, member, "committed", offsets=((T, partition, offset),))
+    def committed(
+        self, t: float, member: str, offset: int, partition: int = 0, sent: float | None = None
+    ) -> Script:
+        return self.add(t, member, "committed", offsets=((T, partition, offset),), since=sent)
 
     def gone(self, since: float, t: float, member: str) -> Script:
         return self.add(t, member, "gone", since=since)
@@ -112,6 +114,16 @@ def test_a_lost_record_is_reported() -> None:
 def test_lost_records_also_come_from_a_produced_end_offsets_mapping() -> None:
     report = check_history(clean_handover().events, produced={TopicPartition(T, 0): 25})
     assert [o for _, _, o in report.lost] == [20, 21, 22, 23, 24]
+
+
+def test_commits_in_flight_together_are_not_ordered() -> None:
+    """B's 12 was sent before A's 20 was acknowledged: the broker may have applied them
+    in either order, so nothing proves the committed offset went backwards."""
+    report = clean_handover().committed(7.15, "B", 12, sent=7.05).check()
+    assert report.backwards_commits == []
+    # Sent after the 20 was acknowledged: backwards, whatever the sender.
+    report = clean_handover().committed(7.3, "B", 12, sent=7.2).check()
+    assert [v.rule for v in report.backwards_commits] == ["backwards commit"]
 
 
 def test_a_backwards_commit_is_reported() -> None:
