@@ -104,21 +104,25 @@ async def _probe(
         topics=list(by_topic.items()),
     )
     response = await client.send(node, request)
+    # Read the partition tuples positionally, as the fetcher does: to_object() fails
+    # on responses whose nullable arrays are null (aborted_transactions on Apache
+    # Kafka), and only the leading fields are needed.
+    version = response.API_VERSION
     found: dict[TopicPartition, int] = {}
     retry = False
-    for topic in response.to_object()["topics"]:
-        for entry in topic["partitions"]:
-            tp = TopicPartition(topic.get("topics", topic.get("topic")), entry["partition"])
+    for topic, partitions in response.topics:
+        for entry in partitions:
+            tp = TopicPartition(topic, entry[0])
             if tp not in parts:
                 continue
-            code = entry["error_code"]
+            code = entry[1]
             if code in _RETRIABLE_CODES:
                 retry = True
                 continue
             if code != 0:
                 raise error_for_code(code)(f"Fetch (high watermark) for {tp.topic}-{tp.partition}")
-            end = entry["last_stable_offset"] if read_committed else entry["highwater_offset"]
-            if read_committed and end < 0:  # brokers before v4 semantics: no LSO
-                end = entry["highwater_offset"]
-            found[tp] = end
+            highwater = entry[2]
+            stable = entry[3] if version >= 4 else -1
+            # Brokers before v4 semantics have no LSO: fall back to the high watermark.
+            found[tp] = stable if read_committed and stable >= 0 else highwater
     return found, retry
