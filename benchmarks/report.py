@@ -771,6 +771,10 @@ def write(results: dict[str, Any], docs_dir: Path) -> Path:
     notes = bench_dir / "profile.md"
     if notes.exists():
         parts.append("\n" + notes.read_text())
+    # The Spark section (benchmarks/spark_bench.py, hand-written from its runs).
+    spark_notes = bench_dir / "spark.md"
+    if spark_notes.exists():
+        parts.append("\n" + spark_notes.read_text())
     parts.append("\n" + METHOD)
     parts.append(environment_md(results))
     path = docs_dir / "benchmarks.md"
