@@ -15,6 +15,7 @@ from aiogroup.errors import (
     KafkaError,
     MalformedProtocolDataError,
     NoOffsetForPartitionError,
+    RecordDeserializationError,
 )
 from aiogroup.listeners import AsyncConsumerRebalanceListener, ConsumerRebalanceListener
 from aiogroup.structs import (
@@ -44,5 +45,6 @@ __all__ = [
     "OffsetAndMetadata",
     "OffsetAndTimestamp",
     "RebalanceProtocol",
+    "RecordDeserializationError",
     "TopicPartition",
 ]

@@ -1,8 +1,9 @@
 """Columnar hand-over: fetched records as one ``pyarrow.RecordBatch``.
 
-The point is to skip the per-record Python object.  The fetcher's decoded batches
-are read field by field into plain lists (one comprehension per batch, then a
-transpose in C), and each list becomes an Arrow array in a single call at the end.
+The point is to skip the per-record Python object.  ``ColumnBuilder`` is a sink of
+the fetcher's record walker (``aiogroup._fetch.walker``): decoded batches are read
+field by field into plain lists, and each list becomes an Arrow array in a single
+call at the end.  This module knows nothing of the fetcher, which imports it lazily.
 
 Schema (``ARROW_SCHEMA``)::
 
@@ -23,8 +24,6 @@ from aiogroup.structs import ConsumerRecord, TopicPartition
 
 if TYPE_CHECKING:
     import pyarrow
-
-    from aiogroup.fetcher import Chunk
 
 __all__ = ["ColumnBuilder", "arrow_schema", "records_to_arrow", "require_pyarrow"]
 
@@ -106,10 +105,6 @@ class ColumnBuilder:
     def __len__(self) -> int:
         return self._rows
 
-    def take_from(self, chunk: Chunk, limit: int) -> int:
-        """Fetcher delivery hook: take up to ``limit`` records of ``chunk``."""
-        return chunk.take_columns(limit, self)
-
     def _run(self, topic: str, partition: int, ts_type: int, n: int) -> None:
         runs = self._runs
         if runs:
@@ -128,8 +123,8 @@ class ColumnBuilder:
             self._headers = [[]] * (self._rows - len(hs))
         self._headers.extend(hs)
 
-    def add_batch(self, tp: TopicPartition, partition: int, batch: Any, ts_type: int) -> int:
-        """Append every record of a decoded v2 batch; returns how many."""
+    def add_batch(self, tp: TopicPartition, batch: Any, ts_type: int) -> int:
+        """Append every record of a decoded v2 batch; returns how many (walker sink)."""
         recs = list(batch)
         n = len(recs)
         if not n:
@@ -146,25 +141,43 @@ class ColumnBuilder:
             self._offsets.append(range(base, base + n))
         else:
             self._offsets.append(list(map(_get_offset, recs)))
-        self._run(tp.topic, partition, ts_type, n)
+        self._run(tp.topic, tp.partition, ts_type, n)
         self._add_headers(list(map(_get_headers, recs)))
         return n
 
-    def add_record(self, tp: TopicPartition, partition: int, r: Any, ts_type: int) -> None:
-        """Append one decoded record (partial batches and the legacy format)."""
-        self._append(tp.topic, partition, r.key, r.value, r.offset, r.timestamp, ts_type, r.headers)
+    def add_records(self, tp: TopicPartition, records: list[Any], ts_type: int | None) -> None:
+        """Append decoded records: part of a batch, or the legacy format (walker sink)."""
+        if ts_type is None:  # legacy format: each record has its own timestamp type
+            for r in records:
+                self._append(
+                    tp.topic,
+                    tp.partition,
+                    r.key,
+                    r.value,
+                    r.offset,
+                    r.timestamp,
+                    r.timestamp_type,
+                    r.headers,
+                )
+            return
+        self.keys.extend(map(_get_key, records))
+        self.values.extend(map(_get_value, records))
+        self.timestamps.extend(map(_get_timestamp, records))
+        self._tail.extend(map(_get_offset, records))
+        self._run(tp.topic, tp.partition, ts_type, len(records))
+        self._add_headers(list(map(_get_headers, records)))
 
     def add_consumer_record(self, rec: ConsumerRecord) -> None:
-        """Append an already built ConsumerRecord (the comparison path)."""
+        """Append an already built ConsumerRecord (``records_to_arrow``)."""
         self._append(
             rec.topic,
             rec.partition,
-            rec.key,
-            rec.value,
+            _as_bytes(rec.key),
+            _as_bytes(rec.value),
             rec.offset,
             rec.timestamp,
             rec.timestamp_type,
-            rec.headers,
+            [(k, _as_bytes(v)) for k, v in rec.headers or ()],
         )
 
     def _append(
@@ -261,9 +274,27 @@ def _expand(
     return cols[0], cols[1], cols[2], flat
 
 
-def records_to_arrow(records: Iterable[ConsumerRecord]) -> pyarrow.RecordBatch:
-    """The same RecordBatch built from ConsumerRecords (keys/values must be bytes)."""
+def records_to_arrow(records: Iterable[Any]) -> pyarrow.RecordBatch:
+    """The batch ``getmany_arrow`` would give, built from ConsumerRecord-like objects.
+
+    The one conversion from records to Arrow (the Spark source conforms its result to
+    Spark's columns).  Keys and values must be bytes, or str (stored as UTF-8): a
+    record decoded into other objects by a deserializer cannot become a binary column.
+    """
     cols = ColumnBuilder()
     for rec in records:
         cols.add_consumer_record(rec)
     return cols.to_record_batch()
+
+
+def _as_bytes(value: Any) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode()
+    raise TypeError(
+        f"record key/value must be bytes or str to become a binary column, got "
+        f"{type(value).__name__}; drop the consumer's key/value_deserializer"
+    )

@@ -9,22 +9,37 @@ can move between the two by changing the import.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import logging
 import re
+import warnings
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from aiokafka.client import AIOKafkaClient
-from aiokafka.errors import ConsumerStoppedError, IllegalOperation, IllegalStateError
+from aiokafka.errors import (
+    ConsumerStoppedError,
+    IllegalOperation,
+    IllegalStateError,
+    KafkaTimeoutError,
+)
 
 from aiogroup import offsets as _offsets
+from aiogroup._membership.machine import MemberState
 from aiogroup._timeouts import wait_for
 from aiogroup.assignors import resolve_assignors
 from aiogroup.config import ConsumerConfig, validate_topic_name, validate_topics
+from aiogroup.consumer_group_routine import (
+    CLASSIC_ONLY_OPTIONS,
+    ConsumerGroupCoordinator,
+    check_group_protocol_options,
+)
 from aiogroup.coordinator import GroupCoordinator
-from aiogroup.errors import CommitFailedError, ConfigurationError
+from aiogroup.errors import CommitFailedError, ConfigurationError, KafkaError
 from aiogroup.fetcher import Fetcher
 from aiogroup.listeners import as_async_listener
+from aiogroup.metrics import ConsumerMetrics, Health, MetricsSnapshot, PartitionMetrics
 from aiogroup.structs import (
     ConsumerRecord,
     OffsetAndMetadata,
@@ -41,21 +56,48 @@ __all__ = ["GroupConsumer"]
 
 log = logging.getLogger("aiogroup.consumer")
 
-#: Options handed to aiokafka's client untouched (connection security and tuning).
-_CLIENT_OPTIONS = frozenset(
-    {
-        "security_protocol",
-        "ssl_context",
-        "sasl_mechanism",
-        "sasl_plain_username",
-        "sasl_plain_password",
-        "sasl_kerberos_service_name",
-        "sasl_kerberos_domain_name",
-        "sasl_oauth_token_provider",
-    }
+#: Options handed to aiokafka's client untouched (connection security), with
+#: aiokafka's defaults: only values that differ from them are passed on.
+_CLIENT_OPTION_DEFAULTS: dict[str, Any] = {
+    "security_protocol": "PLAINTEXT",
+    "ssl_context": None,
+    "sasl_mechanism": "PLAIN",
+    "sasl_plain_username": None,
+    "sasl_plain_password": None,
+    "sasl_kerberos_service_name": "kafka",
+    "sasl_kerberos_domain_name": None,
+    "sasl_oauth_token_provider": None,
+}
+_CLIENT_OPTIONS = tuple(_CLIENT_OPTION_DEFAULTS)
+#: Constructor parameters that are ConsumerConfig fields.
+_CONFIG_OPTIONS = tuple(
+    name for name in ConsumerConfig.__dataclass_fields__ if name != "client_options"
 )
 
+
+def _unknown_options_message(unknown: Mapping[str, object]) -> str:
+    known = [*_CONFIG_OPTIONS, *_CLIENT_OPTIONS, "listener", "pattern", "loop"]
+    parts = []
+    for name in sorted(unknown):
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        parts.append(f"{name!r}{hint}")
+    return f"GroupConsumer got unknown option(s): {', '.join(parts)}"
+
+
 CommitCallback = Callable[[Mapping[TopicPartition, OffsetAndMetadata], BaseException | None], Any]
+
+
+def _record_bytes(record: ConsumerRecord) -> int:
+    return max(0, int(record.serialized_key_size)) + max(0, int(record.serialized_value_size))
+
+
+def _check_partition(tp: object) -> None:
+    if not isinstance(tp, TopicPartition):
+        raise TypeError(f"assign() takes TopicPartition objects, got {tp!r}")
+    validate_topic_name(tp.topic)
+    if tp.partition < 0:
+        raise ValueError(f"partition numbers are >= 0, got {tp}")
 
 
 class _Lifecycle:
@@ -79,14 +121,82 @@ class GroupConsumer:
         *topics: str,
         listener: object | None = None,
         pattern: str | None = None,
-        **options: Any,
+        loop: asyncio.AbstractEventLoop | None = None,
+        bootstrap_servers: str | list[str] = "localhost:9092",
+        client_id: str = "aiogroup",
+        group_id: str | None = None,
+        group_instance_id: str | None = None,
+        key_deserializer: Callable[[bytes | None], Any] | None = None,
+        value_deserializer: Callable[[bytes | None], Any] | None = None,
+        fetch_max_wait_ms: int = 500,
+        fetch_max_bytes: int = 52_428_800,
+        fetch_min_bytes: int = 1,
+        max_partition_fetch_bytes: int = 1_048_576,
+        max_buffered_bytes: int = 64 * 1_048_576,
+        request_timeout_ms: int = 40_000,
+        retry_backoff_ms: int = 100,
+        auto_offset_reset: str = "latest",
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5_000,
+        check_crcs: bool = True,
+        metadata_max_age_ms: int = 300_000,
+        partition_assignment_strategy: Any = ("range",),
+        max_poll_interval_ms: int = 300_000,
+        rebalance_timeout_ms: int | None = None,
+        session_timeout_ms: int = 10_000,
+        heartbeat_interval_ms: int = 3_000,
+        consumer_timeout_ms: int = 200,
+        max_poll_records: int | None = None,
+        ssl_context: Any = None,
+        security_protocol: str = "PLAINTEXT",
+        api_version: str | None = None,
+        exclude_internal_topics: bool = True,
+        connections_max_idle_ms: int = 540_000,
+        isolation_level: str = "read_uncommitted",
+        sasl_mechanism: str = "PLAIN",
+        sasl_plain_password: str | None = None,
+        sasl_plain_username: str | None = None,
+        sasl_kerberos_service_name: str = "kafka",
+        sasl_kerberos_domain_name: str | None = None,
+        sasl_oauth_token_provider: Any = None,
+        client_rack: str | None = None,
+        group_protocol: str = "classic",
+        group_remote_assignor: str | None = None,
+        **unknown_options: NoReturn,
     ) -> None:
-        client_options = {k: options.pop(k) for k in list(options) if k in _CLIENT_OPTIONS}
-        unknown = set(options) - set(ConsumerConfig.__dataclass_fields__) - {"client_options"}
-        if unknown:
-            raise TypeError(f"GroupConsumer got unknown option(s): {', '.join(sorted(unknown))}")
-        options.setdefault("client_options", {}).update(client_options)
-        self._config = ConsumerConfig(**options)
+        # ``**unknown_options: NoReturn`` makes a misspelt option a type error for mypy
+        # in the caller's code, and a ConfigurationError naming it at run time (instead
+        # of Python's TypeError, which an aiokafka program does not expect).
+        if unknown_options:
+            raise ConfigurationError(_unknown_options_message(unknown_options))
+        if loop is not None:
+            warnings.warn(
+                "the loop argument is ignored: GroupConsumer uses the running loop "
+                "(aiokafka deprecated it in 0.7.1)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+        if api_version not in (None, "auto"):
+            warnings.warn(
+                "api_version is ignored: API versions are negotiated with the broker "
+                "(aiokafka deprecated it in 0.13)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+        given = locals()
+        client_options = {
+            name: given[name]
+            for name in _CLIENT_OPTIONS
+            if given[name] != _CLIENT_OPTION_DEFAULTS[name]
+        }
+        check_group_protocol_options(
+            group_protocol,
+            {name: given[name] for name in CLASSIC_ONLY_OPTIONS},
+        )
+        self._config = ConsumerConfig(
+            client_options=client_options,
+            **{name: given[name] for name in _CONFIG_OPTIONS},
+        )
         # Resolve assignor names now so an unknown name fails in the constructor.
         self._assignors = resolve_assignors(self._config.partition_assignment_strategy)
         if topics and pattern is not None:
@@ -94,6 +204,8 @@ class GroupConsumer:
         self._initial_topics = validate_topics(topics) if topics else None
         self._initial_pattern = pattern
         self._initial_listener = listener
+        #: Set by assign() before start(), applied by start() (aiokafka allows both).
+        self._initial_assignment: list[TopicPartition] | None = None
         if (topics or pattern is not None) and self._config.group_id is None:
             raise ConfigurationError(
                 "subscribing to topics needs group_id; use assign() for group-less consumption"
@@ -104,12 +216,22 @@ class GroupConsumer:
         self._client: AIOKafkaClient | None = None
         self._subscription: SubscriptionState | None = None
         self._fetcher: Fetcher | None = None
-        self._coordinator: GroupCoordinator | None = None
+        self._coordinator: GroupCoordinator | ConsumerGroupCoordinator | None = None
+        self._metrics = ConsumerMetrics(self._config.session_timeout_ms / 1000)
 
     # -- lifecycle ----------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Connect, then join the group if topics or a pattern were given."""
+        """Connect; with topics or a pattern, return once the first assignment is in.
+
+        As aiokafka's ``start()``: when the consumer was given topics (constructor or
+        ``subscribe()`` before ``start()``), this waits until the member has joined
+        the group and received its first assignment, so ``await start()`` followed by
+        ``seek_to_beginning()`` or ``position()`` sees the assigned partitions.
+        Unlike aiokafka, the wait is bounded (rebalance timeout + request timeout):
+        past it the consumer is stopped and ``KafkaTimeoutError`` raised; a fatal
+        group error (an unknown assignor, authorization) is raised at once.
+        """
         if self._lifecycle is _Lifecycle.STARTED:
             raise IllegalStateError("GroupConsumer.start() called twice")
         if self._lifecycle is _Lifecycle.STOPPED:
@@ -128,20 +250,71 @@ class GroupConsumer:
         try:
             await self._client.bootstrap()
             self._fetcher = Fetcher(self._client, self._subscription, cfg)
+            self._fetcher.metrics = self._metrics
             await self._fetcher.start()
-            if cfg.group_id is not None:
+            if cfg.group_id is not None and cfg.group_protocol == "consumer":
+                self._coordinator = ConsumerGroupCoordinator(self._client, self._subscription, cfg)
+            elif cfg.group_id is not None:
                 self._coordinator = GroupCoordinator(
                     self._client, self._subscription, cfg, self._assignors
                 )
+            if self._coordinator is not None:
+                self._coordinator.metrics = self._metrics
                 await self._coordinator.start()
         except BaseException:
             await self._shutdown(graceful=False)
             raise
         self._lifecycle = _Lifecycle.STARTED
-        if self._initial_topics is not None:
+        if self._initial_assignment is not None:
+            self.assign(self._initial_assignment)
+        elif self._initial_topics is not None:
             self.subscribe(topics=self._initial_topics, listener=self._initial_listener)
         elif self._initial_pattern is not None:
             self.subscribe(pattern=self._initial_pattern, listener=self._initial_listener)
+        if self._subscription.subscription.group_managed:
+            try:
+                await self._wait_first_assignment()
+            except BaseException:
+                await self.stop()
+                raise
+
+    async def _wait_first_assignment(self) -> None:
+        sub, coordinator = self._subscription, self._coordinator
+        assert sub is not None and coordinator is not None
+        cfg = self._config
+        loop = asyncio.get_running_loop()
+        limit = (cfg.effective_rebalance_timeout_ms + cfg.request_timeout_ms) / 1000
+        deadline = loop.time() + limit
+        reported = asyncio.Event()
+        sub.add_error_callback(reported.set)
+        assigned = asyncio.ensure_future(sub.wait_for_assignment())
+        try:
+            while not assigned.done():
+                error = asyncio.ensure_future(reported.wait())
+                try:
+                    await asyncio.wait(
+                        {assigned, error},
+                        timeout=max(0.0, deadline - loop.time()),
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+                finally:
+                    error.cancel()
+                if assigned.done():
+                    break
+                if coordinator.state.value == MemberState.FATAL.value:  # either protocol
+                    sub.raise_pending_error()  # what made it fatal
+                    raise KafkaError(f"group {cfg.group_id!r}: coordination failed")
+                if not reported.is_set():
+                    raise KafkaTimeoutError(
+                        f"start(): no assignment for group {cfg.group_id!r} within "
+                        f"{limit:.0f}s (rebalance_timeout_ms + request_timeout_ms); "
+                        "is the group coordinator reachable?"
+                    )
+                # A retriable error (kept for the next poll): keep waiting.
+                reported.clear()
+        finally:
+            assigned.cancel()
+        assigned.result()  # ConsumerStoppedError if stop() ran meanwhile
 
     async def stop(self) -> None:
         """Commit (auto-commit), revoke, leave the group and close; safe to call twice."""
@@ -192,7 +365,7 @@ class GroupConsumer:
         await self.start()
         return self
 
-    async def __aexit__(self, *exc_info: object) -> None:
+    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
         await self.stop()
 
     def _require_started(self) -> SubscriptionState:
@@ -222,9 +395,16 @@ class GroupConsumer:
         pattern: str | None = None,
         listener: object | None = None,
     ) -> None:
-        """Join the group for ``topics`` or a regex ``pattern`` (not both)."""
-        sub = self._require_started()
+        """Join the group for ``topics`` or a regex ``pattern`` (not both).
+
+        Before ``start()`` (as aiokafka allows) the subscription is kept and applied
+        by ``start()``, which then waits for the first assignment.
+        """
         topic_list = [topics] if isinstance(topics, str) else list(topics)
+        if self._lifecycle is _Lifecycle.NEW:
+            self._subscribe_before_start(topic_list, pattern, listener)
+            return
+        sub = self._require_started()
         if topic_list and pattern is not None:
             raise ConfigurationError("subscribe() takes topics or pattern, not both")
         if not topic_list and pattern is None:
@@ -250,14 +430,58 @@ class GroupConsumer:
         else:
             sub.subscribe(validate_topics(topic_list), listener=normalized)
 
+    def _subscribe_before_start(
+        self, topic_list: list[str], pattern: str | None, listener: object | None
+    ) -> None:
+        if topic_list and pattern is not None:
+            raise ConfigurationError("subscribe() takes topics or pattern, not both")
+        if not topic_list and pattern is None:
+            raise ConfigurationError("subscribe() needs topics or a pattern")
+        if self._config.group_id is None:
+            raise ConfigurationError(
+                "subscribe() needs group_id; use assign() for group-less consumption"
+            )
+        if self._initial_assignment is not None:
+            raise IllegalStateError(
+                "subscribe() after assign(): call unsubscribe() first; a consumer either uses "
+                "group-managed or manually assigned partitions"
+            )
+        if pattern is not None:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ConfigurationError(
+                    f"invalid subscription pattern {pattern!r}: {exc}"
+                ) from exc
+        if listener is not None:
+            as_async_listener(listener)
+        self._initial_topics = validate_topics(topic_list) if topic_list else None
+        self._initial_pattern = pattern
+        self._initial_listener = listener
+
     def subscription(self) -> frozenset[str]:
         """Topics currently subscribed to (pattern matches included)."""
         if self._subscription is None:
-            return frozenset()
+            return self._initial_topics or frozenset()
         return self._subscription.subscription.effective_topics
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
-        """Consume exactly these partitions, without group management."""
+        """Consume exactly these partitions, without group management.
+
+        Before ``start()`` (as aiokafka allows) the partitions are kept and assigned
+        by ``start()``.
+        """
+        if self._lifecycle is _Lifecycle.NEW:
+            parts = list(partitions)
+            for tp in parts:
+                _check_partition(tp)
+            if self._initial_topics is not None or self._initial_pattern is not None:
+                raise IllegalStateError(
+                    "assign() after subscribe(): call unsubscribe() first; a consumer either "
+                    "uses group-managed or manually assigned partitions"
+                )
+            self._initial_assignment = parts
+            return
         sub = self._require_started()
         if sub.subscription.group_managed:
             raise IllegalStateError(
@@ -266,11 +490,7 @@ class GroupConsumer:
             )
         parts = list(partitions)
         for tp in parts:
-            if not isinstance(tp, TopicPartition):
-                raise TypeError(f"assign() takes TopicPartition objects, got {tp!r}")
-            validate_topic_name(tp.topic)
-            if tp.partition < 0:
-                raise ValueError(f"partition numbers are >= 0, got {tp}")
+            _check_partition(tp)
         sub.assign_from_user(parts)
         assignment = sub.assignment
         assert assignment is not None
@@ -282,6 +502,9 @@ class GroupConsumer:
 
     def unsubscribe(self) -> None:
         """Leave the group (revoking first) or drop the manual assignment."""
+        if self._lifecycle is _Lifecycle.NEW:
+            self._initial_topics = self._initial_pattern = self._initial_assignment = None
+            return
         sub = self._require_started()
         sub.unsubscribe()
 
@@ -296,6 +519,7 @@ class GroupConsumer:
         sub = self._require_started()
         sub.raise_pending_error()
         sub.note_poll(asyncio.get_running_loop().time())
+        self._metrics.check_broker()
         for tp in partitions:
             if tp not in sub.assigned_partitions:
                 raise IllegalStateError(f"partition {tp} is not assigned to this consumer")
@@ -304,7 +528,9 @@ class GroupConsumer:
     async def getone(self, *partitions: TopicPartition) -> ConsumerRecord:
         """The next record (of ``partitions`` if given); waits until there is one or stop()."""
         self._before_poll(partitions)
-        return await self._fetcher_or_raise.next_record(partitions)
+        record = await self._fetcher_or_raise.next_record(partitions)
+        self._metrics.delivered(1, _record_bytes(record))
+        return record
 
     async def getmany(
         self,
@@ -320,9 +546,13 @@ class GroupConsumer:
         self._before_poll(partitions)
         if max_records is None:
             max_records = self._config.max_poll_records
-        return await self._fetcher_or_raise.fetched_records(
+        result = await self._fetcher_or_raise.fetched_records(
             partitions, timeout_ms / 1000, max_records
         )
+        if result:
+            records = [r for batch in result.values() for r in batch]
+            self._metrics.delivered(len(records), sum(map(_record_bytes, records)))
+        return result
 
     async def getmany_arrow(
         self,
@@ -341,9 +571,13 @@ class GroupConsumer:
         if max_records is not None and max_records <= 0:
             raise ValueError(f"max_records must be > 0 or None, got {max_records}")
         self._before_poll(partitions)
-        return await self._fetcher_or_raise.fetched_arrow(
+        batch = await self._fetcher_or_raise.fetched_arrow(
             partitions, timeout_ms / 1000, max_records
         )
+        if batch is not None:
+            nbytes = batch.column("key").nbytes + batch.column("value").nbytes
+            self._metrics.delivered(batch.num_rows, nbytes)
+        return batch
 
     def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
         return self
@@ -503,6 +737,15 @@ class GroupConsumer:
     def last_stable_offset(self, partition: TopicPartition) -> int | None:
         return self._state(partition).last_stable_offset
 
+    def last_poll_timestamp(self, partition: TopicPartition) -> int | None:
+        """Wall-clock ms of the last Fetch response for ``partition`` (as aiokafka).
+
+        That is when ``highwater()`` and ``last_stable_offset()`` were last updated,
+        whether or not records came with it; None until the first fetch.
+        """
+        self._state(partition)
+        return self._metrics.partition_fetch_ms.get(partition)
+
     def lag(self, partition: TopicPartition) -> int | None:
         """Records between the position and the high watermark (None until both are known)."""
         st = self._state(partition)
@@ -576,3 +819,113 @@ class GroupConsumer:
     @property
     def config(self) -> ConsumerConfig:
         return self._config
+
+    # -- observability --------------------------------------------------------------------
+
+    def metrics(self) -> MetricsSnapshot:
+        """Counters, rates, latencies, rebalances and per-partition lag (see aiogroup.metrics).
+
+        Lag is the high watermark of the last Fetch response minus the position; it
+        does not use ``end_offsets()`` (see the module docstring for why).
+        """
+        m = self._metrics
+        records_rate, bytes_rate = m.rates()
+        partitions: dict[TopicPartition, PartitionMetrics] = {}
+        sub = self._subscription
+        if sub is not None and sub.assignment is not None:
+            for st in sub.assignment.states():
+                lag = None
+                if st.highwater is not None and st.position is not None:
+                    lag = max(0, st.highwater - st.position)
+                partitions[st.tp] = PartitionMetrics(
+                    st.position, st.highwater, lag, m.partition_fetch_ms.get(st.tp)
+                )
+        return MetricsSnapshot(
+            records_consumed=m.records_consumed,
+            bytes_consumed=m.bytes_consumed,
+            records_per_second=records_rate,
+            bytes_per_second=bytes_rate,
+            fetch_latency=replace(m.fetch_latency),
+            heartbeat_latency=replace(m.heartbeat_latency),
+            commit_latency=replace(m.commit_latency),
+            rebalances=m.rebalances,
+            rebalance_in_progress=m.rebalance_started is not None,
+            last_rebalance_seconds=m.last_rebalance_s,
+            total_rebalance_seconds=m.total_rebalance_s,
+            partitions_lost=m.partitions_lost,
+            seconds_since_last_heartbeat=m.seconds_since_heartbeat(),
+            seconds_since_last_poll=self._seconds_since_poll(),
+            member_state=self._member_state(),
+            member_id=self.member_id,
+            generation=self.generation,
+            group_requests={api: replace(st) for api, st in m.request_latency.items()},
+            partitions=partitions,
+        )
+
+    def health(self) -> Health:
+        """Readiness and liveness for probes: joined, broker reachable, heartbeat and poll age."""
+        m = self._metrics
+        state = self._member_state()
+        started = self._lifecycle is _Lifecycle.STARTED
+        sub = self._subscription
+        group_managed = sub is not None and sub.subscription.group_managed
+        joined = (
+            group_managed
+            # ASSIGNING: in the generation, on_partitions_assigned still running.
+            # RECONCILING/ACKNOWLEDGING: the consumer protocol's equivalents.
+            and state
+            in (
+                MemberState.STABLE.value,
+                MemberState.ASSIGNING.value,
+                "RECONCILING",
+                "ACKNOWLEDGING",
+            )
+            and sub is not None
+            and sub.assignment is not None
+        )
+        reachable = m.broker_reachable()
+        poll_age = self._seconds_since_poll()
+        reasons: list[str] = []
+        live = started
+        if not started:
+            reasons.append(f"consumer is {self._lifecycle}")
+        if state == MemberState.FATAL.value:
+            live = False
+            reasons.append("fatal group error")
+        if (
+            group_managed
+            and poll_age is not None
+            and poll_age * 1000 > self._config.max_poll_interval_ms
+        ):
+            live = False
+            reasons.append(f"no poll for {poll_age:.1f}s (> max_poll_interval_ms)")
+        if not reachable:
+            reasons.append("no broker request succeeded within session_timeout_ms")
+        if group_managed and not joined:
+            reasons.append(f"not joined (member state {state})")
+        ready = live and reachable and (joined or not group_managed)
+        pending = None if sub is None else sub.pending_error
+        return Health(
+            live=live,
+            ready=ready,
+            started=started,
+            joined=joined,
+            broker_reachable=reachable,
+            member_state=state,
+            seconds_since_last_heartbeat=m.seconds_since_heartbeat(),
+            seconds_since_last_poll=poll_age,
+            seconds_since_broker_response=m.seconds_since_broker_response(),
+            last_error=repr(pending) if pending is not None else m.last_broker_error,
+            reasons=tuple(reasons),
+        )
+
+    def _member_state(self) -> str:
+        if self._coordinator is not None:
+            return str(self._coordinator.state.value)
+        return "NO_GROUP" if self._lifecycle is _Lifecycle.STARTED else self._lifecycle.upper()
+
+    def _seconds_since_poll(self) -> float | None:
+        sub = self._subscription
+        if sub is None or sub.last_poll is None:
+            return None
+        return asyncio.get_running_loop().time() - sub.last_poll

@@ -36,7 +36,6 @@ from typing import Any
 import async_timeout
 from aiokafka.client import AIOKafkaClient, ConnectionGroup
 from aiokafka.errors import (
-    CommitFailedError,
     IllegalStateError,
     IncompatibleBrokerVersion,
     KafkaError,
@@ -84,12 +83,15 @@ from aiogroup.consumer_protocol import (
     encode_subscription,
 )
 from aiogroup.errors import (
+    CommitFailedError,
     ConfigurationError,
     MalformedProtocolDataError,
     RebalanceListenerError,
     error_for_code,
+    is_retriable,
 )
-from aiogroup.listeners import AsyncConsumerRebalanceListener, as_async_listener
+from aiogroup.listeners import AsyncConsumerRebalanceListener, ListenerThread, as_async_listener
+from aiogroup.metrics import ConsumerMetrics
 from aiogroup.structs import OffsetAndMetadata, RebalanceProtocol, TopicPartition
 from aiogroup.subscription import FetchStatus, SubscriptionState, SubscriptionType
 
@@ -105,6 +107,11 @@ class _SubscriptionPoke:
     """The subscription object changed; the routine reads it and tells the machine."""
 
 
+#: Longest wait between metadata requests for a subscribed topic the cluster does not
+#: show yet (Java's retry.backoff.max.ms default).
+_MISSING_TOPIC_BACKOFF_MAX = 1.0
+
+
 @dataclass(frozen=True, slots=True)
 class _MetadataPoke:
     """Cluster metadata was refreshed (pattern matches, partition counts)."""
@@ -117,7 +124,12 @@ class _ChildCrashed:
     exc: BaseException
 
 
-_InboxItem = E.Event | _SubscriptionPoke | _MetadataPoke | _ChildCrashed
+@dataclass(frozen=True, slots=True)
+class _AbandonJoin:
+    """close() was called: a JoinGroup still held by the broker is given up (leave at once)."""
+
+
+_InboxItem = E.Event | _SubscriptionPoke | _MetadataPoke | _ChildCrashed | _AbandonJoin
 
 
 def _failure_kind(exc: BaseException) -> str:
@@ -159,20 +171,28 @@ class GroupCoordinator:
             static_member=config.group_instance_id is not None,
         )
         self._retry_backoff = config.retry_backoff_ms / 1000
+        self._missing_topics_task: asyncio.Task[Any] | None = None
         self._inbox: asyncio.Queue[_InboxItem] = asyncio.Queue()
         self._routine: asyncio.Task[None] | None = None
         self._children: set[asyncio.Task[Any]] = set()
-        self._listener_task: asyncio.Task[None] | None = None
+        self._join_task: asyncio.Task[Any] | None = None
+        #: (coordinator node, member id) to send LeaveGroup to after an abandoned join.
+        self._leave_after_close: tuple[int, str] | None = None
         self._listener_inner: asyncio.Task[Any] | None = None
         self._listener_cancel_reason: str | None = None
+        #: Set when the running callback overran while in the listener thread (which
+        #: cannot be cancelled): reported when it returns.
+        self._listener_overran: str | None = None
+        self._listener_thread = ListenerThread()
         self._listener: AsyncConsumerRebalanceListener = AsyncConsumerRebalanceListener()
         self._coordinator_known = asyncio.Event()
         self._last_fed_poll: float | None = None
         self._subscription_key: object = None
         self._partition_counts: dict[str, int | None] = {}
         self._group_topics: frozenset[str] = frozenset()
-        self._closing = False
         self._all_topics_metadata = False
+        #: Replaced by GroupConsumer with the consumer's shared instance.
+        self.metrics = ConsumerMetrics(config.session_timeout_ms / 1000)
 
     # -- read-only views ---------------------------------------------------------------
 
@@ -220,10 +240,14 @@ class GroupCoordinator:
         if routine is None or routine.done():
             await self._finish_routine()
             return
-        self._closing = True
         self._inbox.put_nowait(E.CloseRequested())
+        self._inbox.put_nowait(_AbandonJoin())
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         try:
             await wait_for(asyncio.shield(routine), timeout)
+            if self._leave_after_close is not None:
+                await wait_for(self._leave_abandoned(), max(0.0, deadline - loop.time()))
         except asyncio.TimeoutError:
             log.warning(
                 "group %s: close did not finish within %.1fs; dropping the rest "
@@ -235,6 +259,20 @@ class GroupCoordinator:
             pass  # the routine already reported and logged its failure
         finally:
             await self._finish_routine()
+
+    async def _leave_abandoned(self) -> None:
+        assert self._leave_after_close is not None
+        node, member_id = self._leave_after_close
+        self._leave_after_close = None
+        log.info("group %s: leaving the group - closing during a JoinGroup", self._group_id)
+        request = LeaveGroupRequest(self._group_id, member_id, None, "the consumer is closing")
+        # Not on the coordination connection: a broker answers one request per
+        # connection at a time, so there the LeaveGroup would wait behind the held join.
+        send = self._client.send(node, request, group=ConnectionGroup.DEFAULT)
+        try:
+            parse_leave_group(await self.metrics.timed_group_request(request, send))
+        except (KafkaError, OSError) as exc:
+            log.debug("group %s: LeaveGroup after an abandoned join: %r", self._group_id, exc)
 
     async def abort(self) -> None:
         """Stop at once as if the process died: no commit, no revoke, no LeaveGroup."""
@@ -251,6 +289,7 @@ class GroupCoordinator:
             if not routine.cancelled() and routine.exception() is not None:
                 log.debug("group %s: routine ended with %r", self._group_id, routine.exception())
         await self._cancel_children()
+        self._listener_thread.close()
 
     # -- the routine ------------------------------------------------------------------------
 
@@ -302,7 +341,35 @@ class GroupCoordinator:
         if isinstance(item, _MetadataPoke):
             self._on_metadata_poke()
             return
+        if isinstance(item, _AbandonJoin):
+            self._abandon_join()
+            return
         self._feed(item)
+
+    def _abandon_join(self) -> None:
+        """Give up a JoinGroup in flight so close() leaves at once.
+
+        A broker holds a JoinGroup until the rebalance completes (up to the rebalance
+        timeout; Tansu about half the session timeout), so waiting for its answer made
+        stop() take seconds.  The request task is cancelled - it then reports nothing -
+        and the machine is told the join failed, which takes it to UNJOINED; with
+        ``closing`` set it then leaves (LeaveGroup with the member id it has, if any)
+        and closes.  Checked here, in the routine, so the state is current.
+        """
+        task = self._join_task
+        m = self._membership
+        if m.state is MemberState.PREPARING_REBALANCE and task is not None and task.cancel():
+            if m.member_id and m.coordinator_id is not None and not m.static_member:
+                # The machine counts the join as a failure (coordinator unknown) and
+                # closes without a LeaveGroup; close() sends it once the routine ends.
+                self._leave_after_close = (m.coordinator_id, m.member_id)
+            self._feed(
+                E.JoinGroupFailed(
+                    "connection",
+                    self._membership.generation_id,
+                    "abandoned: the consumer is closing",
+                )
+            )
 
     def _feed(self, event: E.Event) -> None:
         """The one place the machine is driven; performs what it answers, in order."""
@@ -322,6 +389,7 @@ class GroupCoordinator:
             self._perform(action)
 
     def _perform(self, action: A.Action) -> None:
+        self.metrics.on_action(action)
         if isinstance(action, A.FindCoordinator):
             log.debug("group %s: finding coordinator (%s)", self._group_id, action.reason)
             self._spawn(self._find_coordinator(), "FindCoordinator")
@@ -334,7 +402,7 @@ class GroupCoordinator:
                 action.generation_id,
                 len(action.owned_partitions),
             )
-            self._spawn(self._join_group(action), "JoinGroup")
+            self._join_task = self._spawn(self._join_group(action), "JoinGroup")
         elif isinstance(action, A.ComputeAssignment):
             self._spawn(self._compute_assignment(action), "assign")
         elif isinstance(action, A.SendSyncGroup):
@@ -366,7 +434,15 @@ class GroupCoordinator:
                 action.generation_id,
                 sorted(action.partitions) or "no new partitions",
             )
-            self._start_listener("assigned", lambda: self._run_assigned(action.partitions))
+            # New partitions are held until the callback (and the seeks to the offsets
+            # it returns) are done, however it ends.
+            added = action.partitions
+            self._subscription.mark_assigning(added, True)
+            self._start_listener(
+                "assigned",
+                lambda: self._run_assigned(added),
+                on_done=lambda: self._subscription.mark_assigning(added, False),
+            )
         elif isinstance(action, A.InvokeOnPartitionsLost):
             log.warning(
                 "group %s: membership lost; partitions lost: %s",
@@ -376,10 +452,23 @@ class GroupCoordinator:
             parts = action.partitions
             self._start_listener("lost", lambda: self._listener.on_partitions_lost(set(parts)))
         elif isinstance(action, A.CancelListener):
-            log.error("group %s: %s; cancelling it", self._group_id, action.reason)
-            self._listener_cancel_reason = action.reason
-            if self._listener_inner is not None:
-                self._listener_inner.cancel()
+            if self._listener_thread.busy:
+                # A thread cannot be cancelled.  Wait for it (callbacks never overlap,
+                # and the next step must not start while the application still works
+                # on these partitions); heartbeats go on, the broker decides.
+                log.error(
+                    "group %s: %s; it runs in the listener thread, which cannot be "
+                    "cancelled: waiting for it to return (the group may rebalance "
+                    "without this member meanwhile)",
+                    self._group_id,
+                    action.reason,
+                )
+                self._listener_overran = action.reason
+            else:
+                log.error("group %s: %s; cancelling it", self._group_id, action.reason)
+                self._listener_cancel_reason = action.reason
+                if self._listener_inner is not None:
+                    self._listener_inner.cancel()
         elif isinstance(action, A.SetAssignment):
             self._set_assignment(action.partitions)
         elif isinstance(action, A.AutoCommit):
@@ -417,14 +506,24 @@ class GroupCoordinator:
             await asyncio.gather(*tasks, return_exceptions=True)
         self._children.clear()
 
-    def _start_listener(self, kind: str, call: Callable[[], Awaitable[Any]]) -> None:
-        """Run a listener as a child; its end (or our cancelling it) becomes ListenerCompleted."""
+    def _start_listener(
+        self,
+        kind: str,
+        call: Callable[[], Awaitable[Any]],
+        on_done: Callable[[], None] | None = None,
+    ) -> None:
+        """Run a listener as a child; its end (or our cancelling it) becomes ListenerCompleted.
+
+        ``on_done`` runs once the callback ended, however it ended (also when it never
+        started because the routine was cancelled first).
+        """
         loop = asyncio.get_running_loop()
         inner: asyncio.Task[Any] = loop.create_task(
             _call(call), name=f"aiogroup-on_partitions_{kind}"
         )
         self._listener_inner = inner
         self._listener_cancel_reason = None
+        self._listener_overran = None
 
         async def supervise() -> None:
             try:
@@ -432,6 +531,9 @@ class GroupCoordinator:
             except asyncio.CancelledError:
                 inner.cancel()
                 raise
+            finally:
+                if on_done is not None:
+                    on_done()
             error: BaseException | None
             if inner.cancelled():
                 error = RebalanceListenerError(
@@ -446,10 +548,16 @@ class GroupCoordinator:
                         kind,
                         exc_info=error,
                     )
+                elif self._listener_overran is not None:
+                    error = RebalanceListenerError(
+                        f"{self._listener_overran}; it ran in the listener thread, which "
+                        "cannot be cancelled, and returned late - the group may have "
+                        "rebalanced without this member"
+                    )
             self._listener_inner = None
             self._inbox.put_nowait(E.ListenerCompleted(kind, error))
 
-        self._listener_task = self._spawn(supervise(), f"listener-{kind}")
+        self._spawn(supervise(), f"listener-{kind}")
 
     async def _run_assigned(self, partitions: frozenset[TopicPartition]) -> None:
         offsets = await self._listener.on_partitions_assigned(set(partitions))
@@ -486,7 +594,7 @@ class GroupCoordinator:
         sub = self._subscription.subscription
         if sub.group_managed:
             # Kept after unsubscribe: the revocation that follows must reach it.
-            self._listener = as_async_listener(sub.listener)
+            self._listener = as_async_listener(sub.listener, thread=self._listener_thread)
             if sub.type is SubscriptionType.AUTO_PATTERN:
                 if not self._all_topics_metadata:
                     self._all_topics_metadata = True
@@ -542,6 +650,29 @@ class GroupCoordinator:
             parts = cluster.partitions_for_topic(topic)
             counts[topic] = len(parts) if parts else None
         self._partition_counts = counts
+        missing = sorted(t for t, n in counts.items() if n is None)
+        if missing and (self._missing_topics_task is None or self._missing_topics_task.done()):
+            self._missing_topics_task = self._spawn(
+                self._refresh_until_known(missing), "missing-topics"
+            )
+
+    async def _refresh_until_known(self, topics: list[str]) -> None:
+        """Ask for metadata again until every subscribed topic is known.
+
+        A topic created just before the group formed can be missing from the metadata
+        the assignment was computed on (the broker answering Metadata had not learnt
+        it yet).  The group is then stable with those partitions owned by nobody, and
+        the periodic refresh (``metadata_max_age_ms``, 5 minutes by default) would be
+        the first to notice.  As Java's client does for a subscribed topic it cannot
+        see, refresh with a capped backoff; once the topic appears the metadata
+        listener reports the partition-count change and the member rejoins.
+        """
+        delay = self._retry_backoff
+        cluster = self._client.cluster
+        while any(not cluster.partitions_for_topic(t) for t in topics):
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _MISSING_TOPIC_BACKOFF_MAX)
+            await self._client.force_metadata_update()
 
     def _set_assignment(self, partitions: frozenset[TopicPartition] | None) -> None:
         sub = self._subscription
@@ -568,7 +699,8 @@ class GroupCoordinator:
     # -- group requests (each in its own child task) ----------------------------------------
 
     async def _send(self, node_id: int, request: Any) -> Any:
-        return await self._client.send(node_id, request, group=ConnectionGroup.COORDINATION)
+        send = self._client.send(node_id, request, group=ConnectionGroup.COORDINATION)
+        return await self.metrics.timed_group_request(request, send)
 
     async def _find_coordinator(self) -> None:
         event: E.Event
@@ -576,7 +708,8 @@ class GroupCoordinator:
             node = self._client.get_random_node()
             if node is None:
                 raise KafkaError("no broker known to ask for the coordinator")
-            resp = await self._client.send(node, FindCoordinatorRequest(self._group_id))
+            request = FindCoordinatorRequest(self._group_id)
+            resp = await self.metrics.timed_group_request(request, self._client.send(node, request))
             result = parse_find_coordinator(resp)
             if result.error_code != 0:
                 event = E.CoordinatorLookupFailed(result.error_code, result.error_message or "")
@@ -620,13 +753,13 @@ class GroupCoordinator:
             resp = await self._send(node, build())
             event = on_response(resp)
         except _NoCoordinator:
-            event = E.RequestFailed(api, "coordinator", generation_id, "coordinator unknown")
+            event = E.request_failed(api, "coordinator", generation_id, "coordinator unknown")
         except IncompatibleBrokerVersion as exc:
             self._subscription.report_error(exc)
-            event = E.RequestFailed(api, "connection", generation_id, repr(exc))
+            event = E.request_failed(api, "connection", generation_id, repr(exc))
         except (KafkaError, OSError, asyncio.TimeoutError) as exc:
             log.debug("group %s: %s failed: %r", self._group_id, api, exc)
-            event = E.RequestFailed(api, _failure_kind(exc), generation_id, repr(exc))
+            event = E.request_failed(api, _failure_kind(exc), generation_id, repr(exc))
         self._inbox.put_nowait(event)
 
     async def _join_group(self, action: A.SendJoinGroup) -> None:
@@ -833,7 +966,7 @@ class GroupCoordinator:
                     raise
                 log.debug("group %s: OffsetCommit failed: %r; retrying", self._group_id, exc)
                 self._inbox.put_nowait(
-                    E.RequestFailed("OffsetCommit", _failure_kind(exc), generation_id, repr(exc))
+                    E.OffsetCommitFailed(_failure_kind(exc), generation_id, repr(exc))
                 )
                 await asyncio.sleep(self._retry_backoff)
                 continue
@@ -855,9 +988,7 @@ class GroupCoordinator:
                 if outcome is CallerOutcome.RAISE:
                     raise error_for_code(code)(f"OffsetCommit of {tp}: {code_name(code)}")
                 if outcome is CallerOutcome.FIND_COORDINATOR_AND_RETRY:
-                    self._inbox.put_nowait(
-                        E.RequestFailed("OffsetCommit", "coordinator", generation_id)
-                    )
+                    self._inbox.put_nowait(E.OffsetCommitFailed("coordinator", generation_id))
             if not failed:
                 log.debug("group %s: committed %s", self._group_id, offsets)
                 return
@@ -906,7 +1037,7 @@ class GroupCoordinator:
             except (KafkaError, OSError) as exc:
                 if isinstance(exc, IncompatibleBrokerVersion):
                     raise
-                self._inbox.put_nowait(E.RequestFailed("OffsetFetch", _failure_kind(exc)))
+                self._inbox.put_nowait(E.OffsetFetchFailed(_failure_kind(exc)))
                 await asyncio.sleep(self._retry_backoff)
                 continue
             result = parse_offset_fetch(resp)
@@ -916,7 +1047,7 @@ class GroupCoordinator:
                 bad = next(c for c in codes if offset_fetch_outcome(c) is CallerOutcome.RAISE)
                 raise error_for_code(bad)(f"OffsetFetch for group {self._group_id}")
             if CallerOutcome.FIND_COORDINATOR_AND_RETRY in outcomes:
-                self._inbox.put_nowait(E.RequestFailed("OffsetFetch", "coordinator"))
+                self._inbox.put_nowait(E.OffsetFetchFailed("coordinator"))
                 await asyncio.sleep(self._retry_backoff)
                 continue
             if CallerOutcome.RETRY in outcomes:
@@ -952,10 +1083,7 @@ class GroupCoordinator:
                     tps, timeout=self._config.request_timeout_ms / 1000
                 )
             except (KafkaError, asyncio.TimeoutError) as exc:
-                retriable = isinstance(exc, asyncio.TimeoutError) or getattr(
-                    exc, "retriable", False
-                )
-                if not retriable:
+                if not is_retriable(exc):
                     log.error("group %s: cannot fetch committed offsets: %r", self._group_id, exc)
                     sub.report_error(exc)
                 await asyncio.sleep(self._retry_backoff)

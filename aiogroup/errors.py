@@ -6,18 +6,29 @@ catching them keeps working; the classes below cover what aiokafka has no name f
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiokafka.errors import (
     BrokerResponseError,
-    CommitFailedError,
     ConsumerStoppedError,
     IllegalStateError,
+    KafkaConfigurationError,
+    KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
+    NodeNotReadyError,
     NoOffsetForPartitionError,
+    RequestTimedOutError,
     for_code,
 )
+from aiokafka.errors import CommitFailedError as _AIOKafkaCommitFailedError
+
+from aiogroup.structs import TopicPartition
 
 __all__ = [
+    "RETRIABLE_CODES",
+    "STALE_METADATA_CODES",
+    "TRANSPORT_ERRORS",
     "BrokerResponseError",
     "CommitFailedError",
     "ConfigurationError",
@@ -30,16 +41,37 @@ __all__ = [
     "MalformedProtocolDataError",
     "NoOffsetForPartitionError",
     "RebalanceListenerError",
+    "RecordDeserializationError",
     "error_for_code",
+    "is_retriable",
 ]
 
 
-class ConfigurationError(ValueError):
-    """A consumer option, or a combination of options, is invalid."""
+class ConfigurationError(KafkaConfigurationError, ValueError):
+    """A consumer option, or a combination of options, is invalid.
+
+    A ``KafkaError`` (aiokafka's ``KafkaConfigurationError``) so that an aiokafka
+    program's ``except KafkaError`` still catches it, and a ``ValueError`` because
+    that is what a bad argument is in Python.
+    """
 
 
-class InvalidTopicNameError(ValueError):
-    """A topic name breaks Kafka's naming rules."""
+class InvalidTopicNameError(KafkaError, ValueError):
+    """A topic name breaks Kafka's naming rules (a ``KafkaError`` and a ``ValueError``)."""
+
+
+class CommitFailedError(_AIOKafkaCommitFailedError):
+    """A commit was refused; the message starts with the actual reason.
+
+    aiokafka's class prepends a fixed paragraph about ``max_poll_interval_ms`` to
+    every message, which buries the reason (a partition not owned, a rebalance in
+    progress) at the end of a tuple repr.  This subclass keeps aiokafka's class in
+    the hierarchy (``except aiokafka.errors.CommitFailedError`` still catches it)
+    but its message is just the reason given.
+    """
+
+    def __init__(self, *args: Any) -> None:
+        KafkaError.__init__(self, *args)
 
 
 class MalformedProtocolDataError(KafkaError):
@@ -70,3 +102,78 @@ def error_for_code(code: int) -> type[BrokerResponseError]:
         return FencedInstanceIdError
     cls: type[BrokerResponseError] = for_code(code)
     return cls
+
+
+class RecordDeserializationError(KafkaError):
+    """The key or value deserializer rejected a record (Java's KIP-334 rule).
+
+    Every record before it has been delivered; the partition's position stays on
+    this record, so every read of the partition raises this again until the
+    application seeks past it (``seek(tp, offset + 1)``) or elsewhere.  Nothing is
+    skipped silently.  The deserializer's own exception is ``__cause__``.
+    """
+
+    def __init__(self, tp: TopicPartition, offset: int, origin: str, cause: BaseException) -> None:
+        super().__init__(
+            f"the {origin} deserializer rejected the record of {tp.topic}-{tp.partition} at "
+            f"offset {offset} ({type(cause).__name__}: {cause}); the position stays there: "
+            f"seek({tp.topic}-{tp.partition}, {offset + 1}) to skip it"
+        )
+        #: The record's partition and offset, and which deserializer failed.
+        self.tp = tp
+        self.offset = offset
+        self.origin = origin
+        self.__cause__ = cause
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.tp, self.offset, self.origin, self.__cause__))
+
+
+#: Partition-level codes that stale metadata explains (Kafka's InvalidMetadataException
+#: family): the same request can succeed once metadata names the partition's current
+#: leader, so the answer is a metadata refresh and a retry, never an error.
+STALE_METADATA_CODES = frozenset(
+    {
+        3,  # UNKNOWN_TOPIC_OR_PARTITION: metadata not yet propagated
+        5,  # LEADER_NOT_AVAILABLE: an election is in progress
+        6,  # NOT_LEADER_OR_FOLLOWER
+        56,  # KAFKA_STORAGE_ERROR: the leader's log dir went offline
+        74,  # FENCED_LEADER_EPOCH
+        75,  # UNKNOWN_LEADER_EPOCH
+    }
+)
+
+#: Every code the package answers by retrying after a backoff, the one list for all
+#: request paths (Fetch, ListOffsets, the high watermark probe, offset fetches).  The
+#: codes aiokafka marks ``retriable`` plus the newer ones it has no class for.
+RETRIABLE_CODES = STALE_METADATA_CODES | frozenset(
+    {
+        7,  # REQUEST_TIMED_OUT
+        14,  # COORDINATOR_LOAD_IN_PROGRESS
+        15,  # COORDINATOR_NOT_AVAILABLE
+        16,  # NOT_COORDINATOR
+        19,  # NOT_ENOUGH_REPLICAS
+        20,  # NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        41,  # NOT_CONTROLLER
+        78,  # OFFSET_NOT_AVAILABLE: a leader change is in progress
+    }
+)
+
+#: Failures of the connection rather than of the request: retry once metadata is fresh.
+TRANSPORT_ERRORS: tuple[type[KafkaError], ...] = (
+    KafkaConnectionError,
+    NodeNotReadyError,
+    RequestTimedOutError,
+)
+
+
+def is_retriable(exc: BaseException) -> bool:
+    """Whether asking again (after a backoff) can succeed where ``exc`` failed."""
+    # Imported here, not at module level: the pure membership machine and the assignors
+    # import this module and must not pull in asyncio (tests/unit/membership/test_purity.py).
+    import asyncio
+
+    if isinstance(exc, (TimeoutError, asyncio.TimeoutError, *TRANSPORT_ERRORS)):
+        return True
+    errno = getattr(exc, "errno", None)
+    return errno in RETRIABLE_CODES or bool(getattr(exc, "retriable", False))

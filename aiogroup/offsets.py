@@ -1,10 +1,18 @@
-"""ListOffsets lookups: earliest, latest and by-timestamp offsets of partitions.
+"""Offset lookups: earliest, latest and by-timestamp offsets, and the true log end.
 
-Shared by the fetcher (position resets) and the facade (``beginning_offsets``,
-``end_offsets``, ``offsets_for_times``).  One request goes to each partition
-leader; partitions whose leader moved or is unknown are retried after a
-metadata refresh, until the caller's ``timeout`` runs out, at which point a
-``KafkaTimeoutError`` names the partitions still unanswered.
+Shared by the fetcher (position resets), the facade (``beginning_offsets``,
+``end_offsets``, ``offsets_for_times``) and the Spark source (where a micro-batch
+ends).  One request goes to each partition leader; partitions whose leader moved or
+is unknown are retried after a metadata refresh, until the caller's ``timeout`` runs
+out, at which point a ``KafkaTimeoutError`` names the partitions still unanswered.
+
+``end_offsets`` is the one answer to "where does the log end": on Kafka,
+ListOffsets(latest) says so, but some Kafka-compatible brokers (Tansu among them)
+answer with the base offset of the last record batch, which would leave that
+batch's records unread and make lag negative.  A Fetch response carries the high
+watermark (and the last stable offset) on every broker, so after ListOffsets one
+tiny fetch at that offset confirms the end, and the larger of the two is the
+answer: two short round trips per leader, the same value on Kafka.
 """
 
 from __future__ import annotations
@@ -15,16 +23,12 @@ from collections import defaultdict
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from aiokafka.errors import (
-    KafkaConnectionError,
-    KafkaTimeoutError,
-    NodeNotReadyError,
-    RequestTimedOutError,
-)
+from aiokafka.errors import KafkaTimeoutError
 from aiokafka.protocol.offset import OffsetRequest
 
+from aiogroup._fetch.responses import build_fetch_request, parse_fetch_response
 from aiogroup._timeouts import wait_for
-from aiogroup.errors import error_for_code
+from aiogroup.errors import RETRIABLE_CODES, TRANSPORT_ERRORS, error_for_code
 from aiogroup.structs import OffsetAndTimestamp, TopicPartition
 
 __all__ = [
@@ -32,6 +36,7 @@ __all__ = [
     "LATEST_TIMESTAMP",
     "beginning_offsets",
     "end_offsets",
+    "high_watermarks",
     "list_offsets",
     "offsets_for_times",
 ]
@@ -42,21 +47,6 @@ log = logging.getLogger(__name__)
 #: read_committed, the last stable offset).
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
-
-# Codes after which the same question, asked again once metadata is fresh, can succeed.
-_RETRIABLE_CODES = frozenset(
-    {
-        3,  # UNKNOWN_TOPIC_OR_PARTITION: metadata not yet propagated
-        5,  # LEADER_NOT_AVAILABLE
-        6,  # NOT_LEADER_OR_FOLLOWER
-        7,  # REQUEST_TIMED_OUT
-        56,  # KAFKA_STORAGE_ERROR
-        74,  # FENCED_LEADER_EPOCH
-        75,  # UNKNOWN_LEADER_EPOCH
-        78,  # OFFSET_NOT_AVAILABLE: a leader change is in progress
-    }
-)
-_TRANSPORT_ERRORS = (KafkaConnectionError, NodeNotReadyError, RequestTimedOutError)
 
 
 def _check_partitions(partitions: Collection[Any]) -> None:
@@ -114,7 +104,7 @@ async def list_offsets(
                 break
             for answer in answers:
                 if isinstance(answer, BaseException):
-                    if isinstance(answer, _TRANSPORT_ERRORS):
+                    if isinstance(answer, TRANSPORT_ERRORS):
                         stale = True
                         continue
                     raise answer
@@ -156,7 +146,7 @@ async def _ask_node(
             tp = TopicPartition(topic, partition)
             if tp not in parts:
                 continue
-            if code in _RETRIABLE_CODES:
+            if code in RETRIABLE_CODES:
                 log.debug("ListOffsets for %s: retriable error %d", tp, code)
                 retry = True
                 continue
@@ -188,14 +178,114 @@ async def end_offsets(
     read_committed: bool,
     timeout: float,
 ) -> dict[TopicPartition, int]:
-    """The offset the next produced record gets (the last stable offset when read_committed)."""
+    """The offset after the last readable record (the last stable offset when read_committed).
+
+    ListOffsets(latest), confirmed by the high watermark of a Fetch at that offset.
+    """
+    if not partitions:
+        return {}
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
     found = await list_offsets(
         client,
         dict.fromkeys(partitions, LATEST_TIMESTAMP),
         read_committed=read_committed,
         timeout=timeout,
     )
-    return {tp: (v.offset if v is not None else 0) for tp, v in found.items()}
+    listed = {tp: (v.offset if v is not None else 0) for tp, v in found.items()}
+    remaining = deadline - loop.time()
+    if remaining <= 0:
+        names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in sorted(listed))
+        raise KafkaTimeoutError(f"high watermark fetch timed out for {names}")
+    marks = await high_watermarks(client, listed, read_committed=read_committed, timeout=remaining)
+    return {tp: max(offset, marks[tp]) for tp, offset in listed.items()}
+
+
+#: The broker still returns at least the first record batch (KIP-74); asking for one
+#: byte keeps that slice as small as the broker allows.
+_SLICE_BYTES = 1
+#: Not 0: some brokers answer a zero-wait fetch with no partitions at all.  With
+#: min_bytes=1 a fetch below the high watermark returns at once anyway.
+_PROBE_MAX_WAIT_MS = 1
+
+
+async def high_watermarks(
+    client: Any,
+    offsets: Mapping[TopicPartition, int],
+    *,
+    read_committed: bool,
+    timeout: float,
+) -> dict[TopicPartition, int]:
+    """The high watermark (last stable offset when read_committed) from a Fetch at each offset."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    result: dict[TopicPartition, int] = {}
+    pending = dict(offsets)
+    while pending:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in sorted(pending))
+            raise KafkaTimeoutError(f"high watermark fetch timed out for {names}")
+        by_node: dict[int, dict[TopicPartition, int]] = defaultdict(dict)
+        for tp, offset in pending.items():
+            leader = client.cluster.leader_for_partition(tp)
+            if leader is not None and leader >= 0:
+                by_node[leader][tp] = offset
+        retry = len(by_node) == 0
+        try:
+            answers = await wait_for(
+                asyncio.gather(
+                    *(_probe(client, node, ps, read_committed) for node, ps in by_node.items())
+                ),
+                remaining,
+            )
+        except TRANSPORT_ERRORS:
+            answers, retry = [], True
+        except (asyncio.TimeoutError, TimeoutError):
+            continue
+        for found, again in answers:
+            for tp, end in found.items():
+                result[tp] = end
+                pending.pop(tp)
+            retry = retry or again
+        if pending and retry:
+            refresh = client.force_metadata_update()
+            try:
+                await wait_for(asyncio.shield(refresh), max(0.001, min(0.1, remaining)))
+            except (asyncio.TimeoutError, TimeoutError):
+                pass
+    return result
+
+
+async def _probe(
+    client: Any, node: int, parts: Mapping[TopicPartition, int], read_committed: bool
+) -> tuple[dict[TopicPartition, int], bool]:
+    """One tiny Fetch: (high watermark per answered partition, whether some need a retry)."""
+    request = build_fetch_request(
+        list(parts.items()),
+        max_wait_ms=_PROBE_MAX_WAIT_MS,
+        min_bytes=1,
+        max_bytes=_SLICE_BYTES,
+        partition_bytes=_SLICE_BYTES,
+        read_committed=read_committed,
+    )
+    response = await client.send(node, request)
+    found: dict[TopicPartition, int] = {}
+    retry = False
+    for result in parse_fetch_response(response):
+        tp, code = result.tp, result.error_code
+        if tp not in parts:
+            continue
+        if code in RETRIABLE_CODES:
+            retry = True
+            continue
+        if code != 0:
+            raise error_for_code(code)(f"Fetch (high watermark) for {tp.topic}-{tp.partition}")
+        end = result.highwater
+        if read_committed and result.last_stable_offset >= 0:
+            end = result.last_stable_offset
+        found[tp] = end
+    return found, retry
 
 
 async def offsets_for_times(

@@ -3,8 +3,8 @@
 The coordination routine writes the assignment; the fetcher and the application
 read it.  Instead of polling flags, readers *await* futures held here:
 
-* ``wait_for_subscription()`` - the coordinator sleeps until there is something to
-  join for;
+* ``wait_subscription_changed()`` - the coordinator's subscription watcher wakes
+  when topics, a pattern's matches or the subscription type change;
 * ``wait_for_assignment()`` - the fetcher sleeps until there is something to fetch;
 * ``Assignment.unassigned`` - resolved when that assignment is replaced, so a
   fetcher holding it knows to re-plan (cooperative rebalances replace the object
@@ -81,6 +81,7 @@ class PartitionState:
         "_change_waiters",
         "_position_waiters",
         "_resumed_waiter",
+        "assigning",
         "epoch",
         "highwater",
         "last_stable_offset",
@@ -102,6 +103,11 @@ class PartitionState:
         #: Set the moment a revoke or lost callback for this partition starts: from then
         #: on no record of it reaches the application and the fetcher leaves it alone.
         self.revoking = False
+        #: Set while this (newly added) partition's on_partitions_assigned callback runs:
+        #: nothing is fetched or delivered until it returns, so offsets it seeks to (or
+        #: returns) are where delivery starts - as in Java, where the callback runs
+        #: inside poll().
+        self.assigning = False
         self.epoch = 0
         self.highwater: int | None = None
         self.last_stable_offset: int | None = None
@@ -118,7 +124,15 @@ class PartitionState:
 
     @property
     def is_fetchable(self) -> bool:
-        return self.has_valid_position and not self.paused and not self.revoking
+        return (
+            self.has_valid_position and not self.paused and not self.revoking and not self.assigning
+        )
+
+    def set_assigning(self, assigning: bool) -> None:
+        """Hold (True) or release (False) the partition around its assigned callback."""
+        if self.assigning != assigning:
+            self.assigning = assigning
+            self._changed()
 
     def seek(self, offset: int) -> None:
         """Set the position (user seek, committed offset found, reset done)."""
@@ -456,6 +470,19 @@ class SubscriptionState:
             if st is not None:
                 st.revoking = True
                 st.epoch += 1
+
+    def mark_assigning(self, partitions: Iterable[TopicPartition], assigning: bool) -> None:
+        """Hold these new partitions while on_partitions_assigned runs; release after.
+
+        Called synchronously right before the listener coroutine is created (hold)
+        and when it ended, however it ended (release).
+        """
+        if self._assignment is None:
+            return
+        for tp in partitions:
+            st = self._assignment.get(tp)
+            if st is not None:
+                st.set_assigning(assigning)
 
     async def wait_for_assignment(self) -> Assignment:
         """Wait until there is an assignment (possibly empty in group mode)."""

@@ -111,8 +111,19 @@ def environment(bootstrap: str, mode: str) -> dict[str, Any]:
         "kafka-python": _version("kafka-python"),
         "confluent-kafka": f"{_version('confluent-kafka')} (librdkafka {librdkafka})",
         "pyarrow": _version("pyarrow"),
-        "broker": f"{mode} ({'Tansu 0.6.0' if mode == 'embedded' else bootstrap})",
+        "broker": f"{mode} ({_broker_name(mode, bootstrap)})",
     }
+
+
+def _broker_name(mode: str, bootstrap: str) -> str:
+    """What ran: the embedded Tansu, Apache Kafka from the Maven jars, or an address."""
+    if mode == "embedded":
+        return "Tansu 0.6.0"
+    if mode in ("kafka", "kafka-cluster"):
+        from aiogroup.testing.kafka import KAFKA_VERSION
+
+        return f"Apache Kafka {KAFKA_VERSION}, {'3 nodes' if mode == 'kafka-cluster' else '1 node'}"
+    return bootstrap
 
 
 def load_previous(path: Path) -> dict[str, Any]:

@@ -253,8 +253,10 @@ def member_spec(
     *,
     cooperative: bool,
     revoke_delay: float = 0.0,
+    client_id: str | None = None,
 ) -> dict[str, Any]:
     return {
+        "client_id": client_id,
         "bootstrap": ctx.bootstrap,
         "client": client,
         "variant": variant,
@@ -279,6 +281,8 @@ async def gather_limited(factories: Sequence[Callable[[], Awaitable[T]]], limit:
 
 
 def config_label(client: str, variant: str, cooperative: bool) -> str:
+    if variant == "kip848":
+        return f"{client} consumer protocol (KIP-848)"
     return f"{client}/{variant} {'cooperative' if cooperative else 'eager'}"
 
 

@@ -62,6 +62,7 @@ async def run(spec: dict[str, Any]) -> None:
         cooperative=spec["cooperative"],
         session_timeout_ms=spec["session_timeout_ms"],
         heartbeat_interval_ms=spec["heartbeat_interval_ms"],
+        client_id=spec.get("client_id"),
     )
     emit("ready")
     # Periodic commits bound what a crash re-delivers, but a blocking commit issued

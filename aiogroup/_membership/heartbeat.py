@@ -1,14 +1,13 @@
 """Heartbeat, session and poll deadlines as plain arithmetic over an injected ``now``.
 
-The shape is the Java client's ``Heartbeat``: the caller reports what happened
-(sent, answered, failed, polled) with the loop time, and asks when the next thing
-is due.  Nothing here reads a clock, so the machine and its tests decide time.
+Shaped like the Java client's ``Heartbeat``: the caller reports what happened (sent,
+answered, failed, polled) with the loop time and asks when the next thing is due;
+nothing reads a clock, so the machine and its tests decide time.
 
-Why a client-side session check at all: a member whose heartbeats cannot get
-through (a stalled connection, a paused coordinator) must assume the broker has
-evicted it once ``session_timeout`` has passed without a successful heartbeat -
-some brokers even let an evicted member back in under its old id, which would
-otherwise hide the loss from the application.
+Why a client-side session check: a member whose heartbeats cannot get through must
+assume it was evicted once ``session_timeout`` passed without an answer proving its
+membership (some brokers even readmit an evicted member under its old id, hiding the
+loss).  Which answers prove it is the machine's call (``machine.HEARTBEAT_ANSWERS``).
 """
 
 from __future__ import annotations
@@ -73,6 +72,7 @@ class HeartbeatTimers:
         self.in_flight = True
 
     def succeeded(self, now: float) -> None:
+        """An answer that proves the coordinator still knows us: the session restarts."""
         self._last_ok = now
         self.in_flight = False
 
@@ -82,7 +82,7 @@ class HeartbeatTimers:
         self._retry_at = now + self.retry_backoff
 
     def answered(self) -> None:
-        """An answer arrived that neither proves nor disproves the session (stale, error)."""
+        """An answer arrived that does not prove the session (stale, or an error)."""
         self.in_flight = False
 
     def next_heartbeat_at(self) -> float:
@@ -104,9 +104,3 @@ class HeartbeatTimers:
     @property
     def last_poll(self) -> float:
         return self._last_poll
-
-    def poll_deadline(self) -> float:
-        return self._last_poll + self.max_poll_interval
-
-    def poll_expired(self, now: float) -> bool:
-        return now >= self.poll_deadline()

@@ -1,43 +1,16 @@
-"""The consumer-group membership state machine: every group decision, none of the I/O.
+"""The classic-protocol membership machine: every group decision, none of the I/O.
 
-How it works.  ``Membership.handle(event, now)`` looks the pair (current state, type
-of event) up in :data:`TRANSITIONS`.  A missing pair is an illegal input: the
-machine enters FATAL for good and raises :class:`MembershipProtocolError` (the
-shell has a bug; continuing would break the listener contract).  The handler
-updates the machine and returns actions; then the *state-triggered rules* in
-``_advance`` (the few rules that do not fit an event table: "owned partitions but
-no generation -> partitions lost", "closing -> revoke, then leave", "nothing
-blocking -> join") are applied from the two resting states, UNJOINED and STABLE,
-until nothing changes.  Deadlines (heartbeat, session, max poll interval,
-listener overrun, auto-commit, backoff) are checked on every event; the shell
-sleeps until :meth:`Membership.next_deadline` and then feeds ``TimerFired``.
+Why pure: rebalances and faults are where a consumer group goes wrong, so every path
+must be a plain function call in a test.  Time comes in as ``now``, effects go out
+as actions; :mod:`aiogroup.coordinator` only performs them.
 
-Error codes from each group API are reacted to through one table per API
-(:data:`JOIN_GROUP_REACTIONS` ...), built from shared entries plus per-API
-overrides, so "what does ILLEGAL_GENERATION do to a heartbeat" is a lookup.
-
-Rebalance protocol is a parameter, not a fork.  The only place EAGER and
-COOPERATIVE differ is the pre-join revocation; the post-sync step is one diff
-(``revoked = owned - new``, ``added = new - owned``) that is empty on the revoked
-side for EAGER because everything was revoked before joining.
-
-Listener contract decisions (from the Java ``ConsumerRebalanceListener`` docs):
-
-* EAGER: ``on_partitions_revoked`` runs at the start of every rebalance of a
-  member that holds a generation, with *all* owned partitions, **even when that
-  set is empty** ("always called at the start of a rebalance").  A member with no
-  generation (first join, or after its membership was lost) has nothing to revoke
-  and the callback is not called, as in Java's ``onJoinPrepare``.
-* COOPERATIVE: revoked only with the non-empty set of partitions leaving, after
-  SyncGroup; then the member rejoins at once so they can be handed over.
-* ``on_partitions_assigned`` exactly once per completed rebalance, with the newly
-  added partitions - an empty set when none were added.
-* ``on_partitions_lost`` (never revoked) when membership was lost - session expiry
-  (also detected client-side), UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION,
-  FENCED_INSTANCE_ID - and only with a non-empty set.
-* Leaving (close, unsubscribe, max-poll expiry): revoked only when non-empty.
-* Listeners never overlap: an event that needs another callback while one runs is
-  remembered and acted on when ``ListenerCompleted`` arrives.
+Why tables: one place to read what a member does.  :data:`TRANSITIONS` maps
+(state, event type) to a handler and the states it may move to (a miss is a shell
+bug and ends in FATAL); :data:`STATE_RULES` is the ordered (guard, target, reason)
+list ``_advance`` applies from the resting states until nothing fires; error codes
+react through one table per API (:data:`HEARTBEAT_ANSWERS` adds the state for
+heartbeats).  The diagram in docs/architecture.md is drawn from these tables.
+EAGER and COOPERATIVE differ only in the pre-join revocation.
 """
 
 from __future__ import annotations
@@ -58,22 +31,28 @@ __all__ = [
     "AUTOMATIC_TRANSITIONS",
     "COMMIT_OUTCOMES",
     "FIND_COORDINATOR_REACTIONS",
+    "HEARTBEAT_ANSWERS",
     "HEARTBEAT_REACTIONS",
     "JOIN_GROUP_REACTIONS",
     "LEAVE_GROUP_REACTIONS",
     "OFFSET_COMMIT_REACTIONS",
     "OFFSET_FETCH_OUTCOMES",
+    "SESSION_PROVING_CODES",
+    "STATE_RULES",
     "SYNC_GROUP_REACTIONS",
     "TRANSITIONS",
     "CallerOutcome",
     "CommitGate",
     "ErrorCode",
+    "HeartbeatAnswer",
     "MemberState",
     "Membership",
     "MembershipProtocolError",
     "Reaction",
+    "StateRule",
     "code_name",
     "commit_outcome",
+    "heartbeat_answer",
     "mermaid_diagram",
     "offset_fetch_outcome",
     "reaction",
@@ -265,6 +244,55 @@ def reaction(api: str, code: int) -> Reaction:
     return _TABLES[api].get(code, _DEFAULT_REACTION[api])
 
 
+@dataclass(frozen=True, slots=True)
+class HeartbeatAnswer:
+    """What one Heartbeat answer means to a member in one state.
+
+    ``keeps_session``: the answer proves the coordinator still knows this member
+    in this generation, so it counts as a received heartbeat and restarts the
+    client-side session clock.  ``reaction``: what the membership does about it.
+    """
+
+    keeps_session: bool
+    reaction: Reaction
+
+
+#: Answers that prove the coordinator still holds our member id and generation.  Kafka's
+#: coordinator answers REBALANCE_IN_PROGRESS only after it found the member and checked
+#: its generation, and it extends the member's session on that very heartbeat: it keeps
+#: a heartbeating member through a rebalance for up to the rebalance timeout, waiting
+#: for it to rejoin.  Java's heartbeat thread therefore counts that answer as received.
+#: Treating it as "no proof" made a member whose revoke listener outlived the session
+#: timeout declare itself dead while the broker was still waiting for it.
+SESSION_PROVING_CODES = frozenset({C.NONE, C.REBALANCE_IN_PROGRESS})
+
+
+def _heartbeat_answer(state: MemberState, code: int) -> HeartbeatAnswer:
+    if state not in _HEARTBEATING:
+        # The member stopped heartbeating (it is joining, losing, leaving, closed)
+        # before this answer arrived: it describes a stage that is over.
+        return HeartbeatAnswer(False, R.IGNORE)
+    react = reaction("Heartbeat", code)
+    if state is S.REVOKING and code == C.REBALANCE_IN_PROGRESS:
+        # Already releasing partitions; what follows the listener (rejoin, install a
+        # pending cooperative assignment then rejoin, or leave) is decided already.
+        react = R.IGNORE
+    return HeartbeatAnswer(code in SESSION_PROVING_CODES, react)
+
+
+#: (state, error code) -> what the answer does; every state x every known code.  A code
+#: no table knows is looked up through :func:`heartbeat_answer` (never proves the session).
+HEARTBEAT_ANSWERS: dict[tuple[MemberState, int], HeartbeatAnswer] = {
+    (state, code): _heartbeat_answer(state, code) for state in MemberState for code in C
+}
+
+
+def heartbeat_answer(state: MemberState, code: int) -> HeartbeatAnswer:
+    """What a Heartbeat answered with ``code`` means to a member in ``state``."""
+    found = HEARTBEAT_ANSWERS.get((state, code))
+    return found if found is not None else _heartbeat_answer(state, code)
+
+
 class CallerOutcome(enum.Enum):
     """What a commit()/committed() caller does with an error code."""
 
@@ -340,112 +368,37 @@ class CommitGate:
         return self.refusal is None
 
 
-@dataclass(frozen=True, slots=True)
-class Transition:
-    """One table entry: the handler and the states it may move to *directly*."""
-
-    handler: str
-    targets: frozenset[MemberState]
-
-
-def _t(handler: str, *targets: MemberState) -> Transition:
-    return Transition(handler, frozenset(targets))
-
-
-_ALL = tuple(MemberState)
-_LIVE = tuple(s for s in MemberState if s not in _TERMINAL)
-
-TRANSITIONS: dict[tuple[MemberState, type[E.Event]], Transition] = {}
-"""(state, event type) -> Transition.  A missing pair is an illegal input."""
-
-
-def _add(states: Iterable[MemberState], event: type[E.Event], tr: Transition) -> None:
-    for s in states:
-        TRANSITIONS[(s, event)] = tr
-
-
-# Events any live state accepts without changing state by itself (the resting-state
-# rules then decide what follows).
-for _s in _LIVE:
-    _add([_s], E.SubscriptionChanged, _t("_on_subscription_changed", _s))
-    _add([_s], E.MetadataChanged, _t("_on_metadata_changed", _s))
-    _add([_s], E.CoordinatorFound, _t("_on_coordinator_found", _s))
-    _add([_s], E.CoordinatorLookupFailed, _t("_on_coordinator_lookup_failed", _s))
-    _add([_s], E.ApplicationPolled, _t("_on_polled", _s))
-    _add([_s], E.CloseRequested, _t("_on_close", _s))
-    _add([_s], E.TimerFired, _t("_on_timer", _s))
-    _add([_s], E.OffsetCommitResponseReceived, _t("_on_commit_response", _s))
-    _add([_s], E.CoordinatorRequested, _t("_on_coordinator_requested", _s))
-    _add([_s], E.HeartbeatResponseReceived, _t("_on_heartbeat_response", _s))
-    _add([_s], E.RequestFailed, _t("_on_request_failed", _s))
-# Terminal states swallow late answers and timers, nothing else.
-for _s in _TERMINAL:
-    for _ev in (
-        E.SubscriptionChanged,
-        E.MetadataChanged,
-        E.CoordinatorFound,
-        E.CoordinatorLookupFailed,
-        E.ApplicationPolled,
-        E.CloseRequested,
-        E.TimerFired,
-        E.OffsetCommitResponseReceived,
-        E.CoordinatorRequested,
-        E.HeartbeatResponseReceived,
-        E.RequestFailed,
-    ):
-        _add([_s], _ev, _t("_ignore", _s))
-# A transport failure of JoinGroup/SyncGroup/LeaveGroup ends that step.
-TRANSITIONS[(S.PREPARING_REBALANCE, E.RequestFailed)] = _t(
-    "_on_request_failed", S.PREPARING_REBALANCE, S.UNJOINED
-)
-TRANSITIONS[(S.COMPLETING_REBALANCE, E.RequestFailed)] = _t(
-    "_on_request_failed", S.COMPLETING_REBALANCE, S.UNJOINED
-)
-TRANSITIONS[(S.LEAVING, E.RequestFailed)] = _t("_on_request_failed", S.LEAVING, S.UNJOINED)
-TRANSITIONS[(S.PREPARING_REBALANCE, E.JoinGroupResponseReceived)] = _t(
-    "_on_join_response", S.COMPLETING_REBALANCE, S.UNJOINED
-)
-TRANSITIONS[(S.COMPLETING_REBALANCE, E.AssignmentComputed)] = _t(
-    "_on_assignment_computed", S.COMPLETING_REBALANCE, S.UNJOINED
-)
-TRANSITIONS[(S.COMPLETING_REBALANCE, E.SyncGroupResponseReceived)] = _t(
-    "_on_sync_response", S.ASSIGNING, S.REVOKING, S.UNJOINED
-)
-TRANSITIONS[(S.LEAVING, E.LeaveGroupResponseReceived)] = _t("_on_leave_response", S.UNJOINED)
-TRANSITIONS[(S.REVOKING, E.ListenerCompleted)] = _t(
-    "_on_listener_completed", S.ASSIGNING, S.UNJOINED
-)
-TRANSITIONS[(S.ASSIGNING, E.ListenerCompleted)] = _t("_on_listener_completed", S.STABLE)
-TRANSITIONS[(S.LOSING, E.ListenerCompleted)] = _t("_on_listener_completed", S.UNJOINED)
-
-#: State-triggered moves taken from the resting states by ``_advance``.
-AUTOMATIC_TRANSITIONS: dict[MemberState, dict[MemberState, str]] = {
-    S.UNJOINED: {
-        S.REVOKING: "leaving or eager pre-join revoke",
-        S.LOSING: "owned partitions without a generation",
-        S.LEAVING: "closing/unsubscribed/max poll expired (dynamic member)",
-        S.PREPARING_REBALANCE: "coordinator known, subscribed: SendJoinGroup",
-        S.CLOSED: "closing, nothing left to release",
-        S.FATAL: "fatal error raised, nothing left to release",
-    },
-    S.STABLE: {
-        S.REVOKING: "rejoin (eager) or leaving with owned partitions",
-        S.LOSING: "membership lost (session expired, fenced, unknown member)",
-        S.LEAVING: "leaving without owned partitions (dynamic member)",
-        S.PREPARING_REBALANCE: "rejoin needed: SendJoinGroup",
-        S.UNJOINED: "leaving as a static member",
-        S.CLOSED: "closing with nothing owned (static member)",
-        S.FATAL: "fatal error",
-    },
-}
-
-
 def _fmt(parts: Iterable[TopicPartition]) -> str:
     return ", ".join(sorted(f"{tp.topic}-{tp.partition}" for tp in parts)) or "none"
 
 
 class Membership:
-    """One member's view of its group membership; single writer: the coordination routine."""
+    """One member's view of its group membership; single writer: the coordination routine.
+
+    Deadlines (heartbeat, session, max poll interval, listener overrun, auto-commit,
+    backoff) are checked after every event; the shell sleeps until
+    :meth:`next_deadline` and feeds ``TimerFired``.  Heartbeats flow in STABLE,
+    ASSIGNING and REVOKING, so a listener that outlives the session timeout keeps its
+    member in the group; only the rebalance timeout bounds it.
+
+    Listener contract decisions (from the Java ``ConsumerRebalanceListener`` docs):
+
+    * EAGER: ``on_partitions_revoked`` runs at the start of every rebalance of a
+      member that holds a generation, with *all* owned partitions, **even when that
+      set is empty** ("always called at the start of a rebalance").  A member with no
+      generation (first join, or after its membership was lost) has nothing to revoke
+      and the callback is not called, as in Java's ``onJoinPrepare``.
+    * COOPERATIVE: revoked only with the non-empty set of partitions leaving, after
+      SyncGroup; then the member rejoins at once so they can be handed over.
+    * ``on_partitions_assigned`` exactly once per completed rebalance, with the newly
+      added partitions - an empty set when none were added.
+    * ``on_partitions_lost`` (never revoked) when membership was lost - session expiry
+      (also detected client-side), UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION,
+      FENCED_INSTANCE_ID - and only with a non-empty set.
+    * Leaving (close, unsubscribe, max-poll expiry): revoked only when non-empty.
+    * Listeners never overlap: an event that needs another callback while one runs is
+      remembered and acted on when ``ListenerCompleted`` arrives.
+    """
 
     def __init__(
         self,
@@ -490,7 +443,6 @@ class Membership:
         self.fatal = False
         #: Why the next join happens (None: no rejoin requested).
         self.rejoin_reason: str | None = None
-        self.last_join_reason: str | None = None
         self._finding_coordinator = False
         self._coordinator_wanted = False
         self._prejoin_done = False
@@ -582,13 +534,12 @@ class Membership:
             )
         self._now = max(self._now, now)
         out: list[A.Action] = []
-        handler: Callable[[E.Event, list[A.Action]], None] = getattr(self, tr.handler)
-        handler(event, out)
+        tr.handler(self, event, out)
         if self.state not in tr.targets and self.state is not S.FATAL:
             bad = self.state
             self.state = S.FATAL
             raise MembershipProtocolError(
-                f"{tr.handler} moved {bad.value}, outside its declared targets"
+                f"{tr.handler.__name__} moved {bad.value}, outside its declared targets"
             )
         self._advance(out)
         self._tick(out)
@@ -760,15 +711,14 @@ class Membership:
             self.timers.answered()
             return
         code = ev.result.error_code
-        if code == C.NONE:
+        answer = heartbeat_answer(self.state, code)
+        if answer.keeps_session:
             self.timers.succeeded(self._now)
-            return
-        react = reaction("Heartbeat", code)
-        if react in (R.RETRY_BACKOFF, R.FIND_COORDINATOR, R.REPORT_RETRY):
+        elif answer.reaction in (R.RETRY_BACKOFF, R.FIND_COORDINATOR, R.REPORT_RETRY):
             self.timers.failed(self._now)
         else:
             self.timers.answered()
-        self._react(out, "Heartbeat", code, react, f"Heartbeat: {code_name(code)}")
+        self._react(out, "Heartbeat", code, answer.reaction, f"Heartbeat: {code_name(code)}")
 
     def _on_leave_response(self, ev: E.Event, out: list[A.Action]) -> None:
         assert isinstance(ev, E.LeaveGroupResponseReceived)
@@ -819,44 +769,35 @@ class Membership:
         out.append(A.SetAssignment(self.owned if self.owned else None))
         self.state = S.UNJOINED
 
-    def _on_request_failed(self, ev: E.Event, out: list[A.Action]) -> None:
-        assert isinstance(ev, E.RequestFailed)
-        why = f"{ev.api} failed ({ev.kind}) {ev.detail}".strip()
-        api = ev.api
-        if api == "FindCoordinator":
-            self._finding_coordinator = False
-            self._set_backoff(out, why)
+    def _on_find_coordinator_failed(self, ev: E.Event, out: list[A.Action]) -> None:
+        assert isinstance(ev, E.FindCoordinatorFailed)
+        self._finding_coordinator = False
+        self._set_backoff(out, _failure_reason(ev))
+
+    def _on_join_or_sync_failed(self, ev: E.Event, out: list[A.Action]) -> None:
+        assert isinstance(ev, E.JoinGroupFailed | E.SyncGroupFailed)
+        why = _failure_reason(ev)
+        self._coordinator_dead()
+        self.state = S.UNJOINED
+        self.rejoin_reason = why
+        self._set_backoff(out, why)
+
+    def _on_leave_failed(self, ev: E.Event, out: list[A.Action]) -> None:
+        """A leave is best effort: the member is out whether or not the broker heard it."""
+        self._reset_generation()
+        self.state = S.UNJOINED
+
+    def _on_heartbeat_failed(self, ev: E.Event, out: list[A.Action]) -> None:
+        assert isinstance(ev, E.HeartbeatFailed)
+        if ev.generation_id != self.generation_id or not self.heartbeats_active:
+            self.timers.answered()
             return
-        if api == "JoinGroup":
-            self._require(S.PREPARING_REBALANCE, ev)
-            self._coordinator_dead()
-            self.state = S.UNJOINED
-            self.rejoin_reason = why
-            self._set_backoff(out, why)
-            return
-        if api == "SyncGroup":
-            self._require(S.COMPLETING_REBALANCE, ev)
-            self._coordinator_dead()
-            self.state = S.UNJOINED
-            self.rejoin_reason = why
-            self._set_backoff(out, why)
-            return
-        if api == "LeaveGroup":
-            self._require(S.LEAVING, ev)
-            self._reset_generation()
-            self.state = S.UNJOINED
-            return
-        if api == "Heartbeat":
-            if ev.generation_id != self.generation_id or not self.heartbeats_active:
-                self.timers.answered()
-                return
-            self.timers.failed(self._now)
+        self.timers.failed(self._now)
         self._coordinator_dead()
 
-    def _require(self, state: MemberState, ev: E.RequestFailed) -> None:
-        if self.state is not state:
-            self.state = S.FATAL
-            raise MembershipProtocolError(f"{ev.api} failure reported in state {state.value}")
+    def _on_offsets_request_failed(self, ev: E.Event, out: list[A.Action]) -> None:
+        """A commit or offset fetch got no answer: look the coordinator up again."""
+        self._coordinator_dead()
 
     # -- reactions ----------------------------------------------------------------------------
 
@@ -940,63 +881,39 @@ class Membership:
         self._prejoin_done = True
         why = self.rejoin_reason or "joining the group"
         self.rejoin_reason = None
-        self.last_join_reason = why
         self.state = S.PREPARING_REBALANCE
         out.append(A.SendJoinGroup(why, self.member_id, self.generation_id, self.owned))
 
     # -- state-triggered rules ----------------------------------------------------------------
 
     def _advance(self, out: list[A.Action]) -> None:
+        """Apply :data:`STATE_RULES` from the resting states until nothing changes."""
         while self.state in _RESTING:
             before = (self.state, len(out), self.generation_id)
             self._advance_once(out)
             if (self.state, len(out), self.generation_id) == before:
                 return
 
-    def _advance_once(self, out: list[A.Action]) -> None:
-        in_gen = self.in_generation
-        auto = self.auto_commit_interval is not None
-        if self.closing:
-            if self.owned:
-                if in_gen:
-                    self._start_revoke(out, self.owned, commit_first=auto)
-                else:
-                    self._start_lost(out)
-            elif in_gen and not self.static_member and self.coordinator_id is not None:
-                self._send_leave(out, "the consumer is closing")
-            else:
-                self._reset_generation()
-                self.state = S.CLOSED
-            return
-        if self.owned and not in_gen:
-            self._start_lost(out)
-            return
-        if self.fatal:
-            self.state = S.FATAL
-            return
-        leaving = None
-        if not self.subscribed:
-            leaving = "unsubscribed"
-        elif self._poll_expired_at is not None:
-            leaving = "max_poll_interval_ms passed without a poll; leaving until the next poll"
-        if leaving is not None:
-            if self.owned:
-                self._start_revoke(out, self.owned, commit_first=auto and not self.subscribed)
-            elif in_gen and not self.static_member and self.coordinator_id is not None:
-                self._send_leave(out, leaving)
-            else:
-                if in_gen:
-                    self._reset_generation()
-                self.state = S.UNJOINED
-            return
-        if self._backoff_until is not None or self.coordinator_id is None:
-            return
-        if self.state is S.UNJOINED or self.rejoin_reason is not None:
-            if not self._cooperative and in_gen and not self._prejoin_done:
-                self._prejoin_done = True
-                self._start_revoke(out, self.owned, commit_first=auto)
-                return
-            self._send_join(out)
+    def _advance_once(self, out: list[A.Action]) -> StateRule | None:
+        """Perform the first rule whose guard holds; returns it (None: nothing to do)."""
+        for rule in STATE_RULES:
+            if rule.guard(self):
+                rule.perform(self, out)
+                return rule
+        return None
+
+    def _rest(self) -> None:
+        if self.in_generation:
+            self._reset_generation()
+        self.state = S.UNJOINED
+
+    def _close(self) -> None:
+        self._reset_generation()
+        self.state = S.CLOSED
+
+    def _prejoin_revoke(self, out: list[A.Action]) -> None:
+        self._prejoin_done = True
+        self._start_revoke(out, self.owned, commit_first=_auto_commits(self))
 
     # -- deadlines ----------------------------------------------------------------------------
 
@@ -1080,6 +997,235 @@ class Membership:
         return "needed for offset commit/fetch"
 
 
+def _failure_reason(ev: E.RequestFailed) -> str:
+    return f"{ev.api} failed ({ev.kind}) {ev.detail}".strip()
+
+
+# -- event-triggered transitions ------------------------------------------------------------
+#
+# (state, event type) -> the handler and the states it may move to directly.  A missing
+# pair is an illegal input; the state-triggered rules below then run from the resting states.
+
+Handler = Callable[[Membership, E.Event, list[A.Action]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One table entry: the handler and the states it may move to *directly*."""
+
+    handler: Handler
+    targets: frozenset[MemberState]
+
+
+def _t(handler: Handler, *targets: MemberState) -> Transition:
+    return Transition(handler, frozenset(targets))
+
+
+_LIVE = tuple(s for s in MemberState if s not in _TERMINAL)
+M = Membership
+
+TRANSITIONS: dict[tuple[MemberState, type[E.Event]], Transition] = {}
+"""(state, event type) -> Transition.  A missing pair is an illegal input."""
+
+#: Events any live state accepts without changing state by itself (the resting-state
+#: rules then decide what follows).
+_ANYWHERE: dict[type[E.Event], Handler] = {
+    E.SubscriptionChanged: M._on_subscription_changed,
+    E.MetadataChanged: M._on_metadata_changed,
+    E.CoordinatorFound: M._on_coordinator_found,
+    E.CoordinatorLookupFailed: M._on_coordinator_lookup_failed,
+    E.ApplicationPolled: M._on_polled,
+    E.CloseRequested: M._on_close,
+    E.TimerFired: M._on_timer,
+    E.OffsetCommitResponseReceived: M._on_commit_response,
+    E.CoordinatorRequested: M._on_coordinator_requested,
+    E.HeartbeatResponseReceived: M._on_heartbeat_response,
+    E.FindCoordinatorFailed: M._on_find_coordinator_failed,
+    E.HeartbeatFailed: M._on_heartbeat_failed,
+    E.OffsetCommitFailed: M._on_offsets_request_failed,
+    E.OffsetFetchFailed: M._on_offsets_request_failed,
+}
+for _s in _LIVE:
+    for _ev, _handler in _ANYWHERE.items():
+        TRANSITIONS[(_s, _ev)] = _t(_handler, _s)
+# Terminal states swallow late answers, failures and timers, nothing else.
+for _s in _TERMINAL:
+    for _ev in (*_ANYWHERE, E.JoinGroupFailed, E.SyncGroupFailed, E.LeaveGroupFailed):
+        TRANSITIONS[(_s, _ev)] = _t(M._ignore, _s)
+# The request that a stage waits on ends it, answered or failed; its failure is legal
+# only in that stage (anywhere else the shell reported a request it never sent).
+TRANSITIONS[(S.PREPARING_REBALANCE, E.JoinGroupResponseReceived)] = _t(
+    M._on_join_response, S.COMPLETING_REBALANCE, S.UNJOINED
+)
+TRANSITIONS[(S.PREPARING_REBALANCE, E.JoinGroupFailed)] = _t(M._on_join_or_sync_failed, S.UNJOINED)
+TRANSITIONS[(S.COMPLETING_REBALANCE, E.AssignmentComputed)] = _t(
+    M._on_assignment_computed, S.COMPLETING_REBALANCE, S.UNJOINED
+)
+TRANSITIONS[(S.COMPLETING_REBALANCE, E.SyncGroupResponseReceived)] = _t(
+    M._on_sync_response, S.ASSIGNING, S.REVOKING, S.UNJOINED
+)
+TRANSITIONS[(S.COMPLETING_REBALANCE, E.SyncGroupFailed)] = _t(M._on_join_or_sync_failed, S.UNJOINED)
+TRANSITIONS[(S.LEAVING, E.LeaveGroupResponseReceived)] = _t(M._on_leave_response, S.UNJOINED)
+TRANSITIONS[(S.LEAVING, E.LeaveGroupFailed)] = _t(M._on_leave_failed, S.UNJOINED)
+TRANSITIONS[(S.REVOKING, E.ListenerCompleted)] = _t(
+    M._on_listener_completed, S.ASSIGNING, S.UNJOINED
+)
+TRANSITIONS[(S.ASSIGNING, E.ListenerCompleted)] = _t(M._on_listener_completed, S.STABLE)
+TRANSITIONS[(S.LOSING, E.ListenerCompleted)] = _t(M._on_listener_completed, S.UNJOINED)
+del _s, _ev, _handler
+
+
+# -- state-triggered rules ------------------------------------------------------------------
+#
+# What a member does on its own, from a resting state, once an event has been handled:
+# an ordered table of (guard, target, reason) that ``Membership._advance`` applies until
+# nothing changes, and that the diagram draws.  The first rule whose guard holds wins,
+# so each guard is read knowing the rules above it did not fire; the guards still
+# spell out the conditions that matter to their own rule.
+
+
+@dataclass(frozen=True)
+class StateRule:
+    """One state-triggered move."""
+
+    #: Short name, for tests and logs.
+    name: str
+    #: The resting states it fires from in practice (the diagram's edge sources).
+    sources: frozenset[MemberState]
+    guard: Callable[[Membership], bool]
+    target: MemberState
+    reason: str
+    perform: Callable[[Membership, list[A.Action]], None]
+
+
+def _auto_commits(m: Membership) -> bool:
+    return m.auto_commit_interval is not None
+
+
+def _leaving_reason(m: Membership) -> str | None:
+    if not m.subscribed:
+        return "unsubscribed"
+    if m._poll_expired_at is not None:
+        return "max_poll_interval_ms passed without a poll; leaving until the next poll"
+    return None
+
+
+def _can_send_leave(m: Membership) -> bool:
+    """LeaveGroup makes sense: in a generation, dynamic (static members just go quiet)."""
+    return m.in_generation and not m.static_member and m.coordinator_id is not None
+
+
+def _may_join(m: Membership) -> bool:
+    return (
+        m._backoff_until is None
+        and m.coordinator_id is not None
+        and (m.state is S.UNJOINED or m.rejoin_reason is not None)
+    )
+
+
+_BOTH = frozenset({S.UNJOINED, S.STABLE})
+
+STATE_RULES: tuple[StateRule, ...] = (
+    StateRule(
+        "lost",
+        _BOTH,
+        lambda m: bool(m.owned) and not m.in_generation,
+        S.LOSING,
+        "owned partitions without a generation (session expired, fenced, unknown member)",
+        lambda m, out: m._start_lost(out),
+    ),
+    StateRule(
+        "close-revoke",
+        _BOTH,
+        lambda m: m.closing and bool(m.owned) and m.in_generation,
+        S.REVOKING,
+        "closing: revoke owned partitions",
+        lambda m, out: m._start_revoke(out, m.owned, commit_first=_auto_commits(m)),
+    ),
+    StateRule(
+        "close-leave",
+        _BOTH,
+        lambda m: m.closing and not m.owned and _can_send_leave(m),
+        S.LEAVING,
+        "closing: leave the group (dynamic member)",
+        lambda m, out: m._send_leave(out, "the consumer is closing"),
+    ),
+    StateRule(
+        "close",
+        _BOTH,
+        lambda m: m.closing,
+        S.CLOSED,
+        "closing, nothing left to release",
+        lambda m, out: m._close(),
+    ),
+    StateRule(
+        "fatal",
+        _BOTH,
+        lambda m: m.fatal,
+        S.FATAL,
+        "fatal error raised",
+        lambda m, out: setattr(m, "state", S.FATAL),
+    ),
+    StateRule(
+        "leave-revoke",
+        _BOTH,
+        lambda m: _leaving_reason(m) is not None and bool(m.owned),
+        S.REVOKING,
+        "unsubscribed or max poll expired: revoke owned partitions",
+        lambda m, out: m._start_revoke(
+            out, m.owned, commit_first=_auto_commits(m) and not m.subscribed
+        ),
+    ),
+    StateRule(
+        "leave",
+        _BOTH,
+        lambda m: _leaving_reason(m) is not None and not m.owned and _can_send_leave(m),
+        S.LEAVING,
+        "unsubscribed or max poll expired, nothing owned: leave (dynamic member)",
+        lambda m, out: m._send_leave(out, _leaving_reason(m) or ""),
+    ),
+    StateRule(
+        "rest",
+        _BOTH,
+        lambda m: _leaving_reason(m) is not None,
+        S.UNJOINED,
+        "unsubscribed or max poll expired, nothing to release or leave: rest",
+        lambda m, out: m._rest(),
+    ),
+    StateRule(
+        "prejoin-revoke",
+        # Not from UNJOINED: an eager member there in a generation has already revoked
+        # for this rebalance (a failed JoinGroup keeps ``_prejoin_done`` until a sync).
+        frozenset({S.STABLE}),
+        lambda m: _may_join(m) and not m._cooperative and m.in_generation and not m._prejoin_done,
+        S.REVOKING,
+        "eager rebalance: revoke everything before joining",
+        lambda m, out: m._prejoin_revoke(out),
+    ),
+    StateRule(
+        "join",
+        _BOTH,
+        _may_join,
+        S.PREPARING_REBALANCE,
+        "coordinator known, nothing blocking: SendJoinGroup",
+        lambda m, out: m._send_join(out),
+    ),
+)
+
+#: The rules as edges, by source state: {state: {target: reason}} (self-loops left out).
+AUTOMATIC_TRANSITIONS: dict[MemberState, dict[MemberState, str]] = {}
+for _rule in STATE_RULES:
+    for _source in sorted(_rule.sources, key=lambda st: st.value):
+        if _rule.target is not _source:
+            _moves = AUTOMATIC_TRANSITIONS.setdefault(_source, {})
+            _moves[_rule.target] = (
+                f"{_moves[_rule.target]}; {_rule.reason}"
+                if _rule.target in _moves
+                else _rule.reason
+            )
+del _rule, _source, _moves
+
+
 def mermaid_diagram() -> str:
     """Render :data:`TRANSITIONS` and the state-triggered rules as a mermaid stateDiagram.
 
@@ -1091,9 +1237,10 @@ def mermaid_diagram() -> str:
         for target in tr.targets:
             if target is not state:
                 edges.setdefault((state, target), set()).add(event.__name__)
-    for state, moves in AUTOMATIC_TRANSITIONS.items():
-        for target, why in moves.items():
-            edges.setdefault((state, target), set()).add(f"[{why}]")
+    for rule in STATE_RULES:
+        for source in rule.sources:
+            if rule.target is not source:
+                edges.setdefault((source, rule.target), set()).add(f"[{rule.reason}]")
     lines = ["stateDiagram-v2", f"    [*] --> {S.UNJOINED.value}"]
     for (src, dst), labels in sorted(
         edges.items(), key=lambda kv: (kv[0][0].value, kv[0][1].value)

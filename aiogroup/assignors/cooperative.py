@@ -16,12 +16,16 @@ from io import BytesIO
 
 from aiokafka.protocol.types import Int32
 
-from aiogroup.assignors.abc import ClusterView, MemberSubscription, build_assignments
+from aiogroup.assignors.abc import (
+    ClusterView,
+    MemberSubscription,
+    build_assignments,
+    collector_paused,
+)
 from aiogroup.assignors.sticky import (
     NO_GENERATION,
     OwnershipClaim,
     StickyAssignor,
-    sticky_assignment,
 )
 from aiogroup.consumer_protocol import ConsumerAssignment
 from aiogroup.structs import RebalanceProtocol, TopicPartition
@@ -75,12 +79,16 @@ class CooperativeStickyAssignor(StickyAssignor):
         encoded: bytes = Int32.encode(self._generation_id)
         return encoded
 
-    def assign(
-        self, cluster: ClusterView, members: Mapping[str, MemberSubscription]
-    ) -> dict[str, ConsumerAssignment]:
-        claims = {
+    def claims(self, members: Mapping[str, MemberSubscription]) -> dict[str, OwnershipClaim]:
+        """owned_partitions as sent; the generation from v2+, else from user_data."""
+        return {
             member_id: OwnershipClaim(m.subscription.owned_partitions, _generation_of(m))
             for member_id, m in members.items()
         }
-        target = sticky_assignment(cluster, members, claims)
-        return build_assignments(members, withhold_transfers(target, members))
+
+    def assign(
+        self, cluster: ClusterView, members: Mapping[str, MemberSubscription]
+    ) -> dict[str, ConsumerAssignment]:
+        goal = self.target(cluster, members)
+        with collector_paused():
+            return build_assignments(members, withhold_transfers(goal, members))

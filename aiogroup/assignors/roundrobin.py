@@ -15,6 +15,7 @@ from aiogroup.assignors.abc import (
     ConsumerPartitionAssignor,
     MemberSubscription,
     build_assignments,
+    collector_paused,
     member_sort_key,
     partitions_by_topic,
 )
@@ -28,6 +29,12 @@ class RoundRobinAssignor(ConsumerPartitionAssignor):
     name = "roundrobin"
 
     def assign(
+        self, cluster: ClusterView, members: Mapping[str, MemberSubscription]
+    ) -> dict[str, ConsumerAssignment]:
+        with collector_paused():
+            return self._assign(cluster, members)
+
+    def _assign(
         self, cluster: ClusterView, members: Mapping[str, MemberSubscription]
     ) -> dict[str, ConsumerAssignment]:
         ordered = sorted(members.values(), key=member_sort_key)

@@ -2,9 +2,17 @@
 
 Two goals, in this order: the assignment is balanced, and as few partitions as
 possible move.  Balanced means no member could take a partition from a member that
-holds two or more more than it (with equal subscriptions: counts differ by at most
-one).  Sticky means every partition a member validly owned stays with it unless that
-member is above its fair share.
+holds two or more more than it, directly or through a chain of members that could
+each pass one on (with equal subscriptions: counts differ by at most one).  Sticky
+means every partition a member validly owned stays with it unless that member is
+above its fair share.
+
+Like Kafka's AbstractStickyAssignor there are two builders: equal subscriptions take
+the closed-form one in :mod:`aiogroup.assignors.uniform` (Kafka's "constrained"
+builder, whose answers it reproduces exactly, racks included); unequal ones take the
+general builder here, which keeps owned partitions, places the rest on the least
+loaded eligible member and then balances along chains.  Both are checked against
+Apache Kafka's own test suites in tests/unit/assignors/.
 
 Prior ownership comes from each member's subscription.  Under the eager protocol a
 member has revoked everything before it joins, so Kafka's StickyAssignor carries the
@@ -16,10 +24,11 @@ higher generation wins; equal generations cancel out and nobody keeps it.
 
 from __future__ import annotations
 
+import heapq
 import struct
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from itertools import pairwise
 
 from aiokafka.protocol.struct import Struct
 from aiokafka.protocol.types import Array, Int32, Schema, String
@@ -29,9 +38,14 @@ from aiogroup.assignors.abc import (
     ConsumerPartitionAssignor,
     MemberSubscription,
     build_assignments,
+    collector_paused,
+    member_rack,
     member_sort_key,
+    partition_racks,
     partitions_by_topic,
+    use_rack_aware,
 )
+from aiogroup.assignors.uniform import RackInfo, uniform_assignment
 from aiogroup.consumer_protocol import ConsumerAssignment
 from aiogroup.structs import TopicPartition
 
@@ -57,14 +71,6 @@ class _StickyUserDataV1(Struct):  # type: ignore[misc]  # aiokafka is untyped
     )
 
 
-class _StickyUserDataV0(Struct):  # type: ignore[misc]
-    """The first layout, written before generations were added."""
-
-    SCHEMA = Schema(
-        ("previous_assignment", Array(("topic", String("utf-8")), ("partitions", Array(Int32)))),
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class OwnershipClaim:
     """Partitions a member says it owned, and in which generation."""
@@ -85,26 +91,50 @@ def decode_sticky_user_data(data: bytes | None) -> OwnershipClaim | None:
     """Read a peer's StickyAssignor user data; None when absent or unreadable.
 
     A peer's unreadable user data must not stop the leader from assigning: the worst
-    outcome of ignoring it is that the peer's partitions may move.
+    outcome of ignoring it is that the peer's partitions may move.  The layout is
+    read with ``struct`` directly rather than through aiokafka's generic decoder: a
+    leader of 2,000 members owning a million partitions reads them all on every
+    rebalance, and the generic path spent over five seconds on it.  Version 1 ends
+    with the generation; version 0 stops after the partitions (no generation).
     """
     if not data:
         return None
-    for layout in (_StickyUserDataV1, _StickyUserDataV0):
-        try:
-            decoded: Any = layout.decode(data)
-            entries = decoded.previous_assignment
-            generation = getattr(decoded, "generation", NO_GENERATION)
-            if entries is None or not isinstance(generation, int):
-                continue
-            partitions = tuple(
-                TopicPartition(topic, p) for topic, parts in entries for p in (parts or ())
-            )
-        except (ValueError, struct.error, UnicodeDecodeError, TypeError):
+    try:
+        return _read_sticky_user_data(bytes(data))
+    except (ValueError, struct.error, UnicodeDecodeError):
+        return None
+
+
+_INT32 = struct.Struct(">i")
+_INT16 = struct.Struct(">h")
+
+
+def _read_sticky_user_data(data: bytes) -> OwnershipClaim:
+    (topic_count,) = _INT32.unpack_from(data, 0)
+    if topic_count < 0:
+        raise ValueError("negative topic count")
+    offset = 4
+    partitions: list[TopicPartition] = []
+    for _ in range(topic_count):
+        (length,) = _INT16.unpack_from(data, offset)
+        offset += 2
+        if length < 0 or offset + length > len(data):
+            raise ValueError("bad topic name length")
+        topic = data[offset : offset + length].decode("utf-8")
+        offset += length
+        (count,) = _INT32.unpack_from(data, offset)
+        offset += 4
+        if count == -1:  # a null partition array: nothing owned of this topic
             continue
-        if any(tp.topic is None for tp in partitions):
-            continue
-        return OwnershipClaim(partitions, generation)
-    return None
+        if count < 0 or offset + 4 * count > len(data):
+            raise ValueError("bad partition count")
+        numbers = struct.unpack_from(f">{count}i", data, offset)
+        offset += 4 * count
+        partitions.extend(TopicPartition(topic, p) for p in numbers)
+    generation = NO_GENERATION
+    if len(data) - offset >= 4:
+        (generation,) = _INT32.unpack_from(data, offset)
+    return OwnershipClaim(tuple(partitions), generation)
 
 
 def resolve_owners(
@@ -113,37 +143,40 @@ def resolve_owners(
     """Who validly owns each partition: the unique highest-generation claimant.
 
     Claims on partitions not in ``eligible`` (topic gone, partition gone, or no longer
-    subscribed; the caller filters per member) are dropped.
+    subscribed; the caller filters per member) are dropped.  Equal generations cancel
+    out: the partition then has no valid owner, as in Kafka, since either claimant
+    may still be consuming it.
     """
-    best: dict[TopicPartition, tuple[int, list[str]]] = {}
+    owner: dict[TopicPartition, str | None] = {}
+    generation_of: dict[TopicPartition, int] = {}
     for member_id, claim in claims.items():
-        for tp in set(claim.partitions):
+        generation = claim.generation_id
+        for tp in claim.partitions:
             if tp not in eligible:
                 continue
-            current = best.get(tp)
-            if current is None or claim.generation_id > current[0]:
-                best[tp] = (claim.generation_id, [member_id])
-            elif claim.generation_id == current[0]:
-                current[1].append(member_id)
-    return {tp: owners[0] for tp, (_, owners) in best.items() if len(owners) == 1}
+            current = generation_of.get(tp)
+            if current is None or generation > current:
+                generation_of[tp] = generation
+                owner[tp] = member_id
+            elif generation == current and owner[tp] != member_id:
+                owner[tp] = None
+    return {tp: member_id for tp, member_id in owner.items() if member_id is not None}
 
 
 def sticky_assignment(
     cluster: ClusterView,
     members: Mapping[str, MemberSubscription],
     claims: Mapping[str, OwnershipClaim],
+    prefer_rack_aware: bool = False,
 ) -> dict[str, list[TopicPartition]]:
-    """A balanced assignment that keeps as many validly owned partitions as it can."""
+    """A balanced assignment that keeps as many validly owned partitions as it can.
+
+    Equal subscriptions take the closed-form path of :mod:`aiogroup.assignors.uniform`
+    (Kafka's "constrained" builder); anything else the general one below.
+    """
     order = sorted(members.values(), key=member_sort_key)
-    rank = {m.member_id: i for i, m in enumerate(order)}
     subscribed = {m.member_id: frozenset(m.subscription.topics) for m in order}
     topics = partitions_by_topic(cluster, (t for m in order for t in m.subscription.topics))
-
-    eligible: dict[TopicPartition, list[str]] = {}
-    for topic, partitions in topics.items():
-        takers = [m.member_id for m in order if topic in subscribed[m.member_id]]
-        for p in partitions:
-            eligible[TopicPartition(topic, p)] = takers
 
     valid_claims = {
         member_id: OwnershipClaim(
@@ -153,64 +186,202 @@ def sticky_assignment(
         for member_id, claim in claims.items()
         if member_id in members
     }
+    if len(set(subscribed.values())) <= 1:
+        all_partitions = [TopicPartition(t, p) for t, parts in topics.items() for p in parts]
+        exists = dict.fromkeys(all_partitions)
+        owned: dict[str, list[TopicPartition]] = {m: [] for m in subscribed}
+        for tp, member_id in resolve_owners(valid_claims, exists).items():
+            owned[member_id].append(tp)
+        racks = _rack_info(cluster, order, all_partitions, prefer_rack_aware)
+        assignment = uniform_assignment(all_partitions, owned, racks)
+        return {m: sorted(ps) for m, ps in assignment.items()}
+    return _general_assignment(order, subscribed, topics, valid_claims)
+
+
+def _rack_info(
+    cluster: ClusterView,
+    order: list[MemberSubscription],
+    partitions: list[TopicPartition],
+    prefer: bool,
+) -> RackInfo | None:
+    """Racks for KIP-881 matching, or None when matching would not apply (no member
+    rack, no overlap with replica racks, or every partition on every rack)."""
+    member_racks = {m.member_id: r for m in order if (r := member_rack(m)) is not None}
+    if not member_racks:
+        return None
+    replica_racks = {tp: partition_racks(cluster, tp) or frozenset() for tp in partitions}
+    if not use_rack_aware(set(member_racks.values()), replica_racks, prefer):
+        return None
+    return RackInfo(member_racks, replica_racks)
+
+
+def _general_assignment(
+    order: list[MemberSubscription],
+    subscribed: Mapping[str, frozenset[str]],
+    topics: Mapping[str, list[int]],
+    valid_claims: Mapping[str, OwnershipClaim],
+) -> dict[str, list[TopicPartition]]:
+    """Unequal subscriptions: keep owned partitions, place the rest, then rebalance.
+
+    Kafka's GeneralAssignmentBuilder does the same three things: it keeps every valid
+    claim, gives each unassigned partition to the least loaded member that may take
+    it (partitions with the fewest possible takers first), and then keeps moving
+    partitions while a move makes the assignment more balanced.
+    """
+    rank = {m.member_id: i for i, m in enumerate(order)}
+    eligible: dict[TopicPartition, list[str]] = {}
+    same_takers: dict[tuple[str, ...], list[str]] = {}
+    for topic, partitions in topics.items():
+        found = [m.member_id for m in order if topic in subscribed[m.member_id]]
+        takers = same_takers.setdefault(tuple(found), found)
+        for p in partitions:
+            eligible[TopicPartition(topic, p)] = takers
     owner = resolve_owners(valid_claims, eligible)
 
-    held: dict[str, set[TopicPartition]] = {m: set() for m in members}
+    held: dict[str, set[TopicPartition]] = {m.member_id: set() for m in order}
     for tp, member_id in owner.items():
         held[member_id].add(tp)
 
-    def load(member_id: str) -> tuple[int, int]:
-        return (len(held[member_id]), rank[member_id])
-
     # Partitions with the fewest possible takers go first, while those takers still
-    # have room; otherwise a freely placeable partition could crowd them out.
+    # have room; otherwise a freely placeable partition could crowd them out.  Each
+    # goes to its least loaded taker (ties to the first in member order).
     unowned = sorted(
         (tp for tp in eligible if tp not in owner),
         key=lambda tp: (len(eligible[tp]), tp.topic, tp.partition),
     )
+    least_loaded = _LeastLoaded(held, rank)
     for tp in unowned:
-        held[min(eligible[tp], key=load)].add(tp)
+        held[least_loaded.pop(eligible[tp])].add(tp)
 
-    _rebalance(held, subscribed, owner, load)
+    _rebalance(held, subscribed, owner, rank)
     return {member_id: sorted(partitions) for member_id, partitions in held.items()}
+
+
+class _LeastLoaded:
+    """The least loaded member among a set of takers, in logarithmic time.
+
+    One heap per distinct set of takers (topics with the same subscribers share
+    one).  Loads only grow while partitions are placed, so a heap entry can only
+    understate its member's load: an entry found stale at the top is pushed back
+    with the real load, and an accurate top entry is the true minimum.  Scanning
+    every taker instead made a fresh 100,000-partition, 2,000-member assignment
+    take half a minute.
+    """
+
+    def __init__(self, held: Mapping[str, set[TopicPartition]], rank: Mapping[str, int]) -> None:
+        self._held = held
+        self._rank = rank
+        self._heaps: dict[int, list[tuple[int, int, str]]] = {}
+
+    def pop(self, takers: list[str]) -> str:
+        heap = self._heaps.get(id(takers))
+        if heap is None:
+            heap = [(len(self._held[m]), self._rank[m], m) for m in takers]
+            heapq.heapify(heap)
+            self._heaps[id(takers)] = heap
+        while True:
+            count, order, member_id = heap[0]
+            actual = len(self._held[member_id])
+            if actual == count:
+                heapq.heapreplace(heap, (count + 1, order, member_id))
+                return member_id
+            heapq.heapreplace(heap, (actual, order, member_id))
 
 
 def _rebalance(
     held: dict[str, set[TopicPartition]],
     subscribed: Mapping[str, frozenset[str]],
     owner: Mapping[TopicPartition, str],
-    load: Callable[[str], tuple[int, int]],
+    rank: Mapping[str, int],
 ) -> None:
-    """Move partitions one at a time from heavy to light members until no move helps.
+    """Shift partitions along chains of members until no chain improves balance.
 
-    Each move lowers the sum of squared counts, so the loop ends.  One partition per
-    move, re-ranking in between: draining a donor down to the receiver's level in
-    one go would overshoot (4/4/4/0 would give 2/4/4/2 and then take one back from a
-    member that never needed to change) and move partitions between members that
-    both stay.  The heaviest member gives first and gives away what it did not own
-    before, which is what keeps owned partitions in place whenever balance allows.
+    A chain starts at a member holding at least two more partitions than the member
+    it ends at; each link passes one partition to the next member, which must be
+    subscribed to its topic.  The first member loses one, the last gains one, the
+    ones between keep their counts, so every chain lowers the sum of squared counts
+    and the loop ends.  A direct move is the one-link chain; longer chains matter
+    with unequal subscriptions: in Kafka's testAssignmentWithMultipleGenerations2, a
+    member subscribed to one topic holds 3, another holds 5, and the 5's extra
+    partition is of a topic the 3 cannot take, so the fix is 5 -> 4 -> 3 through a
+    member subscribed to both.  Kafka's general builder reaches the same end by
+    trying every partition on every consumer that could take it, for as long as a
+    reassignment improves balance; searching chains breadth first from the lightest
+    member finds the shortest such sequence of moves, so as few partitions move as
+    balance needs.
+
+    At each link the giver hands over a partition it did not own before if it has
+    one (that keeps owned partitions in place), else its lowest (partition, topic),
+    so a member shedding several spreads the loss across topics (KAFKA-16277).
+    Once no chain exists, no member holding two more than another holds a partition
+    the other could take, directly or through intermediaries.
     """
-    while True:
-        move: tuple[str, str, TopicPartition] | None = None
-        for receiver in sorted(held, key=load):
-            for donor in sorted(held, key=lambda m: (-len(held[m]), load(m)[1])):
-                if len(held[donor]) < len(held[receiver]) + 2:
-                    break
-                tp = min(
-                    (tp for tp in held[donor] if tp.topic in subscribed[receiver]),
-                    key=lambda tp: (owner.get(tp) == donor, tp.topic, tp.partition),
-                    default=None,
-                )
-                if tp is not None:
-                    move = (donor, receiver, tp)
-                    break
-            if move is not None:
-                break
-        if move is None:
-            return
-        donor, receiver, tp = move
-        held[donor].remove(tp)
-        held[receiver].add(tp)
+    topic_load: dict[str, dict[str, int]] = {m: {} for m in held}
+    for member_id, partitions in held.items():
+        counts = topic_load[member_id]
+        for tp in partitions:
+            counts[tp.topic] = counts.get(tp.topic, 0) + 1
+
+    def can_give(giver: str, taker: str) -> bool:
+        counts = topic_load[giver]
+        wanted = subscribed[taker]
+        if len(counts) <= len(wanted):
+            return any(t in wanted for t in counts)
+        return any(t in counts for t in wanted)
+
+    def pick(giver: str, taker: str) -> TopicPartition:
+        wanted = subscribed[taker]
+        return min(
+            (tp for tp in held[giver] if tp.topic in wanted),
+            key=lambda tp: (owner.get(tp) == giver, tp.partition, tp.topic),
+        )
+
+    def move(tp: TopicPartition, giver: str, taker: str) -> None:
+        held[giver].remove(tp)
+        held[taker].add(tp)
+        counts = topic_load[giver]
+        counts[tp.topic] -= 1
+        if not counts[tp.topic]:
+            del counts[tp.topic]
+        topic_load[taker][tp.topic] = topic_load[taker].get(tp.topic, 0) + 1
+
+    def find_chain() -> list[str] | None:
+        heaviest = max(len(p) for p in held.values())
+        givers_first = sorted(held, key=lambda m: (-len(held[m]), rank[m]))
+        levels: dict[int, list[str]] = {}
+        for member_id in sorted(held, key=lambda m: rank[m]):
+            levels.setdefault(len(held[member_id]), []).append(member_id)
+        for level in sorted(levels):
+            need = level + 2
+            if need > heaviest:
+                return None
+            # Breadth first backwards from every member at this load at once: who
+            # could hand one of them something, directly or through others?
+            came_from = {m: m for m in levels[level]}
+            frontier = list(levels[level])
+            while frontier:
+                following: list[str] = []
+                for taker in frontier:
+                    for giver in givers_first:
+                        if len(held[giver]) <= level or giver in came_from:
+                            continue
+                        if not can_give(giver, taker):
+                            continue
+                        came_from[giver] = taker
+                        if len(held[giver]) >= need:
+                            chain = [giver]
+                            while came_from[chain[-1]] != chain[-1]:
+                                chain.append(came_from[chain[-1]])
+                            return chain
+                        following.append(giver)
+                frontier = following
+        return None
+
+    while (chain := find_chain()) is not None:
+        # Move from the receiving end first, so each member in between passes on a
+        # partition it already had rather than the one it is about to receive.
+        for giver, taker in reversed(list(pairwise(chain))):
+            move(pick(giver, taker), giver, taker)
 
 
 def claims_from_subscriptions(
@@ -228,7 +399,10 @@ class StickyAssignor(ConsumerPartitionAssignor):
 
     name = "sticky"
 
-    def __init__(self) -> None:
+    def __init__(self, prefer_rack_aware: bool = False) -> None:
+        # Kafka's test hook (preferRackAwareLogic): take the rack-matching path even
+        # when every partition is on every rack, where it must give the same result.
+        self.prefer_rack_aware = prefer_rack_aware
         self._last: tuple[TopicPartition, ...] | None = None
         self._generation_id = NO_GENERATION
 
@@ -241,13 +415,27 @@ class StickyAssignor(ConsumerPartitionAssignor):
         self._last = assignment.partitions
         self._generation_id = generation_id
 
-    def assign(
-        self, cluster: ClusterView, members: Mapping[str, MemberSubscription]
-    ) -> dict[str, ConsumerAssignment]:
+    def claims(self, members: Mapping[str, MemberSubscription]) -> dict[str, OwnershipClaim]:
+        """What each member owned: eager members arrive with nothing owned, so
+        user_data (where this assignor's members remember it) wins when present."""
         claims = claims_from_subscriptions(members)
         for member_id, m in members.items():
-            # Eager members arrive with nothing owned; user_data remembers for them.
             from_user_data = decode_sticky_user_data(m.subscription.user_data)
             if from_user_data is not None:
                 claims[member_id] = from_user_data
-        return build_assignments(members, sticky_assignment(cluster, members, claims))
+        return claims
+
+    def target(
+        self, cluster: ClusterView, members: Mapping[str, MemberSubscription]
+    ) -> dict[str, list[TopicPartition]]:
+        """The balanced, sticky goal (Kafka's assignPartitions before any hold-back)."""
+        with collector_paused():
+            claims = self.claims(members)
+            return sticky_assignment(cluster, members, claims, self.prefer_rack_aware)
+
+    def assign(
+        self, cluster: ClusterView, members: Mapping[str, MemberSubscription]
+    ) -> dict[str, ConsumerAssignment]:
+        goal = self.target(cluster, members)
+        with collector_paused():
+            return build_assignments(members, goal)

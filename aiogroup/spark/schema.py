@@ -1,4 +1,4 @@
-"""The row shape of Kafka records in Spark, and the one place records become Arrow.
+"""The row shape of Kafka records in Spark: the consumer's Arrow columns, conformed.
 
 The columns and types are those of Spark's built-in Kafka source, so a query can switch
 between ``format("kafka")`` and ``format("aiogroup")`` without touching its transforms.
@@ -10,10 +10,13 @@ rejects a record batch whose schema differs, even in a list's child-field name.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
+
+from aiogroup import arrow as _arrow
 
 __all__ = [
     "ARROW_SCHEMA",
@@ -84,40 +87,13 @@ def spark_schema() -> Any:
     )
 
 
-def _as_bytes(value: Any) -> bytes | None:
-    # Records arrive undeserialized (bytes) unless the consumer was given deserializers;
-    # a str from a value_deserializer is stored as UTF-8 rather than rejected.
-    if value is None or isinstance(value, bytes):
-        return value
-    if isinstance(value, (bytearray, memoryview)):
-        return bytes(value)
-    if isinstance(value, str):
-        return value.encode()
-    raise TypeError(
-        f"record key/value must be bytes or str to become a BINARY column, got "
-        f"{type(value).__name__}; drop the consumer's key/value_deserializer"
-    )
-
-
 def records_to_arrow(records: Iterable[Any]) -> pa.RecordBatch:
-    """Build one Arrow record batch from ConsumerRecord-like objects (column by column)."""
-    rows: Sequence[Any] = records if isinstance(records, Sequence) else list(records)
-    headers = [[{"key": k, "value": _as_bytes(v)} for k, v in (r.headers or ())] for r in rows]
-    # Kafka timestamps are epoch milliseconds; Spark's TIMESTAMP is microseconds.
-    arrays = [
-        pa.array([_as_bytes(r.key) for r in rows], pa.binary()),
-        pa.array([_as_bytes(r.value) for r in rows], pa.binary()),
-        pa.array([r.topic for r in rows], pa.string()),
-        pa.array([r.partition for r in rows], pa.int32()),
-        pa.array([r.offset for r in rows], pa.int64()),
-        pa.array(
-            [None if r.timestamp is None or r.timestamp < 0 else r.timestamp * 1000 for r in rows],
-            pa.timestamp("us", tz="UTC"),
-        ),
-        pa.array([r.timestamp_type for r in rows], pa.int32()),
-        pa.array(headers, ARROW_SCHEMA.field("headers").type),
-    ]
-    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+    """Build one Arrow record batch in Spark's columns from ConsumerRecord-like objects.
+
+    The records become the consumer's columns (``aiogroup.arrow.records_to_arrow``, the
+    one conversion), which ``conform`` turns into Spark's as for ``getmany_arrow``.
+    """
+    return conform(_arrow.records_to_arrow(records))
 
 
 def conform(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -134,5 +110,18 @@ def conform(batch: pa.RecordBatch) -> pa.RecordBatch:
             raise ValueError(
                 f"columnar batch has no column {field.name!r} (has {batch.schema.names})"
             ) from None
-        columns.append(column if column.type.equals(field.type) else column.cast(field.type))
+        if not column.type.equals(field.type):
+            column = column.cast(field.type)
+        if field.name == "timestamp":
+            column = _null_if_negative(column)
+        columns.append(column)
     return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+
+
+def _null_if_negative(column: Any) -> Any:
+    # Kafka's -1 means "no timestamp"; Spark's TIMESTAMP has null for that.
+    as_int = column.cast(pa.int64())
+    low = pc.min(as_int).as_py()
+    if low is None or low >= 0:
+        return column
+    return pc.if_else(pc.less(as_int, 0), pa.scalar(None, column.type), column)

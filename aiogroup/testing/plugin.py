@@ -16,10 +16,15 @@ TopicFactory = Callable[..., Awaitable[str]]
 def kafka_broker() -> Iterator[KafkaBroker]:
     """A running broker for the whole session (started on first use, stopped at the end).
 
+    ``AIOGROUP_BROKER`` picks it (embedded Tansu, ``kafka``, ``kafka-cluster``, ``docker``);
+    ``kafka_broker.caps`` says how it behaves where brokers differ.
+
     Started on a private event loop so that it can outlive every test's own loop;
     its methods open fresh connections, so they may be awaited from any test loop.
     """
     broker = KafkaBroker()
+    # On this (the main) thread: a broker process's parent-death signal follows the
+    # thread that started it, and asyncio.run's executor threads end with the run.
     asyncio.run(broker.start())
     try:
         yield broker

@@ -74,6 +74,7 @@ class AiokafkaAdapter(Adapter):
         cooperative: bool,
         session_timeout_ms: int,
         heartbeat_interval_ms: int,
+        client_id: str | None = None,
     ) -> None:
         if cooperative:
             raise NotImplementedError("aiokafka has no cooperative rebalancing")
@@ -81,6 +82,7 @@ class AiokafkaAdapter(Adapter):
             group_id,
             session_timeout_ms=session_timeout_ms,
             heartbeat_interval_ms=heartbeat_interval_ms,
+            **({} if client_id is None else {"client_id": client_id}),
         )
         await consumer.start()
         consumer.subscribe(

@@ -151,8 +151,12 @@ class Adapter(abc.ABC):
         cooperative: bool,
         session_timeout_ms: int,
         heartbeat_interval_ms: int,
+        client_id: str | None = None,
     ) -> None:
-        """Join ``group_id`` for ``topic``, from the earliest offset when nothing is committed."""
+        """Join ``group_id`` for ``topic``, from the earliest offset when nothing is committed.
+
+        ``client_id`` names the member to the broker (an outside observer tells members
+        apart by it); None keeps the client's default."""
 
     @abc.abstractmethod
     async def poll(

@@ -41,10 +41,15 @@ class ConfluentAioAdapter(Adapter):
         cooperative: bool,
         session_timeout_ms: int,
         heartbeat_interval_ms: int,
+        client_id: str | None = None,
     ) -> None:
         from confluent_kafka.aio import AIOConsumer
 
-        extra = common.group_config(cooperative, session_timeout_ms, heartbeat_interval_ms)
+        extra = common.group_config(
+            cooperative, session_timeout_ms, heartbeat_interval_ms, self.variant
+        )
+        if client_id is not None:
+            extra["client.id"] = client_id
         self.consumer = AIOConsumer(
             common.config(self.bootstrap_servers, self.variant, group_id, **extra)
         )

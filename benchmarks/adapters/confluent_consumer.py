@@ -38,10 +38,15 @@ class ConfluentAdapter(Adapter):
         cooperative: bool,
         session_timeout_ms: int,
         heartbeat_interval_ms: int,
+        client_id: str | None = None,
     ) -> None:
         from confluent_kafka import Consumer
 
-        extra = common.group_config(cooperative, session_timeout_ms, heartbeat_interval_ms)
+        extra = common.group_config(
+            cooperative, session_timeout_ms, heartbeat_interval_ms, self.variant
+        )
+        if client_id is not None:
+            extra["client.id"] = client_id
 
         def run() -> None:
             self.consumer = Consumer(

@@ -79,6 +79,7 @@ class KafkaPythonAdapter(Adapter):
         cooperative: bool,
         session_timeout_ms: int,
         heartbeat_interval_ms: int,
+        client_id: str | None = None,
     ) -> None:
         from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
         from kafka.coordinator.assignors.range import RangePartitionAssignor
@@ -90,6 +91,7 @@ class KafkaPythonAdapter(Adapter):
                 group_id,
                 session_timeout_ms=session_timeout_ms,
                 heartbeat_interval_ms=heartbeat_interval_ms,
+                **({} if client_id is None else {"client_id": client_id}),
                 partition_assignment_strategy=strategy,
             )
             consumer.subscribe(

@@ -4,9 +4,17 @@ A consumes with ``session_timeout_ms`` (6 s); B joins; A's revoke callback commi
 and then works for ``slow_revoke_seconds`` (15 s).  A client that keeps
 heartbeating while the application's callback runs keeps A in the group; one that
 does not gets A evicted, and A's partitions move while A still thinks it owns
-them.  Reported: whether A was evicted (it was told its partitions were lost, or
-its commit on revoke was rejected), the time until both members consume a clean
-split, and how many records were delivered twice.
+them.
+
+Judged from outside the members (issue 12): a :class:`GroupObserver` samples the
+broker's DescribeGroups, and the ownership-history checker reads both members'
+reports.  Reported: *overlap* - seconds during which B held a partition A had not
+yet given up (A's revoke callback had not returned and A was not told it was
+lost); *broker evictions* - member ids the broker dropped although the member
+neither left nor crashed; the time until both members consume a clean split; and
+records delivered twice.  The member's own view (it was told its partitions were
+lost, or its commit on revoke was rejected) is kept as ``self_reported`` for
+contrast: it is what this benchmark reported before, and it missed evictions.
 """
 
 from __future__ import annotations
@@ -15,6 +23,8 @@ import time
 import uuid
 from typing import Any
 
+from aiogroup.testing.history import HistoryRecorder
+from aiogroup.testing.observer import GroupObserver
 from benchmarks.group import (
     Member,
     MemberGone,
@@ -27,6 +37,7 @@ from benchmarks.group import (
     wait_until,
 )
 from benchmarks.harness import Context
+from benchmarks.judge import judge, member_history
 
 TITLE = "Slow rebalance listener"
 PARTITIONS = 8
@@ -43,7 +54,8 @@ CONFIGS: list[tuple[str, str, bool]] = [
 ]
 
 METRICS = {
-    "evicted": lambda r: float(r["evicted"]),
+    "overlap_s": lambda r: r["overlap_s"],
+    "broker_evictions": lambda r: float(r["broker_evictions"]),
     "converge_s": lambda r: r["converge_s"],
     "duplicates": lambda r: float(r["duplicates"]),
 }
@@ -56,18 +68,31 @@ async def one_rep(ctx: Context, client: str, variant: str, cooperative: bool) ->
     await producer.start()
     delay = ctx.plan.slow_revoke_seconds
     members: list[Member] = []
+    broker_view = HistoryRecorder()
+    observer = await GroupObserver(ctx.bootstrap, group, broker_view).start()
+    ids = {n: f"{n}-{uuid.uuid4().hex[:8]}" for n in ("A", "B")}
     try:
         a = await Member.spawn(
             "A",
             member_spec(
-                ctx, client, variant, topic, group, cooperative=cooperative, revoke_delay=delay
+                ctx,
+                client,
+                variant,
+                topic,
+                group,
+                cooperative=cooperative,
+                revoke_delay=delay,
+                client_id=ids["A"],
             ),
         )
         members.append(a)
         await wait_until([a], lambda: settled([a], PARTITIONS), 60, "A consuming")
         t_join = time.monotonic()
         b = await Member.spawn(
-            "B", member_spec(ctx, client, variant, topic, group, cooperative=cooperative)
+            "B",
+            member_spec(
+                ctx, client, variant, topic, group, cooperative=cooperative, client_id=ids["B"]
+            ),
         )
         members.append(b)
 
@@ -83,13 +108,24 @@ async def one_rep(ctx: Context, client: str, variant: str, cooperative: bool) ->
         )
         lost = len(a.of("lost"))
         commit_errors = len(a.of("commit_error"))
+        await observer.sampled()
+        report = judge(
+            broker_view.events(),
+            member_history(a, ids["A"], topic, slow_revoke=delay > 0),
+            member_history(b, ids["B"], topic, slow_revoke=False),
+        )
         return {
             "ok": True,
-            "evicted": bool(lost or commit_errors),
+            "overlap_s": report.overlap_seconds,
+            "overlaps": len(report.overlaps),
+            "broker_evictions": len(report.evictions),
+            "evicted": bool(report.evictions),
+            "self_reported": bool(lost or commit_errors),
             "a_lost_events": lost,
             "a_commit_errors": commit_errors,
             "converge_s": t_conv - t_join,
             "duplicates": duplicates(members),
+            "checker": report.counts(),
         }
     except (MemberGone, TimeoutError) as exc:
         return failed_run(members, exc)
@@ -97,6 +133,7 @@ async def one_rep(ctx: Context, client: str, variant: str, cooperative: bool) ->
         for m in members:
             await m.stop()
         await producer.stop()
+        await observer.stop()
 
 
 async def run(ctx: Context) -> dict[str, Any]:
@@ -111,4 +148,8 @@ async def run(ctx: Context) -> dict[str, Any]:
 
 
 def _brief(r: dict[str, Any]) -> str:
-    return f"evicted={r['evicted']} converge {r['converge_s']:.1f}s dups {r['duplicates']}"
+    return (
+        f"overlap {r['overlap_s']:.1f}s broker evictions {r['broker_evictions']} "
+        f"(self-reported {r['self_reported']}) converge {r['converge_s']:.1f}s "
+        f"dups {r['duplicates']}"
+    )

@@ -6,12 +6,21 @@ and records when each record was handed to the application.  A :class:`Load`
 produces steadily to every partition and remembers the end offset of each
 partition from the producer's answers (the test broker's ListOffsets(latest) is
 not the log end).
+
+Given a :class:`~aiogroup.testing.history.HistoryRecorder`, a member also writes
+its ownership history (under its client id, the name the broker's DescribeGroups
+shows) and commits explicitly - after every batch and, with an async listener, in
+its revoke callback - so that every commit is in the history too; a :class:`Load`
+given one records what it produced.  ``revoke_delay``/``assign_delay`` make the
+listener slow (``await asyncio.sleep`` or, with ``sync_listener``, a blocking
+``time.sleep`` in a plain ``ConsumerRebalanceListener``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -19,8 +28,15 @@ from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaProducer
 
-from aiogroup import AsyncConsumerRebalanceListener, GroupConsumer, TopicPartition
+from aiogroup import (
+    AsyncConsumerRebalanceListener,
+    ConsumerRebalanceListener,
+    GroupConsumer,
+    TopicPartition,
+)
+from aiogroup.errors import KafkaError
 from aiogroup.testing.broker import unique_name
+from aiogroup.testing.history import HistoryRecorder, MemberRecorder
 
 SESSION_MS = 6000
 HEARTBEAT_MS = 1000
@@ -52,6 +68,12 @@ class Member(AsyncConsumerRebalanceListener):
         topic: str,
         strategy: Iterable[str],
         progress: asyncio.Event,
+        *,
+        history: HistoryRecorder | None = None,
+        revoke_delay: float = 0.0,
+        assign_delay: float = 0.0,
+        sync_listener: bool = False,
+        process_delay: float = 0.0,
         **options: Any,
     ) -> None:
         self.name = name
@@ -74,42 +96,141 @@ class Member(AsyncConsumerRebalanceListener):
             heartbeat_interval_ms=HEARTBEAT_MS,
             auto_commit_interval_ms=500,
         )
+        if history is not None:
+            opts["enable_auto_commit"] = False  # every commit explicit, so in the history
         opts.update(options)
+        self.client_id: str = opts["client_id"]
+        self.history: MemberRecorder | None = (
+            None if history is None else history.member(self.client_id)
+        )
+        self.revoke_delay = revoke_delay
+        self.assign_delay = assign_delay
+        self.sync_listener = sync_listener
+        #: Seconds the "application" works on a batch before committing it.
+        self.process_delay = process_delay
+        #: partition -> next offset to commit (what the application has been handed).
+        self.positions: dict[int, int] = {}
+        self.commit_failures: list[BaseException] = []
         self.consumer = GroupConsumer(**opts)
         self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- listener -----------------------------------------------------------------------
 
     def _record(self, kind: str, parts: set[TopicPartition], held: set[int]) -> None:
+        # time.monotonic(), not the loop's clock: sync listeners may run in a worker thread.
         self.calls.append(
             Call(
                 kind,
                 frozenset(tp.partition for tp in parts),
                 self.consumer.generation,
                 frozenset(held),
-                asyncio.get_running_loop().time(),
+                time.monotonic(),
                 self.stopping,
             )
         )
-        self.progress.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is not None or self._loop is None:
+            self.progress.set()
+        else:
+            self._loop.call_soon_threadsafe(self.progress.set)
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        self._record("revoked", revoked, self.owned)
-        self.owned -= {tp.partition for tp in revoked}
+        self._revoke_begin(revoked)
+        try:
+            gone = {tp.partition for tp in revoked}
+            offsets = {
+                TopicPartition(self.topic, p): o for p, o in self.positions.items() if p in gone
+            }
+            if self.history is not None and offsets:
+                await self._commit(offsets)
+            if self.revoke_delay:
+                await asyncio.sleep(self.revoke_delay)  # the application's slow work
+        finally:
+            self._revoke_end(revoked)
 
-    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+    def _revoke_begin(self, revoked: set[TopicPartition]) -> None:
+        if self.history is not None:
+            self.history.revoke_started(revoked)
+        self._record("revoked", revoked, self.owned)
+
+    def _revoke_end(self, revoked: set[TopicPartition]) -> None:
+        self.owned -= {tp.partition for tp in revoked}
+        if self.history is not None:
+            self.history.revoke_ended(revoked)
+        self._wake()
+
+    def _assign(self, assigned: set[TopicPartition]) -> None:
+        if self.history is not None:
+            self.history.assigned(assigned)
         self.owned |= {tp.partition for tp in assigned}
         self._record("assigned", assigned, self.owned)
 
-    async def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
+    def _lose(self, lost: set[TopicPartition]) -> None:
+        if self.history is not None:
+            self.history.lost(lost)
         self._record("lost", lost, self.owned)
         self.owned -= {tp.partition for tp in lost}
+        for tp in lost:
+            self.positions.pop(tp.partition, None)
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self._assign(assigned)
+        if self.assign_delay:
+            await asyncio.sleep(self.assign_delay)
+
+    async def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
+        self._lose(lost)
+
+    def _listener(self) -> AsyncConsumerRebalanceListener | ConsumerRebalanceListener:
+        if not self.sync_listener:
+            return self
+        member = self
+
+        class Blocking(ConsumerRebalanceListener):
+            """The same journal from plain methods whose slow work blocks its thread."""
+
+            def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+                member._revoke_begin(revoked)
+                try:
+                    if member.revoke_delay:
+                        time.sleep(member.revoke_delay)
+                finally:
+                    member._revoke_end(revoked)
+
+            def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+                member._assign(assigned)
+                if member.assign_delay:
+                    time.sleep(member.assign_delay)
+
+            def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
+                member._lose(lost)
+
+        return Blocking()
+
+    async def _commit(self, offsets: dict[TopicPartition, int]) -> None:
+        """Commit and, if the broker accepted it, record it (a refusal is a Kafka-level
+        fact during a rebalance, kept for the test to see)."""
+        try:
+            await self.consumer.commit(offsets)
+        except KafkaError as exc:
+            self.commit_failures.append(exc)
+            return
+        if self.history is not None:
+            self.history.committed(offsets)
 
     # -- consuming ------------------------------------------------------------------------
 
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         await self.consumer.start()
-        self.consumer.subscribe([self.topic], listener=self)
+        self.consumer.subscribe([self.topic], listener=self._listener())
         self._task = asyncio.create_task(self._consume(), name=f"consume-{self.name}")
 
     async def _consume(self) -> None:
@@ -128,8 +249,20 @@ class Member(AsyncConsumerRebalanceListener):
                 self.seen.extend((tp.partition, r.offset) for r in records)
                 if records:
                     self.deliveries[tp.partition].append(now)
+                    self.positions[tp.partition] = records[-1].offset + 1
+                    if self.history is not None:
+                        self.history.delivered(tp.topic, tp.partition, [r.offset for r in records])
             if batches:
                 self.progress.set()
+                if self.process_delay:
+                    await asyncio.sleep(self.process_delay)  # the application's work
+                if self.history is not None:
+                    await self._commit(
+                        {
+                            TopicPartition(self.topic, p): self.positions[p]
+                            for p in batches_parts(batches)
+                        }
+                    )
 
     async def _halt(self) -> None:
         if self._task is not None:
@@ -142,6 +275,8 @@ class Member(AsyncConsumerRebalanceListener):
     async def stop(self) -> None:
         """Leave cleanly: auto-commit, revoke, LeaveGroup."""
         self.stopping = True
+        if self.history is not None:
+            self.history.leaving()
         await self._halt()
         await self.consumer.stop()
 
@@ -167,10 +302,23 @@ class Member(AsyncConsumerRebalanceListener):
         return None if coordinator is None else coordinator.rebalance_protocol.value
 
 
+def batches_parts(batches: dict[TopicPartition, list[Any]]) -> list[int]:
+    return [tp.partition for tp, records in batches.items() if records]
+
+
 class Load:
     """Steady production to every partition of a topic until stopped."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        partitions: int,
+        history: HistoryRecorder | None = None,
+        pace: float = 0.05,
+    ) -> None:
+        self.history = history
+        self.pace = pace
         self.bootstrap = bootstrap
         self.topic = topic
         self.partitions = partitions
@@ -195,7 +343,9 @@ class Load:
                 i += 1
             for md in await asyncio.gather(*futures):
                 self.end[md.partition] = max(self.end[md.partition], md.offset + 1)
-            await asyncio.sleep(0.05)  # the pace of the load, not synchronisation
+                if self.history is not None:
+                    self.history.produced(self.topic, md.partition, md.offset, md.offset)
+            await asyncio.sleep(self.pace)  # the pace of the load, not synchronisation
 
     async def stop(self) -> None:
         self._stop.set()

@@ -15,6 +15,13 @@ A commit refused because the group is rebalancing is a Kafka-level fact, not a
 failure: it is retried on the next loop turn (and once more before closing) and
 counted in ``commit_retries``.  Any other exception ends the peer and is kept in
 ``errors`` for the test to report.
+
+Given a :class:`~aiogroup.testing.history.HistoryRecorder`, a peer also writes its
+ownership history under its name (which is also its client id, the name the
+broker's DescribeGroups shows): its callbacks, every batch handed to it, every
+accepted commit - and the confluent-kafka peer commits what it consumed of revoked
+partitions in its revoke callback, as a careful application does (kafka-python 3
+refuses a blocking commit from its callback thread; its poll loop has committed).
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from aiogroup.testing.history import HistoryRecorder, MemberRecorder
 
 Key = tuple[int, int]  # (partition, offset)
 
@@ -43,6 +52,9 @@ class PeerMember:
     led: bool = False
     #: Client log lines at warning level or worse (for failure messages).
     log: list[str] = field(default_factory=list)
+    history: MemberRecorder | None = None
+    #: partition -> next offset to commit (what has been consumed).
+    positions: dict[int, int] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -67,6 +79,8 @@ class PeerMember:
 
     def stop(self, timeout: float = 30.0) -> None:
         """Leave cleanly (final commit, close with LeaveGroup); raise what the peer hit."""
+        if self.history is not None and not self._stop.is_set():
+            self.history.leaving()
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
@@ -112,13 +126,15 @@ def confluent_member(
     topic: str,
     strategy: str = "cooperative-sticky",
     session_timeout_ms: int = 6000,
+    history: HistoryRecorder | None = None,
 ) -> PeerMember:
     """A confluent-kafka (librdkafka) member with the given assignment strategy."""
     import logging
 
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-    member = PeerMember(name)
+    member = PeerMember(name, history=None if history is None else history.member(name))
+    rec = member.history
 
     class Collect(logging.Handler):
         """Keeps warnings, and learns from librdkafka's group debug lines whether this
@@ -162,19 +178,49 @@ def confluent_member(
         )
         cooperative = strategy == "cooperative-sticky"
 
+        def record_commit(done: Any) -> None:
+            if rec is not None and done:
+                rec.committed(
+                    [(tp.topic, tp.partition, tp.offset) for tp in done if tp.offset >= 0]
+                )
+
         # confluent-kafka (incrementally) assigns/unassigns after these return.
         def on_assign(c: Any, parts: list[TopicPartition]) -> None:
+            if rec is not None:
+                rec.assigned((p.topic, p.partition) for p in parts)
             m._assigned({p.partition for p in parts}, replace=not cooperative)
 
         def on_revoke(c: Any, parts: list[TopicPartition]) -> None:
+            if rec is not None:
+                rec.revoke_started((p.topic, p.partition) for p in parts)
+                gone = [
+                    TopicPartition(topic, p.partition, m.positions[p.partition])
+                    for p in parts
+                    if p.partition in m.positions
+                ]
+                try:
+                    if gone:
+                        record_commit(c.commit(offsets=gone, asynchronous=False))
+                except KafkaException as exc:
+                    # _DESTROY: the revoke close() runs; the loop committed before it.
+                    if exc.args[0].code() not in retriable | {KafkaError._DESTROY}:
+                        raise
+                    with m._lock:
+                        m.commit_retries += 1
             m._revoked({p.partition for p in parts})
+            if rec is not None:
+                rec.revoke_ended((p.topic, p.partition) for p in parts)
 
         def on_lost(c: Any, parts: list[TopicPartition]) -> None:
+            if rec is not None:
+                rec.lost((p.topic, p.partition) for p in parts)
             m._revoked({p.partition for p in parts}, lost=True)
+            for p in parts:
+                m.positions.pop(p.partition, None)
 
         def commit() -> bool:
             try:
-                consumer.commit(asynchronous=False)
+                record_commit(consumer.commit(asynchronous=False))
             except KafkaException as exc:
                 if exc.args[0].code() not in retriable:
                     raise
@@ -197,8 +243,7 @@ def confluent_member(
                     elif err is not None and err.code() != KafkaError._PARTITION_EOF:
                         raise KafkaException(err)
                 if got:
-                    with m._lock:
-                        m.consumed.extend(got)
+                    record_delivered(m, topic, got)
                     pending = True
                 if pending:
                     pending = not commit()
@@ -212,6 +257,19 @@ def confluent_member(
     return member
 
 
+def record_delivered(m: PeerMember, topic: str, got: list[Key]) -> None:
+    """Note a poll's records: consumed, next positions, and the history if any."""
+    with m._lock:
+        m.consumed.extend(got)
+    by_part: dict[int, list[int]] = {}
+    for p, o in got:
+        by_part.setdefault(p, []).append(o)
+        m.positions[p] = o + 1
+    if m.history is not None:
+        for p, offsets in by_part.items():
+            m.history.delivered(topic, p, offsets)
+
+
 def kafka_python_member(
     name: str,
     bootstrap: str,
@@ -219,6 +277,7 @@ def kafka_python_member(
     topic: str,
     strategy: str = "cooperative-sticky",
     session_timeout_ms: int = 6000,
+    history: HistoryRecorder | None = None,
 ) -> PeerMember:
     """A kafka-python 3 member (threads behind its own loop) with the given strategy."""
     import kafka
@@ -226,6 +285,7 @@ def kafka_python_member(
     from kafka.coordinator.assignors.range import RangePartitionAssignor
     from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
     from kafka.errors import CommitFailedError, RebalanceInProgressError
+    from kafka.structs import OffsetAndMetadata
 
     assignors = {
         "cooperative-sticky": CooperativeStickyAssignor,
@@ -233,19 +293,53 @@ def kafka_python_member(
         "roundrobin": RoundRobinPartitionAssignor,
     }
     cooperative = strategy == "cooperative-sticky"
-    member = PeerMember(name)
+    member = PeerMember(name, history=None if history is None else history.member(name))
+    rec = member.history
+    consumers: list[Any] = []
+
+    def commit_positions(parts: set[int]) -> bool:
+        """Commit what was consumed of ``parts``; True when the broker accepted it."""
+        offsets = {p: member.positions[p] for p in parts if p in member.positions}
+        if not offsets:
+            return True
+        try:
+            consumers[0].commit(
+                {
+                    kafka.TopicPartition(topic, p): OffsetAndMetadata(o, "", -1)
+                    for p, o in offsets.items()
+                }
+            )
+        except (CommitFailedError, RebalanceInProgressError):
+            with member._lock:
+                member.commit_retries += 1
+            return False
+        if rec is not None:
+            rec.committed([(topic, p, o) for p, o in offsets.items()])
+        return True
 
     class Listener(kafka.ConsumerRebalanceListener):  # type: ignore[misc]
         # Eager: revoked = everything, assigned = the whole new assignment.
         # Cooperative: revoked = what moves away, assigned = only what is new.
         def on_partitions_revoked(self, revoked: Any) -> None:
+            # No commit here: kafka-python 3 runs this on its IO thread, where a blocking
+            # commit is refused; the poll loop committed after the last batch instead.
+            if rec is not None:
+                rec.revoke_started((tp.topic, tp.partition) for tp in revoked)
             member._revoked({tp.partition for tp in revoked})
+            if rec is not None:
+                rec.revoke_ended((tp.topic, tp.partition) for tp in revoked)
 
         def on_partitions_assigned(self, assigned: Any) -> None:
+            if rec is not None:
+                rec.assigned((tp.topic, tp.partition) for tp in assigned)
             member._assigned({tp.partition for tp in assigned}, replace=not cooperative)
 
         def on_partitions_lost(self, lost: Any) -> None:
+            if rec is not None:
+                rec.lost((tp.topic, tp.partition) for tp in lost)
             member._revoked({tp.partition for tp in lost}, lost=True)
+            for tp in lost:
+                member.positions.pop(tp.partition, None)
 
     def body(m: PeerMember) -> None:
         consumer = kafka.KafkaConsumer(
@@ -258,15 +352,10 @@ def kafka_python_member(
             session_timeout_ms=session_timeout_ms,
             heartbeat_interval_ms=1000,
         )
+        consumers.append(consumer)
 
         def commit() -> bool:
-            try:
-                consumer.commit()
-            except (CommitFailedError, RebalanceInProgressError):
-                with m._lock:
-                    m.commit_retries += 1
-                return False
-            return True
+            return commit_positions(m.owned_now())
 
         consumer.subscribe([topic], listener=Listener())
         pending = False
@@ -277,8 +366,7 @@ def kafka_python_member(
                 if consumer._coordinator._is_leader:
                     m.led = True
                 if got:
-                    with m._lock:
-                        m.consumed.extend(got)
+                    record_delivered(m, topic, got)
                     pending = True
                 if pending:
                     pending = not commit()

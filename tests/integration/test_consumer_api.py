@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from aiokafka import AIOKafkaProducer
@@ -169,8 +170,10 @@ async def test_commit_and_committed_with_group(
         assert await consumer.seek_to_committed(tp1) == {tp1: 7}
         assert await consumer.position(tp1) == 7
 
-        with pytest.raises(CommitFailedError, match="not assigned"):
+        with pytest.raises(CommitFailedError, match="not assigned") as refused:
             await consumer.commit({TopicPartition(topic, 9): 1})
+        # The reason leads the message (aiokafka's class prepends a fixed paragraph).
+        assert str(refused.value).startswith("CommitFailedError: cannot commit partitions")
         with pytest.raises(IllegalStateError, match="assign\\(\\) after subscribe"):
             consumer.assign([tp0])
         with pytest.raises(ValueError, match=">= 0"):
@@ -199,3 +202,67 @@ async def test_committed_offsets_are_resumed_by_the_next_member(
     async with GroupConsumer(topic, **options) as second:
         got = await drain(second, 18)
         assert [o for _, o, _ in got] == list(range(12, 30))
+
+
+GROUP_TIMEOUTS = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
+
+
+@pytest.mark.parametrize("how", ["constructor", "subscribe-before-start"])
+async def test_start_returns_after_the_first_assignment_as_aiokafka(
+    bootstrap_servers: str, kafka_topic: TopicFactory, group_id: str, how: str
+) -> None:
+    """aiokafka's start() waits for the first assignment (measured: 5.0 s on Tansu), so the
+    usual ``await start(); await seek_to_beginning()`` must work right after it."""
+    topic = await kafka_topic(partitions=2)
+    await produce(bootstrap_servers, topic, 10, partitions=2)
+    tps = {TopicPartition(topic, 0), TopicPartition(topic, 1)}
+    if how == "constructor":
+        consumer = GroupConsumer(
+            topic, bootstrap_servers=bootstrap_servers, group_id=group_id, **GROUP_TIMEOUTS
+        )
+    else:
+        consumer = GroupConsumer(
+            bootstrap_servers=bootstrap_servers, group_id=group_id, **GROUP_TIMEOUTS
+        )
+        consumer.subscribe([topic])
+    await consumer.start()
+    try:
+        assert consumer.assignment() == tps
+        await consumer.seek_to_beginning()  # auto_offset_reset is latest: this must matter
+        for tp in tps:
+            assert await asyncio.wait_for(consumer.position(tp), 30) == 0
+        got = await drain(consumer, 10)
+        assert sorted(o for _, o, _ in got) == sorted([0, 1, 2, 3, 4] * 2)
+        tp = min(tps)
+        stamp = consumer.last_poll_timestamp(tp)
+        assert stamp is not None and abs(stamp - time.time() * 1000) < 60_000
+        assert consumer.highwater(tp) == 5
+    finally:
+        await consumer.stop()
+
+
+async def test_start_with_an_unknown_topic_pattern_still_joins(
+    bootstrap_servers: str, group_id: str
+) -> None:
+    """An empty assignment is an assignment: start() returns once the member is in."""
+    async with GroupConsumer(
+        pattern="nothing-matches-this-.*",
+        bootstrap_servers=bootstrap_servers,
+        group_id=group_id,
+        **GROUP_TIMEOUTS,
+    ) as consumer:
+        assert consumer.assignment() == set()
+        assert consumer.health().joined
+
+
+async def test_assign_before_start_as_aiokafka(
+    bootstrap_servers: str, kafka_topic: TopicFactory
+) -> None:
+    topic = await kafka_topic(partitions=1)
+    await produce(bootstrap_servers, topic, 3)
+    tp = TopicPartition(topic, 0)
+    consumer = GroupConsumer(bootstrap_servers=bootstrap_servers, auto_offset_reset="earliest")
+    consumer.assign([tp])
+    async with consumer:
+        assert consumer.assignment() == {tp}
+        assert [o for _, o, _ in await drain(consumer, 3)] == [0, 1, 2]

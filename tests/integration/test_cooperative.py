@@ -23,6 +23,7 @@ from group_harness import (
     wait_until,
 )
 
+from aiogroup.testing import KafkaBroker
 from aiogroup.testing.plugin import TopicFactory
 
 pytestmark = pytest.mark.integration
@@ -136,8 +137,9 @@ async def finish(run: JoinRun, load: Load, bootstrap: str, group: str, topic: st
 
 
 async def test_kept_partitions_are_delivered_through_a_cooperative_rebalance(
-    bootstrap_servers: str, kafka_topic: TopicFactory, group_id: str
+    bootstrap_servers: str, kafka_topic: TopicFactory, group_id: str, kafka_broker: KafkaBroker
 ) -> None:
+    caps = kafka_broker.caps
     topic = await kafka_topic(partitions=PARTITIONS)
     async with Load(bootstrap_servers, topic, PARTITIONS) as load:
         eager, coop = await asyncio.gather(
@@ -160,10 +162,15 @@ async def test_kept_partitions_are_delivered_through_a_cooperative_rebalance(
     assert eager.all_deliveries_in_window() == 0
     in_window = coop.kept_deliveries_in_window()
     assert all(n > 0 for n in in_window.values()), in_window
-    assert coop.longest_kept_gap() < eager.longest_kept_gap(), (
-        coop.longest_kept_gap(),
-        eager.longest_kept_gap(),
-    )
+    if caps.holds_join_half_session:
+        # The eager stall lasts as long as the broker holds the join (half a session
+        # here), so the kept partitions' longest silence must be shorter under
+        # cooperative.  Kafka answers the join at once: the eager stall is a few
+        # milliseconds and comparing the gaps would measure scheduling noise.
+        assert coop.longest_kept_gap() < eager.longest_kept_gap(), (
+            coop.longest_kept_gap(),
+            eager.longest_kept_gap(),
+        )
 
     a, b = coop.a, coop.b
     # on_partitions_revoked: once on A, with exactly the partitions that moved to B;
@@ -183,15 +190,24 @@ async def test_kept_partitions_are_delivered_through_a_cooperative_rebalance(
     a_by_gen = {c.generation: c.partitions for c in a.of("assigned")}
     for c in b.of("assigned"):
         assert a_by_gen.get(c.generation) == frozenset(), (c, a.of("assigned"))
-    # B received exactly what A released, once.  (Whether B also completed the
-    # generation in which A released them, with an empty set, depends on timing: the
-    # test broker may answer B's SyncGroup of that generation with REBALANCE_IN_PROGRESS.)
+    # B received exactly what A released, once.
     assert [c.partitions for c in b.of("assigned") if c.partitions] == [coop.moved]
     # ... and only in a later generation than the one in which A released them.
     [released] = a.of("revoked")
     [received] = [c for c in b.of("assigned") if c.partitions]
     assert received.generation is not None and released.generation is not None
-    assert received.generation > released.generation
+    if caps.cooperative_joiner_extra_generation:
+        # A SyncGroup race may cost B the generation in which A released them (the
+        # broker answers B's SyncGroup of it with REBALANCE_IN_PROGRESS).
+        assert received.generation > released.generation
+    else:
+        # Kafka: B completes the generation in which A releases them with nothing new,
+        # and gets them in the one follow-up rebalance.
+        assert received.generation == released.generation + 1, b.calls
+        assert [c.generation for c in b.of("assigned")] == [
+            released.generation,
+            received.generation,
+        ], b.calls
     assert a.of("lost") == b.of("lost") == []
     # No partition held by two members in one generation, in either group.
     assert overlaps_by_generation([a, b]) == []

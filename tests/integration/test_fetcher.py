@@ -15,6 +15,8 @@ from aiogroup.config import ConsumerConfig
 from aiogroup.fetcher import Fetcher
 from aiogroup.structs import ConsumerRecord, OffsetResetStrategy, TopicPartition
 from aiogroup.subscription import PartitionState, SubscriptionState
+from aiogroup.testing import KafkaBroker
+from aiogroup.testing.broker import unique_name
 from aiogroup.testing.plugin import TopicFactory
 
 pytestmark = pytest.mark.integration
@@ -183,8 +185,9 @@ async def test_reset_by_strategy(
     topic = await kafka_topic(partitions=1)
     tp = TopicPartition(topic, 0)
     produced = (await produce(bootstrap_servers, topic, 300, 1))[tp]
-    # A last batch of one record: Tansu's ListOffsets(latest) answers that batch's
-    # base offset (one below the true log end), so "latest" lands at 300 or 301.
+    # A last batch of one record: even a broker without
+    # caps.list_offsets_latest_is_log_end (Tansu: that batch's base offset + 1)
+    # answers the log end for "latest".
     produced += (await produce(bootstrap_servers, topic, 1, 1, prefix="last"))[tp]
     async with running_fetcher(bootstrap_servers) as (fetcher, sub):
         assign(sub, [tp], strategy)
@@ -194,7 +197,7 @@ async def test_reset_by_strategy(
             seen = await collect(fetcher, len(produced))
             assert as_pairs(seen[tp]) == produced
         else:
-            assert pos in (300, 301)
+            assert pos == 301
             new = (await produce(bootstrap_servers, topic, 50, 1, prefix="new"))[tp]
             seen = await collect(fetcher, len(new) + (301 - pos))
             assert as_pairs(seen[tp])[-50:] == new
@@ -230,22 +233,57 @@ async def test_compressed_batches(
 
 
 async def test_read_committed_plain_records(
-    bootstrap_servers: str, kafka_topic: TopicFactory
+    bootstrap_servers: str, kafka_topic: TopicFactory, kafka_broker: KafkaBroker
 ) -> None:
-    # The embedded broker refuses InitProducerId for transactional ids, so aborted
-    # transactions are covered by the unit tests on real batch bytes; here the
-    # read_committed request path and last stable offset bookkeeping.
+    # The read_committed request path and last stable offset bookkeeping; where the
+    # broker has transactions (caps.supports_transactions - Tansu refuses
+    # InitProducerId for transactional ids, so there aborted batches are covered by
+    # the unit tests on real batch bytes) also a committed, an aborted and another
+    # committed transaction after the plain records.
     topic = await kafka_topic(partitions=1)
     tp = TopicPartition(topic, 0)
     produced = (await produce(bootstrap_servers, topic, 500, 1))[tp]
+    transactions = kafka_broker.caps.supports_transactions
+    if transactions:
+        produced += await transactional(bootstrap_servers, topic, [(b"c", 10, True)])
+        await transactional(bootstrap_servers, topic, [(b"a", 10, False)])
+        produced += await transactional(bootstrap_servers, topic, [(b"d", 5, True)])
     async with running_fetcher(bootstrap_servers, isolation_level="read_committed") as (
         fetcher,
         sub,
     ):
         assign(sub, [tp], "earliest")
-        seen = await collect(fetcher, 500)
-        assert as_pairs(seen[tp]) == produced
-        assert fetcher.last_stable_offset(tp) == 500
+        seen = await collect(fetcher, len(produced))
+        assert as_pairs(seen[tp]) == produced  # nothing of the aborted one
+        # Plain records: the LSO is the log end.  After the transactions: past the
+        # last commit marker (500 + 10 + marker + 10 + marker + 5 + marker).
+        assert fetcher.last_stable_offset(tp) == (528 if transactions else 500)
+        assert await fetcher.fetched_records((), 0.5) == {}
+
+
+async def transactional(
+    bootstrap: str, topic: str, plan: list[tuple[bytes, int, bool]]
+) -> list[tuple[int, bytes]]:
+    """One transaction per (prefix, count, commit?); returns the committed (offset, value)."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=unique_name("tx"))
+    await producer.start()
+    kept: list[tuple[int, bytes]] = []
+    try:
+        for prefix, count, commit in plan:
+            await producer.begin_transaction()
+            sent = []
+            for i in range(count):
+                value = prefix + str(i).encode()
+                sent.append((value, await producer.send(topic, value, partition=0)))
+            acked = [(await fut).offset for _, fut in sent]
+            if commit:
+                await producer.commit_transaction()
+                kept += [(o, v) for o, (v, _) in zip(acked, sent, strict=True)]
+            else:
+                await producer.abort_transaction()
+    finally:
+        await producer.stop()
+    return kept
 
 
 async def test_buffering_stays_within_bound(

@@ -6,13 +6,14 @@ eager-only, but ready for the new assignor), then one by one with
 ``["cooperative-sticky"]``.  The group consumes under steady production all along.
 
 Kafka re-selects the group's assignor at every rebalance, so after the first
-rolling restart it runs ``cooperative-sticky``.  The test broker (Tansu) fixes the
-assignor when the group is formed and answers INCONSISTENT_GROUP_PROTOCOL to any
-later member that does not list it, so on it a group born on ``range`` can never
-take the second step.  Each rolling restart therefore runs on its own group (both
-at once, on one topic): the second starts from the state the first ends in on
-Kafka - every member on ``["cooperative-sticky", "range"]``, eager, with
-``cooperative-sticky`` chosen.
+rolling restart it runs ``cooperative-sticky``, and on Apache Kafka the test takes
+ONE group through both rolling restarts, as a user would.  A broker that pins the
+assignor when the group forms (``caps.pins_group_assignor``: Tansu answers
+INCONSISTENT_GROUP_PROTOCOL to a later member that does not list it) makes a group
+born on ``range`` unable to take the second step; there each rolling restart runs
+on its own group (both at once, on one topic), the second starting from the state
+the first ends in on Kafka - every member on ``["cooperative-sticky", "range"]``,
+eager, with ``cooperative-sticky`` chosen.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from group_harness import (
     wait_until,
 )
 
+from aiogroup.testing import KafkaBroker
 from aiogroup.testing.plugin import TopicFactory
 
 pytestmark = pytest.mark.integration
@@ -132,7 +134,7 @@ class RollingGroup:
         assert committed == {p: load.end[p] for p in range(PARTITIONS)}
 
 
-async def first_rolling_restart(g: RollingGroup) -> tuple[Member, Member]:
+async def first_rolling_restart(g: RollingGroup, pinned: bool) -> tuple[Member, Member]:
     a, b = await g.start(EAGER_ONLY)
     assert a.protocol_name == b.protocol_name == "range"
     a = await g.restart(a, BOTH, b)
@@ -140,14 +142,16 @@ async def first_rolling_restart(g: RollingGroup) -> tuple[Member, Member]:
     assert a.protocol_name == b.protocol_name == "range"  # b cannot speak the other one
     b = await g.restart(b, BOTH, a)
     assert a.rebalance_protocol == b.rebalance_protocol == "eager"
-    # Kafka switches to the first choice of everyone now; Tansu stays on range.
-    assert a.protocol_name == b.protocol_name
-    assert a.protocol_name in BOTH
+    # Kafka switches to everyone's first choice now; a pinning broker stays on range.
+    assert a.protocol_name == b.protocol_name == ("range" if pinned else "cooperative-sticky")
     return a, b
 
 
-async def second_rolling_restart(g: RollingGroup) -> tuple[Member, Member]:
-    a, b = await g.start(BOTH)
+async def second_rolling_restart(
+    g: RollingGroup, started: tuple[Member, Member] | None = None
+) -> tuple[Member, Member]:
+    """From every member on BOTH (``started``, or two fresh ones) to every member cooperative."""
+    a, b = started or await g.start(BOTH)
     assert a.rebalance_protocol == b.rebalance_protocol == "eager"
     assert a.protocol_name == b.protocol_name == "cooperative-sticky"
     a = await g.restart(a, COOPERATIVE, b)
@@ -161,27 +165,47 @@ async def second_rolling_restart(g: RollingGroup) -> tuple[Member, Member]:
 
 
 async def test_rolling_upgrade_from_eager_to_cooperative(
-    bootstrap_servers: str, kafka_topic: TopicFactory, group_id: str
+    bootstrap_servers: str, kafka_topic: TopicFactory, group_id: str, kafka_broker: KafkaBroker
 ) -> None:
     topic = await kafka_topic(partitions=PARTITIONS)
+    if kafka_broker.caps.pins_group_assignor:
+        await two_groups_one_step_each(bootstrap_servers, topic, group_id)
+        return
+    g = RollingGroup(bootstrap_servers, group_id, topic)
+    try:
+        async with Load(bootstrap_servers, topic, PARTITIONS) as load:
+            live = await second_rolling_restart(g, await first_rolling_restart(g, pinned=False))
+        await g.finish(load, live)
+    finally:
+        await g.abort()
+    # Six members over time (a0 b0 on range, a2 b3 on both, a4 b5 cooperative): the
+    # eager member still on BOTH during the first cooperative restart revoked all it
+    # held; the cooperative survivor kept its partitions through the last restart.
+    assert [m.name for m in g.members] == ["a0", "b0", "a2", "b3", "a4", "b5"]
+    check_final_restart(eager_b=g.members[3], survivor=live[0])
+
+
+async def two_groups_one_step_each(bootstrap_servers: str, topic: str, group_id: str) -> None:
+    """``caps.pins_group_assignor``: each rolling restart on its own group (both at once)."""
     first = RollingGroup(bootstrap_servers, f"{group_id}-1", topic)
     second = RollingGroup(bootstrap_servers, f"{group_id}-2", topic)
     try:
         async with Load(bootstrap_servers, topic, PARTITIONS) as load:
             live_first, live_second = await all_or_nothing(
-                first_rolling_restart(first), second_rolling_restart(second)
+                first_rolling_restart(first, pinned=True), second_rolling_restart(second)
             )
         await all_or_nothing(first.finish(load, live_first), second.finish(load, live_second))
     finally:
         await asyncio.gather(first.abort(), second.abort())
+    check_final_restart(eager_b=second.members[1], survivor=live_second[0])
 
-    # Eager members revoked everything they held at every rebalance; the cooperative
-    # member went through the final restart keeping its partitions (at most the ones
-    # that moved were revoked).
-    eager_b = second.members[1]
+
+def check_final_restart(eager_b: Member, survivor: Member) -> None:
+    """Eager members revoked everything they held at every rebalance; the cooperative
+    member went through the final restart keeping its partitions (at most the ones
+    that moved were revoked)."""
     assert eager_b.of("revoked"), eager_b.calls
     assert all(c.partitions == c.held for c in eager_b.of("revoked")), eager_b.calls
-    survivor = live_second[0]
     assert len(survivor.of("assigned")) >= 2, survivor.calls  # it saw the last restart
     for call in survivor.of("revoked"):
         assert call.partitions and call.partitions < call.held, call

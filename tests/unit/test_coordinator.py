@@ -3,17 +3,29 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 import pytest
 
 from aiogroup._membership import actions as A
+from aiogroup._membership import events as E
 from aiogroup._protocol.results import JoinGroupMember
 from aiogroup.assignors import resolve_assignors
 from aiogroup.config import ConsumerConfig
 from aiogroup.consumer_protocol import ConsumerSubscription, encode_subscription
 from aiogroup.coordinator import GroupCoordinator
-from aiogroup.errors import CommitFailedError, KafkaError, MalformedProtocolDataError
+from aiogroup.errors import (
+    CommitFailedError,
+    KafkaError,
+    MalformedProtocolDataError,
+    RebalanceListenerError,
+)
+from aiogroup.listeners import (
+    AsyncConsumerRebalanceListener,
+    ConsumerRebalanceListener,
+    as_async_listener,
+)
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
 from aiogroup.subscription import SubscriptionState
 
@@ -101,3 +113,122 @@ async def test_commit_outside_a_generation_is_refused_without_a_request() -> Non
     finally:
         await coordinator.abort()
     assert routine.cancelled()
+
+
+TP = TopicPartition("t", 0)
+HANDSHAKE = 10.0  # generous bound for a handshake that should take microseconds
+
+
+class BlockingRevoke(ConsumerRebalanceListener):
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        self.entered.set()
+        assert self.release.wait(HANDSHAKE)
+
+
+async def test_coordinator_waits_for_an_overrunning_sync_callback_and_reports_it() -> None:
+    """CancelListener while the callback runs in the thread: no cancel, no early
+    ListenerCompleted (callbacks never overlap); a RebalanceListenerError when it returns."""
+    coordinator, _ = make_coordinator({"t": 1})
+    listener = BlockingRevoke()
+    coordinator._listener = as_async_listener(listener, thread=coordinator._listener_thread)
+    coordinator._start_listener(
+        "revoked", lambda: coordinator._listener.on_partitions_revoked({TP})
+    )
+    assert await asyncio.to_thread(listener.entered.wait, HANDSHAKE)
+    coordinator._perform(A.CancelListener("revoked", "on_partitions_revoked overran (1s)"))
+    await asyncio.sleep(0.05)
+    assert coordinator._inbox.empty()  # still waiting for the thread
+    listener.release.set()
+    done = await asyncio.wait_for(coordinator._inbox.get(), HANDSHAKE)
+    assert isinstance(done, E.ListenerCompleted) and done.kind == "revoked"
+    assert isinstance(done.error, RebalanceListenerError)
+    assert "overran" in str(done.error) and "listener thread" in str(done.error)
+    await coordinator.abort()
+
+
+async def test_coordinator_still_cancels_an_overrunning_async_callback() -> None:
+    coordinator, _ = make_coordinator({"t": 1})
+    forever = asyncio.Event()
+
+    class Slow(AsyncConsumerRebalanceListener):
+        async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+            await forever.wait()
+
+    coordinator._listener = Slow()
+    coordinator._start_listener(
+        "revoked", lambda: coordinator._listener.on_partitions_revoked({TP})
+    )
+    await asyncio.sleep(0)
+    coordinator._perform(A.CancelListener("revoked", "on_partitions_revoked overran (1s)"))
+    done = await asyncio.wait_for(coordinator._inbox.get(), HANDSHAKE)
+    assert isinstance(done, E.ListenerCompleted)
+    assert isinstance(done.error, RebalanceListenerError) and "overran" in str(done.error)
+    await coordinator.abort()
+
+
+@pytest.mark.parametrize("ending", ["returns", "raises"])
+async def test_new_partitions_are_held_until_the_assigned_callback_ends(ending: str) -> None:
+    """Nothing of a new partition is fetched while on_partitions_assigned runs, so the
+    offsets it returns are where delivery starts (Java runs the callback inside poll)."""
+    coordinator, sub = make_coordinator({"t": 1})
+    sub.subscribe(["t"])
+    assignment = sub.set_assignment({TP})
+    assert assignment is not None
+    state = assignment.state(TP)
+    state.seek(0)  # say the committed offset was already known
+    release = asyncio.Event()
+
+    class StartAt3(AsyncConsumerRebalanceListener):
+        async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> Any:
+            await release.wait()
+            if ending == "raises":
+                raise RuntimeError("listener bug")
+            return {TP: 3}
+
+    coordinator._listener = StartAt3()
+    coordinator._perform(A.InvokeOnPartitionsAssigned(frozenset({TP}), 1))
+    assert not state.is_fetchable  # held from the moment the callback is started
+    await asyncio.sleep(0)
+    assert not state.is_fetchable
+    release.set()
+    done = await asyncio.wait_for(coordinator._inbox.get(), HANDSHAKE)
+    assert isinstance(done, E.ListenerCompleted) and done.kind == "assigned"
+    assert state.is_fetchable
+    assert state.position == (3 if ending == "returns" else 0)
+    assert (done.error is None) == (ending == "returns")
+    await coordinator.abort()
+
+
+async def test_a_subscribed_topic_missing_from_metadata_is_asked_for_until_it_appears() -> None:
+    """A group formed before the topic reached the broker's metadata must not wait
+    for the periodic refresh (minutes) to pick up its partitions."""
+    coordinator, sub = make_coordinator({})
+    client = coordinator._client
+    refreshed = asyncio.Event()
+    calls = 0
+
+    async def force_metadata_update() -> bool:
+        nonlocal calls
+        calls += 1
+        if calls == 3:  # the topic becomes visible on the third refresh
+            client.cluster._partitions["late"] = 2  # type: ignore[attr-defined]
+            refreshed.set()
+        return True
+
+    client.force_metadata_update = force_metadata_update  # type: ignore[attr-defined]
+    fed: list[object] = []
+    coordinator._feed = fed.append  # type: ignore[method-assign]
+    sub.subscribe(["late"])
+    coordinator._snapshot_partition_counts()
+    assert coordinator._partition_counts == {"late": None}
+    await asyncio.wait_for(refreshed.wait(), timeout=10)
+    task = coordinator._missing_topics_task
+    assert task is not None
+    await asyncio.wait_for(task, timeout=10)  # stops once the topic is known
+    assert calls == 3
+    coordinator._on_metadata_poke()  # what the cluster listener triggers on the refresh
+    assert [type(e).__name__ for e in fed] == ["MetadataChanged"]

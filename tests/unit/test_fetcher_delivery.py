@@ -11,6 +11,8 @@ import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.util import calc_crc32c
 
+from aiogroup._fetch import delivery
+from aiogroup._fetch.walker import RecordSink, walk
 from aiogroup.config import ConsumerConfig
 from aiogroup.fetcher import Chunk, Fetcher, split_batches
 from aiogroup.structs import ConsumerRecord, TopicPartition
@@ -84,9 +86,19 @@ def make_chunk(
     )
 
 
+def take_records(
+    chunk: Chunk, limit: int, out: list[ConsumerRecord], kd: Any = None, vd: Any = None
+) -> int:
+    """Walk ``chunk`` into ConsumerRecords appended to ``out``; returns how many."""
+    sink = RecordSink(kd, vd)
+    n = walk(chunk, limit, sink)
+    out.extend(sink.result.get(chunk.tp, []))
+    return n
+
+
 def take_all(chunk: Chunk, limit: int = 1 << 30) -> list[ConsumerRecord]:
     out: list[ConsumerRecord] = []
-    chunk.take_records(limit, out, None, None)
+    take_records(chunk, limit, out)
     return out
 
 
@@ -129,7 +141,7 @@ def test_deserializers_and_headers(ready_state: PartitionState) -> None:
     data = batch_bytes(0, values(2), headers=[("h", b"x")], keys=[b"k0", None])
     chunk = make_chunk(ready_state, data, 0)
     out: list[ConsumerRecord] = []
-    chunk.take_records(10, out, lambda k: k.decode().upper(), lambda v: v.decode())
+    take_records(chunk, 10, out, lambda k: k.decode().upper(), lambda v: v.decode())
     assert [(r.key, r.value) for r in out] == [("K0", "v0"), (None, "v1")]
     assert out[0].headers == (("h", b"x"),)
     assert out[0].serialized_key_size == 2
@@ -267,22 +279,22 @@ async def test_collector_is_paused_while_records_are_built(app_enabled: bool) ->
 
     fetcher, _, _ = await _fetcher_with(2, 5)
     seen: list[bool] = []
-    real_take = Chunk.take_records
+    real_walk = delivery.walk
 
-    def spy(self: Chunk, *args: Any) -> int:
+    def spy(*args: Any) -> int:
         seen.append(gc.isenabled())
-        return real_take(self, *args)
+        return real_walk(*args)
 
     was = gc.isenabled()
     if not app_enabled:
         gc.disable()
     try:
-        Chunk.take_records = spy  # type: ignore[method-assign]
+        delivery.walk = spy
         got = await fetcher.fetched_records((), 0)
         # The application's own choice survives the call, either way.
         assert gc.isenabled() is app_enabled
     finally:
-        Chunk.take_records = real_take  # type: ignore[method-assign]
+        delivery.walk = real_walk
         if was:
             gc.enable()
     assert sum(len(r) for r in got.values()) == 10
@@ -333,8 +345,8 @@ def test_arrow_headers_and_partial_batches(ready_state: PartitionState) -> None:
     )
     cols = ColumnBuilder()
     chunk = make_chunk(ready_state, data, 1)
-    assert chunk.take_columns(2, cols) == 2  # partial batch: the per-record path
-    assert chunk.take_columns(10, cols) == 1
+    assert walk(chunk, 2, cols) == 2  # partial batch: the per-record path
+    assert walk(chunk, 10, cols) == 1
     batch = cols.to_record_batch()
     expected = records_to_arrow(take_all(make_chunk(ready_state, data, 1)))
     assert batch.to_pylist() == expected.to_pylist()
@@ -364,7 +376,7 @@ def test_arrow_run_length_columns_across_batches_and_partitions() -> None:
     cols = ColumnBuilder()
     expected: list[ConsumerRecord] = []
     for st, data, n in zip(states, (data0, data1), (6, 5), strict=True):
-        assert make_chunk(st, data, 0).take_columns(100, cols) == n
+        assert walk(make_chunk(st, data, 0), 100, cols) == n
         expected += take_all(make_chunk(st, data, 0))
     batch = cols.to_record_batch()
     assert len(cols) == batch.num_rows == 11
@@ -402,8 +414,8 @@ def test_arrow_without_pyarrow_names_the_extra(monkeypatch: pytest.MonkeyPatch) 
 def test_deserializers_on_a_split_batch(ready_state: PartitionState) -> None:
     chunk = make_chunk(ready_state, batch_bytes(0, values(3), keys=[b"a", b"b", None]), 0)
     out: list[ConsumerRecord] = []
-    assert chunk.take_records(1, out, bytes.upper, len) == 1  # per-record path
-    assert chunk.take_records(5, out, bytes.upper, len) == 2
+    assert take_records(chunk, 1, out, bytes.upper, len) == 1  # per-record path
+    assert take_records(chunk, 5, out, bytes.upper, len) == 2
     assert [(r.key, r.value) for r in out] == [(b"A", 2), (b"B", 2), (None, 2)]
 
 

@@ -70,3 +70,17 @@ def test_conform_turns_consumer_columns_into_spark_columns() -> None:
     assert out.schema.equals(ARROW_SCHEMA)
     assert out.to_pylist()[0]["offset"] == 9
     assert out.to_pylist()[0]["topic"] == "t"
+
+
+def test_both_spark_paths_agree_on_a_missing_timestamp() -> None:
+    # getmany_arrow + conform and records_to_arrow are one conversion: Kafka's -1
+    # ("no timestamp") is a null TIMESTAMP either way.
+    from aiogroup.arrow import records_to_arrow as consumer_columns
+
+    records = [_record(7), _record(8, ts=-1)]
+    via_columns = conform(consumer_columns(records))
+    assert [r["timestamp"] is None for r in via_columns.to_pylist()] == [False, True]
+    assert (
+        via_columns.to_pylist()[1]["timestamp"]
+        == records_to_arrow(records).to_pylist()[1]["timestamp"]
+    )

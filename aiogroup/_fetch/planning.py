@@ -1,0 +1,126 @@
+"""What to fetch next: the order partitions are planned in and the memory bound.
+
+Both are pure: no clock, no I/O, so the arithmetic is unit tested on its own.
+
+The memory bound.  Let B = ``max_buffered_bytes`` (0 disables the bound) and P =
+``max_partition_fetch_bytes``.  ``buffered`` counts the raw record-set bytes of
+every chunk not yet fully delivered.  A response exists up to three times while it
+is handled (the frame the connection read, the record set the decoder copied out of
+it, the per-batch slices the buffer keeps), so a request spends the budget three
+times over: with room R = (B - buffered - reserved) / 3, a Fetch for n partitions
+asks for ``max_bytes = min(fetch_max_bytes, n * P, R)`` and reserves three times
+that until its response is split into chunks, whose sizes then replace the
+reservation.  No request goes out while R < min(P, B / 3), so each is worth a round
+trip; an empty buffer always has R = B / 3.  The response-level limit carries the
+bound because brokers honour it (the embedded test broker ignores P but not
+``max_bytes``) and every partition of a leader can share one request.  So the Kafka
+bytes held, transient copies included, stay within ``buffered + reserved <= B``;
+Kafka oversteps ``max_bytes`` only to make progress (KIP-74 returns a first batch
+larger than the limit whole), so the bound is ``B + one record batch``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+__all__ = ["COPIES_WHILE_HANDLED", "MemoryBudget", "planning_order"]
+
+#: How many copies of a Fetch response can be alive at once while it is handled:
+#: what an in-flight Fetch reserves, in units of its max_bytes.
+COPIES_WHILE_HANDLED = 3
+
+T = TypeVar("T")
+
+
+class MemoryBudget:
+    """The bytes the fetcher holds or has asked for, against ``max_buffered_bytes``."""
+
+    __slots__ = ("buffered", "fetch_max_bytes", "limit", "partition_bytes", "peak", "reserved")
+
+    def __init__(self, limit: int, partition_bytes: int, fetch_max_bytes: int) -> None:
+        #: B; 0 means unbounded.
+        self.limit = limit
+        #: P, the per-partition limit sent with every partition.
+        self.partition_bytes = partition_bytes
+        self.fetch_max_bytes = fetch_max_bytes
+        #: Raw bytes of buffered chunks not yet fully delivered.
+        self.buffered = 0
+        #: Bytes reserved by in-flight Fetch requests.
+        self.reserved = 0
+        #: Highest ``buffered + reserved`` seen (for tests and benchmarks).
+        self.peak = 0
+
+    @property
+    def bounded(self) -> bool:
+        return self.limit > 0
+
+    @property
+    def smallest_request(self) -> int:
+        """No request is sent for less: min(P, B / 3)."""
+        return min(self.partition_bytes, self.limit // COPIES_WHILE_HANDLED)
+
+    def room(self) -> int | None:
+        """R = (B - buffered - reserved) / 3; None when unbounded."""
+        if not self.bounded:
+            return None
+        return (self.limit - self.buffered - self.reserved) // COPIES_WHILE_HANDLED
+
+    def can_request(self) -> bool:
+        room = self.room()
+        return room is None or room >= self.smallest_request
+
+    def request_sizes(self, partition_counts: Sequence[int]) -> list[int]:
+        """``max_bytes`` of each request (one per leader, n partitions each), in order.
+
+        The list is shorter than ``partition_counts`` when the room runs out: the
+        remaining leaders get their turn when buffered data is released.
+        """
+        room = self.room()
+        sizes = []
+        for n in partition_counts:
+            max_bytes = min(self.fetch_max_bytes, n * self.partition_bytes)
+            if room is not None:
+                if room < self.smallest_request:
+                    break
+                max_bytes = min(max_bytes, room)
+                room -= max_bytes
+            sizes.append(max_bytes)
+        return sizes
+
+    def reserve(self, max_bytes: int) -> int:
+        """Reserve for a request of ``max_bytes``; returns what to release afterwards."""
+        if not self.bounded:
+            return 0
+        reserved = max_bytes * COPIES_WHILE_HANDLED
+        self.reserved += reserved
+        self.note_peak()
+        return reserved
+
+    def unreserve(self, reserved: int) -> None:
+        self.reserved -= reserved
+
+    def buffer(self, size: int) -> None:
+        self.buffered += size
+
+    def release(self, size: int) -> None:
+        self.buffered -= size
+
+    def note_peak(self) -> None:
+        total = self.buffered + self.reserved
+        if total > self.peak:
+            self.peak = total
+
+
+def planning_order(items: Sequence[T], turn: int, has_buffered: Callable[[T], bool]) -> list[T]:
+    """``items`` rotated by ``turn``, those with nothing buffered first (stable).
+
+    The budget goes where the application will look next; rotating means a response
+    cut at ``max_bytes`` does not starve the partitions at the end of the request.
+    """
+    if not items:
+        return []
+    start = turn % len(items)
+    rotated = list(items[start:]) + list(items[:start])
+    rotated.sort(key=has_buffered)
+    return rotated

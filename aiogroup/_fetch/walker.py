@@ -1,0 +1,266 @@
+"""The one record walker: hands a chunk's records, in offset order, to a sink.
+
+Every read path shares it (``getone``, ``getmany``, ``async for`` and
+``getmany_arrow``), so where a read starts and stops, what is skipped and how far the
+position moves are decided once.  The sink decides only what a record becomes: a
+``ConsumerRecord`` (``RecordSink``) or a row of Arrow columns
+(``aiogroup.arrow.ColumnBuilder``).
+
+A batch that lies wholly inside the read is handed to the sink in one call (one
+comprehension per batch: most of getmany's speed); the rest goes record by record.
+
+One deserialization rule (Java's KIP-334): when the sink refuses a record, the walk
+stops *before* it.  Every earlier record stays delivered, ``next_offset`` (and so the
+partition's position) stays on the refused record, and the refusal is left in
+``chunk.failure`` for the fetcher to raise.  The record is read again on the next
+walk, so it is refused again until the application seeks past it; nothing is
+skipped silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from itertools import chain
+from typing import Any, Protocol
+
+from aiogroup._fetch.decoding import Chunk
+from aiogroup.errors import RecordDeserializationError
+from aiogroup.structs import ConsumerRecord, TopicPartition
+
+__all__ = ["BatchDeclined", "RecordSink", "Sink", "walk"]
+
+
+class BatchDeclined(Exception):
+    """A sink could not take a batch whole: walk its (already decoded) records one by one."""
+
+    def __init__(self, records: list[Any]) -> None:
+        super().__init__("batch declined")
+        self.records = records
+
+
+class Sink(Protocol):
+    """Where the walker puts records."""
+
+    def add_batch(self, tp: TopicPartition, batch: Any, ts_type: int) -> int:
+        """Take every record of a v2 batch; returns how many.  May raise BatchDeclined."""
+        ...
+
+    def add_records(self, tp: TopicPartition, records: list[Any], ts_type: int | None) -> None:
+        """Take decoded records, in order (``ts_type`` None: each record has its own).
+
+        On a record it cannot take it raises RecordDeserializationError, having taken
+        every record before it.
+        """
+        ...
+
+
+def walk(chunk: Chunk, limit: int, sink: Sink) -> int:
+    """Give up to ``limit`` records of ``chunk`` to ``sink``; returns how many it took."""
+    tp = chunk.tp
+    end = chunk.end_offset
+    chunk.failure = None
+    taken = 0
+    while taken < limit:
+        it = chunk.pending
+        if it is None:
+            batch = chunk.next_batch()
+            if batch is None:
+                break
+            base = getattr(batch, "base_offset", None)
+            if base is not None:
+                tst = batch.timestamp_type
+                if (
+                    base >= chunk.next_offset
+                    and batch.next_offset <= end
+                    and batch.last_offset_delta + 1 <= limit - taken
+                ):
+                    try:
+                        taken += sink.add_batch(tp, batch, tst)
+                    except BatchDeclined as declined:
+                        records: list[Any] = declined.records
+                    else:
+                        chunk.next_offset = batch.next_offset
+                        continue
+                else:
+                    records = list(batch)  # C batches cannot be re-entered
+                chunk.ts_type = tst
+            else:  # legacy message set: each record has its own timestamp type
+                records = list(batch)
+                chunk.ts_type = None
+            it = chunk.pending = iter(records)
+        # Part of a batch: collect the run of records to hand out, then hand it over
+        # in one call (one comprehension in the sink, not a call per record).
+        nxt = chunk.next_offset
+        want = limit - taken
+        run: list[Any] = []
+        past_end = exhausted = False
+        for r in it:
+            off = r.offset
+            if off < nxt:
+                continue
+            if off >= end:
+                past_end = True
+                break
+            run.append(r)
+            if len(run) >= want:
+                break
+        else:
+            exhausted = True
+        if run:
+            try:
+                sink.add_records(tp, run, chunk.ts_type)
+            except RecordDeserializationError as exc:
+                i = next(i for i, r in enumerate(run) if r.offset == exc.offset)
+                chunk.pending = chain(run[i:], it)  # read the refused one again next time
+                chunk.next_offset = exc.offset
+                chunk.failure = exc
+                return taken + i
+            taken += len(run)
+            nxt = run[-1].offset + 1
+        if past_end:
+            nxt = end
+            chunk.finish()
+        elif exhausted:
+            chunk.pending = None
+            batch = chunk.batches[chunk.batch_index - 1]
+            nxt = max(nxt, min(batch.next_offset, end))
+        chunk.next_offset = nxt
+    if chunk.done:
+        chunk.next_offset = max(chunk.next_offset, end)
+    return taken
+
+
+Deserializer = Callable[[bytes], Any]
+
+
+class RecordSink:
+    """Builds ``ConsumerRecord`` objects, applying the key and value deserializers.
+
+    ``result`` maps each partition to its records, in the order they were added.
+    """
+
+    __slots__ = ("_kd", "_vd", "result")
+
+    def __init__(
+        self, key_deserializer: Deserializer | None, value_deserializer: Deserializer | None
+    ) -> None:
+        self._kd = key_deserializer
+        self._vd = value_deserializer
+        self.result: dict[TopicPartition, list[ConsumerRecord]] = {}
+
+    def _out(self, tp: TopicPartition) -> list[ConsumerRecord]:
+        out = self.result.get(tp)
+        if out is None:
+            out = self.result[tp] = []
+        return out
+
+    def add_batch(self, tp: TopicPartition, batch: Any, ts_type: int) -> int:
+        topic, partition = tp.topic, tp.partition
+        kd, vd = self._kd, self._vd
+        CR = ConsumerRecord
+        if kd is None and vd is None:
+            recs = [
+                CR(
+                    topic,
+                    partition,
+                    r.offset,
+                    r.timestamp,
+                    ts_type,
+                    k,
+                    v,
+                    None,
+                    -1 if k is None else len(k),
+                    -1 if v is None else len(v),
+                    tuple(h) if (h := r.headers) else (),
+                )
+                for r in batch
+                for k, v in ((r.key, r.value),)
+            ]
+        else:
+            raw = list(batch)  # kept: a refused record is looked for one by one
+            try:
+                recs = [
+                    CR(
+                        topic,
+                        partition,
+                        r.offset,
+                        r.timestamp,
+                        ts_type,
+                        k if kd is None or k is None else kd(k),
+                        v if vd is None or v is None else vd(v),
+                        None,
+                        -1 if k is None else len(k),
+                        -1 if v is None else len(v),
+                        tuple(h) if (h := r.headers) else (),
+                    )
+                    for r in raw
+                    for k, v in ((r.key, r.value),)
+                ]
+            except Exception:
+                raise BatchDeclined(raw) from None
+        if recs:
+            self._out(tp).extend(recs)
+        return len(recs)
+
+    def add_records(self, tp: TopicPartition, records: list[Any], ts_type: int | None) -> None:
+        out = self._out(tp)
+        kd, vd = self._kd, self._vd
+        if len(records) == 1:  # getone: no comprehension for a single record
+            r = records[0]
+            out.append(self._one(tp, r, r.timestamp_type if ts_type is None else ts_type))
+            return
+        if ts_type is not None and kd is None and vd is None:
+            topic, partition = tp.topic, tp.partition
+            CR = ConsumerRecord
+            out.extend(
+                [
+                    CR(
+                        topic,
+                        partition,
+                        r.offset,
+                        r.timestamp,
+                        ts_type,
+                        k,
+                        v,
+                        r.checksum,
+                        -1 if k is None else len(k),
+                        -1 if v is None else len(v),
+                        tuple(h) if (h := r.headers) else (),
+                    )
+                    for r in records
+                    for k, v in ((r.key, r.value),)
+                ]
+            )
+            return
+        for r in records:  # deserializers or the legacy format: one at a time
+            out.append(self._one(tp, r, r.timestamp_type if ts_type is None else ts_type))
+
+    def _one(self, tp: TopicPartition, r: Any, ts_type: int) -> ConsumerRecord:
+        k = r.key
+        v = r.value
+        kd, vd = self._kd, self._vd
+        key, value = k, v
+        if kd is not None and k is not None:
+            try:
+                key = kd(k)
+            except Exception as exc:
+                raise RecordDeserializationError(tp, r.offset, "key", exc) from exc
+        if vd is not None and v is not None:
+            try:
+                value = vd(v)
+            except Exception as exc:
+                raise RecordDeserializationError(tp, r.offset, "value", exc) from exc
+        hs = r.headers
+        return ConsumerRecord(
+            tp.topic,
+            tp.partition,
+            r.offset,
+            r.timestamp,
+            ts_type,
+            key,
+            value,
+            r.checksum,
+            -1 if k is None else len(k),
+            -1 if v is None else len(v),
+            tuple(hs) if hs else (),
+        )

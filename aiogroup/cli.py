@@ -1,0 +1,421 @@
+"""``aiogroup``: a consumer-group admin CLI (as ``kafka-consumer-groups.sh``).
+
+    aiogroup [--bootstrap-servers HOST:PORT] [--json] groups
+    aiogroup ... describe GROUP
+    aiogroup ... lag GROUP [--watch SECONDS] [--iterations N]
+    aiogroup ... reset GROUP [--topic T ...] (--to-earliest | --to-latest |
+                 --to-datetime ISO8601 | --shift-by N) [--dry-run | --execute]
+
+Lag and ``--to-latest`` use each partition's **high watermark** (``offsets.end_offsets``:
+ListOffsets(latest) confirmed by a Fetch), not ListOffsets(latest) alone: on Kafka the
+two agree, but the embedded Tansu broker answers ListOffsets(latest) with the last
+batch's base offset, which makes lag negative and ``--to-latest`` land inside the last
+batch.
+
+``reset`` is a dry run unless ``--execute`` is given, and refuses while the group
+has members (their commits would race the reset, as the Java tool refuses too).
+Exit status: 0 on success, 1 on a refused or failed operation, 2 on bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, TextIO
+
+from aiokafka.admin import AIOKafkaAdminClient
+
+from aiogroup import offsets as _offsets
+from aiogroup._protocol.group import (
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    parse_offset_commit,
+    parse_offset_fetch,
+)
+from aiogroup.consumer_protocol import decode_assignment
+from aiogroup.errors import KafkaError, error_for_code
+from aiogroup.structs import OffsetAndMetadata, TopicPartition
+
+__all__ = ["main", "run"]
+
+log = logging.getLogger("aiogroup.cli")
+
+TIMEOUT_S = 30.0
+#: Group states in which nobody can commit over a reset.
+_IDLE_STATES = ("Empty", "Dead")
+
+
+class CliError(Exception):
+    """A refused or failed operation: printed without a traceback, exit status 1."""
+
+
+@dataclass
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    host: str
+    assignment: list[str]
+
+
+@dataclass
+class GroupDescription:
+    group: str
+    state: str
+    protocol_type: str
+    protocol: str
+    members: list[Member]
+
+
+@dataclass
+class PartitionLag:
+    topic: str
+    partition: int
+    committed: int | None
+    high_watermark: int | None
+    lag: int | None
+
+
+class Admin:
+    """The few group operations the CLI needs, over aiokafka's admin client."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.admin = AIOKafkaAdminClient(
+            bootstrap_servers=bootstrap, client_id="aiogroup-cli", request_timeout_ms=20_000
+        )
+
+    async def __aenter__(self) -> Admin:
+        await self.admin.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.admin.close()
+
+    @property
+    def client(self) -> Any:
+        return self.admin._client
+
+    async def groups(self) -> list[dict[str, str]]:
+        found = await self.admin.list_consumer_groups()
+        return sorted(({"group": g[0], "protocol_type": g[1]} for g in found), key=str)
+
+    async def describe(self, group: str) -> GroupDescription:
+        responses = await self.admin.describe_consumer_groups([group])
+        for resp in responses:
+            for g in resp.to_object()["groups"]:
+                if _pick(g, "group_id", "group") != group:
+                    continue
+                if g["error_code"]:
+                    raise CliError(f"describe {group}: {error_for_code(g['error_code']).__name__}")
+                members = []
+                for m in g["members"]:
+                    parts: list[str] = []
+                    if m.get("member_assignment"):
+                        try:
+                            asg = decode_assignment(m["member_assignment"])
+                            parts = [f"{tp.topic}-{tp.partition}" for tp in sorted(asg.partitions)]
+                        except KafkaError:
+                            parts = ["<undecodable>"]
+                    members.append(
+                        Member(
+                            m["member_id"],
+                            m.get("group_instance_id"),
+                            m.get("client_id", ""),
+                            m.get("client_host", ""),
+                            parts,
+                        )
+                    )
+                return GroupDescription(
+                    group,
+                    _pick(g, "group_state", "state"),
+                    g["protocol_type"],
+                    _pick(g, "protocol_data", "protocol"),
+                    members,
+                )
+        raise CliError(f"group {group!r} not found")
+
+    async def committed(self, group: str) -> dict[TopicPartition, int]:
+        """All of the group's committed offsets (OffsetFetch with partitions=None).
+
+        aiogroup's own request class, not aiokafka's ``list_consumer_group_offsets``,
+        whose OffsetFetch version fails to decode the embedded broker's answer.
+        """
+        node = await self.admin.find_coordinator(group)
+        result = parse_offset_fetch(await self.client.send(node, OffsetFetchRequest(group, None)))
+        if result.error_code:
+            raise CliError(f"OffsetFetch {group}: {error_for_code(result.error_code).__name__}")
+        return {
+            TopicPartition(topic, partition): row[0]
+            for (topic, partition), row in result.partitions.items()
+            if row[0] >= 0 and not row[3]
+        }
+
+    async def partitions(self, topics: Sequence[str]) -> list[TopicPartition]:
+        await self.client.set_topics(list(topics))
+        out: list[TopicPartition] = []
+        for topic in topics:
+            parts = self.client.cluster.partitions_for_topic(topic)
+            if not parts:
+                raise CliError(f"topic {topic!r} does not exist")
+            out.extend(TopicPartition(topic, p) for p in sorted(parts))
+        return out
+
+    async def high_watermarks(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        """Each partition's log end: ListOffsets(latest) confirmed by a Fetch's high watermark
+        (``aiogroup.offsets.end_offsets``; see the module docstring)."""
+        if not tps:
+            return {}
+        await self.client.set_topics(sorted({tp.topic for tp in tps}))
+        return await _offsets.end_offsets(
+            self.client, list(tps), read_committed=False, timeout=TIMEOUT_S
+        )
+
+    async def commit(self, group: str, offsets: dict[TopicPartition, int]) -> None:
+        """A "simple" commit (generation -1): only an empty group accepts it."""
+        node = await self.admin.find_coordinator(group)
+        request = OffsetCommitRequest(
+            group, -1, "", None, {tp: OffsetAndMetadata(o, "") for tp, o in offsets.items()}
+        )
+        result = parse_offset_commit(await self.client.send(node, request))
+        failed = {k: v for k, v in result.errors.items() if v}
+        if failed:
+            names = ", ".join(
+                f"{t}-{p}: {error_for_code(c).__name__}" for (t, p), c in sorted(failed.items())
+            )
+            raise CliError(f"commit refused: {names}")
+
+
+def _pick(obj: dict[str, Any], *names: str) -> Any:
+    """The first field present: aiokafka names fields differently across versions."""
+    for name in names:
+        if name in obj:
+            return obj[name]
+    raise KeyError(names[0])
+
+
+# -- commands ---------------------------------------------------------------------------
+
+
+async def cmd_groups(admin: Admin, args: argparse.Namespace) -> Any:
+    return await admin.groups()
+
+
+async def cmd_describe(admin: Admin, args: argparse.Namespace) -> Any:
+    return asdict(await admin.describe(args.group))
+
+
+async def lag_rows(admin: Admin, group: str) -> list[PartitionLag]:
+    committed = await admin.committed(group)
+    described = await admin.describe(group)
+    assigned = set()
+    for member in described.members:
+        for name in member.assignment:
+            topic, _, partition = name.rpartition("-")
+            if partition.isdigit():
+                assigned.add(TopicPartition(topic, int(partition)))
+    tps = sorted(set(committed) | assigned)
+    hw = await admin.high_watermarks(tps)
+    rows = []
+    for tp in tps:
+        c, h = committed.get(tp), hw.get(tp)
+        rows.append(
+            PartitionLag(tp.topic, tp.partition, c, h, None if c is None or h is None else h - c)
+        )
+    return rows
+
+
+async def cmd_lag(admin: Admin, args: argparse.Namespace) -> Any:
+    if args.watch is None:
+        return [asdict(r) for r in await lag_rows(admin, args.group)]
+    out: TextIO = args.out
+    n = 0
+    while args.iterations is None or n < args.iterations:
+        rows = await lag_rows(admin, args.group)
+        stamp = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        if args.json:
+            print(json.dumps({"time": stamp, "partitions": [asdict(r) for r in rows]}), file=out)
+        else:
+            if out.isatty():
+                out.write("\x1b[H\x1b[2J")  # a live display: redraw in place
+            print(
+                f"group {args.group} at {stamp} (every {args.watch:g}s, Ctrl-C to stop)", file=out
+            )
+            print(_table([asdict(r) for r in rows]), file=out)
+        out.flush()
+        n += 1
+        if args.iterations is None or n < args.iterations:
+            await asyncio.sleep(args.watch)
+    return None
+
+
+def _parse_datetime(text: str) -> int:
+    try:
+        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise CliError(
+            f"--to-datetime {text!r} is not ISO 8601 (e.g. 2026-11-23T15:00:00Z)"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return int(when.timestamp() * 1000)
+
+
+async def cmd_reset(admin: Admin, args: argparse.Namespace) -> Any:
+    described = await admin.describe(args.group)
+    if described.state not in _IDLE_STATES or described.members:
+        raise CliError(
+            f"group {args.group!r} is {described.state} with {len(described.members)} "
+            "member(s): stop its consumers first (a reset would race their commits)"
+        )
+    committed = await admin.committed(args.group)
+    if args.topic:
+        tps = await admin.partitions(args.topic)
+    else:
+        tps = sorted(committed)
+    if not tps:
+        raise CliError(f"group {args.group!r} has no committed offsets; name --topic")
+    earliest = await _offsets.beginning_offsets(admin.client, tps, timeout=TIMEOUT_S)
+    latest = await admin.high_watermarks(tps)
+    targets: dict[TopicPartition, int] = {}
+    if args.to_earliest:
+        targets = dict(earliest)
+    elif args.to_latest:
+        targets = dict(latest)
+    elif args.to_datetime is not None:
+        ts = _parse_datetime(args.to_datetime)
+        found = await _offsets.offsets_for_times(
+            admin.client, dict.fromkeys(tps, ts), read_committed=False, timeout=TIMEOUT_S
+        )
+        for tp in tps:
+            hit = found[tp]
+            # No record at or after the time: the end.  The embedded broker says so with
+            # offset 0 and timestamp -1 instead of Kafka's -1 offset; a real match always
+            # has a timestamp, so both read as "none".
+            if hit is None or hit.timestamp < 0:
+                targets[tp] = latest[tp]
+            else:
+                targets[tp] = int(hit.offset)
+    else:
+        for tp in tps:
+            base = committed.get(tp, earliest[tp])
+            targets[tp] = min(max(base + args.shift_by, earliest[tp]), latest[tp])
+    rows = [
+        {
+            "topic": tp.topic,
+            "partition": tp.partition,
+            "current": committed.get(tp),
+            "new": targets[tp],
+        }
+        for tp in tps
+    ]
+    if args.execute:
+        await admin.commit(args.group, targets)
+    return {"group": args.group, "executed": bool(args.execute), "partitions": rows}
+
+
+COMMANDS = {"groups": cmd_groups, "describe": cmd_describe, "lag": cmd_lag, "reset": cmd_reset}
+
+
+# -- output ---------------------------------------------------------------------------------
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "(none)"
+    cols = list(rows[0])
+    cells = [[("-" if r[c] is None else str(r[c])) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
+    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(cols, widths, strict=True))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
+    return "\n".join(lines)
+
+
+def _render(command: str, result: Any) -> str:
+    if command == "describe":
+        head = (
+            f"group {result['group']}: state {result['state']}, "
+            f"protocol {result['protocol_type']}/{result['protocol'] or '-'}, "
+            f"{len(result['members'])} member(s)"
+        )
+        members = [{**m, "assignment": ",".join(m["assignment"]) or "-"} for m in result["members"]]
+        return head + ("\n" + _table(members) if members else "")
+    if command == "reset":
+        verb = "reset" if result["executed"] else "would reset (dry run; --execute to apply)"
+        return f"group {result['group']}: {verb}\n" + _table(result["partitions"])
+    return _table(result)
+
+
+# -- entry points ---------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="aiogroup", description="Inspect and manage Kafka consumer groups."
+    )
+    parser.add_argument(
+        "--bootstrap-servers",
+        "-b",
+        default=os.environ.get("AIOGROUP_BOOTSTRAP", "localhost:9092"),
+        help="host:port[,host:port] (default: $AIOGROUP_BOOTSTRAP or localhost:9092)",
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("groups", help="list consumer groups")
+    p = sub.add_parser("describe", help="state, protocol, members and their assignment")
+    p.add_argument("group")
+    p = sub.add_parser("lag", help="committed offset vs high watermark per partition")
+    p.add_argument("group")
+    p.add_argument("--watch", type=float, metavar="SECONDS", help="redraw every SECONDS")
+    p.add_argument("--iterations", type=int, help="with --watch: stop after N redraws")
+    p = sub.add_parser("reset", help="reset committed offsets (dry run unless --execute)")
+    p.add_argument("group")
+    p.add_argument("--topic", action="append", help="topic to reset (repeatable)")
+    to = p.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-earliest", action="store_true")
+    to.add_argument("--to-latest", action="store_true", help="to the high watermark")
+    to.add_argument("--to-datetime", metavar="ISO8601")
+    to.add_argument("--shift-by", type=int, metavar="N", help="committed + N (clamped)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", default=True, help="the default")
+    mode.add_argument("--execute", action="store_true")
+    return parser
+
+
+async def run(argv: Sequence[str], out: TextIO | None = None) -> int:
+    """Run the CLI in the current event loop; returns the exit status."""
+    out = out or sys.stdout
+    try:
+        args = build_parser().parse_args(list(argv))
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    args.out = out
+    try:
+        async with Admin(args.bootstrap_servers) as admin:
+            result = await asyncio.wait_for(
+                COMMANDS[args.command](admin, args),
+                None if args.command == "lag" and args.watch else TIMEOUT_S * 2,
+            )
+    except CliError as exc:
+        print(f"aiogroup: {exc}", file=sys.stderr)
+        return 1
+    except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+        print(f"aiogroup: {args.command} failed: {exc!r}", file=sys.stderr)
+        return 1
+    if result is not None:
+        text = json.dumps(result, indent=2) if args.json else _render(args.command, result)
+        print(text, file=out)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return asyncio.run(run(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:
+        return 130

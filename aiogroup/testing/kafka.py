@@ -1,0 +1,431 @@
+"""Apache Kafka 4 in KRaft mode, from the jars ``make install`` fetched with Maven.
+
+Why: Apache Kafka is the broker users run, so it is the reference the integration
+tier must pass on (issue 13).  There is no Docker engine on the development
+machines, so the broker runs as plain JVMs from ``.kafka/<version>/libs`` (filled by
+``maven/pom.xml``; nothing is downloaded at test time).
+
+One node is a combined broker + controller; a cluster is three such nodes with a
+static controller quorum, replication factor 3 and ``min.insync.replicas`` 2.  Each
+node's storage is formatted in a temporary directory (``kafka.tools.StorageTool``),
+listens on free loopback ports and runs with a bounded heap.  The configuration is
+what a user's broker has, except the test-only settings in :data:`TEST_SETTINGS`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiogroup.testing.process import kill, spawn_owned, terminate
+
+__all__ = [
+    "KAFKA_VERSION",
+    "TEST_SETTINGS",
+    "KafkaCluster",
+    "KafkaNode",
+    "KafkaSetupError",
+    "broker_rack",
+    "java_binary",
+    "kafka_libs",
+]
+
+#: The Apache Kafka release maven/pom.xml fetches (tests/unit checks they agree).
+KAFKA_VERSION = "4.4.0"
+
+#: Where a broker departs from a user's defaults, and why (all test-only).
+TEST_SETTINGS: Mapping[str, str] = {
+    # A new group's first rebalance waits this long for more members (default 3 s);
+    # every test makes new groups.
+    "group.initial.rebalance.delay.ms": "0",
+    # Consumer-protocol (KIP-848) groups: the broker owns session and heartbeat
+    # interval (defaults 45 s / 5 s, floors 45 s / 5 s); crash and slow-listener
+    # tests need a session of seconds, like the classic tests' 6 s.
+    "group.consumer.min.session.timeout.ms": "6000",
+    "group.consumer.session.timeout.ms": "6000",
+    "group.consumer.min.heartbeat.interval.ms": "500",
+    "group.consumer.heartbeat.interval.ms": "1000",
+    # A single node cannot hold 3 replicas of the internal topics (cluster: 3).
+    "offsets.topic.replication.factor": "1",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+}
+
+#: The cluster mode's replication settings (what a production cluster has).
+CLUSTER_SETTINGS: Mapping[str, str] = {
+    "group.initial.rebalance.delay.ms": "0",
+    # Consumer-protocol groups: a session of seconds, as in TEST_SETTINGS.
+    "group.consumer.min.session.timeout.ms": "6000",
+    "group.consumer.session.timeout.ms": "6000",
+    "group.consumer.min.heartbeat.interval.ms": "500",
+    "group.consumer.heartbeat.interval.ms": "1000",
+    "default.replication.factor": "3",
+    "min.insync.replicas": "2",
+    "offsets.topic.replication.factor": "3",
+    "transaction.state.log.replication.factor": "3",
+    "transaction.state.log.min.isr": "2",
+    "share.coordinator.state.topic.replication.factor": "3",
+    "share.coordinator.state.topic.min.isr": "2",
+    # Racks (KIP-392): each node is its own rack (``rack-<node id>``, see
+    # :func:`broker_rack`), and leaders name a same-rack follower to consumers that
+    # send their rack, as a multi-zone production cluster is set up.
+    "replica.selector.class": "org.apache.kafka.common.replica.RackAwareReplicaSelector",
+}
+
+
+def broker_rack(node_id: int) -> str:
+    """The ``broker.rack`` of a cluster-mode node."""
+    return f"rack-{node_id}"
+
+
+#: Bounded heap per node; C1-only JIT and the serial collector start fastest on the
+#: 2-core CI machines.  ``AIOGROUP_KAFKA_JVM_OPTS`` replaces these.
+DEFAULT_JVM_OPTS = (
+    "-Xms128m",
+    "-Xmx512m",
+    "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",
+    "-Djava.awt.headless=true",
+)
+
+_LOG4J2 = """\
+status = warn
+appender.out.type = Console
+appender.out.name = OUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.out.ref = OUT
+logger.state.name = state.change.logger
+logger.state.level = WARN
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+"""
+
+
+class KafkaSetupError(RuntimeError):
+    """Something Apache Kafka mode needs is missing; the message says what to do."""
+
+
+def java_binary() -> str:
+    """``$JAVA_HOME/bin/java`` or ``java`` on PATH, checked to be Java 17 or newer."""
+    home = os.environ.get("JAVA_HOME")
+    candidate = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    if not candidate or not os.access(candidate, os.X_OK):
+        raise KafkaSetupError(
+            "kafka mode: no Java on this machine (install Java 17+ or set JAVA_HOME)"
+        )
+    out = subprocess.run(
+        [candidate, "-version"], capture_output=True, text=True, timeout=30, check=False
+    )
+    found = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
+    major = int(found.group(1)) if found else 0
+    if major == 1 and found and found.group(2):  # "1.8.0_x" is Java 8
+        major = int(found.group(2))
+    if major < 17:
+        raise KafkaSetupError(f"kafka mode: {candidate} is Java {major or '?'}; Kafka 4 needs 17+")
+    return candidate
+
+
+def kafka_libs(version: str = KAFKA_VERSION) -> Path:
+    """The directory of Kafka's jars: ``AIOGROUP_KAFKA_LIBS``, else ``.kafka/<version>/libs``
+    in the working directory or in the source checkout this module belongs to."""
+    override = os.environ.get("AIOGROUP_KAFKA_LIBS")
+    candidates = (
+        [Path(override)]
+        if override
+        else [
+            Path.cwd() / ".kafka" / version / "libs",
+            Path(__file__).resolve().parents[2] / ".kafka" / version / "libs",
+        ]
+    )
+    for path in candidates:
+        if (path / f"kafka_2.13-{version}.jar").exists():
+            return path
+    raise KafkaSetupError(
+        f"kafka mode: Apache Kafka {version} jars not fetched (looked in "
+        f"{', '.join(str(p) for p in candidates)}); run `make install` (needs Maven) "
+        "or set AIOGROUP_KAFKA_LIBS"
+    )
+
+
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct free loopback ports (held open together so none repeats)."""
+    socks = []
+    try:
+        for _ in range(n):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            socks.append(sock)
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _cluster_id() -> str:
+    """What ``kafka-storage random-uuid`` prints: 16 random bytes, base64url, unpadded."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+@dataclass
+class KafkaNode:
+    """One KRaft node (broker + controller) of a :class:`KafkaCluster`."""
+
+    node_id: int
+    port: int
+    controller_port: int
+    directory: Path
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def config_path(self) -> Path:
+        return self.directory / "server.properties"
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "server.log"
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def log_tail(self, chars: int = 3000) -> str:
+        if not self.log_path.exists():
+            return "(no log)"
+        return self.log_path.read_text(errors="replace")[-chars:]
+
+
+@dataclass
+class KafkaCluster:
+    """``size`` Apache Kafka nodes on loopback, formatted and started by :meth:`start`.
+
+    ``start`` formats every node's storage (in parallel) and starts the JVMs on the
+    calling thread (their parent-death signal follows it); it returns once every
+    node answers ApiVersions and metadata lists all of them.
+    """
+
+    size: int = 1
+    start_timeout: float = 90.0
+    settings: Mapping[str, str] = field(default_factory=dict)
+    nodes: list[KafkaNode] = field(default_factory=list, init=False)
+    _root: Path | None = field(default=None, init=False, repr=False)
+    _java: str = field(default="", init=False, repr=False)
+    _libs: Path | None = field(default=None, init=False, repr=False)
+    startup_seconds: float = field(default=0.0, init=False)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(n.address for n in self.nodes)
+
+    @property
+    def mode(self) -> str:
+        return "kafka" if self.size == 1 else "kafka-cluster"
+
+    def node(self, node_id: int) -> KafkaNode:
+        for n in self.nodes:
+            if n.node_id == node_id:
+                return n
+        raise KeyError(f"no Kafka node {node_id} (have {[n.node_id for n in self.nodes]})")
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    async def start(self) -> KafkaCluster:
+        began = time.monotonic()
+        self._java = java_binary()
+        self._libs = kafka_libs()
+        self._root = Path(tempfile.mkdtemp(prefix=f"aiogroup-{self.mode}-"))
+        ports = _free_ports(2 * self.size)
+        self.nodes = [
+            KafkaNode(i + 1, ports[2 * i], ports[2 * i + 1], self._root / f"node-{i + 1}")
+            for i in range(self.size)
+        ]
+        try:
+            self._write_configs()
+            await asyncio.get_running_loop().run_in_executor(None, self._format_all)
+            for n in self.nodes:
+                self._launch(n)
+            await self.wait_ready()
+        except BaseException:
+            await self.stop(keep_logs=True)
+            raise
+        self.startup_seconds = time.monotonic() - began
+        return self
+
+    def _base_settings(self) -> dict[str, str]:
+        base = dict(TEST_SETTINGS if self.size == 1 else CLUSTER_SETTINGS)
+        base.update(self.settings)
+        return base
+
+    def _write_configs(self) -> None:
+        voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes)
+        for n in self.nodes:
+            n.directory.mkdir(parents=True)
+            config = {
+                "process.roles": "broker,controller",
+                "node.id": str(n.node_id),
+                "controller.quorum.voters": voters,
+                "listeners": f"PLAINTEXT://{n.address},CONTROLLER://127.0.0.1:{n.controller_port}",
+                "advertised.listeners": f"PLAINTEXT://{n.address}",
+                "controller.listener.names": "CONTROLLER",
+                "inter.broker.listener.name": "PLAINTEXT",
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                "log.dirs": str(n.directory / "data"),
+                **self._base_settings(),
+            }
+            if self.size > 1:
+                config.setdefault("broker.rack", broker_rack(n.node_id))
+            n.config_path.write_text("".join(f"{k}={v}\n" for k, v in config.items()))
+        assert self._root is not None
+        (self._root / "log4j2.properties").write_text(_LOG4J2)
+
+    def _java_command(self, main: str, *args: str, heap: bool = True) -> list[str]:
+        assert self._root is not None and self._libs is not None
+        opts = os.environ.get("AIOGROUP_KAFKA_JVM_OPTS")
+        jvm = opts.split() if opts else list(DEFAULT_JVM_OPTS)
+        if not heap:
+            jvm = ["-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
+        return [
+            self._java,
+            *jvm,
+            f"-Dlog4j2.configurationFile={self._root / 'log4j2.properties'}",
+            "-cp",
+            f"{self._libs}/*",
+            main,
+            *args,
+        ]
+
+    def _format_all(self) -> None:
+        """``kafka-storage format`` for every node at once (one short JVM each)."""
+        cluster_id = _cluster_id()
+        running = []
+        for n in self.nodes:
+            cmd = self._java_command(
+                "kafka.tools.StorageTool",
+                "format",
+                f"--cluster-id={cluster_id}",  # one argument: an id may start with "-"
+                "--config",
+                str(n.config_path),
+                "--ignore-formatted",
+                heap=False,
+            )
+            log = (n.directory / "format.log").open("wb")
+            running.append((n, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log))
+        for n, proc, log in running:
+            code = proc.wait(timeout=120)
+            log.close()
+            if code != 0:
+                text = (n.directory / "format.log").read_text(errors="replace")[-2000:]
+                raise KafkaSetupError(
+                    f"{self.mode} mode: formatting node {n.node_id}'s storage failed "
+                    f"(exit {code}); log {n.directory / 'format.log'}:\n{text}"
+                )
+
+    def _launch(self, n: KafkaNode) -> None:
+        with n.log_path.open("ab") as log:
+            n.process = spawn_owned(
+                self._java_command("kafka.Kafka", str(n.config_path)), log, cwd=n.directory
+            )
+
+    async def wait_ready(self, timeout: float | None = None) -> None:
+        """Until every running node answers ApiVersions and metadata lists them all."""
+        from aiokafka.client import AIOKafkaClient
+
+        deadline = time.monotonic() + (timeout if timeout is not None else self.start_timeout)
+        live = [n for n in self.nodes if n.running]
+        last_error: BaseException | None = None
+        pending = list(live)
+        while pending:
+            for n in self.nodes:
+                if n.process is not None and n.process.poll() is not None:
+                    raise KafkaSetupError(
+                        f"{self.mode} mode: node {n.node_id} exited with code "
+                        f"{n.process.returncode}; log {n.log_path}:\n{n.log_tail()}"
+                    )
+            if time.monotonic() > deadline:
+                n = pending[0]
+                raise KafkaSetupError(
+                    f"{self.mode} mode: node {n.node_id} at {n.address} did not answer within "
+                    f"{timeout or self.start_timeout}s: {last_error!r}; log {n.log_path}:\n"
+                    f"{n.log_tail()}"
+                )
+            n = pending[0]
+            if not _listening(n.port):
+                await asyncio.sleep(0.1)
+                continue
+            client = AIOKafkaClient(bootstrap_servers=n.address, request_timeout_ms=5000)
+            try:
+                await client.bootstrap()
+                brokers = {b.nodeId for b in client.cluster.brokers()}
+                if {m.node_id for m in live} <= brokers:
+                    pending.pop(0)
+                    continue
+            except Exception as exc:
+                last_error = exc
+            finally:
+                await client.close()
+            await asyncio.sleep(0.2)
+
+    async def kill_node(self, node_id: int) -> None:
+        """SIGKILL one node: a crash, no controlled shutdown."""
+        n = self.node(node_id)
+        if n.process is not None:
+            await asyncio.get_running_loop().run_in_executor(None, kill, n.process)
+
+    async def stop_node(self, node_id: int, grace: float = 30.0) -> None:
+        """SIGTERM one node and wait for its controlled shutdown (a rolling restart)."""
+        n = self.node(node_id)
+        if n.process is not None:
+            await asyncio.get_running_loop().run_in_executor(None, terminate, n.process, grace)
+
+    async def start_node(self, node_id: int, timeout: float | None = None) -> None:
+        """Start a stopped node again on its storage and ports; wait until it is back."""
+        n = self.node(node_id)
+        if n.running:
+            raise RuntimeError(f"Kafka node {node_id} is running")
+        self._launch(n)
+        await self.wait_ready(timeout)
+
+    async def stop(self, keep_logs: bool = False) -> None:
+        """Stop every node (SIGTERM, SIGKILL after 5 s) and remove the storage.
+
+        ``keep_logs`` (after a failed start) leaves the directory for the error message.
+        """
+        procs = [n.process for n in self.nodes if n.process is not None]
+        for n in self.nodes:
+            n.process = None
+        if procs:
+            loop = asyncio.get_running_loop()
+            await asyncio.gather(*(loop.run_in_executor(None, terminate, p, 5.0) for p in procs))
+        if self._root is not None and not keep_logs and not os.environ.get("AIOGROUP_KEEP_LOGS"):
+            with contextlib.suppress(OSError):
+                shutil.rmtree(self._root)
+
+    @property
+    def root(self) -> Path | None:
+        """The temporary directory holding every node's config, data and log."""
+        return self._root
+
+
+def _listening(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex(("127.0.0.1", port)) == 0

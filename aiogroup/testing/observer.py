@@ -1,0 +1,196 @@
+"""The broker's view of a group, sampled from outside every member.
+
+A member cannot be trusted to say that it was evicted: the defect this module was
+written to catch (issue 12) is a member that was dropped by the broker and never
+noticed.  :class:`GroupObserver` asks the group coordinator itself (DescribeGroups,
+over its own bare aiokafka connection) every ``interval`` seconds which members the
+group has and what each was assigned, and writes what changed into a
+:class:`~aiogroup.testing.history.HistoryRecorder`:
+
+* ``joined`` when a member id appears (``detail`` is the id),
+* ``gone`` when it disappears - a fence, unless the member recorded ``leaving``
+  first - with ``since`` = the send time of the last sample that still showed it
+  and ``t`` = the arrival of the first that did not, so the real moment lies in
+  ``[since, t]``,
+* ``broker_assignment`` when a member's assignment changes in a Stable group.
+
+Members are named by their ``client_id`` (give every member the name it records
+under as its client id).  Brokers that leave the client id out of DescribeGroups
+(the embedded Tansu broker does) still build the member id the Kafka way,
+``<client id>-<uuid>``, so the name is read from it.  A failed sample is retried
+and never read as "gone".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka.client import AIOKafkaClient, CoordinationType
+from aiokafka.protocol.admin import DescribeGroupsRequest
+
+from aiogroup.consumer_protocol import decode_assignment
+from aiogroup.errors import MalformedProtocolDataError
+from aiogroup.testing.history import HistoryRecorder, Partition
+
+__all__ = ["GroupObserver", "GroupSample", "describe_group"]
+
+log = logging.getLogger(__name__)
+
+_MEMBER_ID = re.compile(
+    r"^(?P<client>.+)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+)
+
+
+def member_name(client_id: str, member_id: str) -> str:
+    """The client id, or else the client id a Kafka-style member id starts with."""
+    if client_id:
+        return client_id
+    match = _MEMBER_ID.match(member_id)
+    return match.group("client") if match else member_id
+
+
+@dataclass(frozen=True)
+class GroupSample:
+    """One DescribeGroups answer: the group state and its members by client id."""
+
+    state: str
+    #: client id -> (member id, assigned partitions)
+    members: dict[str, tuple[str, tuple[Partition, ...]]]
+
+
+async def describe_group(client: AIOKafkaClient, group: str) -> GroupSample:
+    """Ask the group's coordinator for its members and their assignments."""
+    node = await client.coordinator_lookup(CoordinationType.GROUP, group)
+    response: Any = await client.send(node, DescribeGroupsRequest([group]))
+    groups = response.groups
+    if not groups:
+        raise RuntimeError(f"DescribeGroups answered no group for {group!r}")
+    error_code, _group_id, state, _ptype, _protocol, raw_members = groups[0][:6]
+    if error_code:
+        raise RuntimeError(f"DescribeGroups for {group!r} failed with error code {error_code}")
+    members: dict[str, tuple[str, tuple[Partition, ...]]] = {}
+    for entry in raw_members:
+        member_id, client_id = entry[0], entry[1]
+        assignment_bytes = entry[-1]
+        try:
+            parts = decode_assignment(bytes(assignment_bytes or b"")).partitions
+        except MalformedProtocolDataError:
+            parts = ()
+        members[member_name(str(client_id or ""), str(member_id))] = (
+            str(member_id),
+            tuple(sorted((tp.topic, tp.partition) for tp in parts)),
+        )
+    return GroupSample(str(state), members)
+
+
+class GroupObserver:
+    """Samples a group's membership from the broker into a history (see module doc).
+
+    ``async with GroupObserver(bootstrap, group, recorder):`` - or ``start()``/``stop()``.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        group: str,
+        recorder: HistoryRecorder,
+        *,
+        interval: float = 0.1,
+        request_timeout_ms: int = 5000,
+    ) -> None:
+        if interval <= 0:
+            raise ValueError(f"interval must be positive, got {interval!r}")
+        self.bootstrap_servers = bootstrap_servers
+        self.group = group
+        self.recorder = recorder
+        self.interval = interval
+        self.samples = 0
+        self.failures = 0
+        self._request_timeout_ms = request_timeout_ms
+        self._client: AIOKafkaClient | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._sampled = asyncio.Event()
+
+    async def start(self) -> GroupObserver:
+        self._client = AIOKafkaClient(
+            bootstrap_servers=self.bootstrap_servers,
+            client_id="aiogroup-observer",
+            request_timeout_ms=self._request_timeout_ms,
+        )
+        await self._client.bootstrap()
+        self._task = asyncio.create_task(self._run(), name=f"observe-{self.group}")
+        return self
+
+    async def sampled(self, timeout: float = 30.0) -> None:
+        """Until the next successful sample has been recorded (bounded by ``timeout``)."""
+        self._sampled.clear()
+        await asyncio.wait_for(self._sampled.wait(), timeout)
+
+    async def stop(self) -> None:
+        """One last sample (so a leave just before the end is seen), then close."""
+        if self._task is not None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await self.sampled(timeout=max(2.0, 5 * self.interval))
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    async def __aenter__(self) -> GroupObserver:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def _run(self) -> None:
+        assert self._client is not None
+        # client id -> (member id, assignment, send time of the last sample showing it)
+        known: dict[str, tuple[str, tuple[Partition, ...], float]] = {}
+        while True:
+            sent = time.monotonic()
+            try:
+                sample = await describe_group(self._client, self.group)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the next sample tries again; a gap is not a "gone"
+                self.failures += 1
+                log.debug("DescribeGroups for %s failed: %r", self.group, exc)
+                await asyncio.sleep(self.interval)
+                continue
+            arrived = time.monotonic()
+            self.samples += 1
+            self._apply(known, sample, sent, arrived)
+            self._sampled.set()
+            await asyncio.sleep(max(0.0, self.interval - (arrived - sent)))
+
+    def _apply(
+        self,
+        known: dict[str, tuple[str, tuple[Partition, ...], float]],
+        sample: GroupSample,
+        sent: float,
+        arrived: float,
+    ) -> None:
+        rec = self.recorder
+        for name, (member_id, _parts, last_seen) in list(known.items()):
+            now = sample.members.get(name)
+            if now is None or now[0] != member_id:
+                rec.add(name, "gone", t=arrived, since=last_seen, detail=member_id)
+                del known[name]
+        for name, (member_id, parts) in sample.members.items():
+            previous = known.get(name)
+            if previous is None:
+                rec.add(name, "joined", t=arrived, detail=member_id)
+                previous = (member_id, (), sent)
+            if sample.state == "Stable" and parts != previous[1]:
+                rec.add(name, "broker_assignment", t=arrived, partitions=parts)
+                previous = (member_id, parts, sent)
+            known[name] = (member_id, previous[1], sent)

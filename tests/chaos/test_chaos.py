@@ -1,0 +1,356 @@
+"""Chaos scenarios, each judged by the ownership-history checker (0 overlaps, 0 lost).
+
+Every scenario runs under steady production, with the broker observed from
+outside (DescribeGroups) and every member's callbacks, deliveries and commits in
+one history.  The seed picks the victim and the moment of the fault.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from pathlib import Path
+
+import pytest
+from chaos_run import SESSION_S, ChaosRun
+from fault_proxy import FaultProxy, ProxiedClient, route
+from group_harness import Member
+from peers import confluent_member, kafka_python_member
+from raw_peer import MalformedPeer
+
+from aiogroup import MalformedProtocolDataError
+from aiogroup import consumer as consumer_module
+from aiogroup.testing.broker import KafkaBroker
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+
+EAGER = ("range",)
+COOPERATIVE = ("cooperative-sticky",)
+STRATEGIES = {"eager": EAGER, "cooperative": COOPERATIVE}
+
+
+# -- slow listeners with a concurrent join --------------------------------------------------
+
+
+async def slow_listener_scenario(
+    broker: KafkaBroker, tmp: Path, seed: int, protocol: str, sync: bool, where: str, factor: float
+) -> None:
+    """A owns everything; B joins while A's revoke (or assigned) listener runs
+    ``factor`` x the session timeout.  A must stay in the group, nobody may be handed
+    A's partitions before A's revoke returns, and the group must converge to a split."""
+    name = f"slow-{where}-{'sync' if sync else 'async'}-{protocol}"
+    delay = factor * SESSION_S
+    async with ChaosRun(broker, tmp, name, seed) as run:
+        opts = {"revoke_delay": delay} if where == "revoke" else {}
+        a = await run.member("A", STRATEGIES[protocol], sync_listener=sync, **opts)
+        await run.owners(1)
+        await run.consuming(a.client_id)
+        if where == "assign":
+            # The slow assignment is the one B's join sets off in A.
+            a.assign_delay = delay
+        await asyncio.sleep(run.rng.uniform(0.0, 1.0))  # seeded moment of the join
+        b = await run.member("B", STRATEGIES[protocol])
+        await run.owners(2, timeout=delay * 3 + 60)
+        await run.consuming(b.client_id, timeout=delay * 3 + 60)
+        report = await run.judge()
+        assert report.ok, report.summary()
+        assert report.evictions == [], f"the broker dropped a member: {report.summary()}"
+        assert report.rebalances >= 1
+
+
+@pytest.mark.parametrize("protocol", ["eager", "cooperative"])
+@pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
+@pytest.mark.chaos_long
+async def test_slow_revoke_listener_with_a_concurrent_join(
+    kafka_broker: KafkaBroker, tmp_path: Path, seed: int, protocol: str, sync: bool
+) -> None:
+    await slow_listener_scenario(kafka_broker, tmp_path, seed, protocol, sync, "revoke", 5.0)
+
+
+@pytest.mark.parametrize("protocol", ["eager", "cooperative"])
+@pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
+@pytest.mark.chaos_long
+async def test_slow_assigned_listener_with_a_concurrent_join(
+    kafka_broker: KafkaBroker, tmp_path: Path, seed: int, protocol: str, sync: bool
+) -> None:
+    await slow_listener_scenario(kafka_broker, tmp_path, seed, protocol, sync, "assign", 5.0)
+
+
+async def test_slow_async_revoke_with_a_concurrent_join_quick(
+    kafka_broker: KafkaBroker, tmp_path: Path, seed: int
+) -> None:
+    """The bounded member of the family ``make test`` runs: cooperative, 2x session."""
+    await slow_listener_scenario(kafka_broker, tmp_path, seed, "cooperative", False, "revoke", 2.0)
+
+
+# -- processes: kill -9 and SIGSTOP --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "protocol", ["eager", pytest.param("cooperative", marks=pytest.mark.chaos_long)]
+)
+async def test_kill_9_of_a_member_mid_batch(
+    kafka_broker: KafkaBroker, tmp_path: Path, seed: int, protocol: str
+) -> None:
+    """Two process members and one in-process; one process is killed while consuming.
+    Its partitions move only after the broker fences it; redelivery only from its
+    last commit."""
+    async with ChaosRun(kafka_broker, tmp_path, f"kill9-{protocol}", seed) as run:
+        strategy = STRATEGIES[protocol][0]
+        # Each batch is worked on for 0.2 s before its commit: the kill lands mid-batch.
+        procs = [await run.process(f"P{i}", strategy, process_delay=0.2) for i in range(2)]
+        await run.member("C", STRATEGIES[protocol])
+        await run.owners(3, timeout=90)
+        victim = run.rng.choice(procs)
+        await run.consuming(victim)
+        await asyncio.sleep(run.rng.uniform(0.0, 2.0))  # seeded: somewhere mid-stream
+        run.kill(victim)
+        await run.until(
+            "the broker to fence the killed member",
+            lambda evs: any(e.member == victim and e.kind == "gone" for e in evs),
+            timeout=SESSION_S * 4,
+        )
+        await run.owners(2, timeout=60)
+        report = await run.judge()
+        assert report.ok, report.summary()
+        assert [m for m, _ in report.fences] == [victim]
+
+
+@pytest.mark.parametrize(
+    "protocol", [pytest.param("eager", marks=pytest.mark.chaos_long), "cooperative"]
+)
+async def test_sigstop_for_twice_the_session_then_sigcont(
+    kafka_broker: KafkaBroker, tmp_path: Path, seed: int, protocol: str
+) -> None:
+    """A frozen member is fenced while stopped; on waking it must learn it was fenced
+    before it hands the application another record or commits (no zombie)."""
+    async with ChaosRun(kafka_broker, tmp_path, f"sigstop-{protocol}", seed) as run:
+        strategy = STRATEGIES[protocol][0]
+        frozen = await run.process("Z", strategy)
+        await run.member("C", STRATEGIES[protocol])
+        await run.owners(2, timeout=90)
+        await run.consuming(frozen)
+        await asyncio.sleep(run.rng.uniform(0.0, 2.0))
+        run.freeze(frozen)
+        frozen_at = run.history.now()
+        await run.until(
+            "the broker to fence the frozen member",
+            lambda evs: any(e.member == frozen and e.kind == "gone" for e in evs),
+            timeout=SESSION_S * 4,
+        )
+        # Frozen for 2x the session in all (the fault's length, not synchronisation).
+        await asyncio.sleep(max(0.0, frozen_at + 2 * SESSION_S - run.history.now()))
+        run.thaw(frozen)
+        woke = run.history.now()
+        await run.owners(2, timeout=90)
+        await run.until(
+            "the woken member to consume again",
+            lambda evs: any(
+                e.member == frozen and e.kind == "delivered" and e.t > woke for e in evs
+            ),
+            timeout=60,
+        )
+        report = await run.judge()
+        assert report.ok, report.summary()
+        assert report.zombie_deliveries == [] and report.zombie_commits == []
+        # It learned of the fence (lost) before it acted again.
+        after = [
+            e.kind
+            for e in run.events()
+            if e.member == frozen and e.t > woke and e.kind in ("lost", "delivered", "committed")
+        ]
+        assert after and after[0] == "lost", f"after waking: {after[:5]}"
+
+
+# -- network faults through a proxy ------------------------------------------------------
+
+
+@pytest.fixture
+def proxied_clients(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(consumer_module, "AIOKafkaClient", ProxiedClient)
+
+
+async def _proxy(broker: KafkaBroker) -> FaultProxy:
+    host, port = broker.bootstrap_servers.split(",")[0].rsplit(":", 1)
+    return await FaultProxy(host, int(port)).start()
+
+
+@pytest.mark.parametrize(
+    "protocol", ["eager", pytest.param("cooperative", marks=pytest.mark.chaos_long)]
+)
+async def test_one_members_connection_cut_for_twice_the_session(
+    kafka_broker: KafkaBroker, tmp_path: Path, seed: int, protocol: str, proxied_clients: None
+) -> None:
+    """The cut member must give its partitions up (lost) no later than the broker hands
+    them on, and come back cleanly when the network does."""
+    proxy = await _proxy(kafka_broker)
+    try:
+        async with ChaosRun(kafka_broker, tmp_path, f"cut-one-{protocol}", seed) as run:
+            cut = Member(
+                "X",
+                run.bootstrap,
+                run.group,
+                run.topic,
+                STRATEGIES[protocol],
+                run.progress,
+                history=run.history,
+            )
+            run.members.append(cut)
+            with route(cut.client_id, proxy):
+                await cut.start()
+            await run.member("C", STRATEGIES[protocol])
+            await run.owners(2, timeout=90)
+            await run.consuming(cut.client_id)
+            await asyncio.sleep(run.rng.uniform(0.0, 2.0))
+            run.faults += 1
+            proxy.pause()
+            await asyncio.sleep(2 * SESSION_S)  # the fault's length, not synchronisation
+            proxy.resume()
+            await run.owners(2, timeout=90)
+            report = await run.judge()
+            assert report.ok, report.summary()
+    finally:
+        await proxy.close()
+
+
+@pytest.mark.chaos_long
+async def test_broker_unreachable_for_everyone_for_ten_seconds(
+    kafka_broker: KafkaBroker, tmp_path: Path, seed: int, proxied_clients: None
+) -> None:
+    proxy = await _proxy(kafka_broker)
+    try:
+        async with ChaosRun(kafka_broker, tmp_path, "broker-unreachable", seed) as run:
+            members = [
+                Member(
+                    n,
+                    run.bootstrap,
+                    run.group,
+                    run.topic,
+                    COOPERATIVE if run.rng.random() < 0.5 else EAGER,
+                    run.progress,
+                    history=run.history,
+                )
+                for n in ("X", "Y")
+            ]
+            # One group, one protocol: both members use the first member's choice.
+            for m in members:
+                run.members.append(m)
+                with route(m.client_id, proxy):
+                    await m.start()
+            await run.owners(2, timeout=90)
+            await asyncio.sleep(run.rng.uniform(0.0, 2.0))
+            run.faults += 1
+            proxy.pause()
+            await asyncio.sleep(10.0)  # the outage's length
+            proxy.resume()
+            await run.owners(2, timeout=120)
+            report = await run.judge()
+            assert report.ok, report.summary()
+    finally:
+        await proxy.close()
+
+
+# -- churn, with other clients in the group ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "mix",
+    [
+        pytest.param("eager", marks=pytest.mark.chaos_long),
+        pytest.param("cooperative", marks=pytest.mark.chaos_long),
+        "mixed",
+        pytest.param("mixed-eager", marks=pytest.mark.chaos_long),
+    ],
+)
+async def test_member_churn_under_steady_production(
+    kafka_broker: KafkaBroker, tmp_path: Path, seed: int, mix: str
+) -> None:
+    """Members join and leave (cleanly) in a seeded order while records flow; with
+    ``mixed``, confluent-kafka and kafka-python members share the cooperative group
+    (``mixed-eager``: the range-assigned eager group)."""
+    async with ChaosRun(kafka_broker, tmp_path, f"churn-{mix}", seed, partitions=6) as run:
+        strategy = EAGER if mix in ("eager", "mixed-eager") else COOPERATIVE
+        peers = []
+        first = await run.member("A", strategy)
+        await run.owners(1)
+        await run.consuming(first.client_id)
+        live: list[object] = [first]
+        steps = 4
+        for step in range(steps):
+            joiner_kind = "aiogroup"
+            if mix.startswith("mixed"):
+                joiner_kind = run.rng.choice(["aiogroup", "confluent", "kafka-python"])
+            name = f"{joiner_kind[:2]}{step}"
+            if joiner_kind == "aiogroup":
+                live.append(await run.member(name, strategy))
+            else:
+                make = confluent_member if joiner_kind == "confluent" else kafka_python_member
+                peer = make(
+                    f"{name}-{run.group[-6:]}",
+                    run.bootstrap,
+                    run.group,
+                    run.topic,
+                    strategy=strategy[0],
+                    history=run.history,
+                )
+                peers.append(peer)
+                live.append(peer)
+            run.faults += 1
+            await run.owners(len(live), timeout=90)
+            if len(live) > 2 and run.rng.random() < 0.5:
+                leaver = live.pop(run.rng.randrange(1, len(live)))
+                run.faults += 1
+                if isinstance(leaver, Member):
+                    await leaver.stop()
+                else:
+                    await asyncio.to_thread(leaver.stop)  # type: ignore[attr-defined]
+                await run.owners(len(live), timeout=90)
+        report = await run.judge()
+        for peer in peers:
+            assert not peer.errors, f"{peer.name}: {peer.errors}"
+        assert report.ok, report.summary()
+        for peer in peers:
+            await asyncio.to_thread(peer.stop)
+
+
+# -- a peer with malformed subscription metadata ---------------------------------------------
+
+#: Subscription version 0 announcing 5 topics, then nothing: truncated.
+TRUNCATED = struct.pack(">hi", 0, 5)
+
+
+@pytest.mark.parametrize(
+    "protocol", ["eager", pytest.param("cooperative", marks=pytest.mark.chaos_long)]
+)
+async def test_a_peer_with_malformed_subscription_metadata(
+    kafka_broker: KafkaBroker, tmp_path: Path, seed: int, protocol: str
+) -> None:
+    """The leader is told exactly what is wrong (through its poll), gives the bad peer
+    nothing, and the group goes on: no overlap, nothing lost, nobody evicted."""
+    async with ChaosRun(kafka_broker, tmp_path, f"malformed-peer-{protocol}", seed) as run:
+        leader = await run.member("A", STRATEGIES[protocol])
+        await run.owners(1)
+        await run.member("B", STRATEGIES[protocol])
+        await run.owners(2)
+        await asyncio.sleep(run.rng.uniform(0.0, 1.0))
+        peer = MalformedPeer(
+            run.bootstrap, run.group, TRUNCATED, STRATEGIES[protocol][0], int(SESSION_S * 1000)
+        )
+        run.faults += 1
+        await peer.start()
+        try:
+            await run.until(
+                "the leader to report the malformed subscription",
+                lambda _: any(isinstance(e, MalformedProtocolDataError) for e in leader.errors),
+                timeout=60,
+            )
+            await run.owners(2)
+            assert not peer.errors, peer.errors
+            assert not peer.led
+            report = await run.judge()
+        finally:
+            await peer.close()
+        assert report.ok, report.summary()
+        assert report.evictions == []
+        problem = next(e for e in leader.errors if isinstance(e, MalformedProtocolDataError))
+        assert "subscription" in str(problem)

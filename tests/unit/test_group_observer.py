@@ -1,0 +1,66 @@
+"""The observer turns DescribeGroups samples into joined / gone / broker_assignment events."""
+
+from __future__ import annotations
+
+import pytest
+
+from aiogroup.testing.history import HistoryRecorder, check_history
+from aiogroup.testing.observer import GroupObserver, GroupSample, member_name
+
+UUID = "6b3bff7c-79e6-4201-8275-126c89cd0026"
+P0, P1 = ("t", 0), ("t", 1)
+
+
+def test_member_name_prefers_the_client_id_then_the_member_id_prefix() -> None:
+    assert member_name("worker-1", f"other-{UUID}") == "worker-1"
+    assert member_name("", f"worker-1-client-ab12-{UUID}") == "worker-1-client-ab12"
+    assert member_name("", "opaque") == "opaque"
+
+
+def feed(samples: list[tuple[float, float, GroupSample]]) -> HistoryRecorder:
+    rec = HistoryRecorder()
+    observer = GroupObserver("127.0.0.1:1", "g", rec)
+    known: dict[str, tuple[str, tuple[tuple[str, int], ...], float]] = {}
+    for sent, arrived, sample in samples:
+        observer._apply(known, sample, sent, arrived)
+    return rec
+
+
+def test_a_vanished_member_is_gone_between_its_last_and_first_missing_sample() -> None:
+    rec = feed(
+        [
+            (1.0, 1.1, GroupSample("Stable", {"A": ("a1", (P0, P1))})),
+            (2.0, 2.1, GroupSample("Stable", {"A": ("a1", (P0, P1)), "B": ("b1", ())})),
+            (3.0, 3.1, GroupSample("PreparingRebalance", {"B": ("b1", ())})),
+            (4.0, 4.1, GroupSample("Stable", {"B": ("b1", (P0, P1))})),
+        ]
+    )
+    got = [(e.member, e.kind, e.t, e.since, e.partitions) for e in rec.events()]
+    assert got == [
+        ("A", "joined", 1.1, None, ()),
+        ("A", "broker_assignment", 1.1, None, (P0, P1)),
+        ("B", "joined", 2.1, None, ()),
+        ("A", "gone", 3.1, 2.0, ()),
+        ("B", "broker_assignment", 4.1, None, (P0, P1)),
+    ]
+    report = check_history(rec.events())
+    assert report.evictions == [("A", 3.1)] and report.rebalances == 2
+
+
+def test_a_new_member_id_under_one_name_is_a_gone_then_a_join() -> None:
+    rec = feed(
+        [
+            (1.0, 1.1, GroupSample("Stable", {"A": ("a1", ())})),
+            (2.0, 2.1, GroupSample("Stable", {"A": ("a2", ())})),
+        ]
+    )
+    assert [(e.kind, e.detail) for e in rec.events()] == [
+        ("joined", "a1"),
+        ("gone", "a1"),
+        ("joined", "a2"),
+    ]
+
+
+def test_the_sampling_interval_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="interval must be positive"):
+        GroupObserver("127.0.0.1:1", "g", HistoryRecorder(), interval=0)

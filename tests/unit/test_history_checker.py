@@ -1,0 +1,460 @@
+"""The ownership-history checker catches each fault it promises to, and passes clean runs.
+
+Histories are written by hand (the checker is pure), one per rule: each faulty history
+breaks exactly one rule and must be reported under it, and its repaired twin must pass.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from aiogroup import TopicPartition
+from aiogroup.testing.history import (
+    Event,
+    HistoryError,
+    HistoryRecorder,
+    check_history,
+    load_history,
+)
+
+T = "topic"
+P0 = (T, 0)
+
+
+class Script:
+    """A hand-written history with explicit times."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def add(self, t: float, member: str, kind: str, **fields: object) -> Script:
+        self.events.append(Event(t, member, kind, **fields))  # type: ignore[arg-type]
+        return self
+
+    def produced(self, t: float, first: int, last: int, partition: int = 0) -> Script:
+        return self.add(t, "<producer>", "produced", spans=((T, partition, first, last),))
+
+    def assigned(self, t: float, member: str, *parts: int) -> Script:
+        return self.add(t, member, "assigned", partitions=tuple((T, p) for p in parts))
+
+    def revoke(self, start: float, end: float, member: str, *parts: int) -> Script:
+        tps = tuple((T, p) for p in parts)
+        self.add(start, member, "revoke_started", partitions=tps)
+        return self.add(end, member, "revoke_ended", partitions=tps)
+
+    def lost(self, t: float, member: str, *parts: int) -> Script:
+        return self.add(t, member, "lost", partitions=tuple((T, p) for p in parts))
+
+    def delivered(self, t: float, member: str, first: int, last: int, partition: int = 0) -> Script:
+        return self.add(t, member, "delivered", spans=((T, partition, first, last),))
+
+    def committed(self, t: float, member: str, offset: int, partition: int = 0) -> Script:
+        return self.add(t, member, "committed", offsets=((T, partition, offset),))
+
+    def gone(self, since: float, t: float, member: str) -> Script:
+        return self.add(t, member, "gone", since=since)
+
+    def check(self):  # type: ignore[no-untyped-def]
+        return check_history(self.events)
+
+
+def clean_handover() -> Script:
+    """A consumes 0..9 and commits in its revoke; B takes over from 10."""
+    return (
+        Script()
+        .produced(0.0, 0, 19)
+        .assigned(1.0, "A", 0)
+        .delivered(2.0, "A", 0, 9)
+        .committed(2.1, "A", 10)
+        .revoke(5.0, 6.0, "A", 0)
+        .assigned(6.5, "B", 0)
+        .delivered(7.0, "B", 10, 19)
+        .committed(7.1, "B", 20)
+    )
+
+
+def test_a_clean_handover_passes_and_is_counted() -> None:
+    report = clean_handover().check()
+    assert report.ok, report.summary()
+    assert report.records_checked == 20
+    assert report.deliveries == 20
+    assert report.duplicates == 0
+    assert report.rebalances == 1
+    assert report.counts()["overlaps"] == 0
+
+
+def test_an_overlap_is_reported_with_its_length() -> None:
+    # B is handed the partition half a second before A's revoke listener returns.
+    s = clean_handover()
+    s.events = [e for e in s.events if not (e.member == "B" and e.kind == "assigned")]
+    report = s.assigned(5.5, "B", 0).check()
+    assert not report.ok
+    assert len(report.overlaps) == 1
+    o = report.overlaps[0]
+    assert (o.partition, {o.first, o.second}) == (0, {"A", "B"})
+    assert o.seconds == pytest.approx(0.5)
+    assert "overlap" in report.summary()
+
+
+def test_a_lost_record_is_reported() -> None:
+    s = clean_handover()
+    s.events = [e for e in s.events if not (e.member == "B" and e.kind == "delivered")]
+    report = s.delivered(7.0, "B", 10, 14).delivered(7.2, "B", 16, 19).check()
+    assert report.lost == [(T, 0, 15)]
+    assert not report.ok
+
+
+def test_lost_records_also_come_from_a_produced_end_offsets_mapping() -> None:
+    report = check_history(clean_handover().events, produced={TopicPartition(T, 0): 25})
+    assert [o for _, _, o in report.lost] == [20, 21, 22, 23, 24]
+
+
+def test_a_backwards_commit_is_reported() -> None:
+    report = clean_handover().committed(8.0, "B", 12).check()
+    assert [v.rule for v in report.backwards_commits] == ["backwards commit"]
+    assert "12 after B committed 20" in report.backwards_commits[0].detail
+
+
+def test_a_zombie_commit_is_reported() -> None:
+    # A froze while it held the partition; the broker fenced it at ~10; B took over;
+    # A woke at 15 and committed before learning it was fenced.
+    s = (
+        Script()
+        .produced(0.0, 0, 19)
+        .assigned(1.0, "A", 0)
+        .delivered(2.0, "A", 0, 9)
+        .committed(2.1, "A", 10)
+        .add(3.0, "A", "frozen")
+        .gone(9.8, 10.0, "A")
+        .assigned(10.5, "B", 0)
+        .delivered(11.0, "B", 10, 19)
+    )
+    assert s.check().ok, s.check().summary()
+    report = s.committed(15.0, "A", 10).lost(15.1, "A", 0).check()
+    assert [v.member for v in report.zombie_commits] == ["A"]
+    assert report.evictions == [("A", 10.0)]
+    assert not report.overlaps  # the fence ended A's hold before B's assignment
+
+
+def test_a_zombie_delivery_is_reported() -> None:
+    s = (
+        Script()
+        .produced(0.0, 0, 29)
+        .assigned(1.0, "A", 0)
+        .delivered(2.0, "A", 0, 9)
+        .committed(2.1, "A", 10)
+        .add(3.0, "A", "frozen")
+        .gone(9.8, 10.0, "A")
+        .assigned(10.5, "B", 0)
+        .delivered(11.0, "B", 10, 29)
+        .delivered(15.0, "A", 10, 12)  # the woken zombie hands out buffered records
+        .lost(15.1, "A", 0)
+    )
+    report = s.check()
+    assert [v.rule for v in report.zombie_deliveries] == ["zombie delivery"]
+    assert not report.unowned_deliveries
+
+
+def test_a_running_member_is_not_excused_by_its_fence() -> None:
+    # The issue-12 defect: the broker drops A while A's revoke listener still runs,
+    # and B is given A's partition; A never hears of it (no lost).
+    s = (
+        Script()
+        .produced(0.0, 0, 19)
+        .assigned(1.0, "A", 0)
+        .delivered(2.0, "A", 0, 9)
+        .committed(2.1, "A", 10)
+        .add(5.0, "A", "revoke_started", partitions=(P0,))
+        .gone(10.8, 11.0, "A")
+        .assigned(15.0, "B", 0)
+        .delivered(15.5, "B", 10, 19)
+        .add(35.0, "A", "revoke_ended", partitions=(P0,))
+    )
+    report = s.check()
+    assert [(o.first, o.second) for o in report.overlaps] == [("A", "B")]
+    assert report.overlaps[0].seconds == pytest.approx(20.0)
+    assert report.evictions == [("A", 11.0)]
+
+
+def test_a_member_readmitted_after_a_fence_may_consume_again() -> None:
+    s = (
+        Script()
+        .produced(0.0, 0, 29)
+        .assigned(1.0, "A", 0)
+        .delivered(2.0, "A", 0, 9)
+        .committed(2.1, "A", 10)
+        .gone(9.8, 10.0, "A")
+        .lost(15.0, "A", 0)
+        .add(16.0, "A", "joined", detail="new-id")
+        .assigned(17.0, "A", 0)
+        .delivered(17.5, "A", 10, 29)
+        .committed(17.6, "A", 30)
+    )
+    assert s.check().ok, s.check().summary()
+
+
+def test_a_delivery_outside_any_assignment_is_reported() -> None:
+    report = clean_handover().delivered(6.2, "A", 10, 11).check()
+    assert [v.rule for v in report.unowned_deliveries] == ["unowned delivery"]
+
+
+def test_a_duplicate_after_a_clean_revoke_is_not_allowed() -> None:
+    # A revoked cleanly but without committing 5..9, so B re-reads them.
+    s = (
+        Script()
+        .produced(0.0, 0, 19)
+        .assigned(1.0, "A", 0)
+        .delivered(2.0, "A", 0, 9)
+        .committed(2.1, "A", 5)
+        .revoke(5.0, 6.0, "A", 0)
+        .assigned(6.5, "B", 0)
+        .delivered(7.0, "B", 5, 19)
+    )
+    report = s.check()
+    assert report.duplicates == 5
+    assert len(report.disallowed_duplicates) == 5
+
+
+def crash_then_takeover(first_redelivered: int) -> Script:
+    return (
+        Script()
+        .produced(0.0, 0, 19)
+        .assigned(1.0, "A", 0)
+        .delivered(2.0, "A", 0, 9)
+        .committed(2.1, "A", 5)
+        .add(3.0, "A", "crashed")
+        .gone(8.9, 9.0, "A")
+        .assigned(9.5, "B", 0)
+        .delivered(10.0, "B", first_redelivered, 19)
+    )
+
+
+def test_duplicates_at_or_after_a_crashed_members_last_commit_are_allowed() -> None:
+    report = crash_then_takeover(5).check()
+    assert report.ok, report.summary()
+    assert report.duplicates == 5
+    assert report.fences == [("A", 9.0)]
+    assert report.evictions == []  # a crashed member's expiry is not an eviction
+
+
+def test_duplicates_before_the_last_commit_are_not_allowed_even_after_a_crash() -> None:
+    report = crash_then_takeover(4).check()
+    assert [v.detail.split()[0] for v in report.disallowed_duplicates] == ["topic[0]@4"]
+
+
+def test_a_crash_without_an_observer_ends_the_hold_at_the_crash() -> None:
+    s = crash_then_takeover(5)
+    s.events = [e for e in s.events if e.kind != "gone"]
+    assert s.check().ok
+
+
+def test_a_crashed_member_that_the_broker_never_fenced_overlaps_its_successor() -> None:
+    # The observer saw A until 12, yet B was assigned at 9.5: the broker gave A's
+    # partition away while A was still a member.
+    s = crash_then_takeover(5)
+    s.events = [e for e in s.events if e.kind != "gone"]
+    report = s.gone(12.0, 12.2, "A").check()
+    assert len(report.overlaps) == 1
+    assert report.overlaps[0].seconds == pytest.approx(2.5)
+
+
+def test_a_clean_leave_is_not_an_eviction() -> None:
+    s = clean_handover().add(4.9, "A", "leaving").gone(6.8, 7.0, "A")
+    report = s.check()
+    assert report.ok and report.evictions == [] and report.fences == []
+
+
+def test_lost_ends_the_hold_and_allows_redelivery_after_the_last_commit() -> None:
+    s = (
+        Script()
+        .produced(0.0, 0, 19)
+        .assigned(1.0, "A", 0)
+        .delivered(2.0, "A", 0, 9)
+        .committed(2.1, "A", 8)
+        .lost(6.0, "A", 0)
+        .assigned(6.5, "B", 0)
+        .delivered(7.0, "B", 8, 19)
+    )
+    report = s.check()
+    assert report.ok, report.summary()
+    assert report.duplicates == 2
+
+
+def test_cooperative_moves_only_the_revoked_partition() -> None:
+    s = (
+        Script()
+        .produced(0.0, 0, 9, partition=0)
+        .produced(0.0, 0, 9, partition=1)
+        .assigned(1.0, "A", 0, 1)
+        .delivered(2.0, "A", 0, 4, partition=0)
+        .delivered(2.0, "A", 0, 4, partition=1)
+        .committed(2.1, "A", 5, partition=1)
+        .revoke(5.0, 6.0, "A", 1)
+        .assigned(6.5, "B", 1)
+        .delivered(7.0, "A", 5, 9, partition=0)  # A keeps partition 0 throughout
+        .delivered(7.0, "B", 5, 9, partition=1)
+    )
+    assert s.check().ok, s.check().summary()
+    s.delivered(8.0, "A", 5, 5, partition=1)
+    assert [v.rule for v in s.check().unowned_deliveries] == ["unowned delivery"]
+
+
+def test_broker_assignment_changes_count_as_rebalances() -> None:
+    s = clean_handover()
+    for t, a, b in [(1.0, (P0,), ()), (6.4, (), (P0,)), (8.0, (), (P0,))]:
+        s.add(t, "A", "broker_assignment", partitions=a)
+        s.add(t, "B", "broker_assignment", partitions=b)
+    assert s.check().rebalances == 2
+
+
+# -- recording and files -----------------------------------------------------------------
+
+
+def test_events_round_trip_through_json() -> None:
+    for e in clean_handover().add(9.0, "A", "gone", since=8.5, detail="m-1").events:
+        assert Event.from_json(e.to_json()) == e
+
+
+def test_malformed_events_are_refused_with_the_problem_named(tmp_path: Path) -> None:
+    with pytest.raises(HistoryError, match="unknown event kind 'assinged'"):
+        Event(1.0, "A", "assinged")  # type: ignore[arg-type]
+    with pytest.raises(HistoryError, match="empty"):
+        Event(1.0, "A", "delivered", spans=((T, 0, 5, 4),))
+    path = tmp_path / "h.jsonl"
+    path.write_text(Event(1.0, "A", "crashed").to_json() + "\n{not json\n")
+    with pytest.raises(HistoryError, match=r"h\.jsonl:2: not a history event"):
+        load_history(path)
+
+
+def test_recorder_member_handle_writes_what_the_checker_reads(tmp_path: Path) -> None:
+    path = tmp_path / "h.jsonl"
+    clock = iter(float(i) for i in range(100))
+    with HistoryRecorder(path, clock=lambda: next(clock)) as rec:
+        rec.produced(T, 0, 0, 5)
+        a = rec.member("A")
+        a.assigned([TopicPartition(T, 0)])
+        a.delivered(T, 0, [0, 1, 2, 4, 5])
+        a.delivered(T, 0, [3])
+        a.committed({TopicPartition(T, 0): 6})
+        a.leaving()
+        a.revoke_started([TopicPartition(T, 0)])
+        a.revoke_ended([TopicPartition(T, 0)])
+    events = load_history(path)
+    assert events == rec.events()
+    spans = [s for e in events if e.kind == "delivered" for s in e.spans]
+    assert spans == [(T, 0, 0, 2), (T, 0, 4, 5), (T, 0, 3, 3)]
+    report = check_history(events)
+    assert report.ok and report.records_checked == 6
+
+
+def _append_many(path: str, member: str) -> None:
+    rec = HistoryRecorder(path)
+    m = rec.member(member)
+    for i in range(300):
+        m.delivered(T, 0, list(range(i * 50, i * 50 + 50, 2)))  # 25 one-record spans
+    rec.close()
+
+
+def test_processes_appending_to_one_file_never_interleave_lines(tmp_path: Path) -> None:
+    path = str(tmp_path / "shared.jsonl")
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_append_many, args=(path, f"M{i}")) for i in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    events = load_history(path)  # raises on a torn line
+    assert len(events) == 900
+    assert all(len(e.spans) == 25 for e in events)
+
+
+# -- properties --------------------------------------------------------------------------
+
+
+@given(
+    gaps=st.lists(st.integers(-200, 200).map(lambda ms: ms / 100), min_size=1, max_size=6),
+    hold=st.floats(min_value=4.5, max_value=10.0),
+)
+def test_a_chain_of_owners_overlaps_exactly_where_a_handover_was_early(
+    gaps: list[float], hold: float
+) -> None:
+    """Owners of one partition in turn; handover i starts ``gaps[i]`` after the previous
+    owner's revoke returned.  Every negative gap (and only those) is one overlap of that
+    length; handing over cleanly with commits loses and duplicates nothing."""
+    s = Script()
+    per = 10
+    owners = len(gaps) + 1
+    s.produced(0.0, 0, per * owners - 1)
+    start = 1.0
+    for i in range(owners):
+        member = f"M{i}"
+        s.assigned(start, member, 0)
+        s.delivered(start + 0.01, member, per * i, per * i + per - 1)
+        s.committed(start + 0.02, member, per * (i + 1))
+        end = start + hold
+        s.revoke(end - 0.1, end, member, 0)
+        if i < len(gaps):
+            # hold > 2 * max |gap|: an owner can only overlap the one just before it
+            start = end + gaps[i]
+    report = s.check()
+    early = [g for g in gaps if g < 0]
+    assert len(report.overlaps) == len(early)
+    assert sorted(round(o.seconds, 6) for o in report.overlaps) == sorted(
+        round(-g, 6) for g in early
+    )
+    assert not report.lost and report.duplicates == 0
+    # Deliveries at start+0.01 may fall inside the previous owner's revoke; that is
+    # an overlap, not a misplaced delivery.
+    assert not report.unowned_deliveries
+
+
+# -- recording listeners ---------------------------------------------------------------------
+
+
+async def test_recording_listeners_record_around_the_application_listener() -> None:
+    from aiogroup import AsyncConsumerRebalanceListener, ConsumerRebalanceListener
+    from aiogroup.testing.recording import RecordingListener, RecordingSyncListener
+
+    clock = iter(float(i) for i in range(100))
+    rec = HistoryRecorder(clock=lambda: next(clock))
+    seen: list[str] = []
+    tps = {TopicPartition(T, 0)}
+
+    class App(AsyncConsumerRebalanceListener):
+        async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+            seen.append("app revoked")
+            raise RuntimeError("the application's own failure still ends the revoke")
+
+    class SyncApp(ConsumerRebalanceListener):
+        def on_partitions_assigned(
+            self, assigned: set[TopicPartition]
+        ) -> dict[TopicPartition, int]:
+            seen.append("sync app assigned")
+            return {TopicPartition(T, 0): 5}
+
+    async_listener = RecordingListener(rec.member("A"), App())
+    sync_listener = RecordingSyncListener(rec.member("B"), SyncApp())
+    assert await async_listener.on_partitions_assigned(tps) is None
+    with pytest.raises(RuntimeError):
+        await async_listener.on_partitions_revoked(tps)
+    with pytest.raises(RuntimeError):
+        await async_listener.on_partitions_lost(tps)
+    assert sync_listener.on_partitions_assigned(tps) == {TopicPartition(T, 0): 5}
+    sync_listener.on_partitions_lost(tps)
+    got = [(e.member, e.kind) for e in rec.events()]
+    assert got == [
+        ("A", "assigned"),
+        ("A", "revoke_started"),
+        ("A", "revoke_ended"),
+        ("A", "lost"),
+        ("B", "assigned"),
+        ("B", "lost"),
+    ]
+    # The default lost hook of the application runs its revoke, not ours: one revoke pair.
+    assert seen == ["app revoked", "app revoked", "sync app assigned"]
