@@ -803,6 +803,10 @@ def write(results: dict[str, Any], docs_dir: Path) -> Path:
     kip848 = bench_dir / "kip848.md"
     if kip848.exists():
         parts.append("\n" + kip848.read_text())
+    # The Spark section (benchmarks/spark_bench.py, hand-written from its runs).
+    spark_notes = bench_dir / "spark.md"
+    if spark_notes.exists():
+        parts.append("\n" + spark_notes.read_text())
     parts.append("\n" + METHOD)
     parts.append(environment_md(results))
     path = docs_dir / "benchmarks.md"

@@ -130,6 +130,11 @@ class SourceOptions:
             enable_auto_commit=False,
             auto_offset_reset="earliest" if not self.fail_on_data_loss else "none",
         )
+        # A range is planned below the log end, so the reader never needs to wait for
+        # new data; a long poll only parks on the log end after a range, and it would
+        # hold up the next range's first fetch on that broker for the whole wait (the
+        # worker's consumer is reused across tasks).
+        kwargs.setdefault("fetch_max_wait_ms", READER_FETCH_MAX_WAIT_MS)
         return kwargs
 
     @property
@@ -145,6 +150,9 @@ class SourceOptions:
         kwargs["bootstrap_servers"] = self.bootstrap_servers
         return kwargs
 
+
+#: An executor reader's ``fetch_max_wait_ms`` unless ``kafka.fetch.max.wait.ms`` is set.
+READER_FETCH_MAX_WAIT_MS = 10
 
 #: The source member's assignors unless ``kafka.partition.assignment.strategy`` is set.
 DEFAULT_SOURCE_ASSIGNORS = ("cooperative-sticky",)

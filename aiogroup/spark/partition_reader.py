@@ -5,92 +5,264 @@ assign-mode consumer.  Nothing here depends on group membership, which is why a 
 replayed after a restart (Spark re-plans it from the checkpoint) reads the very same
 records.  The range is fixed, so the reader stops at ``until`` even if more records
 arrived since the batch was planned.
+
+One consumer per Python worker, not per task
+    Spark reuses its Python worker processes across tasks
+    (``spark.python.worker.reuse``, on by default), and a worker runs one task at a
+    time.  Building a consumer for every range repeated the bootstrap, the metadata
+    request and the connection for every partition of every micro-batch, and threw
+    away the read-ahead: a 250,000-record range spent 20-180 ms before its first
+    record.  So each worker process keeps one started consumer (per distinct set of
+    consumer options) on a private event loop that only runs while a task reads.
+    A range assigns its partition (a no-op when it is already the assignment) and
+    seeks to ``from`` - unless the previous range this worker read was the same
+    partition and ended exactly at ``from``: then the consumer's position already is
+    ``from`` and what it read ahead is the start of this range.  Which records a
+    range yields still depends on nothing but the range.  A read that fails, or is
+    closed before its end, leaves the consumer's position unknown, so the next range
+    seeks; a read that raises drops the consumer altogether.
+
+Memory
+    The consumer's read-ahead is bounded by its ``max_buffered_bytes``
+    (``kafka.max.buffered.bytes``; plus, as Kafka allows, one record batch larger
+    than the limit), and it holds one range at a time.  The Arrow batch handed to
+    Spark is at most ``_MAX_RECORDS_PER_CHUNK`` records and, after the first one, at
+    most about ``_TARGET_CHUNK_BYTES`` of decoded keys and values.  See
+    docs/spark.md, "Memory".
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import logging
 from collections.abc import AsyncGenerator, Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from aiokafka.errors import OffsetOutOfRangeError
 
+from aiogroup.consumer import GroupConsumer
 from aiogroup.spark._consumers import new_consumer
 from aiogroup.spark.options import SourceOptions
 from aiogroup.spark.ranges import OffsetRange
 from aiogroup.spark.schema import conform
+from aiogroup.structs import TopicPartition
 
-__all__ = ["read_range"]
+__all__ = ["ReadStats", "last_read_stats", "read_range"]
 
-_MAX_RECORDS_PER_CHUNK = 10_000
+log = logging.getLogger("aiogroup.spark")
+
+#: Records per Arrow batch handed to Spark, at most.  Big batches amortise the
+#: per-batch work on both sides of the Python worker's Arrow stream.
+_MAX_RECORDS_PER_CHUNK = 100_000
+#: Decoded key + value bytes per Arrow batch the reader aims for once it has seen
+#: how big the records of the range are.
+_TARGET_CHUNK_BYTES = 16 * 1_048_576
+_MIN_RECORDS_PER_CHUNK = 1_000
 _POLL_MS = 1_000
 
 
-async def _chunks(options: SourceOptions, rng: OffsetRange) -> AsyncGenerator[pa.RecordBatch, None]:
-    consumer = new_consumer(**options.reader_consumer_kwargs())
-    await consumer.start()
-    try:
-        consumer.assign([rng.tp])
-        consumer.seek(rng.tp, rng.from_offset)
-        next_offset = rng.from_offset
-        loop = asyncio.get_running_loop()
-        last_progress = loop.time()
-        while next_offset < rng.until_offset:
-            wanted = min(_MAX_RECORDS_PER_CHUNK, rng.until_offset - next_offset)
-            try:
-                chunk = await consumer.getmany_arrow(
-                    rng.tp, timeout_ms=_POLL_MS, max_records=wanted
-                )
-            except OffsetOutOfRangeError as exc:
-                raise OffsetOutOfRangeError(
-                    f"aiogroup source: records of {rng.topic}-{rng.partition} from offset "
-                    f"{next_offset} are gone (deleted by retention?); set failOnDataLoss=false "
-                    f"to read what is left"
-                ) from exc
-            if chunk is not None and chunk.num_rows:
-                chunk = conform(chunk)
-                keep = pc.less(chunk.column("offset"), pa.scalar(rng.until_offset, pa.int64()))
-                inside = chunk.filter(keep)
-                if inside.num_rows:
-                    yield inside
-                    next_offset = int(pc.max(inside.column("offset")).as_py()) + 1
-                    last_progress = loop.time()
-                if inside.num_rows < chunk.num_rows:
-                    return  # read past the range: nothing more of it exists
-                continue
-            # No record: gaps (compaction, transaction markers) can end a range early.
-            if await consumer.position(rng.tp) >= rng.until_offset:
-                return
-            if loop.time() - last_progress > options.poll_timeout_s:
-                raise TimeoutError(
-                    f"aiogroup source: no record of {rng.topic}-{rng.partition} "
-                    f"[{next_offset}, {rng.until_offset}) arrived within "
-                    f"{options.poll_timeout_s:.0f}s (kafkaConsumer.pollTimeoutMs)"
-                )
-    finally:
-        await consumer.stop()
+@dataclass
+class ReadStats:
+    """What the last ``read_range`` in this process did (for tests and benchmarks)."""
+
+    rng: OffsetRange
+    rows: int = 0
+    chunks: int = 0
+    #: Largest Arrow batch handed to Spark, in bytes (``RecordBatch.nbytes``).
+    max_chunk_bytes: int = 0
+    #: Highest read-ahead the consumer held (buffered + reserved raw bytes).
+    peak_fetch_bytes: int = 0
+    #: The consumer's ``max_buffered_bytes``.
+    fetch_budget: int = 0
+    reused_consumer: bool = False
+    seeked: bool = True
+
+
+class _PooledConsumer:
+    """One started group-less consumer, its loop, and where its position is known to be."""
+
+    def __init__(self, key: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.key = key
+        self.loop = asyncio.new_event_loop()
+        self.consumer: GroupConsumer = new_consumer(**kwargs)
+        self.started = False
+        #: (partition, offset) when the consumer's position is exactly that.
+        self.position: tuple[TopicPartition, int] | None = None
+
+    def run(self, coro: Any) -> Any:
+        return self.loop.run_until_complete(coro)
+
+    def close(self) -> None:
+        try:
+            if self.started:
+                self.run(asyncio.wait_for(self.consumer.stop(), 10))
+        except Exception as exc:  # closing after a failure: report, do not mask
+            log.debug("aiogroup source: closing a reader consumer failed: %r", exc)
+        finally:
+            self.loop.close()
+
+
+_pooled: _PooledConsumer | None = None
+_last_stats: ReadStats | None = None
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    return value if isinstance(value, (str, int, float, bool, type(None))) else repr(value)
+
+
+def _checkout(options: SourceOptions) -> tuple[_PooledConsumer, bool]:
+    """This process's consumer for ``options``; (consumer, reused)."""
+    global _pooled
+    kwargs = options.reader_consumer_kwargs()
+    key = _freeze(kwargs)
+    pooled = _pooled
+    if pooled is not None and pooled.key == key:
+        _pooled = None  # checked out: a read that dies half-way never returns it
+        return pooled, True
+    if pooled is not None:
+        _pooled = None
+        pooled.close()
+    return _PooledConsumer(key, kwargs), False
+
+
+def _checkin(pooled: _PooledConsumer) -> None:
+    global _pooled
+    previous, _pooled = _pooled, pooled
+    if previous is not None and previous is not pooled:
+        previous.close()
+
+
+@atexit.register
+def _close_pool() -> None:
+    global _pooled
+    pooled, _pooled = _pooled, None
+    if pooled is not None:
+        pooled.close()
+
+
+def last_read_stats() -> ReadStats | None:
+    """Statistics of the last range read in this process (None before the first)."""
+    return _last_stats
+
+
+def _chunk_records(stats: ReadStats, remaining: int) -> int:
+    wanted = _MAX_RECORDS_PER_CHUNK
+    if stats.rows:
+        per_record = max(1, stats.max_chunk_bytes // max(1, stats.rows // max(1, stats.chunks)))
+        wanted = max(_MIN_RECORDS_PER_CHUNK, min(wanted, _TARGET_CHUNK_BYTES // per_record))
+    return max(1, min(wanted, remaining))
+
+
+async def _chunks(
+    pooled: _PooledConsumer, options: SourceOptions, rng: OffsetRange, stats: ReadStats
+) -> AsyncGenerator[pa.RecordBatch, None]:
+    consumer = pooled.consumer
+    if not pooled.started:
+        await consumer.start()
+        pooled.started = True
+    tp = rng.tp
+    if consumer.assignment() != {tp}:
+        consumer.assign([tp])
+        pooled.position = None
+    if pooled.position == (tp, rng.from_offset):
+        stats.seeked = False  # the position is from_offset already: keep the read-ahead
+    else:
+        consumer.seek(tp, rng.from_offset)
+    pooled.position = None
+    fetcher = consumer._fetcher
+    stats.fetch_budget = consumer.config.max_buffered_bytes
+    next_offset = rng.from_offset
+    loop = asyncio.get_running_loop()
+    last_progress = loop.time()
+    while next_offset < rng.until_offset:
+        wanted = _chunk_records(stats, rng.until_offset - next_offset)
+        try:
+            chunk = await consumer.getmany_arrow(tp, timeout_ms=_POLL_MS, max_records=wanted)
+        except OffsetOutOfRangeError as exc:
+            raise OffsetOutOfRangeError(
+                f"aiogroup source: records of {rng.topic}-{rng.partition} from offset "
+                f"{next_offset} are gone (deleted by retention?); set failOnDataLoss=false "
+                f"to read what is left"
+            ) from exc
+        if fetcher is not None:
+            stats.peak_fetch_bytes = max(stats.peak_fetch_bytes, fetcher.peak_bytes)
+        if chunk is not None and chunk.num_rows:
+            offsets = chunk.column("offset")
+            last = offsets[-1].as_py()
+            inside = chunk
+            if last >= rng.until_offset:
+                # Offsets ascend within a partition: the range ends inside this chunk.
+                keep = int(_count_below(offsets, rng.until_offset))
+                inside = chunk.slice(0, keep)
+            if inside.num_rows:
+                inside = conform(inside)
+                stats.rows += inside.num_rows
+                stats.chunks += 1
+                stats.max_chunk_bytes = max(stats.max_chunk_bytes, inside.nbytes)
+                next_offset = int(inside.column("offset")[-1].as_py()) + 1
+                last_progress = loop.time()
+                yield inside
+            if inside.num_rows < chunk.num_rows:
+                return  # read past the range: nothing more of it exists
+            if next_offset == rng.until_offset:
+                pooled.position = (tp, next_offset)
+            continue
+        # No record: gaps (compaction, transaction markers) can end a range early.
+        if await consumer.position(tp) >= rng.until_offset:
+            return
+        if loop.time() - last_progress > options.poll_timeout_s:
+            raise TimeoutError(
+                f"aiogroup source: no record of {rng.topic}-{rng.partition} "
+                f"[{next_offset}, {rng.until_offset}) arrived within "
+                f"{options.poll_timeout_s:.0f}s (kafkaConsumer.pollTimeoutMs)"
+            )
+
+
+def _count_below(offsets: Any, until: int) -> int:
+    import pyarrow.compute as pc
+
+    return int(pc.sum(pc.less(offsets, pa.scalar(until, pa.int64()))).as_py() or 0)
 
 
 def read_range(options: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
     """Yield the records of ``rng`` as Arrow record batches, in offset order.
 
-    Spark pulls from a plain iterator, so a private loop drives the async reader one
-    chunk at a time; closing the iterator early stops the consumer.  Raises
-    TimeoutError when no record of the range arrives for ``poll_timeout_s``.
+    Spark pulls from a plain iterator, so the worker's private loop drives the async
+    reader one chunk at a time.  Raises TimeoutError when no record of the range
+    arrives for ``poll_timeout_s``.
     """
+    global _last_stats
     if rng.size <= 0:
         return
-    loop = asyncio.new_event_loop()
-    chunks = _chunks(options, rng)
+    pooled, reused = _checkout(options)
+    stats = _last_stats = ReadStats(rng, reused_consumer=reused)
+    chunks = _chunks(pooled, options, rng, stats)
+    keep = True
     try:
         while True:
             try:
-                yield loop.run_until_complete(chunks.__anext__())
+                batch = pooled.run(chunks.__anext__())
             except StopAsyncIteration:
                 return
+            yield batch
+    except GeneratorExit:
+        raise  # closed early by Spark: the consumer is fine, its position unknown
+    except BaseException:
+        keep = False  # an error leaves the consumer in an unknown state: drop it
+        raise
     finally:
         try:
-            loop.run_until_complete(chunks.aclose())
-        finally:
-            loop.close()
+            pooled.run(chunks.aclose())
+        except Exception:
+            keep = False
+        if keep:
+            _checkin(pooled)
+        else:
+            pooled.close()
