@@ -577,6 +577,9 @@ class ConsumerMembership:
         #: The listener running now (listeners never overlap), and those waiting.
         self.listener: Listener | None = None
         self.queued: list[Action] = []
+        #: The partitions the running on_partitions_revoked releases (empty: none runs).
+        #: When it returns they leave the fetcher, whatever overtook the revoke.
+        self.revoking: frozenset[TopicPartition] = frozenset()
         self.sent = _Sent()
         self.coordinator_known = False
         self.lookup_in_flight = False
@@ -673,13 +676,32 @@ class ConsumerMembership:
     def _named(self, parts: IdPartitions) -> frozenset[TopicPartition]:
         return frozenset((self.names[tid], p) for tid, p in parts)
 
-    def _invoke(self, action: Action, kind: Listener) -> None:
+    def _invoke(self, action: Action) -> None:
         """Start a listener now, or after the one running (they never overlap)."""
         if self.listener is None:
-            self.listener = kind
-            self._emit(action)
+            self._start_listener(action)
         else:
             self.queued.append(action)
+
+    def _start_listener(self, action: Action) -> None:
+        self.listener = _LISTENER_OF[type(action)]
+        if isinstance(action, InvokeOnPartitionsRevoked):
+            self.revoking = action.partitions
+        self._emit(action)
+
+    def _queued_revocations_become_lost(self) -> bool:
+        """The membership is gone: what waits to be revoked is lost instead (Java).
+
+        Only a listener not started yet can change; one already running finishes.
+        True when some revocation was turned into a loss.
+        """
+        queued = [
+            InvokeOnPartitionsLost(a.partitions) if isinstance(a, InvokeOnPartitionsRevoked) else a
+            for a in self.queued
+        ]
+        changed = queued != self.queued
+        self.queued = queued
+        return changed
 
     def _reconcilable_target(self) -> IdPartitions | None:
         if self.target is None:
@@ -714,8 +736,9 @@ class ConsumerMembership:
         self.owned = _NONE
         self.reconciliation = None
         self.state = S.FATAL
+        self._queued_revocations_become_lost()
         if held:
-            self._invoke(InvokeOnPartitionsLost(self._named(held)), Listener.LOST)
+            self._invoke(InvokeOnPartitionsLost(self._named(held)))
         self._stop_fetching()
 
     # -- scheduler: what goes out now --------------------------------------------------
@@ -876,12 +899,12 @@ def _prepare_leaving(m: M) -> None:
             action: Action = InvokeOnPartitionsRevoked(
                 m._named(held), commit_first=m.config.auto_commit
             )
-            m._invoke(action, Listener.REVOKED)
+            m._invoke(action)
             # The fetcher keeps the assignment until the revoke (and the auto-commit
             # before it, which reads the positions) returned; the shell stops fetching
             # the revoked partitions meanwhile.  The rules leaving PREPARE_LEAVING clear it.
             return
-        m._invoke(InvokeOnPartitionsLost(m._named(held)), Listener.LOST)
+        m._invoke(InvokeOnPartitionsLost(m._named(held)))
     m._stop_fetching()
 
 
@@ -967,14 +990,18 @@ def _fence(m: M) -> None:
     m.target = None
     if m.state is S.PREPARE_LEAVING:
         # Leaving anyway; the coordinator already dropped us, no leave heartbeat needed
-        # (the epoch-0 rules of PREPARE_LEAVING end the leave).
+        # (the epoch-0 rules of PREPARE_LEAVING end the leave).  A revoke the leave
+        # queued behind a running listener is now a loss: as on any other fence the
+        # fetcher stops before it starts (the shell marks only revocations).
+        if m._queued_revocations_become_lost():
+            m._stop_fetching()
         return
     held = _held(m)
     m.reconciliation = None
     m.owned = _NONE
     m.state = S.FENCED
     if held:
-        m._invoke(InvokeOnPartitionsLost(m._named(held)), Listener.LOST)
+        m._invoke(InvokeOnPartitionsLost(m._named(held)))
     m._stop_fetching()
 
 
@@ -991,6 +1018,7 @@ def _on_listener_completed(m: M, ev: Event) -> None:
         m.state = S.FATAL
         raise ConsumerMembershipError(f"{ev.listener.value} completed but {m.listener} was running")
     m.listener = None
+    released, m.revoking = m.revoking, frozenset()
     if ev.error is not None:
         m._report(-1, f"{ev.listener.value} raised: {ev.error}", fatal=False)
     rec = m.reconciliation
@@ -1004,16 +1032,18 @@ def _on_listener_completed(m: M, ev: Event) -> None:
             # Report the partitions on the next heartbeat even if the set looks
             # unchanged (Java's local assignment epoch does the same).
             m.sent.owned = None
+    if ev.listener is Listener.REVOKED and m.fetching & released:
+        # The revoke was overtaken (a leave dropped its reconciliation, so no assign
+        # step follows): the revoked partitions still leave the fetcher now.
+        m._emit(SetAssignment(m.fetching - released))
     if m.queued and m.listener is None:
-        action = m.queued.pop(0)
-        m.listener = _LISTENER_OF[type(action)]
-        m._emit(action)
+        m._start_listener(m.queued.pop(0))
 
 
 def _assign_step(m: M, rec: _Reconciliation) -> None:
     rec.step = "assign"
     m._emit(SetAssignment(m._named(rec.goal)))
-    m._invoke(InvokeOnPartitionsAssigned(m._named(rec.added)), Listener.ASSIGNED)
+    m._invoke(InvokeOnPartitionsAssigned(m._named(rec.added)))
 
 
 def _on_topic_names(m: M, ev: Event) -> None:
@@ -1159,10 +1189,7 @@ def _start_reconciliation(m: M) -> None:
     rec = _Reconciliation(goal, m.owned - goal, goal - m.owned)
     m.reconciliation = rec
     if rec.revoked:
-        m._invoke(
-            InvokeOnPartitionsRevoked(m._named(rec.revoked), m.config.auto_commit),
-            Listener.REVOKED,
-        )
+        m._invoke(InvokeOnPartitionsRevoked(m._named(rec.revoked), m.config.auto_commit))
     else:
         _assign_step(m, rec)
 

@@ -6,7 +6,8 @@ Whatever the interleaving, the listener contract and the protocol rules must hol
 * revoked/lost only release partitions the application holds; assigned only gives
   partitions it does not hold; the fetcher's assignment (SetAssignment) never
   includes a partition the application was not given or is about to be given;
-* after a fence, partitions are lost, never revoked;
+* after a fence, partitions are lost, never revoked; the fetcher no longer serves
+  partitions whose on_partitions_lost runs;
 * at most one heartbeat in flight; a heartbeat with epoch 0 is a join and carries
   an empty owned-partitions list and the subscription; a leave carries -1/-2;
 * no heartbeat from a member that is not in the group (UNSUBSCRIBED, STALE,
@@ -154,6 +155,14 @@ class ConsumerContract(RuleBasedStateMachine):
             if isinstance(action, cg.InvokeOnPartitionsAssigned):
                 coming |= set(action.partitions)
         assert set(self.fetching) <= self.held | coming
+
+    @invariant()
+    def lost_partitions_are_not_served(self) -> None:
+        # The shell marks only revocations (their auto-commit reads the positions);
+        # a loss has the fetcher stop serving its partitions before it starts.
+        for action in self.running:
+            if isinstance(action, cg.InvokeOnPartitionsLost):
+                assert not (self.fetching & action.partitions), "fetcher serves lost partitions"
 
     @invariant()
     def running_listener_is_the_machines(self) -> None:

@@ -533,3 +533,63 @@ def test_subscribe_again_while_leaving_rejoins_after_the_leave() -> None:
     assert d.state is S.JOINING
     assert isinstance(hb, SendHeartbeat) and hb.member_epoch == 0
     assert hb.subscribed_topic_names == ("b",)
+
+
+def test_close_overtaking_a_revoke_still_takes_the_revoked_out_of_the_fetcher() -> None:
+    """Hypothesis found it: the reconciliation's revoke returns after close dropped it.
+
+    No assign step follows, so without its own SetAssignment the fetcher kept
+    serving a-1 after on_partitions_revoked({a-1}) had returned.
+    """
+    d = Driver()
+    d.stable_with({A: (0, 1)})
+    assert d.m.fetching == tps(("a", 0), ("a", 1))
+    d.now = 3.0
+    d.send(TimerFired())
+    out = d.send(ok(2, {A: (0,)}))
+    assert out == [InvokeOnPartitionsRevoked(tps(("a", 1)), commit_first=True)]
+    # Close while that revoke runs: the rest (a-0) is revoked after it.
+    assert d.send(CloseRequested()) == []
+    assert d.state is S.PREPARE_LEAVING
+    out = d.send(ListenerCompleted(Listener.REVOKED))
+    assert out == [
+        SetAssignment(tps(("a", 0))),
+        InvokeOnPartitionsRevoked(tps(("a", 0)), commit_first=True),
+    ]
+    clear, hb = d.send(ListenerCompleted(Listener.REVOKED))
+    assert clear == SetAssignment(frozenset())
+    assert isinstance(hb, SendHeartbeat) and hb.member_epoch == -1
+    assert d.state is S.LEAVING
+
+
+def test_fenced_while_a_close_waits_to_revoke_loses_instead() -> None:
+    """Hypothesis found it: the close queued a revoke behind the running assign;
+    the fence that came before it started must turn it into a loss (epoch 0 owns nothing).
+    """
+    d = Driver()
+    d.join({A: (0,)})
+    assert d.state is S.RECONCILING and d.m.listener is Listener.ASSIGNED
+    assert d.send(CloseRequested()) == []
+    d.now = 3.0
+    (hb,) = d.send(TimerFired())
+    assert isinstance(hb, SendHeartbeat) and hb.member_epoch == 1
+    # Fenced: the queued revoke becomes a loss, so the fetcher stops before it starts.
+    assert d.send(error(110)) == [SetAssignment(frozenset())]
+    assert d.m.member_epoch == 0
+    out = d.send(ListenerCompleted(Listener.ASSIGNED))
+    assert out == [InvokeOnPartitionsLost(tps(("a", 0)))]
+    assert d.send(ListenerCompleted(Listener.LOST)) == []
+    assert d.state is S.UNSUBSCRIBED and d.m.finished
+
+
+def test_fatal_while_a_close_waits_to_revoke_loses_instead() -> None:
+    d = Driver()
+    d.join({A: (0,)})
+    d.send(CloseRequested())
+    d.now = 3.0
+    d.send(TimerFired())
+    out = d.send(error(30))
+    assert d.state is S.FATAL
+    assert SetAssignment(frozenset()) in out
+    out = d.send(ListenerCompleted(Listener.ASSIGNED))
+    assert out == [InvokeOnPartitionsLost(tps(("a", 0)))]
