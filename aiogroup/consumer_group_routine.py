@@ -57,7 +57,7 @@ from aiogroup.errors import (
     KafkaError,
     error_for_code,
 )
-from aiogroup.listeners import AsyncConsumerRebalanceListener, as_async_listener
+from aiogroup.listeners import AsyncConsumerRebalanceListener, ListenerThread, as_async_listener
 from aiogroup.metrics import ConsumerMetrics
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
 from aiogroup.subscription import FetchStatus, SubscriptionState, SubscriptionType
@@ -150,6 +150,8 @@ class ConsumerGroupCoordinator:
         self._routine: asyncio.Task[None] | None = None
         self._children: set[asyncio.Task[Any]] = set()
         self._listener: AsyncConsumerRebalanceListener = AsyncConsumerRebalanceListener()
+        #: Sync listener methods run here, off the loop, as in the classic coordinator.
+        self._listener_thread = ListenerThread()
         self._node: int | None = None
         self._subscription_key: object = None
         self._last_fed_poll: float | None = None
@@ -215,6 +217,7 @@ class ConsumerGroupCoordinator:
         if routine is not None:
             await asyncio.wait({routine})
         await self._cancel_children()
+        self._listener_thread.close()
 
     # -- the routine -------------------------------------------------------------------
 
@@ -392,7 +395,7 @@ class ConsumerGroupCoordinator:
     def _on_subscription_poke(self) -> None:
         sub = self._subscription.subscription
         if sub.group_managed:
-            self._listener = as_async_listener(sub.listener)
+            self._listener = as_async_listener(sub.listener, thread=self._listener_thread)
             key: object = (
                 sub.type,
                 sub.topics,
