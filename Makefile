@@ -32,7 +32,8 @@ $(KAFKA_STAMP): $(STAMP) maven/pom.xml maven/fetch.sh
 
 # CI runs this: unit + integration on the embedded Tansu broker (property tests at the
 # thorough Hypothesis profile, tests/conftest.py), then the integration tier again on
-# Apache Kafka (single node, and the 3-node failover tests) when Java and the jars are here.
+# Apache Kafka (single node, the 3-node failover and rack tests, and the bounded chaos subset)
+# when Java and the jars are here.
 test: install
 	HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest tests -p no:cacheprovider -q -m "not kafka_cluster" $(PYTEST_FLAGS)
 	@$(MAKE) --no-print-directory test-kafka
@@ -40,7 +41,7 @@ test: install
 test-kafka: install
 	@if command -v java >/dev/null 2>&1 && [ -f $(KAFKA_JAR) ]; then \
 	  echo "$(KAFKA_RAN) =="; \
-	  AIOGROUP_BROKER=kafka $(BIN)/python -m pytest tests/integration -p no:cacheprovider -q $(PYTEST_FLAGS); \
+	  AIOGROUP_BROKER=kafka $(BIN)/python -m pytest tests/integration tests/chaos -p no:cacheprovider -q $(PYTEST_FLAGS); \
 	else \
 	  echo "$(KAFKA_SKIPPED): $$(command -v java >/dev/null 2>&1 || echo 'no java on PATH; ')$$([ -f $(KAFKA_JAR) ] || echo 'no jars in .kafka/$(KAFKA_VERSION)/libs (make install needs java and mvn)') =="; \
 	fi
