@@ -527,7 +527,6 @@ def confluent_protocol_member(
 async def test_interop_with_confluent_kafka_consumer_protocol_members(
     consumer_protocol_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str
 ) -> None:
-    pytest.importorskip("confluent_kafka")
     bootstrap = consumer_protocol_broker.bootstrap_servers
     topic = await kafka_topic(partitions=4)
     history = HistoryRecorder()

@@ -9,7 +9,6 @@ import socket
 import sys
 from pathlib import Path
 
-import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
@@ -106,8 +105,9 @@ def free_port() -> int:
 async def test_fastapi_service_under_uvicorn(
     bootstrap_servers: str, kafka_topic: TopicFactory, group_id: str
 ) -> None:
-    httpx = pytest.importorskip("httpx")
-    pytest.importorskip("uvicorn")
+    import httpx
+    import uvicorn  # noqa: F401
+
     topic = await kafka_topic(partitions=2)
     port = free_port()
     proc = await asyncio.create_subprocess_exec(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import pytest
 from aiokafka import AIOKafkaProducer
 
 from aiogroup import GroupConsumer, TopicPartition
@@ -127,7 +126,8 @@ async def test_broker_outage_shows_in_health_and_as_an_error_log() -> None:
 async def test_prometheus_exporter(
     bootstrap_servers: str, kafka_topic: TopicFactory, group_id: str
 ) -> None:
-    prometheus_client = pytest.importorskip("prometheus_client")
+    import prometheus_client
+
     from aiogroup.prometheus import register_prometheus
 
     topic = await kafka_topic(partitions=1)
@@ -154,7 +154,6 @@ async def test_prometheus_exporter(
 async def test_opentelemetry_metrics(
     bootstrap_servers: str, kafka_topic: TopicFactory, group_id: str
 ) -> None:
-    pytest.importorskip("opentelemetry.sdk")
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 

@@ -10,10 +10,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pyspark  # noqa: F401  (the spark extra: a missing install fails here)
 import pytest
-
-pytest.importorskip("pyspark")
-
 from aiokafka import AIOKafkaProducer
 
 from aiogroup.consumer import GroupConsumer

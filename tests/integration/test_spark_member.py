@@ -15,9 +15,8 @@ import subprocess
 import sys
 import textwrap
 
+import pyspark  # noqa: F401  (the spark extra: a missing install fails here)
 import pytest
-
-pytest.importorskip("pyspark")
 
 from aiogroup.consumer import GroupConsumer
 from aiogroup.listeners import AsyncConsumerRebalanceListener

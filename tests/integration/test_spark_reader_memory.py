@@ -11,10 +11,8 @@ import asyncio
 from collections.abc import Iterator
 
 import pyarrow as pa
+import pyspark  # noqa: F401
 import pytest
-
-pytest.importorskip("pyspark")
-
 from aiokafka import AIOKafkaProducer
 
 from aiogroup.spark import partition_reader

@@ -16,10 +16,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pyspark  # noqa: F401  (the spark extra: a missing install fails here)
 import pytest
-
-pytest.importorskip("pyspark")
-
 from aiokafka import AIOKafkaProducer
 
 from aiogroup.consumer import GroupConsumer

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import pickle
 
+import pyarrow  # noqa: F401  (the spark extra: a missing install fails here)
 import pytest
 
 from aiogroup.errors import ConfigurationError
 from aiogroup.spark.options import parse_options
 from aiogroup.structs import TopicPartition
-
-pytest.importorskip("pyarrow")
 
 BASE = {"kafka.bootstrap.servers": "localhost:9092", "kafka.group.id": "g"}
 

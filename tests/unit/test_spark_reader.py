@@ -7,10 +7,8 @@ import pickle
 from collections.abc import Coroutine
 from typing import Any
 
+import pyspark  # noqa: F401  (the spark extra: a missing install fails here)
 import pytest
-
-pytest.importorskip("pyspark")
-
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
 from aiogroup.spark import source as source_module

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-
-pytest.importorskip("pyspark")
-
 import pyarrow as pa
+import pyspark  # noqa: F401
+import pytest
 from aiokafka.structs import ConsumerRecord
 from pyspark.sql.pandas.types import to_arrow_schema
 

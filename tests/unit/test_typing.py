@@ -6,8 +6,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-mypy_api = pytest.importorskip("mypy.api")
+from mypy import api as mypy_api
 
 SNIPPET = textwrap.dedent(
     """
