@@ -172,6 +172,8 @@ class GroupCoordinator:
         )
         self._retry_backoff = config.retry_backoff_ms / 1000
         self._missing_topics_task: asyncio.Task[Any] | None = None
+        #: Partition counts the assignor saw, when this member last led an assignment.
+        self._assignor_counts: dict[str, int | None] = {}
         self._inbox: asyncio.Queue[_InboxItem] = asyncio.Queue()
         self._routine: asyncio.Task[None] | None = None
         self._children: set[asyncio.Task[Any]] = set()
@@ -636,15 +638,25 @@ class GroupCoordinator:
         if not self._partition_counts:
             return
         cluster = self._client.cluster
+        machine = self._membership
+        leader = machine.leader_id is not None and machine.leader_id == machine.member_id
         for topic, before in self._partition_counts.items():
             parts = cluster.partitions_for_topic(topic)
             now = len(parts) if parts else None
-            if now != before and now is not None:
+            if now is None or now == before:
+                continue
+            if before is None and not leader:
+                # This member's own metadata was behind the leader's when the assignment
+                # came (a member learns of a new topic on its own schedule).  Only the
+                # leader can tell whether the assignment missed the topic, and it
+                # rejoins if it did; a follower rejoining here is a spurious rebalance.
                 self._snapshot_partition_counts()
-                self._feed(
-                    E.MetadataChanged(f"partition count of {topic!r} changed ({before} -> {now})")
-                )
-                return
+                continue
+            self._snapshot_partition_counts()
+            self._feed(
+                E.MetadataChanged(f"partition count of {topic!r} changed ({before} -> {now})")
+            )
+            return
 
     def _snapshot_partition_counts(self) -> None:
         cluster = self._client.cluster
@@ -652,7 +664,9 @@ class GroupCoordinator:
         counts: dict[str, int | None] = {}
         for topic in topics:
             parts = cluster.partitions_for_topic(topic)
-            counts[topic] = len(parts) if parts else None
+            # A metadata answer for an older topic list can drop a topic for a moment;
+            # what the assignor saw (as leader) is then what the assignment was made on.
+            counts[topic] = len(parts) if parts else self._assignor_counts.get(topic)
         self._partition_counts = counts
         missing = sorted(t for t, n in counts.items() if n is None)
         if missing and (self._missing_topics_task is None or self._missing_topics_task.done()):
@@ -841,7 +855,11 @@ class GroupCoordinator:
             await self._client.set_topics(sorted(wanted))
         else:
             await self._client.force_metadata_update()
-        result = assignor.assign(self._client.cluster, members)
+        cluster = self._client.cluster
+        self._assignor_counts = {
+            t: len(cluster.partitions_for_topic(t) or ()) or None for t in topics
+        }
+        result = assignor.assign(cluster, members)
         for member_id in members:
             result.setdefault(member_id, ConsumerAssignment(partitions=()))
         log.info(

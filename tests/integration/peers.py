@@ -211,6 +211,8 @@ def confluent_member(
                     with m._lock:
                         m.commit_retries += 1
             m._revoked({p.partition for p in parts})
+            for p in parts:
+                m.positions.pop(p.partition, None)  # stale if the partition comes back
             if rec is not None:
                 rec.revoke_ended((p.topic, p.partition) for p in parts)
 
@@ -331,6 +333,10 @@ def kafka_python_member(
             if rec is not None:
                 rec.revoke_started((tp.topic, tp.partition) for tp in revoked)
             member._revoked({tp.partition for tp in revoked})
+            # A position is only ours while we own the partition: one kept past the
+            # revoke would be committed (stale) if the partition came back later.
+            for tp in revoked:
+                member.positions.pop(tp.partition, None)
             if rec is not None:
                 rec.revoke_ended((tp.topic, tp.partition) for tp in revoked)
 

@@ -230,5 +230,27 @@ async def test_a_subscribed_topic_missing_from_metadata_is_asked_for_until_it_ap
     assert task is not None
     await asyncio.wait_for(task, timeout=10)  # stops once the topic is known
     assert calls == 3
+    # A follower's own metadata lagging the leader's is no reason to rejoin: the leader
+    # decides whether the assignment missed the topic.
+    coordinator._membership.member_id = "me"
+    coordinator._membership.leader_id = "other"
     coordinator._on_metadata_poke()  # what the cluster listener triggers on the refresh
+    assert fed == []
+    # As leader, the assignment was made without the topic: rejoin.
+    coordinator._partition_counts = {"late": None}
+    coordinator._membership.leader_id = "me"
+    coordinator._on_metadata_poke()
     assert [type(e).__name__ for e in fed] == ["MetadataChanged"]
+
+
+async def test_leader_snapshot_keeps_what_the_assignor_saw() -> None:
+    """A metadata answer for an older topic list can drop a topic for a moment; the
+    counts the assignment was made on stand, so its return is not a 'change'."""
+    coordinator, sub = make_coordinator({"t": 2})
+    await coordinator._assign(A.ComputeAssignment(1, "range", (member("a", ("t",)),)))
+    coordinator._client.cluster._partitions.clear()  # type: ignore[attr-defined]
+    sub.subscribe(["t"])
+    coordinator._snapshot_partition_counts()
+    assert coordinator._partition_counts == {"t": 2}
+    task = coordinator._missing_topics_task
+    assert task is None or task.done()
