@@ -46,6 +46,9 @@ class BrokerCaps:
     holds_join_half_session: bool = False
     #: OffsetCommit metadata strings come back from OffsetFetch.  Tansu drops them.
     keeps_commit_metadata: bool = True
+    #: DescribeGroups names the group's protocol and each member's client id and
+    #: assignment.  Tansu answers them empty.
+    describes_group_fully: bool = True
     #: InitProducerId works for transactional ids (transactions, aborted records).
     #: Tansu refuses it.
     supports_transactions: bool = True
@@ -67,6 +70,7 @@ TANSU_CAPS = BrokerCaps(
     cooperative_joiner_extra_generation=True,
     holds_join_half_session=True,
     keeps_commit_metadata=False,
+    describes_group_fully=False,
     supports_transactions=False,
     honours_partition_max_bytes=False,
 )
