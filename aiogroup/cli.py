@@ -6,10 +6,11 @@
     aiogroup ... reset GROUP [--topic T ...] (--to-earliest | --to-latest |
                  --to-datetime ISO8601 | --shift-by N) [--dry-run | --execute]
 
-Lag and ``--to-latest`` use each partition's **high watermark**, read from a Fetch
-response, not ListOffsets(latest): on Kafka the two agree, but the embedded Tansu
-broker answers ListOffsets(latest) with the last batch's base offset, which makes
-lag negative and ``--to-latest`` land inside the last batch.
+Lag and ``--to-latest`` use each partition's **high watermark** (``offsets.end_offsets``:
+ListOffsets(latest) confirmed by a Fetch), not ListOffsets(latest) alone: on Kafka the
+two agree, but the embedded Tansu broker answers ListOffsets(latest) with the last
+batch's base offset, which makes lag negative and ``--to-latest`` land inside the last
+batch.
 
 ``reset`` is a dry run unless ``--execute`` is given, and refuses while the group
 has members (their commits would race the reset, as the Java tool refuses too).
@@ -30,7 +31,6 @@ from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.protocol.fetch import FetchRequest
 
 from aiogroup import offsets as _offsets
 from aiogroup._protocol.group import (
@@ -168,31 +168,14 @@ class Admin:
         return out
 
     async def high_watermarks(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
-        """Each partition's high watermark, from a Fetch response (see the module docstring)."""
+        """Each partition's log end: ListOffsets(latest) confirmed by a Fetch's high watermark
+        (``aiogroup.offsets.end_offsets``; see the module docstring)."""
         if not tps:
             return {}
         await self.client.set_topics(sorted({tp.topic for tp in tps}))
-        start = await _offsets.beginning_offsets(self.client, list(tps), timeout=TIMEOUT_S)
-        by_leader: dict[int, dict[str, list[tuple[int, int, int]]]] = {}
-        for tp in tps:
-            leader = self.client.cluster.leader_for_partition(tp)
-            if leader is None or leader < 0:
-                raise CliError(f"no leader for {tp.topic}-{tp.partition}")
-            by_leader.setdefault(leader, {}).setdefault(tp.topic, []).append(
-                (tp.partition, start[tp], 1)
-            )
-        result: dict[TopicPartition, int] = {}
-        for leader, topics in by_leader.items():
-            # max_wait 100 ms, not 0: the embedded broker answers a zero-wait Fetch with
-            # no partitions at all.  One byte: only the header (high watermark) is wanted.
-            request = FetchRequest(100, 1, 1, 0, list(topics.items()))
-            resp = await self.client.send(leader, request)
-            for topic, partitions in resp.topics:
-                for p in partitions:
-                    if p[1]:
-                        raise CliError(f"Fetch {topic}-{p[0]}: {error_for_code(p[1]).__name__}")
-                    result[TopicPartition(topic, p[0])] = p[2]
-        return result
+        return await _offsets.end_offsets(
+            self.client, list(tps), read_committed=False, timeout=TIMEOUT_S
+        )
 
     async def commit(self, group: str, offsets: dict[TopicPartition, int]) -> None:
         """A "simple" commit (generation -1): only an empty group accepts it."""

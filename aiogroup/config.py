@@ -14,7 +14,10 @@ from typing import Any
 from aiogroup.errors import ConfigurationError, InvalidTopicNameError
 from aiogroup.structs import OffsetResetStrategy
 
-__all__ = ["ConsumerConfig", "check_bootstrap_servers", "validate_topic_name"]
+__all__ = ["REMOTE_ASSIGNORS", "ConsumerConfig", "check_bootstrap_servers", "validate_topic_name"]
+
+#: The consumer protocol's server-side assignors (Kafka 4's group.consumer.assignors).
+REMOTE_ASSIGNORS = ("uniform", "range")
 
 _TOPIC_CHARS = re.compile(r"^[a-zA-Z0-9._-]+$")
 _MAX_TOPIC_LENGTH = 249
@@ -91,6 +94,14 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 }
 
 
+#: aiokafka client options checked here, so a typo fails in the constructor rather
+#: than in start().
+_CLIENT_CHOICES: dict[str, tuple[str, ...]] = {
+    "security_protocol": ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
+    "sasl_mechanism": ("PLAIN", "GSSAPI", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"),
+}
+
+
 def _bad(name: str, value: object, wanted: str) -> ConfigurationError:
     return ConfigurationError(f"{name} must be {wanted}, got {value!r} ({type(value).__name__})")
 
@@ -161,6 +172,10 @@ class ConsumerConfig:
     api_version: str | None = None
     key_deserializer: Any = None
     value_deserializer: Any = None
+    #: "classic" (JoinGroup/SyncGroup) or "consumer" (KIP-848, Apache Kafka 4+).
+    group_protocol: str = "classic"
+    #: group_protocol="consumer" only: the broker's assignor (None: the broker's default).
+    group_remote_assignor: str | None = None
     #: Passed through to aiokafka's client: security_protocol, ssl_context, sasl_*.
     client_options: dict[str, Any] = field(default_factory=dict)
 
@@ -206,6 +221,13 @@ class ConsumerConfig:
             raise _bad("api_version", self.api_version, "'auto', a version string or None")
         if not isinstance(self.client_options, dict):
             raise _bad("client_options", self.client_options, "a dict")
+        for name, choices in _CLIENT_CHOICES.items():
+            if name in self.client_options and self.client_options[name] not in choices:
+                raise _bad(name, self.client_options[name], " or ".join(map(repr, choices)))
+        for name in ("sasl_plain_username", "sasl_plain_password", "sasl_kerberos_domain_name"):
+            value = self.client_options.get(name)
+            if value is not None and not isinstance(value, str):
+                raise _bad(name, value, "a str or None")
 
     def _check_combinations(self) -> None:
         if self.heartbeat_interval_ms >= self.session_timeout_ms:
@@ -224,10 +246,33 @@ class ConsumerConfig:
             raise ConfigurationError(
                 "partition_assignment_strategy must name at least one assignor"
             )
+        self._check_group_protocol()
         if self.max_buffered_bytes and self.max_buffered_bytes < self.max_partition_fetch_bytes:
             raise ConfigurationError(
                 f"max_buffered_bytes ({self.max_buffered_bytes}) must be at least "
                 f"max_partition_fetch_bytes ({self.max_partition_fetch_bytes})"
+            )
+
+    def _check_group_protocol(self) -> None:
+        if self.group_remote_assignor is not None and not isinstance(
+            self.group_remote_assignor, str
+        ):
+            raise _bad("group_remote_assignor", self.group_remote_assignor, "a str or None")
+        if self.group_protocol not in ("classic", "consumer"):
+            raise ConfigurationError(
+                f"group_protocol must be 'classic' or 'consumer', got {self.group_protocol!r}"
+            )
+        if self.group_remote_assignor is None:
+            return
+        if self.group_protocol != "consumer":
+            raise ConfigurationError(
+                "group_remote_assignor needs group_protocol='consumer' (the classic protocol "
+                "assigns in the client: partition_assignment_strategy)"
+            )
+        if self.group_remote_assignor not in REMOTE_ASSIGNORS:
+            raise ConfigurationError(
+                f"group_remote_assignor must be one of {', '.join(REMOTE_ASSIGNORS)}, got "
+                f"{self.group_remote_assignor!r}"
             )
 
     @property

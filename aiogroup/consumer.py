@@ -30,6 +30,11 @@ from aiogroup._membership.machine import MemberState
 from aiogroup._timeouts import wait_for
 from aiogroup.assignors import resolve_assignors
 from aiogroup.config import ConsumerConfig, validate_topic_name, validate_topics
+from aiogroup.consumer_group_routine import (
+    CLASSIC_ONLY_OPTIONS,
+    ConsumerGroupCoordinator,
+    check_group_protocol_options,
+)
 from aiogroup.coordinator import GroupCoordinator
 from aiogroup.errors import CommitFailedError, ConfigurationError, KafkaError
 from aiogroup.fetcher import Fetcher
@@ -155,6 +160,8 @@ class GroupConsumer:
         sasl_kerberos_domain_name: str | None = None,
         sasl_oauth_token_provider: Any = None,
         client_rack: str | None = None,
+        group_protocol: str = "classic",
+        group_remote_assignor: str | None = None,
         **unknown_options: NoReturn,
     ) -> None:
         # ``**unknown_options: NoReturn`` makes a misspelt option a type error for mypy
@@ -182,6 +189,10 @@ class GroupConsumer:
             for name in _CLIENT_OPTIONS
             if given[name] != _CLIENT_OPTION_DEFAULTS[name]
         }
+        check_group_protocol_options(
+            group_protocol,
+            {name: given[name] for name in CLASSIC_ONLY_OPTIONS},
+        )
         self._config = ConsumerConfig(
             client_options=client_options,
             **{name: given[name] for name in _CONFIG_OPTIONS},
@@ -205,7 +216,7 @@ class GroupConsumer:
         self._client: AIOKafkaClient | None = None
         self._subscription: SubscriptionState | None = None
         self._fetcher: Fetcher | None = None
-        self._coordinator: GroupCoordinator | None = None
+        self._coordinator: GroupCoordinator | ConsumerGroupCoordinator | None = None
         self._metrics = ConsumerMetrics(self._config.session_timeout_ms / 1000)
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -241,10 +252,13 @@ class GroupConsumer:
             self._fetcher = Fetcher(self._client, self._subscription, cfg)
             self._fetcher.metrics = self._metrics
             await self._fetcher.start()
-            if cfg.group_id is not None:
+            if cfg.group_id is not None and cfg.group_protocol == "consumer":
+                self._coordinator = ConsumerGroupCoordinator(self._client, self._subscription, cfg)
+            elif cfg.group_id is not None:
                 self._coordinator = GroupCoordinator(
                     self._client, self._subscription, cfg, self._assignors
                 )
+            if self._coordinator is not None:
                 self._coordinator.metrics = self._metrics
                 await self._coordinator.start()
         except BaseException:
@@ -287,7 +301,7 @@ class GroupConsumer:
                     error.cancel()
                 if assigned.done():
                     break
-                if coordinator.state is MemberState.FATAL:
+                if coordinator.state.value == MemberState.FATAL.value:  # either protocol
                     sub.raise_pending_error()  # what made it fatal
                     raise KafkaError(f"group {cfg.group_id!r}: coordination failed")
                 if not reported.is_set():
@@ -858,7 +872,14 @@ class GroupConsumer:
         joined = (
             group_managed
             # ASSIGNING: in the generation, on_partitions_assigned still running.
-            and state in (MemberState.STABLE.value, MemberState.ASSIGNING.value)
+            # RECONCILING/ACKNOWLEDGING: the consumer protocol's equivalents.
+            and state
+            in (
+                MemberState.STABLE.value,
+                MemberState.ASSIGNING.value,
+                "RECONCILING",
+                "ACKNOWLEDGING",
+            )
             and sub is not None
             and sub.assignment is not None
         )

@@ -169,7 +169,6 @@ class GroupCoordinator:
         self._inbox: asyncio.Queue[_InboxItem] = asyncio.Queue()
         self._routine: asyncio.Task[None] | None = None
         self._children: set[asyncio.Task[Any]] = set()
-        self._listener_task: asyncio.Task[None] | None = None
         self._join_task: asyncio.Task[Any] | None = None
         #: (coordinator node, member id) to send LeaveGroup to after an abandoned join.
         self._leave_after_close: tuple[int, str] | None = None
@@ -185,7 +184,6 @@ class GroupCoordinator:
         self._subscription_key: object = None
         self._partition_counts: dict[str, int | None] = {}
         self._group_topics: frozenset[str] = frozenset()
-        self._closing = False
         self._all_topics_metadata = False
         #: Replaced by GroupConsumer with the consumer's shared instance.
         self.metrics = ConsumerMetrics(config.session_timeout_ms / 1000)
@@ -236,7 +234,6 @@ class GroupCoordinator:
         if routine is None or routine.done():
             await self._finish_routine()
             return
-        self._closing = True
         self._inbox.put_nowait(E.CloseRequested())
         self._inbox.put_nowait(_AbandonJoin())
         loop = asyncio.get_running_loop()
@@ -361,8 +358,7 @@ class GroupCoordinator:
                 # closes without a LeaveGroup; close() sends it once the routine ends.
                 self._leave_after_close = (m.coordinator_id, m.member_id)
             self._feed(
-                E.RequestFailed(
-                    "JoinGroup",
+                E.JoinGroupFailed(
                     "connection",
                     self._membership.generation_id,
                     "abandoned: the consumer is closing",
@@ -555,7 +551,7 @@ class GroupCoordinator:
             self._listener_inner = None
             self._inbox.put_nowait(E.ListenerCompleted(kind, error))
 
-        self._listener_task = self._spawn(supervise(), f"listener-{kind}")
+        self._spawn(supervise(), f"listener-{kind}")
 
     async def _run_assigned(self, partitions: frozenset[TopicPartition]) -> None:
         offsets = await self._listener.on_partitions_assigned(set(partitions))
@@ -728,13 +724,13 @@ class GroupCoordinator:
             resp = await self._send(node, build())
             event = on_response(resp)
         except _NoCoordinator:
-            event = E.RequestFailed(api, "coordinator", generation_id, "coordinator unknown")
+            event = E.request_failed(api, "coordinator", generation_id, "coordinator unknown")
         except IncompatibleBrokerVersion as exc:
             self._subscription.report_error(exc)
-            event = E.RequestFailed(api, "connection", generation_id, repr(exc))
+            event = E.request_failed(api, "connection", generation_id, repr(exc))
         except (KafkaError, OSError, asyncio.TimeoutError) as exc:
             log.debug("group %s: %s failed: %r", self._group_id, api, exc)
-            event = E.RequestFailed(api, _failure_kind(exc), generation_id, repr(exc))
+            event = E.request_failed(api, _failure_kind(exc), generation_id, repr(exc))
         self._inbox.put_nowait(event)
 
     async def _join_group(self, action: A.SendJoinGroup) -> None:
@@ -941,7 +937,7 @@ class GroupCoordinator:
                     raise
                 log.debug("group %s: OffsetCommit failed: %r; retrying", self._group_id, exc)
                 self._inbox.put_nowait(
-                    E.RequestFailed("OffsetCommit", _failure_kind(exc), generation_id, repr(exc))
+                    E.OffsetCommitFailed(_failure_kind(exc), generation_id, repr(exc))
                 )
                 await asyncio.sleep(self._retry_backoff)
                 continue
@@ -963,9 +959,7 @@ class GroupCoordinator:
                 if outcome is CallerOutcome.RAISE:
                     raise error_for_code(code)(f"OffsetCommit of {tp}: {code_name(code)}")
                 if outcome is CallerOutcome.FIND_COORDINATOR_AND_RETRY:
-                    self._inbox.put_nowait(
-                        E.RequestFailed("OffsetCommit", "coordinator", generation_id)
-                    )
+                    self._inbox.put_nowait(E.OffsetCommitFailed("coordinator", generation_id))
             if not failed:
                 log.debug("group %s: committed %s", self._group_id, offsets)
                 return
@@ -1014,7 +1008,7 @@ class GroupCoordinator:
             except (KafkaError, OSError) as exc:
                 if isinstance(exc, IncompatibleBrokerVersion):
                     raise
-                self._inbox.put_nowait(E.RequestFailed("OffsetFetch", _failure_kind(exc)))
+                self._inbox.put_nowait(E.OffsetFetchFailed(_failure_kind(exc)))
                 await asyncio.sleep(self._retry_backoff)
                 continue
             result = parse_offset_fetch(resp)
@@ -1024,7 +1018,7 @@ class GroupCoordinator:
                 bad = next(c for c in codes if offset_fetch_outcome(c) is CallerOutcome.RAISE)
                 raise error_for_code(bad)(f"OffsetFetch for group {self._group_id}")
             if CallerOutcome.FIND_COORDINATOR_AND_RETRY in outcomes:
-                self._inbox.put_nowait(E.RequestFailed("OffsetFetch", "coordinator"))
+                self._inbox.put_nowait(E.OffsetFetchFailed("coordinator"))
                 await asyncio.sleep(self._retry_backoff)
                 continue
             if CallerOutcome.RETRY in outcomes:

@@ -6,7 +6,6 @@ catching them keeps working; the classes below cover what aiokafka has no name f
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from aiokafka.errors import (
@@ -170,6 +169,10 @@ TRANSPORT_ERRORS: tuple[type[KafkaError], ...] = (
 
 def is_retriable(exc: BaseException) -> bool:
     """Whether asking again (after a backoff) can succeed where ``exc`` failed."""
+    # Imported here, not at module level: the pure membership machine and the assignors
+    # import this module and must not pull in asyncio (tests/unit/membership/test_purity.py).
+    import asyncio
+
     if isinstance(exc, (TimeoutError, asyncio.TimeoutError, *TRANSPORT_ERRORS)):
         return True
     errno = getattr(exc, "errno", None)

@@ -482,7 +482,8 @@ class Fetcher:
         if exc is not None:
             raise exc
         self._sub.raise_pending_error()
-        self._delivery.raise_refusal(self._sub.assignment, partitions)
+        if self._delivery.refusal_pending:
+            self._delivery.raise_refusal(self._sub.assignment, partitions)
 
     # -- delivery -----------------------------------------------------------------------------
 

@@ -43,6 +43,9 @@ health_log = logging.getLogger("aiogroup.health")
 
 T = TypeVar("T")
 
+#: Requests a broker may hold for up to the rebalance timeout: not a sign of an outage.
+_HELD_BY_BROKER = frozenset({"JoinGroup", "SyncGroup"})
+
 #: Window over which records/s and bytes/s are computed.
 RATE_WINDOW_S = 30.0
 
@@ -184,6 +187,10 @@ class ConsumerMetrics:
         self.last_broker_error: str | None = None
         self.partition_fetch_ms: dict[TopicPartition, int] = {}
         self._unreachable_logged = False
+        self._failed_since_ok = False
+        #: token -> (API, start) of requests awaiting an answer.
+        self._outstanding: dict[int, tuple[str, float]] = {}
+        self._next_token = 0
 
     # -- hooks --------------------------------------------------------------------------
 
@@ -200,12 +207,15 @@ class ConsumerMetrics:
     async def timed_fetch(self, call: Awaitable[T], partitions: Iterable[TopicPartition]) -> T:
         """Await a Fetch request, recording its latency or failure."""
         started = time.monotonic()
+        token = self._outstanding_start("Fetch", started)
         try:
             response = await call
         except Exception as exc:
             self.fetch_latency.errors += 1
             self._broker_failed(exc)
             raise
+        finally:
+            self._outstanding.pop(token, None)
         now = time.monotonic()
         self.fetch_latency.add((now - started) * 1000)
         self._broker_ok(now)
@@ -219,6 +229,7 @@ class ConsumerMetrics:
         api = _api_name(request)
         stats = self.request_latency.setdefault(api, LatencyStats())
         started = time.monotonic()
+        token = self._outstanding_start(api, started)
         try:
             response = await call
         except Exception as exc:
@@ -229,6 +240,8 @@ class ConsumerMetrics:
                 self.commit_latency.errors += 1
             self._broker_failed(exc)
             raise
+        finally:
+            self._outstanding.pop(token, None)
         now = time.monotonic()
         ms = (now - started) * 1000
         stats.add(ms)
@@ -281,9 +294,26 @@ class ConsumerMetrics:
         return time.monotonic() - self.last_broker_ok
 
     def broker_reachable(self) -> bool:
-        """False once no request has succeeded for a session timeout (or never has)."""
+        """False once no request has succeeded for a session timeout while some did not.
+
+        "Did not" is a failure since the last success, or a request outstanding for
+        longer than the session timeout (a silent network partition: requests hang
+        until request_timeout_ms, longer than the session).  JoinGroup and SyncGroup
+        are left out of the second rule, as a broker may hold them legitimately for
+        up to the rebalance timeout.  A consumer that sends nothing (group-less,
+        nothing assigned) has no evidence either way and counts as reachable.
+        """
+        now = time.monotonic()
         last = self.last_broker_ok if self.last_broker_ok is not None else self.created
-        return time.monotonic() - last < self.session_timeout_s
+        if now - last < self.session_timeout_s:
+            return True
+        if self._failed_since_ok:
+            return False
+        return not any(
+            now - started > self.session_timeout_s
+            for api, started in self._outstanding.values()
+            if api not in _HELD_BY_BROKER
+        )
 
     def check_broker(self) -> None:
         """Called at every poll: logs the outage even while requests hang rather than fail."""
@@ -296,8 +326,14 @@ class ConsumerMetrics:
         while self._deliveries and now - self._deliveries[0][0] > RATE_WINDOW_S:
             self._deliveries.popleft()
 
+    def _outstanding_start(self, api: str, started: float) -> int:
+        self._next_token += 1
+        self._outstanding[self._next_token] = (api, started)
+        return self._next_token
+
     def _broker_ok(self, now: float) -> None:
         self.last_broker_ok = now
+        self._failed_since_ok = False
         if self._unreachable_logged:
             self._unreachable_logged = False
             health_log.info("broker reachable again")
@@ -305,6 +341,7 @@ class ConsumerMetrics:
     def _broker_failed(self, exc: BaseException | None) -> None:
         if exc is not None:
             self.last_broker_error = repr(exc)
+            self._failed_since_ok = True
         if not self._unreachable_logged and not self.broker_reachable():
             self._unreachable_logged = True
             since = self.seconds_since_broker_response()

@@ -2,19 +2,17 @@
 
 TopicPartition, OffsetAndMetadata and ConsumerRecord are aiokafka's own classes so
 that applications can pass them between aiokafka and aiogroup freely.  The rest are
-small frozen types of ours; nothing here does I/O.
+small enums of ours; nothing here does I/O.
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 
 from aiokafka.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
 __all__ = [
     "ConsumerRecord",
-    "Generation",
     "OffsetAndMetadata",
     "OffsetAndTimestamp",
     "OffsetResetStrategy",
@@ -45,18 +43,3 @@ class OffsetResetStrategy(enum.Enum):
         if self is OffsetResetStrategy.LATEST:
             return -1
         raise ValueError("OffsetResetStrategy.NONE has no ListOffsets timestamp")
-
-
-@dataclass(frozen=True, slots=True)
-class Generation:
-    """The member's identity in one generation of the group."""
-
-    generation_id: int
-    member_id: str
-    protocol_name: str | None
-
-    NO_GENERATION_ID = -1
-    UNKNOWN_MEMBER_ID = ""
-
-
-NO_GENERATION = Generation(Generation.NO_GENERATION_ID, Generation.UNKNOWN_MEMBER_ID, None)

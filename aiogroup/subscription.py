@@ -3,8 +3,8 @@
 The coordination routine writes the assignment; the fetcher and the application
 read it.  Instead of polling flags, readers *await* futures held here:
 
-* ``wait_for_subscription()`` - the coordinator sleeps until there is something to
-  join for;
+* ``wait_subscription_changed()`` - the coordinator's subscription watcher wakes
+  when topics, a pattern's matches or the subscription type change;
 * ``wait_for_assignment()`` - the fetcher sleeps until there is something to fetch;
 * ``Assignment.unassigned`` - resolved when that assignment is replaced, so a
   fetcher holding it knows to re-plan (cooperative rebalances replace the object

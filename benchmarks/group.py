@@ -281,6 +281,8 @@ async def gather_limited(factories: Sequence[Callable[[], Awaitable[T]]], limit:
 
 
 def config_label(client: str, variant: str, cooperative: bool) -> str:
+    if variant == "kip848":
+        return f"{client} consumer protocol (KIP-848)"
     return f"{client}/{variant} {'cooperative' if cooperative else 'eager'}"
 
 

@@ -799,6 +799,10 @@ def write(results: dict[str, Any], docs_dir: Path) -> Path:
     assignors = bench_dir / "assignors.md"
     if assignors.exists():
         parts.append("\n" + assignors.read_text())
+    # Hand-kept: the consumer-protocol (KIP-848) run on Apache Kafka 4 (issue 14).
+    kip848 = bench_dir / "kip848.md"
+    if kip848.exists():
+        parts.append("\n" + kip848.read_text())
     parts.append("\n" + METHOD)
     parts.append(environment_md(results))
     path = docs_dir / "benchmarks.md"

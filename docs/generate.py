@@ -1,7 +1,8 @@
 """Regenerate the parts of the docs that are derived from code (``make docs``).
 
-Today that is the membership state diagram in docs/architecture.md, drawn from the
-machine's own transition table so the docs cannot drift from the code.
+Today that is the membership state diagrams in docs/architecture.md - the classic
+machine's and the consumer-protocol (KIP-848) machine's - each drawn from the
+machine's own tables so the docs cannot drift from the code.
 """
 
 from __future__ import annotations
@@ -9,17 +10,27 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from aiogroup._membership import consumer_group
 from aiogroup._membership.machine import mermaid_diagram
 
 ARCHITECTURE = Path(__file__).with_name("architecture.md")
 BEGIN = "<!-- BEGIN GENERATED: membership diagram -->"
 END = "<!-- END GENERATED: membership diagram -->"
+CONSUMER_BEGIN = "<!-- BEGIN GENERATED: consumer-protocol diagram -->"
+CONSUMER_END = "<!-- END GENERATED: consumer-protocol diagram -->"
+
+
+def _replace(text: str, begin: str, end: str, diagram: str) -> str:
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n```mermaid\n{diagram.rstrip()}\n```\n{end}{tail}"
 
 
 def render(text: str) -> str:
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{BEGIN}\n```mermaid\n{mermaid_diagram().rstrip()}\n```\n{END}{tail}"
+    text = _replace(text, BEGIN, END, mermaid_diagram())
+    if CONSUMER_BEGIN in text:
+        text = _replace(text, CONSUMER_BEGIN, CONSUMER_END, consumer_group.mermaid_diagram())
+    return text
 
 
 def main() -> int:

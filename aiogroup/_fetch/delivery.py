@@ -82,6 +82,10 @@ class Delivery:
         self.buffers.clear()
         self._refusal = None
 
+    @property
+    def refusal_pending(self) -> bool:
+        return self._refusal is not None
+
     def raise_refusal(
         self, assignment: Assignment | None, partitions: Collection[TopicPartition]
     ) -> None:

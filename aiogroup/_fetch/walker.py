@@ -205,6 +205,10 @@ class RecordSink:
     def add_records(self, tp: TopicPartition, records: list[Any], ts_type: int | None) -> None:
         out = self._out(tp)
         kd, vd = self._kd, self._vd
+        if len(records) == 1:  # getone: no comprehension for a single record
+            r = records[0]
+            out.append(self._one(tp, r, r.timestamp_type if ts_type is None else ts_type))
+            return
         if ts_type is not None and kd is None and vd is None:
             topic, partition = tp.topic, tp.partition
             CR = ConsumerRecord

@@ -9,7 +9,7 @@ generation).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from aiogroup._protocol.results import (
     HeartbeatResult,
@@ -26,6 +26,7 @@ __all__ = [
     "API_NAMES",
     "FAILURE_KINDS",
     "LISTENER_KINDS",
+    "REQUEST_FAILURES",
     "ApplicationPolled",
     "AssignmentComputed",
     "CloseRequested",
@@ -33,30 +34,26 @@ __all__ = [
     "CoordinatorLookupFailed",
     "CoordinatorRequested",
     "Event",
+    "FindCoordinatorFailed",
+    "HeartbeatFailed",
     "HeartbeatResponseReceived",
+    "JoinGroupFailed",
     "JoinGroupResponseReceived",
+    "LeaveGroupFailed",
     "LeaveGroupResponseReceived",
     "ListenerCompleted",
     "MetadataChanged",
+    "OffsetCommitFailed",
     "OffsetCommitResponseReceived",
+    "OffsetFetchFailed",
     "RequestFailed",
     "SubscriptionChanged",
+    "SyncGroupFailed",
     "SyncGroupResponseReceived",
     "TimerFired",
+    "request_failed",
 ]
 
-#: The group APIs whose transport failures the machine reacts to.
-API_NAMES = frozenset(
-    {
-        "FindCoordinator",
-        "JoinGroup",
-        "SyncGroup",
-        "Heartbeat",
-        "LeaveGroup",
-        "OffsetCommit",
-        "OffsetFetch",
-    }
-)
 #: connection: the socket broke; timeout: no answer in time; coordinator: the broker
 #: said it is not (or no longer) the coordinator, seen outside a table-driven API.
 FAILURE_KINDS = frozenset({"connection", "timeout", "coordinator"})
@@ -165,18 +162,85 @@ class ListenerCompleted(Event):
 
 @dataclass(frozen=True, slots=True)
 class RequestFailed(Event):
-    """A group request got no usable answer (transport failure, not an error code)."""
+    """A group request got no usable answer (transport failure, not an error code).
 
-    api: str
+    Abstract: one subclass per API, so the transition table states which member
+    states accept which failure (a JoinGroup failure outside PREPARING_REBALANCE is
+    a shell bug the table rejects) instead of a handler checking ``api`` inside.
+    """
+
     kind: str
     generation_id: int = -1
     detail: str = ""
 
+    #: The API's Kafka name, set by each subclass.
+    api: ClassVar[str] = ""
+
     def __post_init__(self) -> None:
-        if self.api not in API_NAMES:
-            raise ValueError(f"unknown api {self.api!r}; expected one of {sorted(API_NAMES)}")
+        if not self.api:
+            raise TypeError("RequestFailed is abstract; use the subclass for the API")
         if self.kind not in FAILURE_KINDS:
             raise ValueError(f"failure kind must be one of {sorted(FAILURE_KINDS)}")
+
+
+@dataclass(frozen=True, slots=True)
+class FindCoordinatorFailed(RequestFailed):
+    api: ClassVar[str] = "FindCoordinator"
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGroupFailed(RequestFailed):
+    api: ClassVar[str] = "JoinGroup"
+
+
+@dataclass(frozen=True, slots=True)
+class SyncGroupFailed(RequestFailed):
+    api: ClassVar[str] = "SyncGroup"
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatFailed(RequestFailed):
+    api: ClassVar[str] = "Heartbeat"
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveGroupFailed(RequestFailed):
+    api: ClassVar[str] = "LeaveGroup"
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitFailed(RequestFailed):
+    api: ClassVar[str] = "OffsetCommit"
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchFailed(RequestFailed):
+    api: ClassVar[str] = "OffsetFetch"
+
+
+#: API name -> its failure event, for the shell's one generic request path.
+REQUEST_FAILURES: dict[str, type[RequestFailed]] = {
+    cls.api: cls
+    for cls in (
+        FindCoordinatorFailed,
+        JoinGroupFailed,
+        SyncGroupFailed,
+        HeartbeatFailed,
+        LeaveGroupFailed,
+        OffsetCommitFailed,
+        OffsetFetchFailed,
+    )
+}
+#: The group APIs whose transport failures the machine reacts to.
+API_NAMES = frozenset(REQUEST_FAILURES)
+
+
+def request_failed(api: str, kind: str, generation_id: int = -1, detail: str = "") -> RequestFailed:
+    """The failure event for ``api`` (a ValueError names an API the machine does not know)."""
+    cls = REQUEST_FAILURES.get(api)
+    if cls is None:
+        raise ValueError(f"unknown api {api!r}; expected one of {sorted(API_NAMES)}")
+    return cls(kind, generation_id, detail)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,21 +1,13 @@
 """Heartbeat, session and poll deadlines as plain arithmetic over an injected ``now``.
 
-The shape is the Java client's ``Heartbeat``: the caller reports what happened
-(sent, answered, failed, polled) with the loop time, and asks when the next thing
-is due.  Nothing here reads a clock, so the machine and its tests decide time.
+Shaped like the Java client's ``Heartbeat``: the caller reports what happened (sent,
+answered, failed, polled) with the loop time and asks when the next thing is due;
+nothing reads a clock, so the machine and its tests decide time.
 
-Why a client-side session check at all: a member whose heartbeats cannot get
-through (a stalled connection, a paused coordinator) must assume the broker has
-evicted it once ``session_timeout`` has passed without a heartbeat answer that
-proves the membership - some brokers even let an evicted member back in under its
-old id, which would otherwise hide the loss from the application.
-
-Which answers prove the membership is the machine's decision
-(``machine.HEARTBEAT_ANSWERS``): a plain success, and also REBALANCE_IN_PROGRESS -
-the coordinator checked our member id and generation before saying so, and keeps a
-heartbeating member through a rebalance (up to the rebalance timeout) while its
-listeners run.  The rule therefore fires only when the broker really stopped
-answering us, not while it is waiting for us to rejoin.
+Why a client-side session check: a member whose heartbeats cannot get through must
+assume it was evicted once ``session_timeout`` passed without an answer proving its
+membership (some brokers even readmit an evicted member under its old id, hiding the
+loss).  Which answers prove it is the machine's call (``machine.HEARTBEAT_ANSWERS``).
 """
 
 from __future__ import annotations
@@ -112,9 +104,3 @@ class HeartbeatTimers:
     @property
     def last_poll(self) -> float:
         return self._last_poll
-
-    def poll_deadline(self) -> float:
-        return self._last_poll + self.max_poll_interval
-
-    def poll_expired(self, now: float) -> bool:
-        return now >= self.poll_deadline()

@@ -1,49 +1,16 @@
-"""The consumer-group membership state machine: every group decision, none of the I/O.
+"""The classic-protocol membership machine: every group decision, none of the I/O.
 
-How it works.  ``Membership.handle(event, now)`` looks the pair (current state, type
-of event) up in :data:`TRANSITIONS`.  A missing pair is an illegal input: the
-machine enters FATAL for good and raises :class:`MembershipProtocolError` (the
-shell has a bug; continuing would break the listener contract).  The handler
-updates the machine and returns actions; then the *state-triggered rules*
-(:data:`STATE_RULES`, an ordered table of guard, target and reason: "owned
-partitions but no generation -> partitions lost", "closing -> revoke, then leave",
-"nothing blocking -> join") are applied by ``_advance`` from the two resting
-states, UNJOINED and STABLE, until nothing changes; the diagram is drawn from both
-tables.  Deadlines (heartbeat, session, max poll interval,
-listener overrun, auto-commit, backoff) are checked on every event; the shell
-sleeps until :meth:`Membership.next_deadline` and then feeds ``TimerFired``.
+Why pure: rebalances and faults are where a consumer group goes wrong, so every path
+must be a plain function call in a test.  Time comes in as ``now``, effects go out
+as actions; :mod:`aiogroup.coordinator` only performs them.
 
-Error codes from each group API are reacted to through one table per API
-(:data:`JOIN_GROUP_REACTIONS` ...), built from shared entries plus per-API
-overrides, so "what does ILLEGAL_GENERATION do to a heartbeat" is a lookup.  Heartbeat answers
-get one more table, :data:`HEARTBEAT_ANSWERS` (state x code): whether the answer
-proves the session (a success or REBALANCE_IN_PROGRESS: the coordinator knows us
-and is waiting for us to rejoin) and the reaction in that state.  Heartbeats flow in
-STABLE, ASSIGNING and REVOKING, so a listener that runs longer than the session
-timeout keeps its member in the group; only the rebalance timeout bounds it.
-
-Rebalance protocol is a parameter, not a fork.  The only place EAGER and
-COOPERATIVE differ is the pre-join revocation; the post-sync step is one diff
-(``revoked = owned - new``, ``added = new - owned``) that is empty on the revoked
-side for EAGER because everything was revoked before joining.
-
-Listener contract decisions (from the Java ``ConsumerRebalanceListener`` docs):
-
-* EAGER: ``on_partitions_revoked`` runs at the start of every rebalance of a
-  member that holds a generation, with *all* owned partitions, **even when that
-  set is empty** ("always called at the start of a rebalance").  A member with no
-  generation (first join, or after its membership was lost) has nothing to revoke
-  and the callback is not called, as in Java's ``onJoinPrepare``.
-* COOPERATIVE: revoked only with the non-empty set of partitions leaving, after
-  SyncGroup; then the member rejoins at once so they can be handed over.
-* ``on_partitions_assigned`` exactly once per completed rebalance, with the newly
-  added partitions - an empty set when none were added.
-* ``on_partitions_lost`` (never revoked) when membership was lost - session expiry
-  (also detected client-side), UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION,
-  FENCED_INSTANCE_ID - and only with a non-empty set.
-* Leaving (close, unsubscribe, max-poll expiry): revoked only when non-empty.
-* Listeners never overlap: an event that needs another callback while one runs is
-  remembered and acted on when ``ListenerCompleted`` arrives.
+Why tables: one place to read what a member does.  :data:`TRANSITIONS` maps
+(state, event type) to a handler and the states it may move to (a miss is a shell
+bug and ends in FATAL); :data:`STATE_RULES` is the ordered (guard, target, reason)
+list ``_advance`` applies from the resting states until nothing fires; error codes
+react through one table per API (:data:`HEARTBEAT_ANSWERS` adds the state for
+heartbeats).  The diagram in docs/architecture.md is drawn from these tables.
+EAGER and COOPERATIVE differ only in the pre-join revocation.
 """
 
 from __future__ import annotations
@@ -401,91 +368,37 @@ class CommitGate:
         return self.refusal is None
 
 
-@dataclass(frozen=True, slots=True)
-class Transition:
-    """One table entry: the handler and the states it may move to *directly*."""
-
-    handler: str
-    targets: frozenset[MemberState]
-
-
-def _t(handler: str, *targets: MemberState) -> Transition:
-    return Transition(handler, frozenset(targets))
-
-
-_ALL = tuple(MemberState)
-_LIVE = tuple(s for s in MemberState if s not in _TERMINAL)
-
-TRANSITIONS: dict[tuple[MemberState, type[E.Event]], Transition] = {}
-"""(state, event type) -> Transition.  A missing pair is an illegal input."""
-
-
-def _add(states: Iterable[MemberState], event: type[E.Event], tr: Transition) -> None:
-    for s in states:
-        TRANSITIONS[(s, event)] = tr
-
-
-# Events any live state accepts without changing state by itself (the resting-state
-# rules then decide what follows).
-for _s in _LIVE:
-    _add([_s], E.SubscriptionChanged, _t("_on_subscription_changed", _s))
-    _add([_s], E.MetadataChanged, _t("_on_metadata_changed", _s))
-    _add([_s], E.CoordinatorFound, _t("_on_coordinator_found", _s))
-    _add([_s], E.CoordinatorLookupFailed, _t("_on_coordinator_lookup_failed", _s))
-    _add([_s], E.ApplicationPolled, _t("_on_polled", _s))
-    _add([_s], E.CloseRequested, _t("_on_close", _s))
-    _add([_s], E.TimerFired, _t("_on_timer", _s))
-    _add([_s], E.OffsetCommitResponseReceived, _t("_on_commit_response", _s))
-    _add([_s], E.CoordinatorRequested, _t("_on_coordinator_requested", _s))
-    _add([_s], E.HeartbeatResponseReceived, _t("_on_heartbeat_response", _s))
-    _add([_s], E.RequestFailed, _t("_on_request_failed", _s))
-# Terminal states swallow late answers and timers, nothing else.
-for _s in _TERMINAL:
-    for _ev in (
-        E.SubscriptionChanged,
-        E.MetadataChanged,
-        E.CoordinatorFound,
-        E.CoordinatorLookupFailed,
-        E.ApplicationPolled,
-        E.CloseRequested,
-        E.TimerFired,
-        E.OffsetCommitResponseReceived,
-        E.CoordinatorRequested,
-        E.HeartbeatResponseReceived,
-        E.RequestFailed,
-    ):
-        _add([_s], _ev, _t("_ignore", _s))
-# A transport failure of JoinGroup/SyncGroup/LeaveGroup ends that step.
-TRANSITIONS[(S.PREPARING_REBALANCE, E.RequestFailed)] = _t(
-    "_on_request_failed", S.PREPARING_REBALANCE, S.UNJOINED
-)
-TRANSITIONS[(S.COMPLETING_REBALANCE, E.RequestFailed)] = _t(
-    "_on_request_failed", S.COMPLETING_REBALANCE, S.UNJOINED
-)
-TRANSITIONS[(S.LEAVING, E.RequestFailed)] = _t("_on_request_failed", S.LEAVING, S.UNJOINED)
-TRANSITIONS[(S.PREPARING_REBALANCE, E.JoinGroupResponseReceived)] = _t(
-    "_on_join_response", S.COMPLETING_REBALANCE, S.UNJOINED
-)
-TRANSITIONS[(S.COMPLETING_REBALANCE, E.AssignmentComputed)] = _t(
-    "_on_assignment_computed", S.COMPLETING_REBALANCE, S.UNJOINED
-)
-TRANSITIONS[(S.COMPLETING_REBALANCE, E.SyncGroupResponseReceived)] = _t(
-    "_on_sync_response", S.ASSIGNING, S.REVOKING, S.UNJOINED
-)
-TRANSITIONS[(S.LEAVING, E.LeaveGroupResponseReceived)] = _t("_on_leave_response", S.UNJOINED)
-TRANSITIONS[(S.REVOKING, E.ListenerCompleted)] = _t(
-    "_on_listener_completed", S.ASSIGNING, S.UNJOINED
-)
-TRANSITIONS[(S.ASSIGNING, E.ListenerCompleted)] = _t("_on_listener_completed", S.STABLE)
-TRANSITIONS[(S.LOSING, E.ListenerCompleted)] = _t("_on_listener_completed", S.UNJOINED)
-
-
 def _fmt(parts: Iterable[TopicPartition]) -> str:
     return ", ".join(sorted(f"{tp.topic}-{tp.partition}" for tp in parts)) or "none"
 
 
 class Membership:
-    """One member's view of its group membership; single writer: the coordination routine."""
+    """One member's view of its group membership; single writer: the coordination routine.
+
+    Deadlines (heartbeat, session, max poll interval, listener overrun, auto-commit,
+    backoff) are checked after every event; the shell sleeps until
+    :meth:`next_deadline` and feeds ``TimerFired``.  Heartbeats flow in STABLE,
+    ASSIGNING and REVOKING, so a listener that outlives the session timeout keeps its
+    member in the group; only the rebalance timeout bounds it.
+
+    Listener contract decisions (from the Java ``ConsumerRebalanceListener`` docs):
+
+    * EAGER: ``on_partitions_revoked`` runs at the start of every rebalance of a
+      member that holds a generation, with *all* owned partitions, **even when that
+      set is empty** ("always called at the start of a rebalance").  A member with no
+      generation (first join, or after its membership was lost) has nothing to revoke
+      and the callback is not called, as in Java's ``onJoinPrepare``.
+    * COOPERATIVE: revoked only with the non-empty set of partitions leaving, after
+      SyncGroup; then the member rejoins at once so they can be handed over.
+    * ``on_partitions_assigned`` exactly once per completed rebalance, with the newly
+      added partitions - an empty set when none were added.
+    * ``on_partitions_lost`` (never revoked) when membership was lost - session expiry
+      (also detected client-side), UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION,
+      FENCED_INSTANCE_ID - and only with a non-empty set.
+    * Leaving (close, unsubscribe, max-poll expiry): revoked only when non-empty.
+    * Listeners never overlap: an event that needs another callback while one runs is
+      remembered and acted on when ``ListenerCompleted`` arrives.
+    """
 
     def __init__(
         self,
@@ -530,7 +443,6 @@ class Membership:
         self.fatal = False
         #: Why the next join happens (None: no rejoin requested).
         self.rejoin_reason: str | None = None
-        self.last_join_reason: str | None = None
         self._finding_coordinator = False
         self._coordinator_wanted = False
         self._prejoin_done = False
@@ -622,13 +534,12 @@ class Membership:
             )
         self._now = max(self._now, now)
         out: list[A.Action] = []
-        handler: Callable[[E.Event, list[A.Action]], None] = getattr(self, tr.handler)
-        handler(event, out)
+        tr.handler(self, event, out)
         if self.state not in tr.targets and self.state is not S.FATAL:
             bad = self.state
             self.state = S.FATAL
             raise MembershipProtocolError(
-                f"{tr.handler} moved {bad.value}, outside its declared targets"
+                f"{tr.handler.__name__} moved {bad.value}, outside its declared targets"
             )
         self._advance(out)
         self._tick(out)
@@ -858,44 +769,35 @@ class Membership:
         out.append(A.SetAssignment(self.owned if self.owned else None))
         self.state = S.UNJOINED
 
-    def _on_request_failed(self, ev: E.Event, out: list[A.Action]) -> None:
-        assert isinstance(ev, E.RequestFailed)
-        why = f"{ev.api} failed ({ev.kind}) {ev.detail}".strip()
-        api = ev.api
-        if api == "FindCoordinator":
-            self._finding_coordinator = False
-            self._set_backoff(out, why)
+    def _on_find_coordinator_failed(self, ev: E.Event, out: list[A.Action]) -> None:
+        assert isinstance(ev, E.FindCoordinatorFailed)
+        self._finding_coordinator = False
+        self._set_backoff(out, _failure_reason(ev))
+
+    def _on_join_or_sync_failed(self, ev: E.Event, out: list[A.Action]) -> None:
+        assert isinstance(ev, E.JoinGroupFailed | E.SyncGroupFailed)
+        why = _failure_reason(ev)
+        self._coordinator_dead()
+        self.state = S.UNJOINED
+        self.rejoin_reason = why
+        self._set_backoff(out, why)
+
+    def _on_leave_failed(self, ev: E.Event, out: list[A.Action]) -> None:
+        """A leave is best effort: the member is out whether or not the broker heard it."""
+        self._reset_generation()
+        self.state = S.UNJOINED
+
+    def _on_heartbeat_failed(self, ev: E.Event, out: list[A.Action]) -> None:
+        assert isinstance(ev, E.HeartbeatFailed)
+        if ev.generation_id != self.generation_id or not self.heartbeats_active:
+            self.timers.answered()
             return
-        if api == "JoinGroup":
-            self._require(S.PREPARING_REBALANCE, ev)
-            self._coordinator_dead()
-            self.state = S.UNJOINED
-            self.rejoin_reason = why
-            self._set_backoff(out, why)
-            return
-        if api == "SyncGroup":
-            self._require(S.COMPLETING_REBALANCE, ev)
-            self._coordinator_dead()
-            self.state = S.UNJOINED
-            self.rejoin_reason = why
-            self._set_backoff(out, why)
-            return
-        if api == "LeaveGroup":
-            self._require(S.LEAVING, ev)
-            self._reset_generation()
-            self.state = S.UNJOINED
-            return
-        if api == "Heartbeat":
-            if ev.generation_id != self.generation_id or not self.heartbeats_active:
-                self.timers.answered()
-                return
-            self.timers.failed(self._now)
+        self.timers.failed(self._now)
         self._coordinator_dead()
 
-    def _require(self, state: MemberState, ev: E.RequestFailed) -> None:
-        if self.state is not state:
-            self.state = S.FATAL
-            raise MembershipProtocolError(f"{ev.api} failure reported in state {state.value}")
+    def _on_offsets_request_failed(self, ev: E.Event, out: list[A.Action]) -> None:
+        """A commit or offset fetch got no answer: look the coordinator up again."""
+        self._coordinator_dead()
 
     # -- reactions ----------------------------------------------------------------------------
 
@@ -979,7 +881,6 @@ class Membership:
         self._prejoin_done = True
         why = self.rejoin_reason or "joining the group"
         self.rejoin_reason = None
-        self.last_join_reason = why
         self.state = S.PREPARING_REBALANCE
         out.append(A.SendJoinGroup(why, self.member_id, self.generation_id, self.owned))
 
@@ -1094,6 +995,84 @@ class Membership:
         if self.state is S.UNJOINED and self.subscribed:
             return "needed to join the group"
         return "needed for offset commit/fetch"
+
+
+def _failure_reason(ev: E.RequestFailed) -> str:
+    return f"{ev.api} failed ({ev.kind}) {ev.detail}".strip()
+
+
+# -- event-triggered transitions ------------------------------------------------------------
+#
+# (state, event type) -> the handler and the states it may move to directly.  A missing
+# pair is an illegal input; the state-triggered rules below then run from the resting states.
+
+Handler = Callable[[Membership, E.Event, list[A.Action]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One table entry: the handler and the states it may move to *directly*."""
+
+    handler: Handler
+    targets: frozenset[MemberState]
+
+
+def _t(handler: Handler, *targets: MemberState) -> Transition:
+    return Transition(handler, frozenset(targets))
+
+
+_LIVE = tuple(s for s in MemberState if s not in _TERMINAL)
+M = Membership
+
+TRANSITIONS: dict[tuple[MemberState, type[E.Event]], Transition] = {}
+"""(state, event type) -> Transition.  A missing pair is an illegal input."""
+
+#: Events any live state accepts without changing state by itself (the resting-state
+#: rules then decide what follows).
+_ANYWHERE: dict[type[E.Event], Handler] = {
+    E.SubscriptionChanged: M._on_subscription_changed,
+    E.MetadataChanged: M._on_metadata_changed,
+    E.CoordinatorFound: M._on_coordinator_found,
+    E.CoordinatorLookupFailed: M._on_coordinator_lookup_failed,
+    E.ApplicationPolled: M._on_polled,
+    E.CloseRequested: M._on_close,
+    E.TimerFired: M._on_timer,
+    E.OffsetCommitResponseReceived: M._on_commit_response,
+    E.CoordinatorRequested: M._on_coordinator_requested,
+    E.HeartbeatResponseReceived: M._on_heartbeat_response,
+    E.FindCoordinatorFailed: M._on_find_coordinator_failed,
+    E.HeartbeatFailed: M._on_heartbeat_failed,
+    E.OffsetCommitFailed: M._on_offsets_request_failed,
+    E.OffsetFetchFailed: M._on_offsets_request_failed,
+}
+for _s in _LIVE:
+    for _ev, _handler in _ANYWHERE.items():
+        TRANSITIONS[(_s, _ev)] = _t(_handler, _s)
+# Terminal states swallow late answers, failures and timers, nothing else.
+for _s in _TERMINAL:
+    for _ev in (*_ANYWHERE, E.JoinGroupFailed, E.SyncGroupFailed, E.LeaveGroupFailed):
+        TRANSITIONS[(_s, _ev)] = _t(M._ignore, _s)
+# The request that a stage waits on ends it, answered or failed; its failure is legal
+# only in that stage (anywhere else the shell reported a request it never sent).
+TRANSITIONS[(S.PREPARING_REBALANCE, E.JoinGroupResponseReceived)] = _t(
+    M._on_join_response, S.COMPLETING_REBALANCE, S.UNJOINED
+)
+TRANSITIONS[(S.PREPARING_REBALANCE, E.JoinGroupFailed)] = _t(M._on_join_or_sync_failed, S.UNJOINED)
+TRANSITIONS[(S.COMPLETING_REBALANCE, E.AssignmentComputed)] = _t(
+    M._on_assignment_computed, S.COMPLETING_REBALANCE, S.UNJOINED
+)
+TRANSITIONS[(S.COMPLETING_REBALANCE, E.SyncGroupResponseReceived)] = _t(
+    M._on_sync_response, S.ASSIGNING, S.REVOKING, S.UNJOINED
+)
+TRANSITIONS[(S.COMPLETING_REBALANCE, E.SyncGroupFailed)] = _t(M._on_join_or_sync_failed, S.UNJOINED)
+TRANSITIONS[(S.LEAVING, E.LeaveGroupResponseReceived)] = _t(M._on_leave_response, S.UNJOINED)
+TRANSITIONS[(S.LEAVING, E.LeaveGroupFailed)] = _t(M._on_leave_failed, S.UNJOINED)
+TRANSITIONS[(S.REVOKING, E.ListenerCompleted)] = _t(
+    M._on_listener_completed, S.ASSIGNING, S.UNJOINED
+)
+TRANSITIONS[(S.ASSIGNING, E.ListenerCompleted)] = _t(M._on_listener_completed, S.STABLE)
+TRANSITIONS[(S.LOSING, E.ListenerCompleted)] = _t(M._on_listener_completed, S.UNJOINED)
+del _s, _ev, _handler
 
 
 # -- state-triggered rules ------------------------------------------------------------------

@@ -12,6 +12,8 @@ from __future__ import annotations
 from aiogroup._protocol.schema import ApiStructs, Field, Kind, define_api
 
 __all__ = [
+    "CONSUMER_GROUP_DESCRIBE",
+    "CONSUMER_GROUP_HEARTBEAT",
     "FIND_COORDINATOR",
     "HEARTBEAT",
     "JOIN_GROUP",
@@ -19,6 +21,7 @@ __all__ = [
     "OFFSET_COMMIT",
     "OFFSET_FETCH",
     "SYNC_GROUP",
+    "TOPIC_METADATA",
 ]
 
 _I8, _I16, _I32, _I64 = Kind.INT8, Kind.INT16, Kind.INT32, Kind.INT64
@@ -269,6 +272,165 @@ OFFSET_FETCH: ApiStructs = define_api(
                     ),
                 ),
                 Field("error_code", _I16),
+            ),
+        ),
+    ),
+)
+
+# --- KIP-848: the consumer group protocol ---------------------------------------------
+#
+# One RPC replaces JoinGroup/SyncGroup/Heartbeat/LeaveGroup.  Every version is
+# flexible; v1 (Kafka 4.0) adds the broker-side regex subscription.  The "null if
+# it didn't change since the last heartbeat" fields let a member send its full
+# state only when it joins, rejoins or changes; partitions are named by topic id.
+_CONSUMER_GROUP_TOPIC_PARTITIONS = (
+    Field("topic_id", Kind.UUID),
+    Field("partitions", _I32, array=True),
+)
+
+CONSUMER_GROUP_HEARTBEAT: ApiStructs = define_api(
+    "ConsumerGroupHeartbeat",
+    api_key=68,
+    versions=range(2),
+    flexible_from=0,
+    request_fields=(
+        Field("group_id", _STR),
+        Field("member_id", _STR),
+        # 0 joins, -1 leaves, -2 leaves a static member that will come back.
+        Field("member_epoch", _I32),
+        Field("instance_id", _STR),
+        Field("rack_id", _STR),
+        Field("rebalance_timeout_ms", _I32),
+        Field("subscribed_topic_names", _STR, array=True),
+        Field("subscribed_topic_regex", _STR, "1+"),
+        Field("server_assignor", _STR),
+        Field("topic_partitions", fields=_CONSUMER_GROUP_TOPIC_PARTITIONS),
+    ),
+    response_fields=(
+        Field("throttle_time_ms", _I32),
+        Field("error_code", _I16),
+        Field("error_message", _STR),
+        Field("member_id", _STR),
+        Field("member_epoch", _I32),
+        Field("heartbeat_interval_ms", _I32),
+        Field(
+            "assignment",
+            single=True,
+            fields=(Field("topic_partitions", fields=_CONSUMER_GROUP_TOPIC_PARTITIONS),),
+        ),
+    ),
+)
+
+# Metadata v10+ names topics by id as well (KIP-516).  aiokafka's client stops at v5,
+# so a consumer-protocol member asks for the id <-> name map itself; only the
+# fields it reads are used, the rest are here so the layout matches the spec.
+TOPIC_METADATA: ApiStructs = define_api(
+    "Metadata",
+    api_key=3,
+    versions=range(10, 13),
+    flexible_from=9,
+    request_fields=(
+        Field("topics", fields=(Field("topic_id", Kind.UUID, "10+"), Field("name", _STR))),
+        Field("allow_auto_topic_creation", _BOOL, "4+"),
+        Field("include_cluster_authorized_operations", _BOOL, "8-10"),
+        Field("include_topic_authorized_operations", _BOOL, "8+"),
+    ),
+    response_fields=(
+        Field("throttle_time_ms", _I32, "3+"),
+        Field(
+            "brokers",
+            fields=(
+                Field("node_id", _I32),
+                Field("host", _STR),
+                Field("port", _I32),
+                Field("rack", _STR, "1+"),
+            ),
+        ),
+        Field("cluster_id", _STR, "2+"),
+        Field("controller_id", _I32, "1+"),
+        Field(
+            "topics",
+            fields=(
+                Field("error_code", _I16),
+                Field("name", _STR),
+                Field("topic_id", Kind.UUID, "10+"),
+                Field("is_internal", _BOOL, "1+"),
+                Field(
+                    "partitions",
+                    fields=(
+                        Field("error_code", _I16),
+                        Field("partition_index", _I32),
+                        Field("leader_id", _I32),
+                        Field("leader_epoch", _I32, "7+"),
+                        Field("replica_nodes", _I32, array=True),
+                        Field("isr_nodes", _I32, array=True),
+                        Field("offline_replicas", _I32, "5+", array=True),
+                    ),
+                ),
+                Field("topic_authorized_operations", _I32, "8+"),
+            ),
+        ),
+        Field("cluster_authorized_operations", _I32, "8-10"),
+    ),
+)
+
+_DESCRIBED_ASSIGNMENT = (
+    Field(
+        "topic_partitions",
+        fields=(
+            Field("topic_id", Kind.UUID),
+            Field("topic_name", _STR),
+            Field("partitions", _I32, array=True),
+        ),
+    ),
+)
+
+#: The broker's view of a consumer-protocol group (classic DescribeGroups does not
+#: describe KIP-848 groups): members, epochs, current and target assignments.
+CONSUMER_GROUP_DESCRIBE: ApiStructs = define_api(
+    "ConsumerGroupDescribe",
+    api_key=69,
+    versions=range(1),
+    flexible_from=0,
+    request_fields=(
+        Field("group_ids", _STR, array=True),
+        Field("include_authorized_operations", _BOOL),
+    ),
+    response_fields=(
+        Field("throttle_time_ms", _I32),
+        Field(
+            "groups",
+            fields=(
+                Field("error_code", _I16),
+                Field("error_message", _STR),
+                Field("group_id", _STR),
+                Field("group_state", _STR),
+                Field("group_epoch", _I32),
+                Field("assignment_epoch", _I32),
+                Field("assignor_name", _STR),
+                Field(
+                    "members",
+                    fields=(
+                        Field("member_id", _STR),
+                        Field("instance_id", _STR),
+                        Field("rack_id", _STR),
+                        Field("member_epoch", _I32),
+                        Field("client_id", _STR),
+                        Field("client_host", _STR),
+                        Field("subscribed_topic_names", _STR, array=True),
+                        Field("subscribed_topic_regex", _STR),
+                        Field(
+                            "assignment", single=True, nullable=False, fields=_DESCRIBED_ASSIGNMENT
+                        ),
+                        Field(
+                            "target_assignment",
+                            single=True,
+                            nullable=False,
+                            fields=_DESCRIBED_ASSIGNMENT,
+                        ),
+                    ),
+                ),
+                Field("authorized_operations", _I32),
             ),
         ),
     ),

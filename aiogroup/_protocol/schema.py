@@ -18,12 +18,15 @@ from __future__ import annotations
 import enum
 import functools
 import types
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from io import BytesIO
 from typing import Any
 
 from aiokafka.protocol.api import RequestStruct, Response
 from aiokafka.protocol.types import (
+    AbstractType,
     Array,
     Boolean,
     Bytes,
@@ -53,6 +56,8 @@ class Kind(enum.Enum):
     BOOL = "bool"
     STRING = "string"
     BYTES = "bytes"
+    #: 16 bytes on the wire; a :class:`uuid.UUID` in Python (KIP-516 topic ids).
+    UUID = "uuid"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +66,8 @@ class Field:
 
     ``versions`` uses the spec's notation: ``"3+"``, ``"0-2"`` or ``"1"``.  A field
     is either a scalar ``kind``, an array of a scalar (``array=True``), or an array
-    of structs (``fields`` given).
+    of structs (``fields`` given), or - with ``single=True`` - one struct (the spec's
+    ``"type": "Assignment"``), nullable unless ``nullable=False``.
     """
 
     name: str
@@ -69,10 +75,14 @@ class Field:
     versions: str = "0+"
     array: bool = False
     fields: tuple[Field, ...] = ()
+    single: bool = False
+    nullable: bool = True
 
     def __post_init__(self) -> None:
         if (self.kind is None) == (not self.fields):
             raise ValueError(f"field {self.name!r} needs exactly one of kind or fields")
+        if self.single and not self.fields:
+            raise ValueError(f"field {self.name!r}: single=True needs fields")
         _parse_versions(self.versions)
 
     def present_in(self, version: int) -> bool:
@@ -92,7 +102,47 @@ def _parse_versions(spec: str) -> tuple[int, int | None]:
         raise ValueError(f"bad version range {spec!r}") from None
 
 
+class Uuid(AbstractType[uuid.UUID]):  # type: ignore[misc]  # aiokafka ships no stubs
+    """Kafka's ``uuid`` type: 16 raw bytes (aiokafka has no such type)."""
+
+    @classmethod
+    def encode(cls, value: uuid.UUID) -> bytes:
+        return value.bytes
+
+    @classmethod
+    def decode(cls, data: BytesIO) -> uuid.UUID:
+        raw = data.read(16)
+        if len(raw) != 16:
+            raise ValueError("truncated uuid")
+        return uuid.UUID(bytes=raw)
+
+
+class NullableStruct:
+    """One nested struct that may be null: an int8 marker (-1 null, 1 present), then it.
+
+    Kafka encodes a nullable struct field this way in every version (flexible or
+    not); ConsumerGroupHeartbeat's ``Assignment`` is the first such field we need.
+    """
+
+    def __init__(self, schema: Schema) -> None:
+        self.schema = schema
+
+    def encode(self, value: Any) -> bytes:
+        if value is None:
+            return bytes(Int8.encode(-1))
+        return bytes(Int8.encode(1)) + bytes(self.schema.encode(value))
+
+    def decode(self, data: BytesIO) -> Any:
+        if Int8.decode(data) < 0:
+            return None
+        return self.schema.decode(data)
+
+    def repr(self, value: Any) -> str:
+        return "None" if value is None else self.schema.repr(value)
+
+
 _FIXED: dict[Kind, Any] = {
+    Kind.UUID: Uuid,
     Kind.INT8: Int8,
     Kind.INT16: Int16,
     Kind.INT32: Int32,
@@ -115,7 +165,10 @@ def _schema(fields: tuple[Field, ...], version: int, flexible: bool) -> Schema:
     for spec in fields:
         if not spec.present_in(version):
             continue
-        if spec.fields:
+        if spec.single:
+            inner = _schema(spec.fields, version, flexible)
+            parts.append((spec.name, NullableStruct(inner) if spec.nullable else inner))
+        elif spec.fields:
             parts.append((spec.name, array_type(_schema(spec.fields, version, flexible))))
         else:
             assert spec.kind is not None
@@ -138,7 +191,7 @@ def struct_values(
     return _ordered(_projection(fields, version), flexible, values)
 
 
-_Projection = tuple[tuple[str, "_Projection | None"], ...]
+_Projection = tuple[tuple[str, "_Projection | None", bool], ...]
 
 
 @functools.cache
@@ -149,7 +202,7 @@ def _projection(fields: tuple[Field, ...], version: int) -> _Projection:
     afresh which fields exist in this version was most of the request's build time.
     """
     return tuple(
-        (spec.name, _projection(spec.fields, version) if spec.fields else None)
+        (spec.name, _projection(spec.fields, version) if spec.fields else None, spec.single)
         for spec in fields
         if spec.present_in(version)
     )
@@ -157,10 +210,13 @@ def _projection(fields: tuple[Field, ...], version: int) -> _Projection:
 
 def _ordered(projection: _Projection, flexible: bool, values: Mapping[str, Any]) -> list[Any]:
     out: list[Any] = []
-    for name, nested in projection:
+    for name, nested, single in projection:
         value = values[name]
         if nested is not None and value is not None:
-            value = [tuple(_ordered(nested, flexible, row)) for row in value]
+            if single:
+                value = tuple(_ordered(nested, flexible, value))
+            else:
+                value = [tuple(_ordered(nested, flexible, row)) for row in value]
         out.append(value)
     if flexible:
         out.append({})
@@ -180,20 +236,35 @@ def _schema_to_dict(schema: Schema, values: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, nested, value in zip(schema.names, _struct_arrays(schema), values, strict=True):
         if nested is not None and value is not None:
-            value = [_schema_to_dict(nested, row) for row in value]
+            if isinstance(nested, _Single):
+                value = _schema_to_dict(nested.schema, value)
+            else:
+                value = [_schema_to_dict(nested, row) for row in value]
         out[name] = value
     return out
 
 
+@dataclass(frozen=True)
+class _Single:
+    schema: Schema
+
+
 @functools.cache
-def _struct_arrays(schema: Schema) -> tuple[Schema | None, ...]:
-    """For each field of ``schema``, the schema of its rows if it is an array of structs.
+def _struct_arrays(schema: Schema) -> tuple[Schema | _Single | None, ...]:
+    """For each field of ``schema``, the schema of its rows if it is an array of structs
+    (or, wrapped in ``_Single``, of the one struct a nullable struct field holds).
 
     Computed once per schema (there are a few dozen, one per API version), so
     decoding a response of many partitions does not re-inspect the types per row.
     """
     return tuple(
-        kind.array_of if isinstance(kind, Array) and isinstance(kind.array_of, Schema) else None
+        _Single(kind.schema)
+        if isinstance(kind, NullableStruct)
+        else _Single(kind)
+        if isinstance(kind, Schema)
+        else kind.array_of
+        if isinstance(kind, Array) and isinstance(kind.array_of, Schema)
+        else None
         for kind in schema.fields
     )
 

@@ -46,15 +46,18 @@ class BrokerCaps:
     holds_join_half_session: bool = False
     #: OffsetCommit metadata strings come back from OffsetFetch.  Tansu drops them.
     keeps_commit_metadata: bool = True
-    #: DescribeGroups names the group's protocol and each member's client id and
-    #: assignment.  Tansu answers them empty.
-    describes_group_fully: bool = True
     #: InitProducerId works for transactional ids (transactions, aborted records).
     #: Tansu refuses it.
     supports_transactions: bool = True
     #: Fetch honours each partition's byte limit (``max_partition_fetch_bytes``; at
     #: least one whole batch).  Tansu answers whole partitions beyond it.
     honours_partition_max_bytes: bool = True
+    #: The consumer group protocol (KIP-848: ConsumerGroupHeartbeat, API key 68) is
+    #: served.  Tansu has only the classic JoinGroup/SyncGroup protocol.
+    supports_consumer_protocol: bool = True
+    #: DescribeGroups names the group's protocol (assignor) and each member's
+    #: client id and assignment.  Tansu answers with them empty.
+    describe_groups_reports_assignment: bool = True
 
 
 #: Apache Kafka 4.x (the reference broker): every default.
@@ -70,7 +73,8 @@ TANSU_CAPS = BrokerCaps(
     cooperative_joiner_extra_generation=True,
     holds_join_half_session=True,
     keeps_commit_metadata=False,
-    describes_group_fully=False,
     supports_transactions=False,
     honours_partition_max_bytes=False,
+    supports_consumer_protocol=False,
+    describe_groups_reports_assignment=False,
 )

@@ -49,6 +49,13 @@ TEST_SETTINGS: Mapping[str, str] = {
     # A new group's first rebalance waits this long for more members (default 3 s);
     # every test makes new groups.
     "group.initial.rebalance.delay.ms": "0",
+    # Consumer-protocol (KIP-848) groups: the broker owns session and heartbeat
+    # interval (defaults 45 s / 5 s, floors 45 s / 5 s); crash and slow-listener
+    # tests need a session of seconds, like the classic tests' 6 s.
+    "group.consumer.min.session.timeout.ms": "6000",
+    "group.consumer.session.timeout.ms": "6000",
+    "group.consumer.min.heartbeat.interval.ms": "500",
+    "group.consumer.heartbeat.interval.ms": "1000",
     # A single node cannot hold 3 replicas of the internal topics (cluster: 3).
     "offsets.topic.replication.factor": "1",
     "transaction.state.log.replication.factor": "1",
@@ -60,6 +67,11 @@ TEST_SETTINGS: Mapping[str, str] = {
 #: The cluster mode's replication settings (what a production cluster has).
 CLUSTER_SETTINGS: Mapping[str, str] = {
     "group.initial.rebalance.delay.ms": "0",
+    # Consumer-protocol groups: a session of seconds, as in TEST_SETTINGS.
+    "group.consumer.min.session.timeout.ms": "6000",
+    "group.consumer.session.timeout.ms": "6000",
+    "group.consumer.min.heartbeat.interval.ms": "500",
+    "group.consumer.heartbeat.interval.ms": "1000",
     "default.replication.factor": "3",
     "min.insync.replicas": "2",
     "offsets.topic.replication.factor": "3",

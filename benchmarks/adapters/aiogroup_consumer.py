@@ -36,6 +36,12 @@ VARIANTS = {
         "glibc returns freed response copies to the OS at once instead of keeping them)",
         env={"MALLOC_MMAP_THRESHOLD_": "131072"},
     ),
+    "kip848": Variant(
+        "kip848",
+        "defaults with group_protocol='consumer' (KIP-848: the broker's assignor, no "
+        "rebalance barrier; Apache Kafka 4 only)",
+        {"group_protocol": "consumer"},
+    ),
     "arrow": Variant(
         "arrow",
         "tuned, getmany_arrow(): one pyarrow.RecordBatch per call, no per-record objects",
@@ -120,12 +126,17 @@ class AiogroupAdapter(Adapter):
         client_id: str | None = None,
     ) -> None:
         strategy = ("cooperative-sticky",) if cooperative else ("range",)
+        classic: dict[str, Any] = {
+            "session_timeout_ms": session_timeout_ms,
+            "heartbeat_interval_ms": heartbeat_interval_ms,
+            "partition_assignment_strategy": strategy,
+        }
+        if self.variant.options.get("group_protocol") == "consumer":
+            classic = {}  # the broker owns session, heartbeat interval and assignment
         consumer = self._new(
             group_id,
-            session_timeout_ms=session_timeout_ms,
-            heartbeat_interval_ms=heartbeat_interval_ms,
             **({} if client_id is None else {"client_id": client_id}),
-            partition_assignment_strategy=strategy,
+            **classic,
         )
         await consumer.start()
         consumer.subscribe(

@@ -45,7 +45,9 @@ class ConfluentAioAdapter(Adapter):
     ) -> None:
         from confluent_kafka.aio import AIOConsumer
 
-        extra = common.group_config(cooperative, session_timeout_ms, heartbeat_interval_ms)
+        extra = common.group_config(
+            cooperative, session_timeout_ms, heartbeat_interval_ms, self.variant
+        )
         if client_id is not None:
             extra["client.id"] = client_id
         self.consumer = AIOConsumer(

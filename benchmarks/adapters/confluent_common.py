@@ -17,6 +17,11 @@ VARIANTS = {
         "fetch.queue.backoff.ms=10 (default 1000: the fetcher idles once its queue is full)",
         {"fetch.queue.backoff.ms": 10},
     ),
+    "kip848": Variant(
+        "kip848",
+        "tuned with group.protocol=consumer (KIP-848; Apache Kafka 4 only)",
+        {"fetch.queue.backoff.ms": 10, "group.protocol": "consumer"},
+    ),
 }
 
 
@@ -37,8 +42,10 @@ def config(
 
 
 def group_config(
-    cooperative: bool, session_timeout_ms: int, heartbeat_interval_ms: int
+    cooperative: bool, session_timeout_ms: int, heartbeat_interval_ms: int, variant: Variant
 ) -> dict[str, Any]:
+    if variant.options.get("group.protocol") == "consumer":
+        return {}  # librdkafka refuses the classic options with the consumer protocol
     return {
         "partition.assignment.strategy": "cooperative-sticky" if cooperative else "range",
         "session.timeout.ms": session_timeout_ms,

@@ -42,7 +42,9 @@ class ConfluentAdapter(Adapter):
     ) -> None:
         from confluent_kafka import Consumer
 
-        extra = common.group_config(cooperative, session_timeout_ms, heartbeat_interval_ms)
+        extra = common.group_config(
+            cooperative, session_timeout_ms, heartbeat_interval_ms, self.variant
+        )
         if client_id is not None:
             extra["client.id"] = client_id
 

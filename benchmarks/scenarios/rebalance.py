@@ -40,6 +40,9 @@ CONFIGS: list[tuple[str, str, bool]] = [
     ("kafka-python", "defaults", True),
     ("confluent", "tuned", False),
     ("confluent", "tuned", True),
+    # KIP-848: only on a broker that speaks it (AIOGROUP_BROKER=kafka); left out otherwise.
+    ("aiogroup", "kip848", False),
+    ("confluent", "kip848", False),
 ]
 
 METRICS = {
@@ -162,7 +165,10 @@ async def one_rep(ctx: Context, client: str, variant: str, cooperative: bool) ->
 
 
 async def run(ctx: Context) -> dict[str, Any]:
-    outcomes = await run_group_configs(ctx, "rebalance", CONFIGS, one_rep, METRICS, _brief)
+    configs = CONFIGS
+    if not ctx.broker.caps.supports_consumer_protocol:
+        configs = [c for c in CONFIGS if c[1] != "kip848"]
+    outcomes = await run_group_configs(ctx, "rebalance", configs, one_rep, METRICS, _brief)
     return {
         "partitions": PARTITIONS,
         "produce_rate": RATE,

@@ -10,12 +10,11 @@ import sys
 import time
 from typing import Any
 
-import pytest
 from aiokafka import AIOKafkaProducer
 
 from aiogroup import GroupConsumer, TopicPartition
 from aiogroup.cli import run
-from aiogroup.testing import KafkaBroker
+from aiogroup.testing.broker import KafkaBroker
 from aiogroup.testing.plugin import TopicFactory
 
 GROUP_TIMEOUTS = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
@@ -122,29 +121,22 @@ async def test_groups_describe_lag_and_reset(
 
 
 async def test_describe_shows_protocol_and_assignment(
-    bootstrap_servers: str,
-    kafka_topic: TopicFactory,
-    group_id: str,
-    kafka_broker: KafkaBroker,
-    request: pytest.FixtureRequest,
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str
 ) -> None:
-    if not kafka_broker.caps.describes_group_fully:
-        request.applymarker(
-            pytest.mark.xfail(
-                reason="caps.describes_group_fully: Tansu's DescribeGroups answers with an "
-                "empty protocol name and empty member assignment/client_id (seen in the raw "
-                "response); Kafka fills them",
-                strict=True,
-            )
-        )
+    """What describe can show is what DescribeGroups answers: on Tansu the protocol name,
+    client id and assignment come back empty (caps.describe_groups_reports_assignment)."""
+    bootstrap_servers = kafka_broker.bootstrap_servers
     topic = await kafka_topic(partitions=2)
     async with GroupConsumer(
         topic, bootstrap_servers=bootstrap_servers, group_id=group_id, **GROUP_TIMEOUTS
     ):
         code, desc = await cli(bootstrap_servers, "describe", group_id)
         assert code == 0
-        assert desc["protocol"] == "range"
-        assert sorted(desc["members"][0]["assignment"]) == [f"{topic}-0", f"{topic}-1"]
+        reported = desc["protocol"] == "range" and sorted(desc["members"][0]["assignment"]) == [
+            f"{topic}-0",
+            f"{topic}-1",
+        ]
+        assert reported == kafka_broker.caps.describe_groups_reports_assignment, desc
 
 
 async def test_lag_watch_redraws_and_bad_input_fails_cleanly(

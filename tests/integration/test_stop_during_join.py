@@ -10,7 +10,12 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from fault_proxy import FaultProxy, ProxiedClient, route
 
-from aiogroup import ConsumerStoppedError, GroupConsumer
+from aiogroup import (
+    AsyncConsumerRebalanceListener,
+    ConsumerStoppedError,
+    GroupConsumer,
+    TopicPartition,
+)
 from aiogroup import consumer as consumer_module
 from aiogroup.testing.broker import unique_name
 from aiogroup.testing.plugin import TopicFactory
@@ -72,10 +77,22 @@ async def test_stop_during_an_in_flight_join_leaves_at_once(
     bootstrap_servers: str, kafka_topic: TopicFactory, group_id: str, proxied: None
 ) -> None:
     topic = await kafka_topic(partitions=2)
-    # A stable member first: the broker then holds a newcomer's JoinGroup until the
-    # rebalance completes (Tansu: about half the session timeout).
+    # A stable member first, whose (eager) revoke listener waits for the test: it
+    # cannot rejoin until released, so the broker holds the newcomer's JoinGroup
+    # for as long as the test needs (Tansu: up to about half the session timeout).
+    release = asyncio.Event()
+
+    class HoldRevoke(AsyncConsumerRebalanceListener):
+        async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+            if revoked:
+                await release.wait()
+
+        async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+            pass
+
     first = GroupConsumer(
         topic,
+        listener=HoldRevoke(),
         bootstrap_servers=bootstrap_servers,
         group_id=group_id,
         session_timeout_ms=30_000,
@@ -115,6 +132,7 @@ async def test_stop_during_an_in_flight_join_leaves_at_once(
             assert leaving not in [m["member_id"] for m in members]
             assert proxy.requests[LEAVE_GROUP_API_KEY] == 1
     finally:
+        release.set()
         await consumer.stop()
         await first.stop()
         await proxy.close()

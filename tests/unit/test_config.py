@@ -78,6 +78,8 @@ def test_defaults_follow_the_java_client() -> None:
 #: A value of the wrong type for each option, chosen so that Python would not
 #: notice it by itself (a str where an int is due, a truthy str for a bool).
 WRONG_TYPE: dict[str, object] = {
+    "group_protocol": 7,
+    "group_remote_assignor": 7,
     "bootstrap_servers": 9092,
     "client_id": 7,
     "group_id": 7,

@@ -75,3 +75,24 @@ async def test_stop_before_start_then_use_raises_stopped() -> None:
         await consumer.getone()
     with pytest.raises(ConsumerStoppedError):
         await consumer.start()
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("security_protocol", "TLS"),
+        ("sasl_mechanism", "SCRAM"),
+        ("sasl_plain_username", 7),
+    ],
+)
+def test_security_options_are_checked_in_the_constructor(option: str, value: object) -> None:
+    with pytest.raises(ConfigurationError, match=option):
+        GroupConsumer(**{option: value})  # type: ignore[arg-type]
+
+
+def test_security_options_reach_the_client_config() -> None:
+    consumer = GroupConsumer(security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512")
+    assert consumer.config.client_options == {
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "SCRAM-SHA-512",
+    }

@@ -123,7 +123,13 @@ def sample(event_type: type[E.Event], m: Membership) -> E.Event:
             OffsetCommitResult({("t", 0): 0}), gen
         ),
         E.ListenerCompleted: E.ListenerCompleted(m.listener_kind or "assigned"),
-        E.RequestFailed: E.RequestFailed("Heartbeat", "connection", gen),
+        E.FindCoordinatorFailed: E.FindCoordinatorFailed("connection"),
+        E.JoinGroupFailed: E.JoinGroupFailed("connection", gen),
+        E.SyncGroupFailed: E.SyncGroupFailed("timeout", gen),
+        E.HeartbeatFailed: E.HeartbeatFailed("connection", gen),
+        E.LeaveGroupFailed: E.LeaveGroupFailed("timeout", gen),
+        E.OffsetCommitFailed: E.OffsetCommitFailed("coordinator", gen),
+        E.OffsetFetchFailed: E.OffsetFetchFailed("connection"),
         E.TimerFired: E.TimerFired(),
         E.ApplicationPolled: E.ApplicationPolled(0.5),
         E.CloseRequested: E.CloseRequested(),
@@ -133,7 +139,7 @@ def sample(event_type: type[E.Event], m: Membership) -> E.Event:
 
 EVENT_TYPES = sorted(
     {cls for cls in vars(E).values() if isinstance(cls, type) and issubclass(cls, E.Event)}
-    - {E.Event},
+    - {E.Event, E.RequestFailed},
     key=lambda c: c.__name__,
 )
 

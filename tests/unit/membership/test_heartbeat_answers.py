@@ -372,7 +372,7 @@ def test_cooperative_revoke_five_session_timeouts_then_rejoin(code: int) -> None
     [
         heartbeat(C.COORDINATOR_LOAD_IN_PROGRESS, 1),
         heartbeat(C.GROUP_AUTHORIZATION_FAILED, 1),
-        E.RequestFailed("Heartbeat", "timeout", 1),
+        E.HeartbeatFailed("timeout", 1),
         None,  # no answer at all
     ],
     ids=["load-in-progress", "authorization", "timeout", "silence"],

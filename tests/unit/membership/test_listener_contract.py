@@ -200,7 +200,7 @@ class ListenerContract(RuleBasedStateMachine):
             "SendLeaveGroup": "LeaveGroup",
         }[api]
         assert self.m is not None
-        self.feed(E.RequestFailed(name, "connection", self.m.generation_id))
+        self.feed(E.request_failed(name, "connection", self.m.generation_id))
 
     @rule(code=st.sampled_from([0] * 6 + [25, 27, 16]))
     @precondition(lambda self: self.m is not None and self.m.in_generation)

@@ -271,7 +271,7 @@ def test_coordinator_lost_while_stable_keeps_generation_and_session_clock() -> N
     m = make()
     to_stable(m, tps(0))
     m.handle(E.TimerFired(), 1.0)
-    out = m.handle(E.RequestFailed("Heartbeat", "connection", 1), 1.1)
+    out = m.handle(E.HeartbeatFailed("connection", 1), 1.1)
     assert out == [A.FindCoordinator("coordinator lost while in a generation")]
     assert m.state is S.STABLE and m.generation_id == 1
     assert m.handle(E.TimerFired(), 2.5) == []  # no coordinator: no heartbeat
@@ -390,7 +390,7 @@ def test_close_while_joining_leaves_with_the_identity_received() -> None:
     assert m.handle(E.CloseRequested(), 0.5) == []
     out = m.handle(join_ok(4, "m9"), 3.0)
     assert out == [A.SendLeaveGroup("m9", "the consumer is closing")]
-    m.handle(E.RequestFailed("LeaveGroup", "timeout"), 4.0)
+    m.handle(E.LeaveGroupFailed("timeout"), 4.0)
     assert m.state is S.CLOSED
 
 
@@ -509,9 +509,11 @@ def test_bad_event_values_raise_at_once() -> None:
     with pytest.raises(ValueError, match="listener kind"):
         E.ListenerCompleted("nope")
     with pytest.raises(ValueError, match="unknown api"):
-        E.RequestFailed("Produce", "connection")
+        E.request_failed("Produce", "connection")
     with pytest.raises(ValueError, match="failure kind"):
-        E.RequestFailed("Heartbeat", "weird")
+        E.HeartbeatFailed("weird")
+    with pytest.raises(TypeError, match="abstract"):
+        E.RequestFailed("connection")
     with pytest.raises(ValueError, match="node_id"):
         E.CoordinatorFound(-1)
     with pytest.raises(ValueError, match="heartbeat_interval"):

@@ -78,3 +78,34 @@ async def test_unreachable_broker_logs_one_error(caplog: pytest.LogCaptureFixtur
     await m.timed_fetch(answered(), [])
     assert m.broker_reachable()
     assert any("reachable again" in r.getMessage() for r in caplog.records)
+
+
+async def test_idle_consumer_is_not_reported_unreachable() -> None:
+    m = ConsumerMetrics(session_timeout_s=0.0)
+    assert m.broker_reachable(), "no request, no evidence of an outage"
+
+
+async def test_a_request_hanging_past_the_session_timeout_means_unreachable() -> None:
+    import asyncio
+
+    m = ConsumerMetrics(session_timeout_s=0.0)
+    never: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+    hanging = asyncio.ensure_future(m.timed_fetch(never, []))
+    await asyncio.sleep(0)
+    assert not m.broker_reachable()
+    hanging.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await hanging
+    assert m.broker_reachable(), "the cancelled request is no longer outstanding"
+    pending: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+    held = asyncio.ensure_future(m.timed_group_request(JoinGroupRequest(), pending))
+    await asyncio.sleep(0)
+    assert m.broker_reachable(), "a broker may hold a JoinGroup for the rebalance timeout"
+    assert not held.done()
+    held.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await held
+
+
+class JoinGroupRequest:
+    pass

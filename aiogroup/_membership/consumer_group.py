@@ -1,0 +1,1309 @@
+"""The consumer-protocol (KIP-848) membership machine: every decision, none of the I/O.
+
+What belongs here.  All of a consumer-protocol member's decisions: when to
+heartbeat and what the heartbeat carries, how a target assignment from the
+coordinator is reconciled (revoke first, then assign, then acknowledge), what
+each ConsumerGroupHeartbeat error code does, how the member leaves, and what a
+commit's error code means for the committer.  Nothing about sockets, tasks or
+clocks: time comes in as ``now``; the shell performs the returned actions and
+feeds back what happened.
+
+How it works (h11's two tables).  ``handle(event, now)`` looks up
+``(state, type(event))`` in :data:`EVENT_TRANSITIONS`; a miss is an illegal input
+(the machine enters FATAL and raises :class:`ConsumerMembershipError`).  The
+handler updates the machine's data and may move it only to one of the entry's
+declared targets.  Then the ordered (sources, guard, target, reason) rules of
+:data:`STATE_RULES` are applied until none fires; the first whose guard holds
+moves the machine and runs the rule's entry step.  Last, the scheduler decides
+whether a heartbeat or a coordinator lookup goes out now.  The diagram in
+docs/architecture.md is drawn from both tables.
+
+Facts (from Apache Kafka's ConsumerMembershipManager/AbstractMembershipManager,
+ConsumerHeartbeatRequestManager and KIP-848):
+
+* Join with epoch 0 and the full state: rebalance timeout, subscription, server
+  assignor and an *empty* owned-partitions list.  Afterwards a field is sent only
+  when it changed since the last heartbeat (or after an error, which resets what
+  was "sent").  The member id is the client's own (KIP-1082) and kept across rejoins.
+* The heartbeat interval is the coordinator's (``heartbeat_interval_ms``).
+* A new target is reconciled revoke-first: ``on_partitions_revoked`` (only when
+  something is revoked) runs while heartbeats keep flowing, then the fetch
+  assignment is set and ``on_partitions_assigned`` runs once per reconciliation,
+  even with nothing added; the next heartbeat carries the new owned partitions
+  (ACKNOWLEDGING) and its success makes the member STABLE.
+* FENCED_MEMBER_EPOCH and UNKNOWN_MEMBER_ID: ``on_partitions_lost`` (when owning
+  anything), then rejoin with epoch 0.  FENCED_INSTANCE_ID, UNRELEASED_INSTANCE_ID,
+  GROUP_AUTHORIZATION_FAILED, INVALID_REQUEST, GROUP_MAX_SIZE_REACHED,
+  UNSUPPORTED_ASSIGNOR, UNSUPPORTED_VERSION, INVALID_REGULAR_EXPRESSION and any code
+  the RPC does not document are fatal.
+* Leaving revokes what is owned, then sends epoch -1 (a static member: -2, so its
+  ``group_instance_id`` keeps its assignment until the session expires).
+* A poll gap over ``max_poll_interval`` leaves the group (STALE); the next poll rejoins.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+__all__ = [
+    "COMMIT_OUTCOMES",
+    "EVENT_TRANSITIONS",
+    "HEARTBEAT_REACTIONS",
+    "OFFSET_FETCH_OUTCOMES",
+    "STATE_RULES",
+    "ApplicationPolled",
+    "CloseRequested",
+    "CommitGate",
+    "CommitKind",
+    "CommitOutcome",
+    "ConsumerErrorCode",
+    "ConsumerMemberState",
+    "ConsumerMembership",
+    "ConsumerMembershipError",
+    "CoordinatorFound",
+    "CoordinatorLookupFailed",
+    "FindCoordinator",
+    "HeartbeatFailed",
+    "HeartbeatReaction",
+    "HeartbeatResponseReceived",
+    "InvokeOnPartitionsAssigned",
+    "InvokeOnPartitionsLost",
+    "InvokeOnPartitionsRevoked",
+    "ListenerCompleted",
+    "RaiseToApplication",
+    "RequestMetadata",
+    "SendHeartbeat",
+    "SetAssignment",
+    "Subscribed",
+    "TimerFired",
+    "TopicNamesResolved",
+    "UnsubscribeRequested",
+    "commit_outcome",
+    "heartbeat_reaction",
+    "mermaid_diagram",
+    "offset_fetch_outcome",
+]
+
+#: A partition by topic name: ``(topic, partition)``, equal to (and hashed like) the
+#: TopicPartition named tuple the shell builds from it.  The machine does not import
+#: aiogroup.structs, which pulls in aiokafka.
+TopicPartition = tuple[str, int]
+IdPartition = tuple[uuid.UUID, int]
+IdPartitions = frozenset[IdPartition]
+_NONE: IdPartitions = frozenset()
+
+#: member_epoch sentinels (ConsumerGroupHeartbeatRequest.json).
+JOIN_EPOCH = 0
+LEAVE_EPOCH = -1
+LEAVE_STATIC_EPOCH = -2
+
+
+class ConsumerMemberState(enum.Enum):
+    """The Java client's MemberState names (Kafka users know them from its logs)."""
+
+    UNSUBSCRIBED = "UNSUBSCRIBED"
+    JOINING = "JOINING"
+    RECONCILING = "RECONCILING"
+    ACKNOWLEDGING = "ACKNOWLEDGING"
+    STABLE = "STABLE"
+    FENCED = "FENCED"
+    PREPARE_LEAVING = "PREPARE_LEAVING"
+    LEAVING = "LEAVING"
+    #: Left because the application stopped polling; the next poll rejoins.
+    STALE = "STALE"
+    #: Terminal: an unrecoverable error was raised to the application.
+    FATAL = "FATAL"
+
+
+S = ConsumerMemberState
+#: States in which the member is in the group and heartbeats at the broker's interval.
+_IN_GROUP = frozenset({S.JOINING, S.RECONCILING, S.ACKNOWLEDGING, S.STABLE, S.PREPARE_LEAVING})
+#: States that may take a new target assignment (Java: RECONCILING's previous states).
+_CAN_RECONCILE = frozenset({S.JOINING, S.RECONCILING, S.ACKNOWLEDGING, S.STABLE})
+
+
+class ConsumerErrorCode(enum.IntEnum):
+    """Every code ConsumerGroupHeartbeat (and the member-epoch commit) answers with."""
+
+    NONE = 0
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    REQUEST_TIMED_OUT = 7
+    OFFSET_METADATA_TOO_LARGE = 12
+    COORDINATOR_LOAD_IN_PROGRESS = 14
+    COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
+    ILLEGAL_GENERATION = 22
+    UNKNOWN_MEMBER_ID = 25
+    REBALANCE_IN_PROGRESS = 27
+    INVALID_COMMIT_OFFSET_SIZE = 28
+    TOPIC_AUTHORIZATION_FAILED = 29
+    GROUP_AUTHORIZATION_FAILED = 30
+    UNSUPPORTED_VERSION = 35
+    INVALID_REQUEST = 42
+    GROUP_ID_NOT_FOUND = 69
+    GROUP_MAX_SIZE_REACHED = 81
+    FENCED_INSTANCE_ID = 82
+    UNSTABLE_OFFSET_COMMIT = 88
+    FENCED_MEMBER_EPOCH = 110
+    UNRELEASED_INSTANCE_ID = 111
+    UNSUPPORTED_ASSIGNOR = 112
+    STALE_MEMBER_EPOCH = 113
+    INVALID_REGULAR_EXPRESSION = 128
+
+
+C = ConsumerErrorCode
+
+
+def code_name(code: int) -> str:
+    try:
+        return C(code).name
+    except ValueError:
+        return f"error code {code}"
+
+
+# --- events (inputs) ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Base class, only so that tables can be typed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribed(Event):
+    """The application subscribed (or changed its subscription): topic names or a regex."""
+
+    topics: frozenset[str] = frozenset()
+    #: A broker-side RE2J pattern (Kafka 4, heartbeat v1+); exclusive with ``topics``.
+    regex: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.regex is not None and self.topics:
+            raise ValueError("subscribe to topic names or to a regex, not both")
+        if self.regex is None and not self.topics:
+            raise ValueError("a subscription needs at least one topic (or a regex)")
+
+
+@dataclass(frozen=True, slots=True)
+class UnsubscribeRequested(Event):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class CloseRequested(Event):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorFound(Event):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorLookupFailed(Event):
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResponseReceived(Event):
+    error_code: int
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    member_id: str | None = None
+    #: The target assignment by topic id, or None when unchanged.
+    assignment: Mapping[uuid.UUID, tuple[int, ...]] | None = None
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatFailed(Event):
+    """The request never got an answer (connection lost, timeout)."""
+
+    reason: str
+
+
+class Listener(enum.Enum):
+    REVOKED = "on_partitions_revoked"
+    ASSIGNED = "on_partitions_assigned"
+    LOST = "on_partitions_lost"
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerCompleted(Event):
+    listener: Listener
+    #: The listener's exception, described, or None.
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicNamesResolved(Event):
+    """Metadata named more topic ids (the assignment speaks ids; listeners speak names)."""
+
+    names: Mapping[uuid.UUID, str]
+
+
+@dataclass(frozen=True, slots=True)
+class ApplicationPolled(Event):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class TimerFired(Event):
+    pass
+
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    Subscribed,
+    UnsubscribeRequested,
+    CloseRequested,
+    CoordinatorFound,
+    CoordinatorLookupFailed,
+    HeartbeatResponseReceived,
+    HeartbeatFailed,
+    ListenerCompleted,
+    TopicNamesResolved,
+    ApplicationPolled,
+    TimerFired,
+)
+
+
+# --- actions (outputs) ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """Base class, only so that lists can be typed."""
+
+
+@dataclass(frozen=True, slots=True)
+class FindCoordinator(Action):
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class SendHeartbeat(Action):
+    """One ConsumerGroupHeartbeat; None in an optional field means "unchanged"."""
+
+    member_id: str
+    member_epoch: int
+    instance_id: str | None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: tuple[str, ...] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    topic_partitions: dict[uuid.UUID, tuple[int, ...]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InvokeOnPartitionsRevoked(Action):
+    partitions: frozenset[TopicPartition]
+    #: Commit the consumed offsets of these partitions first (auto-commit, as Java does).
+    commit_first: bool
+
+
+@dataclass(frozen=True, slots=True)
+class InvokeOnPartitionsAssigned(Action):
+    partitions: frozenset[TopicPartition]
+
+
+@dataclass(frozen=True, slots=True)
+class InvokeOnPartitionsLost(Action):
+    partitions: frozenset[TopicPartition]
+
+
+@dataclass(frozen=True, slots=True)
+class SetAssignment(Action):
+    """The partitions the fetcher may serve from now on (before the listener that follows)."""
+
+    partitions: frozenset[TopicPartition]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestMetadata(Action):
+    """Some assigned topic ids have no name yet; refresh metadata and feed TopicNamesResolved."""
+
+    topic_ids: frozenset[uuid.UUID]
+
+
+@dataclass(frozen=True, slots=True)
+class RaiseToApplication(Action):
+    error_code: int
+    message: str
+    #: True: the member is finished (FATAL); False: reported once, the member carries on.
+    fatal: bool
+
+
+class ConsumerMembershipError(RuntimeError):
+    """The machine got an event it has no transition for (a bug in its caller)."""
+
+
+# --- error tables ---------------------------------------------------------------------
+
+
+class HeartbeatReaction(enum.Enum):
+    OK = "ok"
+    #: The coordinator moved or is down: find it again, then heartbeat at once.
+    FIND_COORDINATOR = "find coordinator"
+    RETRY_BACKOFF = "retry after backoff"
+    #: Epoch or member gone: partitions lost, rejoin with epoch 0.
+    FENCED = "fenced: lose partitions, rejoin with epoch 0"
+    #: Tell the application (its next poll raises), keep heartbeating after a backoff.
+    REPORT_RETRY = "report and retry"
+    FATAL = "fatal"
+
+
+H = HeartbeatReaction
+#: ConsumerGroupHeartbeatResponse.json's documented codes (v0-v1) and what each does.
+HEARTBEAT_REACTIONS: dict[int, HeartbeatReaction] = {
+    C.NONE: H.OK,
+    C.NOT_COORDINATOR: H.FIND_COORDINATOR,
+    C.COORDINATOR_NOT_AVAILABLE: H.FIND_COORDINATOR,
+    C.REQUEST_TIMED_OUT: H.FIND_COORDINATOR,
+    C.COORDINATOR_LOAD_IN_PROGRESS: H.RETRY_BACKOFF,
+    C.FENCED_MEMBER_EPOCH: H.FENCED,
+    C.UNKNOWN_MEMBER_ID: H.FENCED,
+    C.TOPIC_AUTHORIZATION_FAILED: H.REPORT_RETRY,
+    C.GROUP_AUTHORIZATION_FAILED: H.FATAL,
+    C.INVALID_REQUEST: H.FATAL,
+    C.GROUP_MAX_SIZE_REACHED: H.FATAL,
+    C.UNSUPPORTED_ASSIGNOR: H.FATAL,
+    C.UNSUPPORTED_VERSION: H.FATAL,
+    C.UNRELEASED_INSTANCE_ID: H.FATAL,
+    C.FENCED_INSTANCE_ID: H.FATAL,
+    C.INVALID_REGULAR_EXPRESSION: H.FATAL,
+}
+
+
+def heartbeat_reaction(code: int) -> HeartbeatReaction:
+    """Undocumented codes are fatal, as in Java's heartbeat manager."""
+    return HEARTBEAT_REACTIONS.get(code, H.FATAL)
+
+
+_FATAL_HINTS: dict[int, str] = {
+    C.UNSUPPORTED_VERSION: (
+        "the broker does not support the consumer group protocol (KIP-848); "
+        "use group_protocol='classic' until it is upgraded"
+    ),
+    C.UNSUPPORTED_ASSIGNOR: "group_remote_assignor names an assignor the broker does not have",
+    C.UNRELEASED_INSTANCE_ID: "another member still holds this group_instance_id",
+    C.FENCED_INSTANCE_ID: "another member took over this group_instance_id",
+}
+
+
+class CommitKind(enum.Enum):
+    #: commit() called by the application.
+    USER = "user"
+    #: Auto-commit, on the interval or before a revocation.
+    AUTO = "auto"
+
+
+class CommitOutcome(enum.Enum):
+    OK = "ok"
+    RETRY = "retry after backoff"
+    FIND_COORDINATOR_AND_RETRY = "find coordinator and retry"
+    #: Retry with the member id and epoch the latest heartbeat brought (if still in the group).
+    RETRY_WITH_LATEST_EPOCH = "retry with the latest member epoch"
+    COMMIT_FAILED = "commit failed"
+    NO_OFFSET = "no committed offset"
+    RAISE = "raise"
+
+
+O = CommitOutcome  # noqa: E741 - short table alias, like C and S
+_COMMIT_COMMON: dict[int, CommitOutcome] = {
+    C.NONE: O.OK,
+    C.COORDINATOR_LOAD_IN_PROGRESS: O.RETRY,
+    C.UNKNOWN_TOPIC_OR_PARTITION: O.RETRY,
+    C.REQUEST_TIMED_OUT: O.FIND_COORDINATOR_AND_RETRY,
+    C.COORDINATOR_NOT_AVAILABLE: O.FIND_COORDINATOR_AND_RETRY,
+    C.NOT_COORDINATOR: O.FIND_COORDINATOR_AND_RETRY,
+    C.UNKNOWN_MEMBER_ID: O.COMMIT_FAILED,
+    C.FENCED_MEMBER_EPOCH: O.COMMIT_FAILED,
+    C.ILLEGAL_GENERATION: O.COMMIT_FAILED,
+    C.REBALANCE_IN_PROGRESS: O.COMMIT_FAILED,
+    C.FENCED_INSTANCE_ID: O.COMMIT_FAILED,
+    C.OFFSET_METADATA_TOO_LARGE: O.RAISE,
+    C.INVALID_COMMIT_OFFSET_SIZE: O.RAISE,
+    C.TOPIC_AUTHORIZATION_FAILED: O.RAISE,
+    C.GROUP_AUTHORIZATION_FAILED: O.RAISE,
+}
+#: (kind, code) -> outcome.  Java: an application commit that meets STALE_MEMBER_EPOCH
+#: fails (CommitFailedException); an auto-commit (also the one before a revocation)
+#: retries it with the latest epoch while the member still has one.
+COMMIT_OUTCOMES: dict[tuple[CommitKind, int], CommitOutcome] = {
+    **{(CommitKind.USER, code): out for code, out in _COMMIT_COMMON.items()},
+    **{(CommitKind.AUTO, code): out for code, out in _COMMIT_COMMON.items()},
+    (CommitKind.USER, C.STALE_MEMBER_EPOCH): O.COMMIT_FAILED,
+    (CommitKind.AUTO, C.STALE_MEMBER_EPOCH): O.RETRY_WITH_LATEST_EPOCH,
+}
+
+
+def commit_outcome(kind: CommitKind, code: int, *, in_group: bool) -> CommitOutcome:
+    """What a committer does with ``code``; a stale epoch is only retryable in the group."""
+    out = COMMIT_OUTCOMES.get((kind, code), O.RAISE)
+    if out is O.RETRY_WITH_LATEST_EPOCH and not in_group:
+        return O.COMMIT_FAILED
+    return out
+
+
+#: OffsetFetch v9+ (member id and epoch).  Java retries STALE_MEMBER_EPOCH with the
+#: latest epoch while the member has one; UNKNOWN_MEMBER_ID fails the fetch.
+OFFSET_FETCH_OUTCOMES: dict[int, CommitOutcome] = {
+    C.NONE: O.OK,
+    C.COORDINATOR_LOAD_IN_PROGRESS: O.RETRY,
+    C.UNSTABLE_OFFSET_COMMIT: O.RETRY,
+    C.REQUEST_TIMED_OUT: O.FIND_COORDINATOR_AND_RETRY,
+    C.COORDINATOR_NOT_AVAILABLE: O.FIND_COORDINATOR_AND_RETRY,
+    C.NOT_COORDINATOR: O.FIND_COORDINATOR_AND_RETRY,
+    C.STALE_MEMBER_EPOCH: O.RETRY_WITH_LATEST_EPOCH,
+    C.UNKNOWN_MEMBER_ID: O.RAISE,
+    C.UNKNOWN_TOPIC_OR_PARTITION: O.NO_OFFSET,
+    C.GROUP_ID_NOT_FOUND: O.NO_OFFSET,
+    C.GROUP_AUTHORIZATION_FAILED: O.RAISE,
+    C.TOPIC_AUTHORIZATION_FAILED: O.RAISE,
+}
+
+
+def offset_fetch_outcome(code: int, *, in_group: bool) -> CommitOutcome:
+    out = OFFSET_FETCH_OUTCOMES.get(code, O.RAISE)
+    if out is O.RETRY_WITH_LATEST_EPOCH and not in_group:
+        return O.RAISE
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class CommitGate:
+    """May offsets be committed now, and under which identity?"""
+
+    member_id: str
+    member_epoch: int
+    refusal: str | None = None
+
+    @property
+    def allowed(self) -> bool:
+        return self.refusal is None
+
+
+# --- the machine ----------------------------------------------------------------------
+
+
+class LeaveReason(enum.Enum):
+    UNSUBSCRIBE = "unsubscribe"
+    CLOSE = "close"
+    POLL_TIMEOUT = "max_poll_interval exceeded"
+
+
+@dataclass(slots=True)
+class _Sent:
+    """What the last heartbeats told the coordinator (Java's SentFields)."""
+
+    rebalance_timeout_ms: int = -1
+    topics: frozenset[str] | None = None
+    regex: str | None = None
+    assignor: str | None = None
+    owned: IdPartitions | None = None
+
+
+@dataclass(slots=True)
+class _Reconciliation:
+    """The one reconciliation in progress: where it is going and what is left to do."""
+
+    goal: IdPartitions
+    revoked: IdPartitions
+    added: IdPartitions
+    #: "revoke" until on_partitions_revoked returned, then "assign", then "done".
+    step: str = "revoke"
+
+
+@dataclass(slots=True)
+class _Config:
+    group_id: str
+    member_id: str
+    instance_id: str | None
+    server_assignor: str | None
+    rebalance_timeout_ms: int
+    retry_backoff: float
+    max_poll_interval: float
+    auto_commit: bool
+
+
+class ConsumerMembership:
+    """One consumer-protocol member.  ``handle(event, now) -> actions``; no I/O inside."""
+
+    def __init__(
+        self,
+        group_id: str,
+        member_id: str,
+        *,
+        instance_id: str | None = None,
+        server_assignor: str | None = None,
+        rebalance_timeout_ms: int = 300_000,
+        retry_backoff: float = 0.1,
+        max_poll_interval: float = 300.0,
+        auto_commit: bool = True,
+        now: float = 0.0,
+    ) -> None:
+        if not group_id:
+            raise ValueError("group_id must not be empty")
+        if not member_id:
+            raise ValueError("member_id must not be empty (the client generates it, KIP-1082)")
+        if rebalance_timeout_ms <= 0 or retry_backoff <= 0 or max_poll_interval <= 0:
+            raise ValueError("timeouts and backoff must be positive")
+        self.config = _Config(
+            group_id,
+            member_id,
+            instance_id,
+            server_assignor,
+            rebalance_timeout_ms,
+            retry_backoff,
+            max_poll_interval,
+            auto_commit,
+        )
+        self.state = S.UNSUBSCRIBED
+        self.member_id = member_id
+        self.member_epoch = JOIN_EPOCH
+        self.topics: frozenset[str] = frozenset()
+        self.regex: str | None = None
+        self.owned: IdPartitions = _NONE
+        #: The latest target from the coordinator (None: none received since joining).
+        self.target: IdPartitions | None = None
+        self.names: dict[uuid.UUID, str] = {}
+        #: What the last SetAssignment gave the fetcher.
+        self.fetching: frozenset[TopicPartition] = frozenset()
+        self.reconciliation: _Reconciliation | None = None
+        #: The listener running now (listeners never overlap), and those waiting.
+        self.listener: Listener | None = None
+        self.queued: list[Action] = []
+        self.sent = _Sent()
+        self.coordinator_known = False
+        self.lookup_in_flight = False
+        self.lookup_retry_at = now
+        self.heartbeat_in_flight = False
+        #: The owned partitions the in-flight heartbeat reports (None: not reported).
+        self.inflight_owned: IdPartitions | None = None
+        #: True once a heartbeat carrying ``owned`` was answered without error.
+        self.acknowledged = False
+        self.heartbeat_interval = 0.0
+        self.next_heartbeat_at = now
+        self.last_poll = now
+        self.leave_reason: LeaveReason | None = None
+        #: The leave heartbeat (epoch -1/-2) is out: its answer, whatever it is, ends LEAVING.
+        self.leave_sent = False
+        #: The application subscribed again while the member was leaving: rejoin after.
+        self.resubscribed = False
+        self.requested_ids: frozenset[uuid.UUID] = frozenset()
+        self.error: RaiseToApplication | None = None
+        self.now = now
+        #: The latest state changes as (from, to, why): an event's name or a rule's reason.
+        self.trace: deque[tuple[ConsumerMemberState, ConsumerMemberState, str]] = deque(maxlen=256)
+        self._out: list[Action] = []
+
+    # -- public API --------------------------------------------------------------------
+
+    def handle(self, event: Event, now: float) -> list[Action]:
+        tr = EVENT_TRANSITIONS.get((self.state, type(event)))
+        if tr is None:
+            state = self.state
+            self.state = S.FATAL
+            raise ConsumerMembershipError(f"{type(event).__name__} is illegal in {state.value}")
+        self.now = max(self.now, now)
+        before = self.state
+        tr.handler(self, event)
+        if self.state is not before:
+            if self.state not in tr.targets:
+                raise AssertionError(f"{tr.handler.__name__} moved {before} -> {self.state}")
+            self.trace.append((before, self.state, type(event).__name__))
+        self._advance()
+        self._schedule()
+        out, self._out = self._out, []
+        return out
+
+    def next_deadline(self) -> float | None:
+        """When to feed TimerFired next (None: only an event can move the machine)."""
+        deadlines: list[float] = []
+        if self._wants_heartbeat() and not self.heartbeat_in_flight:
+            if self.coordinator_known:
+                deadlines.append(self.next_heartbeat_at)
+            elif not self.lookup_in_flight:
+                deadlines.append(self.lookup_retry_at)
+        if self.state in _IN_GROUP:
+            deadlines.append(self.last_poll + self.config.max_poll_interval)
+        return min(deadlines) if deadlines else None
+
+    def commit_gate(self) -> CommitGate:
+        if self.state is S.FATAL:
+            return CommitGate(self.member_id, self.member_epoch, "the member failed fatally")
+        if self.member_epoch <= 0 or self.state not in _IN_GROUP:
+            return CommitGate(
+                self.member_id,
+                self.member_epoch,
+                f"not a member of group {self.config.group_id!r} (state {self.state.value})",
+            )
+        return CommitGate(self.member_id, self.member_epoch)
+
+    @property
+    def finished(self) -> bool:
+        """Nothing more will happen: failed, or left after close()."""
+        return self.state is S.FATAL or (
+            self.state is S.UNSUBSCRIBED and self.leave_reason is LeaveReason.CLOSE
+        )
+
+    @property
+    def in_group(self) -> bool:
+        return self.member_epoch > 0 and self.state in _IN_GROUP
+
+    def owned_partitions(self) -> frozenset[TopicPartition]:
+        return self._named(self.owned)
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def _emit(self, action: Action) -> None:
+        if isinstance(action, SetAssignment):
+            self.fetching = action.partitions
+        self._out.append(action)
+
+    def _stop_fetching(self) -> None:
+        """The fetcher stops serving everything (leaving, fenced, failed), if it served any."""
+        if self.fetching:
+            self._emit(SetAssignment(frozenset()))
+
+    def _named(self, parts: IdPartitions) -> frozenset[TopicPartition]:
+        return frozenset((self.names[tid], p) for tid, p in parts)
+
+    def _invoke(self, action: Action, kind: Listener) -> None:
+        """Start a listener now, or after the one running (they never overlap)."""
+        if self.listener is None:
+            self.listener = kind
+            self._emit(action)
+        else:
+            self.queued.append(action)
+
+    def _reconcilable_target(self) -> IdPartitions | None:
+        if self.target is None:
+            return None
+        return frozenset(tp for tp in self.target if tp[0] in self.names)
+
+    def _reset_sent(self) -> None:
+        self.sent = _Sent()
+
+    def _wants_heartbeat(self) -> bool:
+        if self.state is S.PREPARE_LEAVING:
+            # Still a member while releasing; after a fence there is nothing to keep alive
+            # (and an epoch-0 heartbeat would be a join).
+            return self.member_epoch > 0
+        return self.state in _IN_GROUP or self.state is S.LEAVING
+
+    def _report(self, code: int, message: str, *, fatal: bool) -> None:
+        action = RaiseToApplication(code, message, fatal)
+        if fatal:
+            self.error = action
+        self._emit(action)
+
+    def _fail(self, code: int, message: str | None) -> None:
+        hint = _FATAL_HINTS.get(code)
+        text = f"ConsumerGroupHeartbeat failed with {code_name(code)}"
+        if message:
+            text += f": {message}"
+        if hint:
+            text += f" ({hint})"
+        self._report(code, text, fatal=True)
+        held = _held(self)
+        self.owned = _NONE
+        self.reconciliation = None
+        self.state = S.FATAL
+        if held:
+            self._invoke(InvokeOnPartitionsLost(self._named(held)), Listener.LOST)
+        self._stop_fetching()
+
+    # -- scheduler: what goes out now --------------------------------------------------
+
+    def _schedule(self) -> None:
+        if not self._wants_heartbeat() or self.heartbeat_in_flight:
+            return
+        if not self.coordinator_known:
+            if not self.lookup_in_flight and self.now >= self.lookup_retry_at:
+                self.lookup_in_flight = True
+                self._emit(FindCoordinator(f"heartbeat in {self.state.value}"))
+            return
+        if urgent_heartbeat(self) or self.now >= self.next_heartbeat_at:
+            self._emit(self._heartbeat())
+
+    def _heartbeat(self) -> SendHeartbeat:
+        cfg = self.config
+        self.heartbeat_in_flight = True
+        if self.state is S.LEAVING:
+            self.inflight_owned = None
+            self.leave_sent = True
+            # Java: a static member always leaves with -2, so its instance id keeps
+            # the assignment until the session expires or it comes back.
+            return SendHeartbeat(
+                self.member_id,
+                LEAVE_EPOCH if cfg.instance_id is None else LEAVE_STATIC_EPOCH,
+                cfg.instance_id,
+            )
+        full = self.state is S.JOINING
+        sent = self.sent
+        rebalance = -1
+        if full or sent.rebalance_timeout_ms != cfg.rebalance_timeout_ms:
+            rebalance = sent.rebalance_timeout_ms = cfg.rebalance_timeout_ms
+        names: tuple[str, ...] | None = None
+        regex: str | None = None
+        if self.regex is not None:
+            if full or sent.regex != self.regex:
+                regex = sent.regex = self.regex
+        elif full or sent.topics != self.topics:
+            names = tuple(sorted(self.topics))
+            sent.topics = self.topics
+        assignor: str | None = None
+        if cfg.server_assignor is not None and (full or sent.assignor != cfg.server_assignor):
+            assignor = sent.assignor = cfg.server_assignor
+        owned: dict[uuid.UUID, tuple[int, ...]] | None = None
+        # Joining: an empty list (the broker requires it).  Later: only when changed.
+        reported = _NONE if self.member_epoch == JOIN_EPOCH else self.owned
+        if full or sent.owned != reported:
+            grouped: dict[uuid.UUID, list[int]] = {}
+            for tid, p in reported:
+                grouped.setdefault(tid, []).append(p)
+            owned = {tid: tuple(sorted(ps)) for tid, ps in grouped.items()}
+            sent.owned = reported
+            self.inflight_owned = reported
+        else:
+            self.inflight_owned = None
+        return SendHeartbeat(
+            self.member_id,
+            self.member_epoch,
+            cfg.instance_id,
+            rebalance,
+            names,
+            regex,
+            assignor,
+            owned,
+        )
+
+    # -- state-triggered rules ---------------------------------------------------------
+
+    def _advance(self) -> None:
+        for _ in range(32):
+            for rule in STATE_RULES:
+                if self.state in rule.sources and rule.guard(self):
+                    self.trace.append((self.state, rule.target, rule.reason))
+                    self.state = rule.target
+                    if rule.enter is not None:
+                        rule.enter(self)
+                    break
+            else:
+                return
+        raise AssertionError("state rules did not settle")  # pragma: no cover
+
+
+# --- event handlers (referenced by the event table) -----------------------------------
+
+M = ConsumerMembership
+
+
+def urgent_heartbeat(m: M) -> bool:
+    """Must the next heartbeat go out now rather than at the broker's interval?
+
+    Joining (epoch 0), acknowledging a reconciliation not yet reported, and leaving.
+    """
+    if m.state is S.JOINING:
+        return m.member_epoch == JOIN_EPOCH
+    if m.state is S.ACKNOWLEDGING:
+        return m.sent.owned != m.owned
+    return m.state is S.LEAVING
+
+
+def _held(m: M) -> IdPartitions:
+    """What the member holds as far as its listeners know, mid-reconciliation included.
+
+    During the revoke step the running on_partitions_revoked releases ``revoked``;
+    from the assign step on, the fetcher already serves the goal.
+    """
+    rec = m.reconciliation
+    if rec is None:
+        return m.owned
+    if rec.step == "revoke":
+        return m.owned - rec.revoked
+    return rec.goal
+
+
+def _on_subscribed(m: M, ev: Event) -> None:
+    assert isinstance(ev, Subscribed)
+    m.topics, m.regex = ev.topics, ev.regex
+    if m.state in (S.PREPARE_LEAVING, S.LEAVING):
+        m.resubscribed = True
+        return
+    if m.state in (S.UNSUBSCRIBED, S.STALE):
+        m.leave_reason = None
+        m.last_poll = m.now
+        _start_joining(m)
+
+
+def _start_joining(m: M) -> None:
+    m.state = S.JOINING
+    m.member_epoch = JOIN_EPOCH
+    m.target = None
+    m.acknowledged = False
+    m._reset_sent()
+
+
+def _on_leave_requested(m: M, ev: Event) -> None:
+    reason = LeaveReason.CLOSE if isinstance(ev, CloseRequested) else LeaveReason.UNSUBSCRIBE
+    m.resubscribed = False
+    if m.state in (S.UNSUBSCRIBED, S.STALE):
+        m.leave_reason = reason
+        return
+    if m.state in (S.PREPARE_LEAVING, S.LEAVING):
+        # Close wins over unsubscribe (a static member leaves with -2 on close only).
+        if reason is LeaveReason.CLOSE:
+            m.leave_reason = reason
+        return
+    m.leave_reason = reason
+    _prepare_leaving(m)
+
+
+def _prepare_leaving(m: M) -> None:
+    """Release what is owned: revoked while a member, lost when the epoch is gone (Java)."""
+    m.state = S.PREPARE_LEAVING
+    held = _held(m)
+    m.reconciliation = None
+    m.owned = _NONE
+    if held:
+        if m.member_epoch > 0:
+            action: Action = InvokeOnPartitionsRevoked(
+                m._named(held), commit_first=m.config.auto_commit
+            )
+            m._invoke(action, Listener.REVOKED)
+            # The fetcher keeps the assignment until the revoke (and the auto-commit
+            # before it, which reads the positions) returned; the shell stops fetching
+            # the revoked partitions meanwhile.  The rules leaving PREPARE_LEAVING clear it.
+            return
+        m._invoke(InvokeOnPartitionsLost(m._named(held)), Listener.LOST)
+    m._stop_fetching()
+
+
+def _on_coordinator_found(m: M, ev: Event) -> None:
+    m.coordinator_known = True
+    m.lookup_in_flight = False
+
+
+def _on_coordinator_lookup_failed(m: M, ev: Event) -> None:
+    assert isinstance(ev, CoordinatorLookupFailed)
+    m.lookup_in_flight = False
+    m.coordinator_known = False
+    m.lookup_retry_at = m.now + m.config.retry_backoff
+
+
+def _on_heartbeat_failed(m: M, ev: Event) -> None:
+    assert isinstance(ev, HeartbeatFailed)
+    m.heartbeat_in_flight = False
+    m.inflight_owned = None
+    m._reset_sent()
+    if m.state is S.LEAVING and m.leave_sent:
+        _finish_leaving(m)
+        return
+    # A lost connection usually means a moved coordinator: look it up again.
+    m.coordinator_known = False
+    m.lookup_retry_at = m.now + m.config.retry_backoff
+    m.next_heartbeat_at = m.now + m.config.retry_backoff
+
+
+def _on_heartbeat_response(m: M, ev: Event) -> None:
+    assert isinstance(ev, HeartbeatResponseReceived)
+    if not m.heartbeat_in_flight:
+        return  # pragma: no cover - the shell has one heartbeat in flight at most
+    m.heartbeat_in_flight = False
+    reported, m.inflight_owned = m.inflight_owned, None
+    if m.state is S.LEAVING:
+        if m.leave_sent:
+            _finish_leaving(m)  # whatever the answer, the member is out
+        return
+    reaction = heartbeat_reaction(ev.error_code)
+    if reaction is not H.OK:
+        m._reset_sent()
+    if reaction is H.OK:
+        if ev.member_id:
+            m.member_id = ev.member_id
+        m.member_epoch = ev.member_epoch
+        if ev.heartbeat_interval_ms > 0:
+            m.heartbeat_interval = ev.heartbeat_interval_ms / 1000
+        m.next_heartbeat_at = m.now + m.heartbeat_interval
+        if ev.assignment is not None and m.state in _CAN_RECONCILE:
+            m.target = frozenset((tid, p) for tid, parts in ev.assignment.items() for p in parts)
+            missing = frozenset(tid for tid, _ in m.target if tid not in m.names)
+            if missing - m.requested_ids:
+                m.requested_ids |= missing
+                m._emit(RequestMetadata(missing))
+        if reported is not None and reported == m.owned:
+            m.acknowledged = True
+    elif reaction is H.FIND_COORDINATOR:
+        # Look the coordinator up again after a backoff (a group's coordinator may
+        # still be loading), then heartbeat at once.
+        m.coordinator_known = False
+        m.lookup_retry_at = m.now + m.config.retry_backoff
+        m.next_heartbeat_at = m.now
+    elif reaction is H.RETRY_BACKOFF:
+        m.next_heartbeat_at = m.now + m.config.retry_backoff
+    elif reaction is H.REPORT_RETRY:
+        m._report(ev.error_code, _describe(ev), fatal=False)
+        m.next_heartbeat_at = m.now + m.config.retry_backoff
+    elif reaction is H.FENCED:
+        _fence(m)
+    else:
+        m._fail(ev.error_code, ev.error_message)
+
+
+def _describe(ev: HeartbeatResponseReceived) -> str:
+    text = f"ConsumerGroupHeartbeat failed with {code_name(ev.error_code)}"
+    return f"{text}: {ev.error_message}" if ev.error_message else text
+
+
+def _fence(m: M) -> None:
+    """The coordinator no longer knows this epoch: the partitions are lost, not revoked."""
+    m.member_epoch = JOIN_EPOCH
+    m.target = None
+    if m.state is S.PREPARE_LEAVING:
+        # Leaving anyway; the coordinator already dropped us, no leave heartbeat needed
+        # (the epoch-0 rules of PREPARE_LEAVING end the leave).
+        return
+    held = _held(m)
+    m.reconciliation = None
+    m.owned = _NONE
+    m.state = S.FENCED
+    if held:
+        m._invoke(InvokeOnPartitionsLost(m._named(held)), Listener.LOST)
+    m._stop_fetching()
+
+
+def _finish_leaving(m: M) -> None:
+    m.member_epoch = JOIN_EPOCH
+    m.target = None
+    m.leave_sent = False
+    m.state = S.STALE if m.leave_reason is LeaveReason.POLL_TIMEOUT else S.UNSUBSCRIBED
+
+
+def _on_listener_completed(m: M, ev: Event) -> None:
+    assert isinstance(ev, ListenerCompleted)
+    if ev.listener is not m.listener:
+        m.state = S.FATAL
+        raise ConsumerMembershipError(f"{ev.listener.value} completed but {m.listener} was running")
+    m.listener = None
+    if ev.error is not None:
+        m._report(-1, f"{ev.listener.value} raised: {ev.error}", fatal=False)
+    rec = m.reconciliation
+    if rec is not None and m.state is S.RECONCILING:
+        if ev.listener is Listener.REVOKED and rec.step == "revoke":
+            _assign_step(m, rec)
+        elif ev.listener is Listener.ASSIGNED and rec.step == "assign":
+            rec.step = "done"
+            m.owned = rec.goal
+            m.acknowledged = False
+            # Report the partitions on the next heartbeat even if the set looks
+            # unchanged (Java's local assignment epoch does the same).
+            m.sent.owned = None
+    if m.queued and m.listener is None:
+        action = m.queued.pop(0)
+        m.listener = _LISTENER_OF[type(action)]
+        m._emit(action)
+
+
+def _assign_step(m: M, rec: _Reconciliation) -> None:
+    rec.step = "assign"
+    m._emit(SetAssignment(m._named(rec.goal)))
+    m._invoke(InvokeOnPartitionsAssigned(m._named(rec.added)), Listener.ASSIGNED)
+
+
+def _on_topic_names(m: M, ev: Event) -> None:
+    assert isinstance(ev, TopicNamesResolved)
+    m.names.update(ev.names)
+    m.requested_ids -= frozenset(ev.names)
+
+
+def _on_polled(m: M, ev: Event) -> None:
+    m.last_poll = m.now
+    if m.state is S.STALE and m.leave_reason is LeaveReason.POLL_TIMEOUT:
+        m.leave_reason = None
+        _start_joining(m)
+
+
+def _on_timer(m: M, ev: Event) -> None:
+    pass
+
+
+def _on_late_heartbeat(m: M, ev: Event) -> None:
+    """An answer to a heartbeat sent before the member left the group: only bookkeeping."""
+    m.heartbeat_in_flight = False
+    m.inflight_owned = None
+
+
+def _ignore(m: M, ev: Event) -> None:
+    pass
+
+
+_LISTENER_OF: dict[type[Action], Listener] = {
+    InvokeOnPartitionsRevoked: Listener.REVOKED,
+    InvokeOnPartitionsAssigned: Listener.ASSIGNED,
+    InvokeOnPartitionsLost: Listener.LOST,
+}
+
+
+# --- the event table ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One event-table entry: the handler and the states it may move to directly."""
+
+    handler: Callable[[ConsumerMembership, Event], None]
+    targets: frozenset[ConsumerMemberState] = field(default_factory=frozenset)
+
+
+def _t(handler: Callable[[ConsumerMembership, Event], None], *targets: S) -> Transition:
+    return Transition(handler, frozenset(targets))
+
+
+_MEMBER = (S.JOINING, S.RECONCILING, S.ACKNOWLEDGING, S.STABLE)
+EVENT_TRANSITIONS: dict[tuple[ConsumerMemberState, type[Event]], Transition] = {}
+"""(state, event type) -> Transition.  A missing pair is an illegal input."""
+
+for _s in S:
+    if _s is S.FATAL:
+        continue
+    EVENT_TRANSITIONS[(_s, CoordinatorFound)] = _t(_on_coordinator_found)
+    EVENT_TRANSITIONS[(_s, CoordinatorLookupFailed)] = _t(_on_coordinator_lookup_failed)
+    EVENT_TRANSITIONS[(_s, TopicNamesResolved)] = _t(_on_topic_names)
+    EVENT_TRANSITIONS[(_s, ApplicationPolled)] = _t(_on_polled)
+    EVENT_TRANSITIONS[(_s, TimerFired)] = _t(_on_timer)
+    EVENT_TRANSITIONS[(_s, ListenerCompleted)] = _t(_on_listener_completed)
+    EVENT_TRANSITIONS[(_s, HeartbeatResponseReceived)] = _t(_on_late_heartbeat)
+    EVENT_TRANSITIONS[(_s, HeartbeatFailed)] = _t(_on_late_heartbeat)
+for _s in (S.UNSUBSCRIBED, S.STALE):
+    EVENT_TRANSITIONS[(_s, Subscribed)] = _t(_on_subscribed, S.JOINING)
+    EVENT_TRANSITIONS[(_s, UnsubscribeRequested)] = _t(_on_leave_requested)
+    EVENT_TRANSITIONS[(_s, CloseRequested)] = _t(_on_leave_requested)
+EVENT_TRANSITIONS[(S.STALE, ApplicationPolled)] = _t(_on_polled, S.JOINING)
+for _s in (*_MEMBER, S.FENCED):
+    EVENT_TRANSITIONS[(_s, Subscribed)] = _t(_on_subscribed)
+    EVENT_TRANSITIONS[(_s, UnsubscribeRequested)] = _t(_on_leave_requested, S.PREPARE_LEAVING)
+    EVENT_TRANSITIONS[(_s, CloseRequested)] = _t(_on_leave_requested, S.PREPARE_LEAVING)
+for _s in (S.PREPARE_LEAVING, S.LEAVING):
+    EVENT_TRANSITIONS[(_s, Subscribed)] = _t(_on_subscribed)
+    EVENT_TRANSITIONS[(_s, UnsubscribeRequested)] = _t(_on_leave_requested)
+    EVENT_TRANSITIONS[(_s, CloseRequested)] = _t(_on_leave_requested)
+for _s in (*_MEMBER, S.PREPARE_LEAVING):
+    EVENT_TRANSITIONS[(_s, HeartbeatResponseReceived)] = _t(
+        _on_heartbeat_response, S.FENCED, S.FATAL
+    )
+    EVENT_TRANSITIONS[(_s, HeartbeatFailed)] = _t(_on_heartbeat_failed)
+# Fenced while releasing: no FENCED detour, the leave ends without a leave heartbeat.
+EVENT_TRANSITIONS[(S.PREPARE_LEAVING, HeartbeatResponseReceived)] = _t(
+    _on_heartbeat_response, S.FATAL
+)
+EVENT_TRANSITIONS[(S.LEAVING, HeartbeatResponseReceived)] = _t(
+    _on_heartbeat_response, S.UNSUBSCRIBED, S.STALE
+)
+EVENT_TRANSITIONS[(S.LEAVING, HeartbeatFailed)] = _t(_on_heartbeat_failed, S.UNSUBSCRIBED, S.STALE)
+# FATAL: the machine is finished; late answers, timers and a close are swallowed.
+for _ev in (
+    CoordinatorFound,
+    CoordinatorLookupFailed,
+    TimerFired,
+    ApplicationPolled,
+    CloseRequested,
+    UnsubscribeRequested,
+    Subscribed,
+    TopicNamesResolved,
+):
+    EVENT_TRANSITIONS[(S.FATAL, _ev)] = _t(_ignore)
+EVENT_TRANSITIONS[(S.FATAL, HeartbeatResponseReceived)] = _t(_on_late_heartbeat)
+EVENT_TRANSITIONS[(S.FATAL, HeartbeatFailed)] = _t(_on_late_heartbeat)
+# The lost listener started on the way into FATAL still reports back.
+EVENT_TRANSITIONS[(S.FATAL, ListenerCompleted)] = _t(_on_listener_completed)
+
+
+# --- the state-triggered rules --------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """A state-triggered edge: in one of ``sources``, when ``guard`` holds, go to ``target``."""
+
+    sources: frozenset[ConsumerMemberState]
+    guard: Callable[[ConsumerMembership], bool]
+    target: ConsumerMemberState
+    reason: str
+    #: The step taken on entering ``target`` by this rule.
+    enter: Callable[[ConsumerMembership], None] | None = None
+
+
+def _poll_expired(m: M) -> bool:
+    return m.now >= m.last_poll + m.config.max_poll_interval
+
+
+def _start_poll_leave(m: M) -> None:
+    m.leave_reason = LeaveReason.POLL_TIMEOUT
+    _prepare_leaving(m)
+
+
+def _new_target(m: M) -> bool:
+    goal = m._reconcilable_target()
+    return goal is not None and goal != m.owned and m.listener is None and not m.queued
+
+
+def _start_reconciliation(m: M) -> None:
+    goal = m._reconcilable_target()
+    assert goal is not None
+    rec = _Reconciliation(goal, m.owned - goal, goal - m.owned)
+    m.reconciliation = rec
+    if rec.revoked:
+        m._invoke(
+            InvokeOnPartitionsRevoked(m._named(rec.revoked), m.config.auto_commit),
+            Listener.REVOKED,
+        )
+    else:
+        _assign_step(m, rec)
+
+
+def _first_target_is_current(m: M) -> bool:
+    """Joined, and the first assignment equals what is owned (e.g. nothing): assign anyway.
+
+    Not while some of it names topics not resolved yet: that is not "nothing", and
+    the names are on their way (RequestMetadata).
+    """
+    goal = m._reconcilable_target()
+    return goal is not None and m.target == goal and goal == m.owned and m.member_epoch > 0
+
+
+def _reconciled(m: M) -> bool:
+    rec = m.reconciliation
+    return rec is not None and rec.step == "done"
+
+
+def _acknowledged(m: M) -> bool:
+    return m.acknowledged and m._reconcilable_target() in (None, m.owned)
+
+
+def _lost_done(m: M) -> bool:
+    return m.listener is None and not m.queued
+
+
+def _release_done(m: M) -> bool:
+    return m.listener is None and not m.queued
+
+
+def _end_fencing(m: M) -> None:
+    m.member_epoch = JOIN_EPOCH
+    m.target = None
+    m.acknowledged = False
+    m._reset_sent()
+
+
+def _left_without_heartbeat(m: M) -> None:
+    m.target = None
+    m._stop_fetching()
+
+
+def _start_leave_heartbeat(m: M) -> None:
+    m._stop_fetching()
+
+
+def _resubscribed(m: M) -> bool:
+    return m.resubscribed and m.leave_reason is not LeaveReason.CLOSE
+
+
+def _rejoin_after_leave(m: M) -> None:
+    m.resubscribed = False
+    m.leave_reason = None
+    m.last_poll = m.now
+    m.member_epoch = JOIN_EPOCH
+    m.target = None
+    m.acknowledged = False
+    m._reset_sent()
+
+
+def _nothing_to_leave(m: M) -> bool:
+    """Released, and the coordinator does not count us (never joined, or fenced)."""
+    return _release_done(m) and m.member_epoch == JOIN_EPOCH and not m.heartbeat_in_flight
+
+
+def _member_released(m: M) -> bool:
+    return _release_done(m) and m.member_epoch > 0
+
+
+#: Ordered: the first rule whose source and guard match fires; then all are tried again.
+STATE_RULES: tuple[Rule, ...] = (
+    Rule(
+        frozenset(_MEMBER),
+        _poll_expired,
+        S.PREPARE_LEAVING,
+        "max_poll_interval exceeded",
+        _start_poll_leave,
+    ),
+    Rule(
+        frozenset({S.JOINING, S.STABLE, S.ACKNOWLEDGING}),
+        _new_target,
+        S.RECONCILING,
+        "new target assignment",
+        _start_reconciliation,
+    ),
+    Rule(
+        frozenset({S.JOINING}),
+        _first_target_is_current,
+        S.RECONCILING,
+        "first target equals owned",
+        _start_reconciliation,
+    ),
+    Rule(frozenset({S.RECONCILING}), _reconciled, S.ACKNOWLEDGING, "reconciled"),
+    Rule(frozenset({S.ACKNOWLEDGING}), _acknowledged, S.STABLE, "acknowledged"),
+    Rule(frozenset({S.FENCED}), _lost_done, S.JOINING, "partitions lost", _end_fencing),
+    Rule(
+        frozenset({S.PREPARE_LEAVING}),
+        lambda m: _nothing_to_leave(m) and m.leave_reason is LeaveReason.POLL_TIMEOUT,
+        S.STALE,
+        "not a member (poll timeout)",
+        _left_without_heartbeat,
+    ),
+    Rule(
+        frozenset({S.PREPARE_LEAVING}),
+        _nothing_to_leave,
+        S.UNSUBSCRIBED,
+        "not a member",
+        _left_without_heartbeat,
+    ),
+    Rule(
+        frozenset({S.PREPARE_LEAVING}),
+        _member_released,
+        S.LEAVING,
+        "partitions released",
+        _start_leave_heartbeat,
+    ),
+    Rule(
+        frozenset({S.UNSUBSCRIBED}),
+        _resubscribed,
+        S.JOINING,
+        "subscribed while leaving",
+        _rejoin_after_leave,
+    ),
+)
+
+
+def mermaid_diagram() -> str:
+    """Both tables as a mermaid stateDiagram (self-loops left out; rules in brackets)."""
+    edges: dict[tuple[S, S], set[str]] = {}
+    for (state, event), tr in EVENT_TRANSITIONS.items():
+        for target in tr.targets:
+            if target is not state:
+                edges.setdefault((state, target), set()).add(event.__name__)
+    for rule in STATE_RULES:
+        for src in rule.sources:
+            edges.setdefault((src, rule.target), set()).add(f"[{rule.reason}]")
+    lines = ["stateDiagram-v2", f"    [*] --> {S.UNSUBSCRIBED.value}"]
+    for (src, dst), labels in sorted(
+        edges.items(), key=lambda kv: (kv[0][0].value, kv[0][1].value)
+    ):
+        lines.append(f"    {src.value} --> {dst.value}: {', '.join(sorted(labels))}")
+    lines.append(f"    {S.FATAL.value} --> [*]")
+    return "\n".join(lines) + "\n"

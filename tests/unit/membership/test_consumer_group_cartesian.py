@@ -1,0 +1,328 @@
+"""Every (state, event type) pair and every error code of the consumer-protocol machine.
+
+h2 style: each pair either follows a declared transition (the state it ends in is
+the source, one of the entry's targets or one the state rules reach) or raises
+the machine's protocol error and leaves it FATAL - nothing else.  Every state
+rule must fire somewhere in this module, so no declared edge is dead.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from aiogroup._membership import consumer_group as cg
+from aiogroup._membership.consumer_group import (
+    COMMIT_OUTCOMES,
+    EVENT_TRANSITIONS,
+    EVENT_TYPES,
+    HEARTBEAT_REACTIONS,
+    OFFSET_FETCH_OUTCOMES,
+    STATE_RULES,
+    ApplicationPolled,
+    CloseRequested,
+    CommitKind,
+    CommitOutcome,
+    ConsumerErrorCode,
+    ConsumerMembership,
+    ConsumerMembershipError,
+    ConsumerMemberState,
+    CoordinatorFound,
+    CoordinatorLookupFailed,
+    HeartbeatFailed,
+    HeartbeatReaction,
+    HeartbeatResponseReceived,
+    InvokeOnPartitionsLost,
+    Listener,
+    ListenerCompleted,
+    RaiseToApplication,
+    SendHeartbeat,
+    Subscribed,
+    TimerFired,
+    TopicNamesResolved,
+    UnsubscribeRequested,
+    commit_outcome,
+    heartbeat_reaction,
+    offset_fetch_outcome,
+)
+
+S = ConsumerMemberState
+A = uuid.UUID(int=0xA)
+B = uuid.UUID(int=0xB)
+FIRED: set[str] = set()
+
+
+def ok(
+    epoch: int, assignment: dict[uuid.UUID, tuple[int, ...]] | None = None
+) -> HeartbeatResponseReceived:
+    return HeartbeatResponseReceived(
+        0, member_epoch=epoch, heartbeat_interval_ms=1000, assignment=assignment
+    )
+
+
+def member() -> tuple[ConsumerMembership, list[float]]:
+    clock = [0.0]
+    return ConsumerMembership("g", "m", max_poll_interval=100.0), clock
+
+
+def feed(m: ConsumerMembership, clock: list[float], *events: cg.Event) -> list[cg.Action]:
+    out: list[cg.Action] = []
+    for ev in events:
+        out = m.handle(ev, clock[0])
+    FIRED.update(why for _, _, why in m.trace)
+    return out
+
+
+def joined(
+    assignment: dict[uuid.UUID, tuple[int, ...]] | None,
+) -> tuple[ConsumerMembership, list[float]]:
+    m, clock = member()
+    feed(
+        m,
+        clock,
+        TopicNamesResolved({A: "a", B: "b"}),
+        Subscribed(frozenset({"a"})),
+        CoordinatorFound(),
+        ok(1, assignment),
+    )
+    return m, clock
+
+
+def in_state(state: ConsumerMemberState) -> tuple[ConsumerMembership, list[float]]:
+    """A member brought to ``state`` through the public API (with a heartbeat in flight
+    wherever the state heartbeats, so response events are meaningful)."""
+    if state is S.UNSUBSCRIBED:
+        return member()
+    if state is S.JOINING:
+        m, clock = member()
+        feed(m, clock, Subscribed(frozenset({"a"})), CoordinatorFound())
+        return m, clock
+    if state is S.RECONCILING:
+        m, clock = joined({A: (0,)})
+        clock[0] = 1.0
+        feed(m, clock, TimerFired())
+        return m, clock
+    if state is S.ACKNOWLEDGING:
+        m, clock = joined({A: (0,)})
+        feed(m, clock, ListenerCompleted(Listener.ASSIGNED))
+        return m, clock
+    if state is S.STABLE:
+        m, clock = in_state(S.ACKNOWLEDGING)
+        feed(m, clock, ok(1))
+        clock[0] = 1.0
+        feed(m, clock, TimerFired())
+        return m, clock
+    if state is S.FENCED:
+        m, clock = in_state(S.STABLE)
+        feed(m, clock, HeartbeatResponseReceived(110))
+        return m, clock
+    if state is S.PREPARE_LEAVING:
+        m, clock = in_state(S.STABLE)
+        feed(m, clock, UnsubscribeRequested())
+        return m, clock
+    if state is S.LEAVING:
+        m, clock = in_state(S.PREPARE_LEAVING)
+        feed(m, clock, ok(1), ListenerCompleted(Listener.REVOKED))
+        return m, clock
+    if state is S.STALE:
+        m, clock = in_state(S.STABLE)
+        feed(m, clock, ok(1))
+        clock[0] = 100.0
+        feed(m, clock, TimerFired(), ListenerCompleted(Listener.REVOKED))
+        feed(m, clock, ok(1))  # the interval heartbeat, then the leave
+        feed(m, clock, ok(1))
+        return m, clock
+    if state is S.FATAL:
+        m, clock = in_state(S.STABLE)
+        feed(m, clock, HeartbeatResponseReceived(30))
+        return m, clock
+    raise AssertionError(state)
+
+
+@pytest.mark.parametrize("state", list(S))
+def test_every_state_is_reachable(state: ConsumerMemberState) -> None:
+    m, _ = in_state(state)
+    assert m.state is state
+
+
+SAMPLES: dict[type[cg.Event], list[cg.Event]] = {
+    Subscribed: [Subscribed(frozenset({"a", "b"})), Subscribed(regex="a.*")],
+    UnsubscribeRequested: [UnsubscribeRequested()],
+    CloseRequested: [CloseRequested()],
+    CoordinatorFound: [CoordinatorFound()],
+    CoordinatorLookupFailed: [CoordinatorLookupFailed("x")],
+    HeartbeatResponseReceived: [
+        ok(2, {A: (0,), B: (1,)}),
+        ok(1),
+        *(HeartbeatResponseReceived(int(code)) for code in ConsumerErrorCode if code),
+        HeartbeatResponseReceived(9999),
+    ],
+    HeartbeatFailed: [HeartbeatFailed("lost")],
+    ListenerCompleted: [ListenerCompleted(kind) for kind in Listener],
+    TopicNamesResolved: [TopicNamesResolved({uuid.UUID(int=0xC): "c"})],
+    ApplicationPolled: [ApplicationPolled()],
+    TimerFired: [TimerFired()],
+}
+assert set(SAMPLES) == set(EVENT_TYPES)
+PAIRS = [(state, event) for state in S for etype in EVENT_TYPES for event in SAMPLES[etype]]
+RULE_TARGETS = {rule.target for rule in STATE_RULES}
+
+
+@pytest.mark.parametrize(
+    ("state", "event"), PAIRS, ids=lambda x: getattr(x, "value", type(x).__name__)
+)
+def test_every_pair_is_a_declared_move_or_the_protocol_error(
+    state: ConsumerMemberState, event: cg.Event
+) -> None:
+    m, clock = in_state(state)
+    clock[0] += 0.5
+    tr = EVENT_TRANSITIONS.get((state, type(event)))
+    try:
+        feed(m, clock, event)
+    except ConsumerMembershipError:
+        assert m.state is S.FATAL
+        # Undeclared pair, or a listener completing that is not the one running.
+        assert tr is None or isinstance(event, ListenerCompleted)
+        if isinstance(event, ListenerCompleted):
+            assert event.listener is not m.listener or m.listener is None
+        return
+    assert tr is not None, f"{type(event).__name__} accepted in {state} without a table entry"
+    assert m.state in {state} | tr.targets | RULE_TARGETS
+    # Whatever happened, the machine never has two heartbeats out or a dangling listener.
+    assert m.listener is not None or not m.queued
+
+
+def test_every_state_rule_fires_somewhere() -> None:
+    FIRED.clear()
+    # Scenarios that need a specific path for the rarer rules.
+    m, clock = in_state(S.FENCED)
+    feed(m, clock, ListenerCompleted(Listener.LOST))
+    assert m.state is S.JOINING
+    m, clock = joined({})  # first target equals owned (nothing): still assigned once
+    m, clock = in_state(S.STALE)
+    feed(m, clock, ApplicationPolled())
+    m, clock = member()
+    feed(m, clock, Subscribed(frozenset({"a"})), CloseRequested())  # nothing to leave
+    m, clock = in_state(S.STABLE)
+    feed(m, clock, ok(1))
+    clock[0] = 100.0
+    feed(m, clock, TimerFired())
+    feed(m, clock, HeartbeatResponseReceived(110), ListenerCompleted(Listener.REVOKED))
+    assert m.state is S.STALE
+    m, clock = in_state(S.LEAVING)
+    feed(m, clock, Subscribed(frozenset({"b"})), ok(1))
+    assert m.state is S.JOINING
+    for state in S:
+        in_state(state)
+    reasons = {rule.reason for rule in STATE_RULES}
+    assert reasons <= FIRED, reasons - FIRED
+
+
+# --- error codes ----------------------------------------------------------------------
+
+DOCUMENTED_HEARTBEAT_CODES = {
+    # ConsumerGroupHeartbeatResponse.json "Supported errors" (v0-v1), plus NONE and
+    # the transport-level ones every RPC can see.
+    0,
+    30,
+    16,
+    15,
+    14,
+    42,
+    25,
+    110,
+    112,
+    111,
+    81,
+    128,
+    29,
+    82,
+    35,
+    7,
+}
+
+
+def test_every_documented_heartbeat_code_has_a_reaction() -> None:
+    assert DOCUMENTED_HEARTBEAT_CODES <= set(HEARTBEAT_REACTIONS)
+    assert heartbeat_reaction(9999) is HeartbeatReaction.FATAL
+
+
+@pytest.mark.parametrize("code", [*sorted(int(c) for c in ConsumerErrorCode), 9999])
+def test_each_heartbeat_code_from_stable(code: int) -> None:
+    m, clock = in_state(S.STABLE)
+    out = feed(
+        m, clock, HeartbeatResponseReceived(code, member_epoch=1, heartbeat_interval_ms=1000)
+    )
+    reaction = heartbeat_reaction(code)
+    assert not m.heartbeat_in_flight or reaction is HeartbeatReaction.FIND_COORDINATOR
+    if reaction is HeartbeatReaction.OK:
+        assert m.state is S.STABLE and out == []
+    elif reaction is HeartbeatReaction.FIND_COORDINATOR:
+        # Looked up again after a backoff (not in a tight loop), then heartbeat at once.
+        assert m.state is S.STABLE and not m.coordinator_known and out == []
+        assert m.next_deadline() == pytest.approx(1.1)
+        clock[0] = 1.1
+        assert [type(a).__name__ for a in feed(m, clock, TimerFired())] == ["FindCoordinator"]
+        assert [type(a).__name__ for a in feed(m, clock, CoordinatorFound())] == ["SendHeartbeat"]
+    elif reaction is HeartbeatReaction.RETRY_BACKOFF:
+        assert m.state is S.STABLE and out == []
+        assert m.next_deadline() == pytest.approx(1.1)
+    elif reaction is HeartbeatReaction.REPORT_RETRY:
+        assert m.state is S.STABLE
+        assert [type(a) for a in out] == [RaiseToApplication]
+    elif reaction is HeartbeatReaction.FENCED:
+        assert m.state is S.FENCED and m.member_epoch == 0
+        assert [type(a) for a in out][:1] == [InvokeOnPartitionsLost]
+    else:
+        assert m.state is S.FATAL
+        assert isinstance(out[0], RaiseToApplication) and out[0].fatal
+        assert cg.code_name(code) in out[0].message
+
+
+@pytest.mark.parametrize("code", [*sorted(int(c) for c in ConsumerErrorCode), 9999])
+def test_each_heartbeat_code_while_leaving_ends_the_leave(code: int) -> None:
+    m, clock = in_state(S.LEAVING)
+    feed(m, clock, HeartbeatResponseReceived(code))
+    assert m.state is S.UNSUBSCRIBED
+
+
+@pytest.mark.parametrize("code", [*sorted(int(c) for c in ConsumerErrorCode), 9999])
+@pytest.mark.parametrize("kind", list(CommitKind))
+def test_each_commit_code(code: int, kind: CommitKind) -> None:
+    out = commit_outcome(kind, code, in_group=True)
+    assert out is COMMIT_OUTCOMES.get((kind, code), CommitOutcome.RAISE)
+    if code == ConsumerErrorCode.STALE_MEMBER_EPOCH:
+        # Java: commitSync fails; auto-commit retries with the latest epoch.
+        expected = (
+            CommitOutcome.COMMIT_FAILED
+            if kind is CommitKind.USER
+            else CommitOutcome.RETRY_WITH_LATEST_EPOCH
+        )
+        assert out is expected
+        assert commit_outcome(kind, code, in_group=False) is CommitOutcome.COMMIT_FAILED
+    if code in (ConsumerErrorCode.FENCED_MEMBER_EPOCH, ConsumerErrorCode.UNKNOWN_MEMBER_ID):
+        assert out is CommitOutcome.COMMIT_FAILED
+
+
+@pytest.mark.parametrize("code", [*sorted(int(c) for c in ConsumerErrorCode), 9999])
+def test_each_offset_fetch_code(code: int) -> None:
+    out = offset_fetch_outcome(code, in_group=True)
+    assert out is OFFSET_FETCH_OUTCOMES.get(code, CommitOutcome.RAISE)
+    if code == ConsumerErrorCode.STALE_MEMBER_EPOCH:
+        assert out is CommitOutcome.RETRY_WITH_LATEST_EPOCH
+        assert offset_fetch_outcome(code, in_group=False) is CommitOutcome.RAISE
+
+
+def test_heartbeat_keeps_flowing_in_every_member_state() -> None:
+    """No state that holds an epoch can starve its session of heartbeats."""
+    for state in (S.JOINING, S.RECONCILING, S.ACKNOWLEDGING, S.STABLE, S.PREPARE_LEAVING):
+        m, clock = in_state(state)
+        if m.heartbeat_in_flight:
+            feed(m, clock, ok(max(m.member_epoch, 1)))
+        deadline = m.next_deadline()
+        if m.state not in (S.LEAVING, S.UNSUBSCRIBED):
+            assert deadline is not None
+            clock[0] = deadline
+            out = feed(m, clock, TimerFired())
+            assert any(isinstance(a, SendHeartbeat) for a in out) or m.heartbeat_in_flight

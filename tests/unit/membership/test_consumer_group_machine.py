@@ -1,0 +1,535 @@
+"""The consumer-protocol machine driven step by step: whole state and exact actions.
+
+No event loop, no broker: events in, actions out (h11 style).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from aiogroup._membership import consumer_group as cg
+from aiogroup._membership.consumer_group import (
+    ApplicationPolled,
+    CloseRequested,
+    ConsumerMembership,
+    ConsumerMembershipError,
+    ConsumerMemberState,
+    CoordinatorFound,
+    CoordinatorLookupFailed,
+    FindCoordinator,
+    HeartbeatFailed,
+    HeartbeatResponseReceived,
+    InvokeOnPartitionsAssigned,
+    InvokeOnPartitionsLost,
+    InvokeOnPartitionsRevoked,
+    Listener,
+    ListenerCompleted,
+    RaiseToApplication,
+    RequestMetadata,
+    SendHeartbeat,
+    SetAssignment,
+    Subscribed,
+    TimerFired,
+    TopicNamesResolved,
+    UnsubscribeRequested,
+)
+from aiogroup.structs import TopicPartition
+
+S = ConsumerMemberState
+A = uuid.UUID(int=0xA)
+B = uuid.UUID(int=0xB)
+NAMES = {A: "a", B: "b"}
+
+
+def tps(*pairs: tuple[str, int]) -> frozenset[TopicPartition]:
+    return frozenset(TopicPartition(t, p) for t, p in pairs)
+
+
+def ok(
+    epoch: int, assignment: dict[uuid.UUID, tuple[int, ...]] | None = None
+) -> HeartbeatResponseReceived:
+    return HeartbeatResponseReceived(
+        0, member_epoch=epoch, heartbeat_interval_ms=3000, assignment=assignment
+    )
+
+
+def error(code: int, message: str | None = None) -> HeartbeatResponseReceived:
+    return HeartbeatResponseReceived(code, error_message=message)
+
+
+class Driver:
+    """A member plus a clock; ``send`` feeds one event and returns its actions."""
+
+    def __init__(self, **kwargs: object) -> None:
+        self.now = 0.0
+        self.m = ConsumerMembership("g", "m-1", **kwargs)  # type: ignore[arg-type]
+
+    def send(self, event: cg.Event) -> list[cg.Action]:
+        return self.m.handle(event, self.now)
+
+    @property
+    def state(self) -> ConsumerMemberState:
+        return self.m.state
+
+    def join(self, assignment: dict[uuid.UUID, tuple[int, ...]] | None = None) -> None:
+        """Subscribe, find the coordinator, and have the join answered with epoch 1."""
+        self.send(TopicNamesResolved(NAMES))
+        assert self.send(Subscribed(frozenset({"a", "b"}))) == [
+            FindCoordinator("heartbeat in JOINING")
+        ]
+        out = self.send(CoordinatorFound())
+        assert [type(a) for a in out] == [SendHeartbeat]
+        self.send(ok(1, assignment if assignment is not None else {}))
+
+    def stable_with(self, assignment: dict[uuid.UUID, tuple[int, ...]]) -> None:
+        self.join(assignment)
+        assert self.state is S.RECONCILING
+        self.send(ListenerCompleted(Listener.ASSIGNED))
+        assert self.state is S.ACKNOWLEDGING
+        self.send(ok(1))
+        assert self.state is S.STABLE
+
+
+def test_join_sends_full_state_with_empty_owned_partitions() -> None:
+    d = Driver(server_assignor="uniform", instance_id="i-1", rebalance_timeout_ms=60000)
+    d.send(Subscribed(frozenset({"b", "a"})))
+    assert d.state is S.JOINING
+    (hb,) = d.send(CoordinatorFound())
+    assert hb == SendHeartbeat(
+        member_id="m-1",
+        member_epoch=0,
+        instance_id="i-1",
+        rebalance_timeout_ms=60000,
+        subscribed_topic_names=("a", "b"),
+        subscribed_topic_regex=None,
+        server_assignor="uniform",
+        topic_partitions={},
+    )
+    # One heartbeat in flight at most.
+    assert d.send(TimerFired()) == []
+
+
+def test_first_assignment_is_assigned_then_acknowledged() -> None:
+    d = Driver()
+    d.join({A: (0, 1)})
+    # Fetcher first, then the listener; heartbeats not urgent while it runs.
+    assert d.state is S.RECONCILING
+    assert d.m.member_epoch == 1
+    assert d.m.heartbeat_interval == 3.0
+    d.now = 3.0
+    (hb,) = d.send(TimerFired())
+    assert isinstance(hb, SendHeartbeat) and hb.topic_partitions is None  # still reconciling
+    assert hb.subscribed_topic_names is None and hb.rebalance_timeout_ms == -1  # unchanged
+    d.send(ok(1))
+    out = d.send(ListenerCompleted(Listener.ASSIGNED))
+    assert d.state is S.ACKNOWLEDGING
+    (ack,) = out
+    assert isinstance(ack, SendHeartbeat) and ack.topic_partitions == {A: (0, 1)}
+    d.send(ok(1))
+    assert d.state is S.STABLE
+    assert d.m.owned_partitions() == tps(("a", 0), ("a", 1))
+
+
+def test_first_assignment_actions_in_order() -> None:
+    d = Driver()
+    d.send(TopicNamesResolved(NAMES))
+    d.send(Subscribed(frozenset({"a"})))
+    d.send(CoordinatorFound())
+    out = d.send(ok(1, {A: (1, 0)}))
+    assert out == [
+        SetAssignment(tps(("a", 0), ("a", 1))),
+        InvokeOnPartitionsAssigned(tps(("a", 0), ("a", 1))),
+    ]
+
+
+def test_empty_assignment_still_calls_assigned_once() -> None:
+    d = Driver()
+    d.send(TopicNamesResolved(NAMES))
+    d.send(Subscribed(frozenset({"a"})))
+    d.send(CoordinatorFound())
+    out = d.send(ok(1, {}))
+    assert out == [SetAssignment(frozenset()), InvokeOnPartitionsAssigned(frozenset())]
+    out = d.send(ListenerCompleted(Listener.ASSIGNED))
+    assert d.state is S.ACKNOWLEDGING
+    assert [a.topic_partitions for a in out if isinstance(a, SendHeartbeat)] == [{}]
+    d.send(ok(1))
+    assert d.state is S.STABLE
+
+
+def test_new_target_revokes_first_then_assigns_heartbeats_flowing() -> None:
+    d = Driver()
+    d.stable_with({A: (0, 1)})
+    d.now = 3.0
+    d.send(TimerFired())
+    out = d.send(ok(2, {A: (1,), B: (0,)}))
+    assert d.state is S.RECONCILING
+    assert out == [InvokeOnPartitionsRevoked(tps(("a", 0)), commit_first=True)]
+    # Revoke is slow: heartbeats keep going at the interval, reporting the old set.
+    for t in (6.0, 9.0, 12.0):
+        d.now = t
+        (hb,) = d.send(TimerFired())
+        assert isinstance(hb, SendHeartbeat) and hb.member_epoch == 2
+        assert hb.topic_partitions is None
+        d.send(ok(2))
+        assert d.state is S.RECONCILING
+    out = d.send(ListenerCompleted(Listener.REVOKED))
+    assert out == [
+        SetAssignment(tps(("a", 1), ("b", 0))),
+        InvokeOnPartitionsAssigned(tps(("b", 0))),
+    ]
+    out = d.send(ListenerCompleted(Listener.ASSIGNED))
+    assert d.state is S.ACKNOWLEDGING
+    (ack,) = out
+    assert isinstance(ack, SendHeartbeat) and ack.topic_partitions == {A: (1,), B: (0,)}
+    d.send(ok(2))
+    assert d.state is S.STABLE
+
+
+def test_target_changing_mid_reconciliation_is_reconciled_next() -> None:
+    d = Driver(auto_commit=False)
+    d.stable_with({A: (0, 1)})
+    d.now = 3.0
+    d.send(TimerFired())
+    d.send(ok(2, {A: (1,)}))
+    d.now = 6.0
+    d.send(TimerFired())
+    d.send(ok(3, {A: (1,), B: (0,)}))  # new target while revoking
+    assert d.send(ListenerCompleted(Listener.REVOKED)) == [
+        SetAssignment(tps(("a", 1))),
+        InvokeOnPartitionsAssigned(frozenset()),
+    ]
+    out = d.send(ListenerCompleted(Listener.ASSIGNED))
+    # The first reconciliation is done; the next starts at once from ACKNOWLEDGING.
+    assert d.state is S.RECONCILING
+    assert out == [
+        SetAssignment(tps(("a", 1), ("b", 0))),
+        InvokeOnPartitionsAssigned(tps(("b", 0))),
+    ]
+
+
+def test_unresolved_topic_ids_ask_for_metadata_and_wait() -> None:
+    d = Driver()
+    d.send(TopicNamesResolved({A: "a"}))
+    d.send(Subscribed(frozenset({"a", "b"})))
+    d.send(CoordinatorFound())
+    out = d.send(ok(1, {A: (0,), B: (0,)}))
+    assert out[0] == RequestMetadata(frozenset({B}))
+    assert out[1:] == [SetAssignment(tps(("a", 0))), InvokeOnPartitionsAssigned(tps(("a", 0)))]
+    d.send(ListenerCompleted(Listener.ASSIGNED))
+    d.send(ok(1))
+    assert d.state is S.STABLE
+    out = d.send(TopicNamesResolved({B: "b"}))
+    assert d.state is S.RECONCILING
+    assert out == [
+        SetAssignment(tps(("a", 0), ("b", 0))),
+        InvokeOnPartitionsAssigned(tps(("b", 0))),
+    ]
+
+
+@pytest.mark.parametrize("code", [110, 25])
+def test_fenced_loses_partitions_and_rejoins_with_epoch_zero(code: int) -> None:
+    d = Driver()
+    d.stable_with({A: (0,)})
+    d.now = 3.0
+    d.send(TimerFired())
+    out = d.send(error(code))
+    assert d.state is S.FENCED
+    assert out == [InvokeOnPartitionsLost(tps(("a", 0))), SetAssignment(frozenset())]
+    assert d.m.member_epoch == 0
+    assert not d.m.commit_gate().allowed
+    out = d.send(ListenerCompleted(Listener.LOST))
+    assert d.state is S.JOINING
+    (hb,) = out
+    assert isinstance(hb, SendHeartbeat) and hb.member_epoch == 0 and hb.member_id == "m-1"
+    assert hb.topic_partitions == {} and hb.subscribed_topic_names == ("a", "b")
+
+
+def test_fenced_with_nothing_owned_rejoins_at_once() -> None:
+    d = Driver()
+    d.send(Subscribed(frozenset({"a"})))
+    d.send(CoordinatorFound())
+    d.send(ok(1))  # joined, no assignment yet: heartbeats now wait for the interval
+    assert d.state is S.JOINING and d.m.next_deadline() == 3.0
+    d.now = 3.0
+    d.send(TimerFired())
+    out = d.send(error(110))
+    assert d.state is S.JOINING
+    assert [type(a) for a in out] == [SendHeartbeat]
+
+
+def test_fenced_mid_revoke_waits_for_the_listener_then_loses_the_rest() -> None:
+    d = Driver(auto_commit=False)
+    d.stable_with({A: (0, 1)})
+    d.now = 3.0
+    d.send(TimerFired())
+    d.send(ok(2, {A: (1,)}))
+    d.now = 6.0
+    d.send(TimerFired())
+    assert d.send(error(110)) == [SetAssignment(frozenset())]
+    assert d.state is S.FENCED
+    out = d.send(ListenerCompleted(Listener.REVOKED))
+    assert out == [InvokeOnPartitionsLost(tps(("a", 1)))]
+    d.send(ListenerCompleted(Listener.LOST))
+    assert d.state is S.JOINING
+
+
+def test_fenced_mid_assign_loses_the_goal() -> None:
+    d = Driver()
+    d.join({A: (0,)})
+    d.now = 3.0
+    d.send(TimerFired())
+    d.send(error(25))
+    assert d.state is S.FENCED
+    out = d.send(ListenerCompleted(Listener.ASSIGNED))
+    assert out == [InvokeOnPartitionsLost(tps(("a", 0)))]
+
+
+@pytest.mark.parametrize(("instance_id", "epoch"), [(None, -1), ("i-1", -2)])
+@pytest.mark.parametrize("leave", [UnsubscribeRequested(), CloseRequested()])
+def test_leave_revokes_then_sends_leave_epoch(
+    instance_id: str | None, epoch: int, leave: cg.Event
+) -> None:
+    d = Driver(instance_id=instance_id)
+    d.stable_with({A: (0,)})
+    out = d.send(leave)
+    assert d.state is S.PREPARE_LEAVING
+    # The fetcher keeps its assignment until the revoke (and its auto-commit) returned.
+    assert out == [InvokeOnPartitionsRevoked(tps(("a", 0)), True)]
+    clear, hb = d.send(ListenerCompleted(Listener.REVOKED))
+    assert clear == SetAssignment(frozenset())
+    assert d.state is S.LEAVING
+    assert hb == SendHeartbeat("m-1", epoch, instance_id)
+    d.send(error(25))  # whatever the answer
+    assert d.state is S.UNSUBSCRIBED
+    assert d.m.finished == isinstance(leave, CloseRequested)
+
+
+def test_leave_while_a_heartbeat_is_in_flight_waits_for_it() -> None:
+    d = Driver()
+    d.stable_with({})
+    d.now = 3.0
+    d.send(TimerFired())
+    assert d.send(CloseRequested()) == []
+    assert d.state is S.LEAVING
+    (hb,) = d.send(ok(1))
+    assert isinstance(hb, SendHeartbeat) and hb.member_epoch == -1
+    d.send(HeartbeatFailed("connection lost"))
+    assert d.state is S.UNSUBSCRIBED and d.m.finished
+
+
+def test_fenced_while_leaving_skips_the_leave_heartbeat() -> None:
+    d = Driver()
+    d.stable_with({A: (0,)})
+    d.now = 3.0
+    d.send(TimerFired())
+    d.send(UnsubscribeRequested())
+    assert d.send(error(110)) == []  # no epoch-0 heartbeat: that would be a join
+    assert d.send(ListenerCompleted(Listener.REVOKED)) == [SetAssignment(frozenset())]
+    assert d.state is S.UNSUBSCRIBED
+
+
+def test_close_before_the_join_is_answered() -> None:
+    d = Driver()
+    d.send(Subscribed(frozenset({"a"})))
+    d.send(CoordinatorFound())
+    assert d.send(CloseRequested()) == []
+    assert d.state is S.PREPARE_LEAVING
+    # The join is answered: now a member, so it leaves properly.
+    (hb,) = d.send(ok(1, {A: (0,)}))
+    assert d.state is S.LEAVING and isinstance(hb, SendHeartbeat) and hb.member_epoch == -1
+
+
+def test_close_before_any_heartbeat_needs_no_leave() -> None:
+    d = Driver()
+    d.send(Subscribed(frozenset({"a"})))
+    assert d.send(CloseRequested()) == []
+    assert d.state is S.UNSUBSCRIBED and d.m.finished
+
+
+def test_leave_mid_assign_revokes_the_goal() -> None:
+    d = Driver()
+    d.join({A: (0,)})
+    d.send(UnsubscribeRequested())
+    out = d.send(ListenerCompleted(Listener.ASSIGNED))
+    assert out == [InvokeOnPartitionsRevoked(tps(("a", 0)), True)]
+
+
+def test_resubscribe_after_unsubscribe_rejoins() -> None:
+    d = Driver()
+    d.stable_with({})
+    d.send(UnsubscribeRequested())
+    d.send(error(0))
+    assert d.state is S.UNSUBSCRIBED
+    (hb,) = d.send(Subscribed(frozenset({"b"})))
+    assert d.state is S.JOINING
+    assert isinstance(hb, SendHeartbeat) and hb.member_epoch == 0
+    assert hb.subscribed_topic_names == ("b",)
+
+
+def test_subscription_change_goes_out_with_the_next_heartbeat() -> None:
+    d = Driver()
+    d.stable_with({})
+    assert d.send(Subscribed(frozenset({"a"}))) == []
+    d.now = 3.0
+    (hb,) = d.send(TimerFired())
+    assert isinstance(hb, SendHeartbeat) and hb.subscribed_topic_names == ("a",)
+
+
+def test_regex_subscription_is_sent_instead_of_names() -> None:
+    d = Driver()
+    d.send(Subscribed(regex="t-.*"))
+    (hb,) = d.send(CoordinatorFound())
+    assert isinstance(hb, SendHeartbeat)
+    assert hb.subscribed_topic_regex == "t-.*" and hb.subscribed_topic_names is None
+
+
+def test_subscription_validation() -> None:
+    with pytest.raises(ValueError, match="not both"):
+        Subscribed(frozenset({"a"}), regex="a")
+    with pytest.raises(ValueError, match="at least one"):
+        Subscribed()
+
+
+def test_poll_timeout_leaves_and_the_next_poll_rejoins() -> None:
+    d = Driver(max_poll_interval=10.0)
+    d.stable_with({A: (0,)})
+    assert d.m.next_deadline() == 3.0
+    d.now = 3.0
+    d.send(TimerFired())
+    d.send(ok(1))
+    d.now = 10.0
+    out = d.send(TimerFired())
+    assert d.state is S.PREPARE_LEAVING
+    assert out[0] == InvokeOnPartitionsRevoked(tps(("a", 0)), True)
+    # The heartbeat due at 6.0 went out with the revocation; the leave waits for its answer.
+    assert d.send(ListenerCompleted(Listener.REVOKED)) == [SetAssignment(frozenset())]
+    assert d.state is S.LEAVING
+    (hb,) = d.send(ok(1))
+    assert isinstance(hb, SendHeartbeat) and hb.member_epoch == -1
+    d.send(ok(1))
+    assert d.state is S.STALE and not d.m.finished
+    (hb,) = d.send(ApplicationPolled())
+    assert d.state is S.JOINING
+    assert isinstance(hb, SendHeartbeat) and hb.member_epoch == 0
+
+
+def test_coordinator_errors() -> None:
+    d = Driver()
+    d.stable_with({})
+    d.now = 3.0
+    d.send(TimerFired())
+    assert d.send(error(16)) == []  # NOT_COORDINATOR: look it up again after a backoff
+    d.now = 3.1
+    assert d.send(TimerFired()) == [FindCoordinator("heartbeat in STABLE")]
+    (hb,) = d.send(CoordinatorFound())
+    # An error resets what was "sent": the next heartbeat repeats the full state.
+    assert isinstance(hb, SendHeartbeat) and hb.subscribed_topic_names == ("a", "b")
+    assert hb.topic_partitions == {}
+    d.send(error(14))  # COORDINATOR_LOAD_IN_PROGRESS: back off
+    assert d.m.next_deadline() == pytest.approx(3.2)
+    d.now = 3.25
+    (hb,) = d.send(TimerFired())
+    assert d.send(HeartbeatFailed("connection reset")) == []
+    assert d.m.coordinator_known is False
+    assert d.m.next_deadline() == pytest.approx(3.35)
+    d.now = 3.4
+    (find,) = d.send(TimerFired())
+    assert isinstance(find, FindCoordinator)
+    out = d.send(CoordinatorLookupFailed("none"))
+    assert out == [] and d.m.next_deadline() == pytest.approx(3.5)
+    d.now = 3.5
+    assert [type(a) for a in d.send(TimerFired())] == [FindCoordinator]
+
+
+def test_fatal_codes_name_the_gap_and_lose_partitions() -> None:
+    d = Driver()
+    d.stable_with({A: (0,)})
+    d.now = 3.0
+    d.send(TimerFired())
+    out = d.send(error(35))
+    assert d.state is S.FATAL and d.m.finished
+    raise_, lost, clear = out
+    assert clear == SetAssignment(frozenset())
+    assert isinstance(raise_, RaiseToApplication) and raise_.fatal
+    assert "UNSUPPORTED_VERSION" in raise_.message and "group_protocol='classic'" in raise_.message
+    assert lost == InvokeOnPartitionsLost(tps(("a", 0)))
+    assert d.send(ListenerCompleted(Listener.LOST)) == []
+    assert d.send(Subscribed(frozenset({"a"}))) == []
+
+
+def test_topic_authorization_is_reported_and_heartbeats_continue() -> None:
+    d = Driver()
+    d.stable_with({})
+    d.now = 3.0
+    d.send(TimerFired())
+    (rep,) = d.send(error(29, "no access to t"))
+    assert rep == RaiseToApplication(
+        29, "ConsumerGroupHeartbeat failed with TOPIC_AUTHORIZATION_FAILED: no access to t", False
+    )
+    assert d.state is S.STABLE
+
+
+def test_listener_error_is_reported_and_reconciliation_goes_on() -> None:
+    d = Driver()
+    d.join({A: (0,)})
+    out = d.send(ListenerCompleted(Listener.ASSIGNED, error="boom"))
+    assert out[0] == RaiseToApplication(-1, "on_partitions_assigned raised: boom", False)
+    assert d.state is S.ACKNOWLEDGING
+
+
+def test_unexpected_listener_completion_is_a_protocol_error() -> None:
+    d = Driver()
+    d.stable_with({})
+    with pytest.raises(ConsumerMembershipError, match="on_partitions_revoked completed"):
+        d.send(ListenerCompleted(Listener.REVOKED))
+    assert d.state is S.FATAL
+
+
+def test_commit_gate_follows_membership() -> None:
+    d = Driver()
+    assert not d.m.commit_gate().allowed
+    d.stable_with({A: (0,)})
+    gate = d.m.commit_gate()
+    assert gate.allowed and gate.member_epoch == 1 and gate.member_id == "m-1"
+    assert d.m.in_group
+
+
+def test_member_id_from_the_coordinator_wins() -> None:
+    d = Driver()
+    d.send(Subscribed(frozenset({"a"})))
+    d.send(CoordinatorFound())
+    d.send(
+        HeartbeatResponseReceived(0, member_epoch=1, heartbeat_interval_ms=5000, member_id="srv")
+    )
+    assert d.m.member_id == "srv"
+
+
+def test_constructor_validation() -> None:
+    with pytest.raises(ValueError, match="group_id"):
+        ConsumerMembership("", "m")
+    with pytest.raises(ValueError, match="member_id"):
+        ConsumerMembership("g", "")
+    with pytest.raises(ValueError, match="positive"):
+        ConsumerMembership("g", "m", retry_backoff=0)
+
+
+def test_mermaid_diagram_draws_both_tables() -> None:
+    text = cg.mermaid_diagram()
+    assert text.startswith("stateDiagram-v2\n    [*] --> UNSUBSCRIBED")
+    assert "RECONCILING --> ACKNOWLEDGING: [reconciled]" in text
+    assert "UNSUBSCRIBED --> JOINING: Subscribed" in text
+
+
+def test_subscribe_again_while_leaving_rejoins_after_the_leave() -> None:
+    d = Driver()
+    d.stable_with({A: (0,)})
+    d.send(UnsubscribeRequested())
+    assert d.send(Subscribed(frozenset({"b"}))) == []
+    assert d.state is S.PREPARE_LEAVING
+    d.send(ListenerCompleted(Listener.REVOKED))
+    (hb,) = d.send(ok(1))  # the leave's answer
+    assert d.state is S.JOINING
+    assert isinstance(hb, SendHeartbeat) and hb.member_epoch == 0
+    assert hb.subscribed_topic_names == ("b",)
