@@ -330,13 +330,38 @@ class KafkaBroker:
                     )
                     for n in wanted
                 )
-                if ready:
+                if ready and (
+                    self.cluster is None or await _leaders_serve(client, cluster, wanted)
+                ):
                     return wanted
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"topics {wanted} not visible in metadata after {timeout}s")
                 await asyncio.sleep(0.1)
         finally:
             await client.close()
+
+
+async def _leaders_serve(client: Any, cluster: Any, topics: list[str]) -> bool:
+    """Whether every partition's leader answers ListOffsets for it without an error.
+
+    Kafka's metadata names a new partition's leader before that broker has taken up
+    leadership; a producer that starts then gets NOT_LEADER_OR_FOLLOWER and retries.
+    """
+    from aiokafka.protocol.offset import OffsetRequest
+
+    by_leader: dict[int, dict[str, list[tuple[int, int]]]] = {}
+    for topic in topics:
+        for p in cluster.partitions_for_topic(topic) or ():
+            leader = cluster.leader_for_partition(_tp(topic, p))
+            by_leader.setdefault(leader, {}).setdefault(topic, []).append((p, -1))
+    for node, wanted in by_leader.items():
+        try:
+            response = await client.send(node, OffsetRequest(-1, 0, list(wanted.items())))
+        except Exception:  # not reachable yet: the caller polls again
+            return False
+        if any(part[1] != 0 for _, parts in response.topics for part in parts):
+            return False
+    return True
 
 
 def _tp(topic: str, partition: int) -> Any:

@@ -24,20 +24,8 @@ from aiogroup.consumer import GroupConsumer
 from aiogroup.spark import register
 from aiogroup.structs import TopicPartition
 from aiogroup.testing import KafkaBroker
-from aiogroup.testing.broker import broker_mode
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
-
-#: aiogroup bug seen only on Apache Kafka (issue 13's first run there): the source's
-#: high-watermark probe (aiogroup/spark/watermarks.py _probe) calls aiokafka's
-#: FetchResponse.to_object(), which raises TypeError on the null aborted_transactions
-#: array Kafka sends (Tansu sends an empty one), so planning offsets fails.
-WATERMARK_PROBE_ON_KAFKA = pytest.mark.xfail(
-    broker_mode() != "embedded",
-    reason="spark/watermarks.py _probe: FetchResponse.to_object() TypeError on Kafka's "
-    "null aborted_transactions",
-    strict=True,
-)
 
 GROUP_TIMEOUTS = {"kafka.session.timeout.ms": "6000", "kafka.heartbeat.interval.ms": "1000"}
 
@@ -139,7 +127,6 @@ def new_topic(broker: KafkaBroker, partitions: int) -> str:
     return asyncio.run(broker.create_topic(unique_name("spark"), partitions))
 
 
-@WATERMARK_PROBE_ON_KAFKA
 def test_available_now_lands_every_record_once_and_commits_the_ends(
     spark: Any, kafka_broker: KafkaBroker, group_id: str, tmp_path: Path
 ) -> None:
@@ -165,7 +152,6 @@ def test_available_now_lands_every_record_once_and_commits_the_ends(
     assert committed(kafka_broker, group_id, sorted(ends)) == ends
 
 
-@WATERMARK_PROBE_ON_KAFKA
 def test_restart_from_checkpoint_loses_and_duplicates_nothing(
     spark: Any, kafka_broker: KafkaBroker, group_id: str, tmp_path: Path
 ) -> None:
@@ -219,7 +205,6 @@ def _owned(query: Any) -> set[int] | None:
     return {int(p) for parts in parsed.values() for p in parts}
 
 
-@WATERMARK_PROBE_ON_KAFKA
 def test_two_queries_in_one_group_split_the_partitions(
     spark: Any, kafka_broker: KafkaBroker, group_id: str, tmp_path: Path
 ) -> None:
