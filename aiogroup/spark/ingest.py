@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 
 from aiogroup.errors import ConfigurationError, KafkaError
 from aiogroup.listeners import AsyncConsumerRebalanceListener, as_async_listener
-from aiogroup.spark.schema import ARROW_SCHEMA, conform
+from aiogroup.spark.schema import conform
 from aiogroup.structs import TopicPartition
 
 __all__ = ["BatchInfo", "IngestProgress", "SparkIngest", "ingest"]
@@ -190,7 +190,6 @@ class SparkIngest:
         self._committed: dict[TopicPartition, int] = {}
         self._started_at: float | None = None
         self._last_batch_seconds: float | None = None
-        self._batch_started = 0.0
 
     # -- public ----------------------------------------------------------------------------
 
@@ -234,43 +233,22 @@ class SparkIngest:
         else:
             self._consumer.subscribe(topics=self._topics, listener=self._listener)
         self._started_at = time.monotonic()
-        loop = asyncio.get_running_loop()
-        collector: asyncio.Task[None] | None = None
         try:
-            await self._collect()
-            while self._pending:
-                # Handed over synchronously: from here on a revocation finds the
-                # batch in flight (and no longer among the collected records).
-                info, done = self._start_batch(self._take_pending())
-                if self._stop.is_set():
-                    await self._finish_batch(info, done)
-                    break
-                # The next batch is collected while Spark works on this one: decoding
-                # (this loop) and Spark (the worker thread, mostly the JVM) overlap.
-                collector = loop.create_task(self._collect())
-                await self._finish_batch(info, done)
-                if self._stop.is_set():
-                    break  # records collected meanwhile stay uncommitted: redelivered
-                await collector
-                collector = None
-                while not self._pending and not self._stop.is_set():
-                    await self._collect()
+            while not self._stop.is_set():
+                table = await self._collect()
+                if table is not None and table.num_rows:
+                    await self._process(table)
         finally:
-            if collector is not None:
-                collector.cancel()
-                await asyncio.gather(collector, return_exceptions=True)
-            self._pending = []
             self._executor.shutdown(wait=False)
         return self.progress()
 
     # -- the loop --------------------------------------------------------------------------
 
-    async def _collect(self) -> None:
-        """Add records to ``_pending`` until max_records, max_interval after the first one,
-        or stop().  A revocation meanwhile drops the revoked partitions' records from it.
-        """
+    async def _collect(self) -> pa.Table | None:
+        """Records until max_records, max_interval after the first one, or stop()."""
         loop = asyncio.get_running_loop()
-        count = sum(b.num_rows for b in self._pending)
+        self._pending = []
+        count = 0
         deadline: float | None = None
         while count < self._max_records and not self._stop.is_set():
             now = loop.time()
@@ -287,25 +265,19 @@ class SparkIngest:
                 deadline = loop.time() + self._max_interval
             self._pending.append(conform(chunk))
             count = sum(b.num_rows for b in self._pending)
-
-    def _take_pending(self) -> pa.Table:
-        table = pa.Table.from_batches(self._pending, schema=ARROW_SCHEMA)
+        if not self._pending:
+            return None
+        table = pa.Table.from_batches(self._pending)
         self._pending = []
         return table
 
-    def _start_batch(self, table: pa.Table) -> tuple[BatchInfo, asyncio.Future[Any]]:
-        """Hand ``table`` to the worker thread; the batch is in flight from this call."""
+    async def _process(self, table: pa.Table) -> None:
         info = BatchInfo(batch_id=self._batches, ranges=_ranges(table), num_records=table.num_rows)
         loop = asyncio.get_running_loop()
-        self._batch_started = loop.time()
+        started = loop.time()
         self._in_flight = info
         done = loop.run_in_executor(self._executor, self._call_user, table, info)
         self._in_flight_done = done
-        return info, done
-
-    async def _finish_batch(self, info: BatchInfo, done: asyncio.Future[Any]) -> None:
-        """Wait for the batch function, commit, and report progress."""
-        loop = asyncio.get_running_loop()
         try:
             # Shielded: cancelling run() must not pretend the thread stopped; the batch
             # is simply left uncommitted.
@@ -318,7 +290,7 @@ class SparkIngest:
         self._records += info.num_records
         if info.abandoned_partitions:
             self._abandoned_batches += 1
-        self._last_batch_seconds = loop.time() - self._batch_started
+        self._last_batch_seconds = loop.time() - started
         progress = self.progress()
         log.info(
             "batch %d: %d records in %.2fs, %.0f records/s overall, lag %d",

@@ -167,6 +167,13 @@ class GroupObserver:
                 await asyncio.sleep(self.interval)
                 continue
             arrived = time.monotonic()
+            if sample.state == "Dead":
+                # The answering coordinator does not hold the group (yet): during a
+                # coordinator failover a node can answer before it loaded the group.  A
+                # live group with members is never Dead, so this is a gap, not "gone".
+                self.failures += 1
+                await asyncio.sleep(self.interval)
+                continue
             self.samples += 1
             self._apply(known, sample, sent, arrived)
             self._sampled.set()
