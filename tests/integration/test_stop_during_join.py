@@ -17,6 +17,7 @@ from aiogroup import (
     TopicPartition,
 )
 from aiogroup import consumer as consumer_module
+from aiogroup.testing import KafkaBroker
 from aiogroup.testing.broker import unique_name
 from aiogroup.testing.plugin import TopicFactory
 
@@ -74,7 +75,11 @@ async def group_members(bootstrap: str, group: str) -> list[Any]:
 
 
 async def test_stop_during_an_in_flight_join_leaves_at_once(
-    bootstrap_servers: str, kafka_topic: TopicFactory, group_id: str, proxied: None
+    bootstrap_servers: str,
+    kafka_topic: TopicFactory,
+    group_id: str,
+    proxied: None,
+    kafka_broker: KafkaBroker,
 ) -> None:
     topic = await kafka_topic(partitions=2)
     # A stable member first, whose (eager) revoke listener waits for the test: it
@@ -124,7 +129,11 @@ async def test_stop_during_an_in_flight_join_leaves_at_once(
             held = watch.requests
             await asyncio.wait_for(consumer.stop(), 30)
             # stop() returned while the broker still held the join: no answer came back.
-            assert watch.responses < held
+            # (Apache Kafka answers a member's pending JoinGroup as soon as its LeaveGroup
+            # lands, so there the answer can race stop()'s return; the round itself is
+            # still waiting for the held member, and the checks below hold on both.)
+            if kafka_broker.caps.holds_join_half_session:
+                assert watch.responses < held
             with pytest.raises(ConsumerStoppedError):
                 await starting
             # From outside: the member is gone now, not when its session expires.
