@@ -567,22 +567,7 @@ class GroupCoordinator:
 
     async def _run_assigned(self, partitions: frozenset[TopicPartition]) -> None:
         offsets = await self._listener.on_partitions_assigned(set(partitions))
-        if not offsets:
-            return
-        if not isinstance(offsets, Mapping):
-            raise TypeError(
-                "on_partitions_assigned must return None or {TopicPartition: offset}, "
-                f"got {type(offsets).__name__}"
-            )
-        assignment = self._subscription.assignment
-        for tp, offset in offsets.items():
-            if assignment is None or tp not in assignment:
-                raise IllegalStateError(
-                    f"on_partitions_assigned returned an offset for {tp}, which is not assigned"
-                )
-            if isinstance(offset, bool) or not isinstance(offset, int):
-                raise TypeError(f"on_partitions_assigned offset for {tp} must be an int")
-            assignment.state(tp).seek(offset)
+        self._subscription.apply_start_offsets(offsets)
 
     # -- subscription and metadata --------------------------------------------------------
 

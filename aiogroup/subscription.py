@@ -492,6 +492,28 @@ class SubscriptionState:
             if st is not None:
                 st.set_assigning(assigning)
 
+    def apply_start_offsets(self, offsets: object) -> None:
+        """Seek to what ``on_partitions_assigned`` returned (None, or {TopicPartition: offset}).
+
+        One rule for both group protocols' routines; a bad return value names the problem.
+        """
+        if not offsets:
+            return
+        if not isinstance(offsets, Mapping):
+            raise TypeError(
+                "on_partitions_assigned must return None or {TopicPartition: offset}, "
+                f"got {type(offsets).__name__}"
+            )
+        assignment = self._assignment
+        for tp, offset in offsets.items():
+            if assignment is None or tp not in assignment:
+                raise IllegalStateError(
+                    f"on_partitions_assigned returned an offset for {tp}, which is not assigned"
+                )
+            if isinstance(offset, bool) or not isinstance(offset, int):
+                raise TypeError(f"on_partitions_assigned offset for {tp} must be an int")
+            assignment.state(tp).seek(offset)
+
     async def wait_for_assignment(self) -> Assignment:
         """Wait until there is an assignment (possibly empty in group mode)."""
         self._check_open()

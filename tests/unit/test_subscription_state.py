@@ -168,3 +168,18 @@ async def test_seek_rejects_negative_offsets() -> None:
     with pytest.raises(ValueError, match="offset must be >= 0"):
         asg.state(TP0).seek(-1)
     assert asg.state(TP0).reset_strategy is OffsetResetStrategy.EARLIEST
+
+
+async def test_start_offsets_from_on_partitions_assigned_are_checked_then_applied() -> None:
+    tp = TopicPartition("t", 0)
+    sub = SubscriptionState()
+    sub.assign_from_user([tp])
+    sub.apply_start_offsets(None)  # nothing returned: nothing to do
+    with pytest.raises(TypeError, match="must return None or"):
+        sub.apply_start_offsets([5])
+    with pytest.raises(IllegalStateError, match="which is not assigned"):
+        sub.apply_start_offsets({TopicPartition("t", 1): 5})
+    with pytest.raises(TypeError, match="must be an int"):
+        sub.apply_start_offsets({tp: True})
+    sub.apply_start_offsets({tp: 7})
+    assert sub.assignment is not None and sub.assignment.state(tp).position == 7
