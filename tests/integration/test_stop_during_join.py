@@ -126,6 +126,15 @@ async def test_stop_during_an_in_flight_join_leaves_at_once(
                 await watch.changed.wait()
             assert not starting.done()
             leaving = consumer.member_id
+            # Forwarded is not yet received: on a loaded machine the broker may not have
+            # read the JoinGroup yet, and a LeaveGroup on another connection would then
+            # overtake it. Wait until the broker itself lists the joining member.
+            async with asyncio.timeout(30):
+                while leaving not in [
+                    m["member_id"] for m in await group_members(bootstrap_servers, group_id)
+                ]:
+                    await asyncio.sleep(0.05)
+            assert not starting.done()
             held = watch.requests
             await asyncio.wait_for(consumer.stop(), 30)
             # stop() returned while the broker still held the join: no answer came back.
