@@ -74,6 +74,10 @@ async def group_members(bootstrap: str, group: str) -> list[Any]:
         await admin.close()
 
 
+async def member_ids(bootstrap: str, group: str) -> list[str]:
+    return [m["member_id"] for m in await group_members(bootstrap, group)]
+
+
 async def test_stop_during_an_in_flight_join_leaves_at_once(
     bootstrap_servers: str,
     kafka_topic: TopicFactory,
@@ -130,10 +134,8 @@ async def test_stop_during_an_in_flight_join_leaves_at_once(
             # read the JoinGroup yet, and a LeaveGroup on another connection would then
             # overtake it. Wait until the broker itself lists the joining member.
             async with asyncio.timeout(30):
-                while leaving not in [
-                    m["member_id"] for m in await group_members(bootstrap_servers, group_id)
-                ]:
-                    await asyncio.sleep(0.05)
+                while leaving not in await member_ids(bootstrap_servers, group_id):  # noqa: ASYNC110
+                    await asyncio.sleep(0.05)  # the broker's view has no event to await
             assert not starting.done()
             held = watch.requests
             await asyncio.wait_for(consumer.stop(), 30)
@@ -146,8 +148,7 @@ async def test_stop_during_an_in_flight_join_leaves_at_once(
             with pytest.raises(ConsumerStoppedError):
                 await starting
             # From outside: the member is gone now, not when its session expires.
-            members = await group_members(bootstrap_servers, group_id)
-            assert leaving not in [m["member_id"] for m in members]
+            assert leaving not in await member_ids(bootstrap_servers, group_id)
             assert proxy.requests[LEAVE_GROUP_API_KEY] == 1
     finally:
         release.set()
