@@ -9,8 +9,9 @@ Why tables: one place to read what a member does.  :data:`TRANSITIONS` maps
 bug and ends in FATAL); :data:`STATE_RULES` is the ordered (guard, target, reason)
 list ``_advance`` applies from the resting states until nothing fires; error codes
 react through one table per API (:data:`HEARTBEAT_ANSWERS` adds the state for
-heartbeats).  The diagram in docs/architecture.md is drawn from these tables.
-EAGER and COOPERATIVE differ only in the pre-join revocation.
+heartbeats; :data:`SESSION_ELAPSED` for a session without a proving answer).  The
+diagram in docs/architecture.md is drawn from these tables.  EAGER and COOPERATIVE
+differ only in the pre-join revocation.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ __all__ = [
     "LEAVE_GROUP_REACTIONS",
     "OFFSET_COMMIT_REACTIONS",
     "OFFSET_FETCH_OUTCOMES",
+    "SESSION_ELAPSED",
     "SESSION_PROVING_CODES",
     "STATE_RULES",
     "SYNC_GROUP_REACTIONS",
@@ -266,6 +268,29 @@ class HeartbeatAnswer:
 #: timeout declare itself dead while the broker was still waiting for it.
 SESSION_PROVING_CODES = frozenset({C.NONE, C.REBALANCE_IN_PROGRESS})
 
+#: What a member does when ``session_timeout`` passed in a heartbeating state with no
+#: answer proving its session: suspect the *coordinator*, not the membership (Java's
+#: heartbeat thread: "session timed out without receiving a heartbeat response" marks
+#: the coordinator unknown).  It keeps member id and generation, finds the coordinator
+#: again and goes on heartbeating to it; only the broker declares the membership gone
+#: (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID -> LOSE/FENCED).  Why
+#: that is safe: a coordinator failover (the controller fences a dead broker after
+#: ``broker.session.timeout.ms``, 9 s by default) can outlast the session, and the new
+#: coordinator restarts every member's session when it loads the group - declaring
+#: the membership lost there made every member rejoin for nothing.  Meanwhile the
+#: *proof* deadline has passed, so the shell's delivery gate
+#: (``SubscriptionState.membership_valid_until``) hands out no record, commits are
+#: refused and no rejoin starts, until an answer decides.  An answer in
+#: :data:`SESSION_PROVING_CODES` for the same (member id, generation) means the
+#: coordinator still holds us in the generation our partitions belong to: the group's
+#: generation did not move, so no other member was given them (a generation moves
+#: only by a rebalance that completes without us, which removes us and makes the
+#: answer UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION).  So the gate reopens with a fresh
+#: deadline.  With no coordinator ever found (brokers gone) the member waits, as
+#: Java's does: gated, looking the coordinator up every ``retry_backoff``; ``stop()``
+#: is bounded by its own timeout.
+SESSION_ELAPSED = R.FIND_COORDINATOR
+
 
 def _heartbeat_answer(state: MemberState, code: int) -> HeartbeatAnswer:
     if state not in _HEARTBEATING:
@@ -392,9 +417,11 @@ class Membership:
       SyncGroup; then the member rejoins at once so they can be handed over.
     * ``on_partitions_assigned`` exactly once per completed rebalance, with the newly
       added partitions - an empty set when none were added.
-    * ``on_partitions_lost`` (never revoked) when membership was lost - session expiry
-      (also detected client-side), UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION,
-      FENCED_INSTANCE_ID - and only with a non-empty set.
+    * ``on_partitions_lost`` (never revoked) when the broker says the membership is
+      gone - UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID - and only with
+      a non-empty set.  A session that passes without a heartbeat answer is not a
+      loss by itself (:data:`SESSION_ELAPSED`): delivery and commits pause until an
+      answer proves the session or ends it.
     * Leaving (close, unsubscribe, max-poll expiry): revoked only when non-empty.
     * Listeners never overlap: an event that needs another callback while one runs is
       remembered and acted on when ``ListenerCompleted`` arrives.
@@ -468,6 +495,11 @@ class Membership:
     def heartbeats_active(self) -> bool:
         return self.state in _HEARTBEATING and self.in_generation
 
+    @property
+    def session_unproven(self) -> bool:
+        """Heartbeating, and no answer has proven the session for ``session_timeout``."""
+        return self.heartbeats_active and self.timers.session_expired(self._now)
+
     def commit_gate(self, partitions: Iterable[TopicPartition]) -> CommitGate:
         """May offsets for ``partitions`` be committed now, and under which generation?"""
         parts = frozenset(partitions)
@@ -489,6 +521,14 @@ class Membership:
                 "cannot commit: this member is not part of an active generation "
                 "(membership lost or not joined yet)",
             )
+        if self.session_unproven:
+            return CommitGate(
+                gen,
+                member,
+                "cannot commit: no heartbeat answer has proven this member's session for "
+                f"session_timeout_ms ({self.timers.session_timeout:g}s); the coordinator "
+                "is being looked up again - commit after the membership is confirmed",
+            )
         foreign = parts - self.owned
         if foreign:
             return CommitGate(
@@ -505,9 +545,10 @@ class Membership:
             return None
         if self._backoff_until is not None:
             deadlines.append(self._backoff_until)
-        if self.heartbeats_active:
-            deadlines.append(self.timers.session_deadline())
-            if self.coordinator_id is not None and not self.timers.in_flight:
+        if self.heartbeats_active and self.coordinator_id is not None:
+            # Without a coordinator nothing is due: its lookup's answer wakes the member.
+            deadlines.append(self.timers.session_check_deadline())
+            if not self.timers.in_flight:
                 deadlines.append(self.timers.next_heartbeat_at())
         if self._listener_deadline is not None:
             deadlines.append(self._listener_deadline)
@@ -567,6 +608,9 @@ class Membership:
         self.coordinator_id = ev.node_id
         self._finding_coordinator = False
         self._coordinator_wanted = False
+        # A found coordinator gets a whole session to answer (Java resets its session
+        # timer on discovery); the proof deadline, and so the delivery gate, stays.
+        self.timers.coordinator_found(self._now)
 
     def _on_coordinator_lookup_failed(self, ev: E.Event, out: list[A.Action]) -> None:
         assert isinstance(ev, E.CoordinatorLookupFailed)
@@ -956,9 +1000,17 @@ class Membership:
             self.timers.reset_session(now)
         self._heartbeats_were_active = active
         if active:
-            if self.timers.session_expired(now):
-                self._lose(
-                    f"session expired: no successful heartbeat for {self.timers.session_timeout:g}s"
+            if self.coordinator_id is not None and self.timers.session_check_due(now):
+                # Java disconnects from the suspected coordinator, failing the beat in
+                # flight; here it is given up so the next one goes to the new coordinator.
+                self.timers.failed(now)
+                self._react(
+                    out,
+                    "Heartbeat",
+                    -1,
+                    SESSION_ELAPSED,
+                    f"no heartbeat answer for session_timeout_ms "
+                    f"({self.timers.session_timeout:g}s)",
                 )
             elif (
                 self.coordinator_id is not None
@@ -990,6 +1042,11 @@ class Membership:
         return self.state is S.UNJOINED and self.subscribed and not self.closing
 
     def _coordinator_reason(self) -> str:
+        if self.session_unproven:
+            return (
+                "session timed out without a heartbeat answer: finding the coordinator "
+                "again (member id and generation kept; delivery paused until an answer)"
+            )
         if self.heartbeats_active:
             return "coordinator lost while in a generation"
         if self.state is S.UNJOINED and self.subscribed:
@@ -1116,10 +1173,14 @@ def _can_send_leave(m: Membership) -> bool:
 
 
 def _may_join(m: Membership) -> bool:
+    # Not while the session is unproven: a heartbeat answer decides first whether the
+    # partitions are still ours (a broker that readmits an evicted member id would
+    # otherwise take the stale claim; the join states deliver without the gate).
     return (
         m._backoff_until is None
         and m.coordinator_id is not None
         and (m.state is S.UNJOINED or m.rejoin_reason is not None)
+        and not m.session_unproven
     )
 
 
@@ -1131,7 +1192,7 @@ STATE_RULES: tuple[StateRule, ...] = (
         _BOTH,
         lambda m: bool(m.owned) and not m.in_generation,
         S.LOSING,
-        "owned partitions without a generation (session expired, fenced, unknown member)",
+        "owned partitions without a generation (fenced, unknown member, illegal generation)",
         lambda m, out: m._start_lost(out),
     ),
     StateRule(
@@ -1207,7 +1268,7 @@ STATE_RULES: tuple[StateRule, ...] = (
         _BOTH,
         _may_join,
         S.PREPARING_REBALANCE,
-        "coordinator known, nothing blocking: SendJoinGroup",
+        "coordinator known, session not unproven, nothing blocking: SendJoinGroup",
         lambda m, out: m._send_join(out),
     ),
 )

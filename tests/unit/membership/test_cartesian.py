@@ -23,7 +23,18 @@ from aiogroup._protocol.results import (
     SyncGroupResult,
 )
 
-from .driver import COOPERATIVE, EAGER, SESSION, join_error, join_ok, leave_ok, make, sync_ok, tps
+from .driver import (
+    COOPERATIVE,
+    EAGER,
+    SESSION,
+    heartbeat,
+    join_error,
+    join_ok,
+    leave_ok,
+    make,
+    sync_ok,
+    tps,
+)
 
 S = MemberState
 
@@ -63,8 +74,17 @@ def _revoking(m: Membership) -> Membership:
     return m
 
 
+def _stable_unproven(m: Membership) -> Membership:
+    """STABLE, a session passed without a heartbeat answer: coordinator being looked up."""
+    _stable(m).handle(E.TimerFired(), 1.0)  # a heartbeat goes out and is never answered
+    m.handle(E.TimerFired(), SESSION)
+    assert m.session_unproven and m.coordinator_id is None
+    return m
+
+
 def _losing(m: Membership) -> Membership:
-    _stable(m).handle(E.TimerFired(), SESSION)
+    _stable(m).handle(E.TimerFired(), 1.0)
+    m.handle(heartbeat(25, 1), 1.1)  # UNKNOWN_MEMBER_ID
     return m
 
 
@@ -90,6 +110,7 @@ BUILDERS: dict[str, tuple[MemberState, Callable[[Membership], Membership]]] = {
     "completing-leader": (S.COMPLETING_REBALANCE, _completing_leader),
     "assigning": (S.ASSIGNING, _assigning),
     "stable": (S.STABLE, _stable),
+    "stable-unproven": (S.STABLE, _stable_unproven),
     "revoking": (S.REVOKING, _revoking),
     "losing": (S.LOSING, _losing),
     "leaving": (S.LEAVING, _leaving),
