@@ -269,26 +269,36 @@ class HeartbeatAnswer:
 SESSION_PROVING_CODES = frozenset({C.NONE, C.REBALANCE_IN_PROGRESS})
 
 #: What a member does when ``session_timeout`` passed in a heartbeating state with no
-#: answer proving its session: suspect the *coordinator*, not the membership (Java's
-#: heartbeat thread: "session timed out without receiving a heartbeat response" marks
-#: the coordinator unknown).  It keeps member id and generation, finds the coordinator
-#: again and goes on heartbeating to it; only the broker declares the membership gone
-#: (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID -> LOSE/FENCED).  Why
-#: that is safe: a coordinator failover (the controller fences a dead broker after
-#: ``broker.session.timeout.ms``, 9 s by default) can outlast the session, and the new
-#: coordinator restarts every member's session when it loads the group - declaring
-#: the membership lost there made every member rejoin for nothing.  Meanwhile the
-#: *proof* deadline has passed, so the shell's delivery gate
-#: (``SubscriptionState.membership_valid_until``) hands out no record, commits are
-#: refused and no rejoin starts, until an answer decides.  An answer in
+#: answer proving its session (it *lapsed*): suspect the *coordinator*, not the
+#: membership - Java's heartbeat thread ("session timed out without receiving a
+#: heartbeat response") marks the coordinator unknown, finds it again and keeps
+#: member id and generation; only the broker ends a membership (UNKNOWN_MEMBER_ID,
+#: ILLEGAL_GENERATION, FENCED_INSTANCE_ID -> LOSE/FENCED).  A coordinator failover
+#: (the controller fences a dead broker after ``broker.session.timeout.ms``, 9 s by
+#: default) can outlast the session, and the new coordinator restarts every member's
+#: session when it loads the group: forgetting the member id there made every member
+#: rejoin as a new one and the broker evict the old ids.
+#:
+#: aiogroup keeps its stronger safety on top.  From the lapse on, the proof deadline
+#: (the shell's delivery gate, ``SubscriptionState.membership_valid_until``) has
+#: passed: no record is handed out and commits are refused.  Partitions still owned
+#: when the member next rests are *lost* to the application (the "lost" state rule):
+#: the lapse is the earliest moment the broker may have evicted the member and handed
+#: them on, so a running application must learn it then, not when a network cut heals
+#: - Java's does not, and the chaos scenario "one member's connection cut for twice
+#: the session" measured the overlap that follows (gate alone: 2 overlaps of ~2.3 s).
+#: Then the member rejoins *under the same member id and generation*; the broker
+#: judges it (Kafka gives a follower whose metadata is unchanged its current
+#: assignment back without a rebalance, or answers UNKNOWN_MEMBER_ID).  A proving
+#: answer that arrives while a listener still runs (REVOKING/ASSIGNING), or to a
+#: member owning nothing, ends the lapse instead: an answer in
 #: :data:`SESSION_PROVING_CODES` for the same (member id, generation) means the
-#: coordinator still holds us in the generation our partitions belong to: the group's
-#: generation did not move, so no other member was given them (a generation moves
-#: only by a rebalance that completes without us, which removes us and makes the
-#: answer UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION).  So the gate reopens with a fresh
-#: deadline.  With no coordinator ever found (brokers gone) the member waits, as
-#: Java's does: gated, looking the coordinator up every ``retry_backoff``; ``stop()``
-#: is bounded by its own timeout.
+#: group's generation did not move - it moves only by a rebalance completed without
+#: us, which removes us and makes the answer UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION -
+#: so nobody was given our partitions, and the gate reopens with a fresh deadline.
+#: With no coordinator ever found (brokers gone) the member waits, as Java's does:
+#: looking the coordinator up every ``retry_backoff``; ``stop()`` is bounded by its
+#: own timeout.
 SESSION_ELAPSED = R.FIND_COORDINATOR
 
 
@@ -418,10 +428,9 @@ class Membership:
     * ``on_partitions_assigned`` exactly once per completed rebalance, with the newly
       added partitions - an empty set when none were added.
     * ``on_partitions_lost`` (never revoked) when the broker says the membership is
-      gone - UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID - and only with
-      a non-empty set.  A session that passes without a heartbeat answer is not a
-      loss by itself (:data:`SESSION_ELAPSED`): delivery and commits pause until an
-      answer proves the session or ends it.
+      gone - UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID - or the
+      session lapsed without a heartbeat answer (:data:`SESSION_ELAPSED`: the member
+      id and generation are kept for the rejoin), and only with a non-empty set.
     * Leaving (close, unsubscribe, max-poll expiry): revoked only when non-empty.
     * Listeners never overlap: an event that needs another callback while one runs is
       remembered and acted on when ``ListenerCompleted`` arrives.
@@ -483,6 +492,9 @@ class Membership:
         self._stable_since = now
         self._next_auto_commit: float | None = None
         self._heartbeats_were_active = False
+        #: The session lapsed without a proving answer; ends with a proof, the lost
+        #: listener, a new generation or the generation's end (see SESSION_ELAPSED).
+        self._session_lapsed = False
         self._now = now
 
     # -- queries ---------------------------------------------------------------------------
@@ -497,8 +509,10 @@ class Membership:
 
     @property
     def session_unproven(self) -> bool:
-        """Heartbeating, and no answer has proven the session for ``session_timeout``."""
-        return self.heartbeats_active and self.timers.session_expired(self._now)
+        """No answer has proven the session for ``session_timeout`` (see SESSION_ELAPSED)."""
+        return self._session_lapsed or (
+            self.heartbeats_active and self.timers.session_expired(self._now)
+        )
 
     def commit_gate(self, partitions: Iterable[TopicPartition]) -> CommitGate:
         """May offsets for ``partitions`` be committed now, and under which generation?"""
@@ -661,6 +675,7 @@ class Membership:
             return
         self.generation_id = r.generation_id
         self.member_id = r.member_id
+        self._session_lapsed = False
         self.protocol_name = r.protocol_name
         self.leader_id = r.leader
         # The broker counts the session from the join: a stage that heartbeats before
@@ -758,6 +773,7 @@ class Membership:
         answer = heartbeat_answer(self.state, code)
         if answer.keeps_session:
             self.timers.succeeded(self._now)
+            self._session_lapsed = False
         elif answer.reaction in (R.RETRY_BACKOFF, R.FIND_COORDINATOR, R.REPORT_RETRY):
             self.timers.failed(self._now)
         else:
@@ -803,11 +819,28 @@ class Membership:
             self.owned = _NO_PARTITIONS
             out.append(A.SetAssignment(None))
             self.state = S.UNJOINED
+            if self._session_lapsed:
+                # Nothing owned is left to protect: the rejoin under the same member
+                # id and generation lets the broker judge the membership.  The lost
+                # callback was this rebalance's preparation (Java's onJoinPrepare
+                # calls onPartitionsLost instead of onPartitionsRevoked then).
+                self._session_lapsed = False
+                self._prejoin_done = True
+                self.rejoin_reason = (
+                    f"no heartbeat answer for session_timeout_ms "
+                    f"({self.timers.session_timeout:g}s); rejoining under the same member id"
+                )
             return
         self.owned = self.owned - self._revoking
         self._revoking = _NO_PARTITIONS
         pending, self._pending_assignment = self._pending_assignment, None
-        if pending is not None and self.in_generation and not self.closing and self.subscribed:
+        if (
+            pending is not None
+            and self.in_generation
+            and not self.closing
+            and self.subscribed
+            and not self._session_lapsed  # what is kept is lost next; nothing new
+        ):
             self._install(out, pending)
             return
         out.append(A.SetAssignment(self.owned if self.owned else None))
@@ -885,6 +918,7 @@ class Membership:
         self.protocol_name = None
         self.leader_id = None
         self._prejoin_done = False
+        self._session_lapsed = False
         self.timers.answered()
 
     def _coordinator_dead(self) -> None:
@@ -1000,18 +1034,17 @@ class Membership:
             self.timers.reset_session(now)
         self._heartbeats_were_active = active
         if active:
-            if self.coordinator_id is not None and self.timers.session_check_due(now):
+            lapses = not self._session_lapsed and self.timers.session_expired(now)
+            if lapses or (self.coordinator_id is not None and self.timers.session_check_due(now)):
+                why = (
+                    f"no heartbeat answer for session_timeout_ms ({self.timers.session_timeout:g}s)"
+                )
+                if lapses:
+                    self._session_lapsed = True
                 # Java disconnects from the suspected coordinator, failing the beat in
                 # flight; here it is given up so the next one goes to the new coordinator.
                 self.timers.failed(now)
-                self._react(
-                    out,
-                    "Heartbeat",
-                    -1,
-                    SESSION_ELAPSED,
-                    f"no heartbeat answer for session_timeout_ms "
-                    f"({self.timers.session_timeout:g}s)",
-                )
+                self._react(out, "Heartbeat", -1, SESSION_ELAPSED, why)
             elif (
                 self.coordinator_id is not None
                 and not self.timers.in_flight
@@ -1045,7 +1078,7 @@ class Membership:
         if self.session_unproven:
             return (
                 "session timed out without a heartbeat answer: finding the coordinator "
-                "again (member id and generation kept; delivery paused until an answer)"
+                "again (member id and generation kept)"
             )
         if self.heartbeats_active:
             return "coordinator lost while in a generation"
@@ -1173,14 +1206,10 @@ def _can_send_leave(m: Membership) -> bool:
 
 
 def _may_join(m: Membership) -> bool:
-    # Not while the session is unproven: a heartbeat answer decides first whether the
-    # partitions are still ours (a broker that readmits an evicted member id would
-    # otherwise take the stale claim; the join states deliver without the gate).
     return (
         m._backoff_until is None
         and m.coordinator_id is not None
         and (m.state is S.UNJOINED or m.rejoin_reason is not None)
-        and not m.session_unproven
     )
 
 
@@ -1190,9 +1219,10 @@ STATE_RULES: tuple[StateRule, ...] = (
     StateRule(
         "lost",
         _BOTH,
-        lambda m: bool(m.owned) and not m.in_generation,
+        lambda m: bool(m.owned) and (not m.in_generation or m._session_lapsed),
         S.LOSING,
-        "owned partitions without a generation (fenced, unknown member, illegal generation)",
+        "owned partitions without a generation (fenced, unknown member, illegal "
+        "generation) or with a lapsed session",
         lambda m, out: m._start_lost(out),
     ),
     StateRule(
@@ -1268,7 +1298,7 @@ STATE_RULES: tuple[StateRule, ...] = (
         _BOTH,
         _may_join,
         S.PREPARING_REBALANCE,
-        "coordinator known, session not unproven, nothing blocking: SendJoinGroup",
+        "coordinator known, nothing blocking: SendJoinGroup",
         lambda m, out: m._send_join(out),
     ),
 )

@@ -74,11 +74,22 @@ def _revoking(m: Membership) -> Membership:
     return m
 
 
-def _stable_unproven(m: Membership) -> Membership:
-    """STABLE, a session passed without a heartbeat answer: coordinator being looked up."""
-    _stable(m).handle(E.TimerFired(), 1.0)  # a heartbeat goes out and is never answered
+def _stable_empty_lapsed(m: Membership) -> Membership:
+    """STABLE owning nothing, its session lapsed without a heartbeat answer: it keeps
+    heartbeating (member id and generation kept) while the coordinator is looked up."""
+    _completing_follower(m).handle(sync_ok(1, frozenset()), 0.0)
+    m.handle(E.ListenerCompleted("assigned"), 0.0)
+    m.handle(E.TimerFired(), 1.0)  # a heartbeat goes out and is never answered
     m.handle(E.TimerFired(), SESSION)
-    assert m.session_unproven and m.coordinator_id is None
+    assert m.session_unproven and m.coordinator_id is None and m.generation_id == 1
+    return m
+
+
+def _losing_lapsed(m: Membership) -> Membership:
+    """The session lapsed while owning partitions: lost, member id and generation kept."""
+    _stable(m).handle(E.TimerFired(), 1.0)
+    m.handle(E.TimerFired(), SESSION)
+    assert m.generation_id == 1
     return m
 
 
@@ -110,9 +121,10 @@ BUILDERS: dict[str, tuple[MemberState, Callable[[Membership], Membership]]] = {
     "completing-leader": (S.COMPLETING_REBALANCE, _completing_leader),
     "assigning": (S.ASSIGNING, _assigning),
     "stable": (S.STABLE, _stable),
-    "stable-unproven": (S.STABLE, _stable_unproven),
+    "stable-empty-lapsed": (S.STABLE, _stable_empty_lapsed),
     "revoking": (S.REVOKING, _revoking),
     "losing": (S.LOSING, _losing),
+    "losing-lapsed": (S.LOSING, _losing_lapsed),
     "leaving": (S.LEAVING, _leaving),
     "closed": (S.CLOSED, _closed),
     "fatal": (S.FATAL, _fatal),

@@ -129,15 +129,20 @@ def in_stable() -> Membership:
     return m
 
 
-def in_stable_unproven() -> Membership:
-    """STABLE after a session without an answer: the coordinator was looked up again
-    and the first heartbeat to it is in flight; delivery is gated meanwhile."""
-    m = in_stable()
+def in_stable_lapsed() -> Membership:
+    """STABLE owning nothing after a session without an answer: the coordinator was
+    looked up again and the first heartbeat to it is in flight (a member that owned
+    partitions would have been told they are lost, see SESSION_ELAPSED)."""
+    m = machine()
+    _joined(m)
+    m.handle(sync_ok(1, frozenset()), 0.0)
+    m.handle(E.ListenerCompleted("assigned"), 0.0)
+    _beat(m, 1.0)
     out = m.handle(E.TimerFired(), SESSION)
     assert [type(a) for a in out] == [A.FindCoordinator] and m.coordinator_id is None
     out = m.handle(E.CoordinatorFound(2), SESSION + 0.2)
     assert out == [A.SendHeartbeat(1, "m1")]
-    assert m.session_unproven and m.timers.in_flight
+    assert m.session_unproven and m.timers.in_flight and m.state is S.STABLE
     return m
 
 
@@ -237,7 +242,7 @@ def in_fatal() -> Membership:
 
 SETUPS: dict[str, tuple[MemberState, Callable[[], Membership]]] = {
     "stable": (S.STABLE, in_stable),
-    "stable-unproven": (S.STABLE, in_stable_unproven),
+    "stable-lapsed": (S.STABLE, in_stable_lapsed),
     "assigning": (S.ASSIGNING, in_assigning),
     "revoking-eager": (S.REVOKING, in_revoking_eager),
     "revoking-cooperative": (S.REVOKING, in_revoking_cooperative),
@@ -276,7 +281,7 @@ def test_answer_in_state(setup: str, code: int) -> None:
         assert not m.session_unproven  # a proving answer reopens the delivery gate
     else:
         assert m.timers.session_deadline() == deadline_before
-        if setup == "stable-unproven" and m.heartbeats_active:
+        if setup == "stable-lapsed" and m.heartbeats_active:
             assert m.session_unproven  # only a proving answer reopens it
 
     react = want.reaction
@@ -299,7 +304,7 @@ def test_answer_in_state(setup: str, code: int) -> None:
         assert not m.heartbeats_active
         if react is not R.LOSE:
             assert [r.fatal for r in raised] == [True]
-        if state is S.STABLE:  # a running listener finishes first, then lost
+        if state is S.STABLE and owned:  # a running listener finishes first, then lost
             assert out[-1] == A.InvokeOnPartitionsLost(owned)
     elif react is R.RETRY_BACKOFF:
         assert m.state is state and m.timers.next_heartbeat_at() == now + BACKOFF

@@ -32,7 +32,7 @@ from .driver import (
 S = MemberState
 SESSION_REASON = (
     "session timed out without a heartbeat answer: finding the coordinator again "
-    "(member id and generation kept; delivery paused until an answer)"
+    "(member id and generation kept)"
 )
 
 
@@ -137,22 +137,31 @@ def test_cooperative_rebalance_revokes_only_leaving_partitions_then_rejoins() ->
     assert m.state is S.STABLE
 
 
-def test_session_elapsed_suspects_the_coordinator_not_the_membership() -> None:
+def test_session_lapse_loses_partitions_but_keeps_the_identity_for_the_rejoin() -> None:
     """Java's heartbeat thread: a session without an answer marks the coordinator
-    unknown; member id, generation and partitions are kept (see SESSION_ELAPSED)."""
+    unknown, member id and generation kept.  aiogroup also tells the application its
+    partitions are lost (the broker may hand them on from now); see SESSION_ELAPSED."""
     m = make()
     to_stable(m, tps(0))
     m.handle(E.TimerFired(), 1.0)  # heartbeat sent, never answered
     assert m.next_deadline() == SESSION
     out = m.handle(E.TimerFired(), SESSION)
-    assert out == [A.FindCoordinator(SESSION_REASON)]
-    assert (m.state, m.generation_id, m.member_id, m.owned) == (S.STABLE, 1, "m1", tps(0))
-    # the proof deadline (the delivery gate) stays where the last proof put it
-    assert m.session_unproven and m.timers.session_deadline() == SESSION
+    assert out == [
+        A.FindCoordinator(SESSION_REASON),
+        A.MarkRevoking(tps(0)),
+        A.InvokeOnPartitionsLost(tps(0)),
+    ]
+    assert (m.state, m.generation_id, m.member_id) == (S.LOSING, 1, "m1")
     assert not m.commit_gate(tps(0)).allowed
     # the old heartbeat's answer arrives late: it was given up, and changes nothing
     assert m.handle(heartbeat(0, 1), SESSION + 0.05) == []
-    assert m.session_unproven
+    assert m.handle(E.ListenerCompleted("lost"), SESSION + 1) == [A.SetAssignment(None)]
+    out = m.handle(E.CoordinatorFound(2), SESSION + 2)
+    why = (
+        f"no heartbeat answer for session_timeout_ms ({SESSION:g}s); "
+        "rejoining under the same member id"
+    )
+    assert out == [A.SendJoinGroup(why, "m1", 1, frozenset())]
 
 
 @pytest.mark.parametrize("code", [22, 25])  # ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID
@@ -279,11 +288,12 @@ def test_coordinator_lost_while_stable_keeps_generation_and_session_clock() -> N
     out = m.handle(E.CoordinatorFound(2), 2.6)
     assert out == [A.SendHeartbeat(1, "m1")]  # the retry backoff has passed
     out = m.handle(E.TimerFired(), SESSION)  # still no successful heartbeat
-    assert out == [] and m.session_unproven  # gated, but the new coordinator gets a session
-    assert m.next_deadline() == 2.6 + SESSION
-    out = m.handle(E.TimerFired(), 2.6 + SESSION)
-    assert out == [A.FindCoordinator(SESSION_REASON)]
-    assert (m.generation_id, m.member_id, m.owned) == (1, "m1", tps(0))
+    assert out == [
+        A.FindCoordinator(SESSION_REASON),
+        A.MarkRevoking(tps(0)),
+        A.InvokeOnPartitionsLost(tps(0)),
+    ]
+    assert (m.generation_id, m.member_id) == (1, "m1")
 
 
 def test_group_authorization_failure_is_reported_and_retried() -> None:
