@@ -559,8 +559,11 @@ class Membership:
             return None
         if self._backoff_until is not None:
             deadlines.append(self._backoff_until)
+        if self.heartbeats_active and not self._session_lapsed:
+            # The lapse is due at the proof deadline, coordinator known or not.
+            deadlines.append(self.timers.session_deadline())
         if self.heartbeats_active and self.coordinator_id is not None:
-            # Without a coordinator nothing is due: its lookup's answer wakes the member.
+            # Without a coordinator nothing else is due: its lookup's answer wakes us.
             deadlines.append(self.timers.session_check_deadline())
             if not self.timers.in_flight:
                 deadlines.append(self.timers.next_heartbeat_at())

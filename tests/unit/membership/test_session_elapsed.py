@@ -210,3 +210,15 @@ def test_no_coordinator_ever_found_waits_and_closes_without_hanging() -> None:
     assert (m.state, m.generation_id, m.member_id) == (S.UNJOINED, 1, "m1")
     assert m.handle(E.CloseRequested(), now + 1) == []
     assert m.state is S.CLOSED
+
+
+def test_the_lapse_is_due_at_the_proof_deadline_without_a_coordinator() -> None:
+    """A lookup that hangs (a cut network) must not delay the lapse: the application
+    has to learn of it before the broker can hand the partitions on."""
+    m = make()
+    to_stable(m, tps(0))
+    m.handle(E.TimerFired(), 1.0)
+    m.handle(E.HeartbeatFailed("connection", 1), 1.1)  # coordinator unknown, lookup sent
+    assert m.coordinator_id is None and m.next_deadline() == SESSION
+    out = m.handle(E.TimerFired(), SESSION)
+    assert out == [A.MarkRevoking(tps(0)), A.InvokeOnPartitionsLost(tps(0))]
