@@ -48,6 +48,7 @@ from aiogroup._protocol.group import (
     parse_offset_commit,
     parse_offset_fetch,
 )
+from aiogroup._protocol.group_configs import parse_session_timeout, session_timeout_request
 from aiogroup._timeouts import wait_for
 from aiogroup.config import REMOTE_ASSIGNORS, ConsumerConfig
 from aiogroup.errors import (
@@ -225,6 +226,7 @@ class ConsumerGroupCoordinator:
         loop = asyncio.get_running_loop()
         self._spawn(self._watch_subscription(), "subscription-watcher")
         self._spawn(self._refresh_committed_loop(), "commit-refresh")
+        self._spawn(self._learn_session_timeout(), "DescribeConfigs")
         if self._config.enable_auto_commit:
             self._spawn(self._auto_commit_loop(), "auto-commit")
         getter: asyncio.Task[_InboxItem] | None = None
@@ -266,6 +268,8 @@ class ConsumerGroupCoordinator:
             self._last_fed_poll = last_poll
             self._perform_all(self._membership.handle(cg.ApplicationPolled(), now))
         self._perform_all(self._membership.handle(event, now))
+        # The delivery gate: past it the coordinator may have fenced this member.
+        self._subscription.set_membership_valid_until(self._membership.membership_valid_until())
 
     def _perform_all(self, actions: Iterable[cg.Action]) -> None:
         for action in actions:
@@ -498,6 +502,32 @@ class ConsumerGroupCoordinator:
         self._inbox.put_nowait(event)
         self._epoch_changed.set()
         self._epoch_changed = asyncio.Event()
+
+    async def _learn_session_timeout(self) -> None:
+        """Ask a broker for the group's session timeout, once; until it answers (or if
+        it never does: no DESCRIBE_CONFIGS permission, an older broker) the delivery
+        gate uses the heartbeat interval, which is shorter."""
+        for attempt in range(3):
+            node = self._client.get_random_node()
+            try:
+                if node is None:
+                    raise KafkaError("no broker known")
+                resp = await self._client.send(node, session_timeout_request(self._group_id, node))
+                ms = parse_session_timeout(resp)
+            except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+                log.debug("group %s: session timeout lookup failed (%r)", self._group_id, exc)
+                await asyncio.sleep(self._retry_backoff * (attempt + 1))
+                continue
+            if ms is None:
+                log.info(
+                    "group %s: the broker did not tell the consumer session timeout; "
+                    "records are handed out only within a heartbeat interval of the "
+                    "last heartbeat acknowledged",
+                    self._group_id,
+                )
+            else:
+                self._inbox.put_nowait(cg.SessionTimeoutLearned(ms))
+            return
 
     async def _resolve_topic_ids(self) -> None:
         """Ask any broker for the id <-> name map of every topic (assignments speak ids)."""

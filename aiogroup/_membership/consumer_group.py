@@ -39,6 +39,14 @@ ConsumerHeartbeatRequestManager and KIP-848):
 * Leaving revokes what is owned, then sends epoch -1 (a static member: -2, so its
   ``group_instance_id`` keeps its assignment until the session expires).
 * A poll gap over ``max_poll_interval`` leaves the group (STALE); the next poll rejoins.
+* The coordinator fences a member whose session (group.consumer.session.timeout.ms,
+  or the group's consumer.session.timeout.ms) passed without a heartbeat; its
+  session restarts when a heartbeat *arrives*.  So the member is surely still in
+  the group until (send time of its last acknowledged heartbeat) + the session:
+  :meth:`ConsumerMembership.membership_valid_until`, the shell's delivery gate.
+  Until the shell learned the session (:class:`SessionTimeoutLearned`) the bound is
+  the coordinator's heartbeat interval, which Kafka requires to be less than the
+  session timeout (GroupCoordinatorConfig, GroupConfig): shorter, never later.
 """
 
 from __future__ import annotations
@@ -77,6 +85,7 @@ __all__ = [
     "RaiseToApplication",
     "RequestMetadata",
     "SendHeartbeat",
+    "SessionTimeoutLearned",
     "SetAssignment",
     "Subscribed",
     "TimerFired",
@@ -252,6 +261,14 @@ class ApplicationPolled(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class SessionTimeoutLearned(Event):
+    """The coordinator's session timeout for this group, as the broker configures it
+    (DescribeConfigs): the delivery gate's bound from now on."""
+
+    session_timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class TimerFired(Event):
     pass
 
@@ -268,6 +285,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     TopicNamesResolved,
     ApplicationPolled,
     TimerFired,
+    SessionTimeoutLearned,
 )
 
 
@@ -591,6 +609,12 @@ class ConsumerMembership:
         self.acknowledged = False
         self.heartbeat_interval = 0.0
         self.next_heartbeat_at = now
+        #: When the heartbeat in flight (or the last one) was sent.
+        self.heartbeat_sent_at = now
+        #: Send time of the last heartbeat answered without error (None: none yet).
+        self.proven_at: float | None = None
+        #: The broker's session timeout in seconds (None: not learned; see the gate).
+        self.session_timeout: float | None = None
         self.last_poll = now
         self.leave_reason: LeaveReason | None = None
         #: The leave heartbeat (epoch -1/-2) is out: its answer, whatever it is, ends LEAVING.
@@ -646,6 +670,22 @@ class ConsumerMembership:
                 f"not a member of group {self.config.group_id!r} (state {self.state.value})",
             )
         return CommitGate(self.member_id, self.member_epoch)
+
+    def membership_valid_until(self) -> float | None:
+        """Until when the member is surely in the group (the shell's delivery gate).
+
+        (send time of the last acknowledged heartbeat) + the session timeout: the
+        coordinator cannot have fenced it for a lapsed session before then.  Until the
+        session is learned, the heartbeat interval bounds it instead (shorter than the
+        session).  None while the member holds no membership (epoch 0: joining, fenced,
+        left): then it owns nothing to hand out.
+        """
+        if self.member_epoch <= 0 or self.proven_at is None:
+            return None
+        bound = (
+            self.session_timeout if self.session_timeout is not None else self.heartbeat_interval
+        )
+        return self.proven_at + bound
 
     @property
     def finished(self) -> bool:
@@ -757,6 +797,7 @@ class ConsumerMembership:
     def _heartbeat(self) -> SendHeartbeat:
         cfg = self.config
         self.heartbeat_in_flight = True
+        self.heartbeat_sent_at = self.now
         if self.state is S.LEAVING:
             self.inflight_owned = None
             self.leave_sent = True
@@ -953,6 +994,7 @@ def _on_heartbeat_response(m: M, ev: Event) -> None:
         m.member_epoch = ev.member_epoch
         if ev.heartbeat_interval_ms > 0:
             m.heartbeat_interval = ev.heartbeat_interval_ms / 1000
+        m.proven_at = m.heartbeat_sent_at
         m.next_heartbeat_at = m.now + m.heartbeat_interval
         if ev.assignment is not None and m.state in _CAN_RECONCILE:
             m.target = frozenset((tid, p) for tid, parts in ev.assignment.items() for p in parts)
@@ -1063,6 +1105,12 @@ def _on_timer(m: M, ev: Event) -> None:
     pass
 
 
+def _on_session_timeout(m: M, ev: Event) -> None:
+    assert isinstance(ev, SessionTimeoutLearned)
+    if ev.session_timeout_ms > 0:
+        m.session_timeout = ev.session_timeout_ms / 1000
+
+
 def _on_late_heartbeat(m: M, ev: Event) -> None:
     """An answer to a heartbeat sent before the member left the group: only bookkeeping."""
     m.heartbeat_in_flight = False
@@ -1107,6 +1155,7 @@ for _s in S:
     EVENT_TRANSITIONS[(_s, TopicNamesResolved)] = _t(_on_topic_names)
     EVENT_TRANSITIONS[(_s, ApplicationPolled)] = _t(_on_polled)
     EVENT_TRANSITIONS[(_s, TimerFired)] = _t(_on_timer)
+    EVENT_TRANSITIONS[(_s, SessionTimeoutLearned)] = _t(_on_session_timeout)
     EVENT_TRANSITIONS[(_s, ListenerCompleted)] = _t(_on_listener_completed)
     EVENT_TRANSITIONS[(_s, HeartbeatResponseReceived)] = _t(_on_late_heartbeat)
     EVENT_TRANSITIONS[(_s, HeartbeatFailed)] = _t(_on_late_heartbeat)

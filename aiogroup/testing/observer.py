@@ -3,8 +3,9 @@
 A member cannot be trusted to say that it was evicted: the defect this module was
 written to catch (issue 12) is a member that was dropped by the broker and never
 noticed.  :class:`GroupObserver` asks the group coordinator itself (DescribeGroups,
-over its own bare aiokafka connection) every ``interval`` seconds which members the
-group has and what each was assigned, and writes what changed into a
+over its own bare aiokafka connection; ConsumerGroupDescribe for a KIP-848 group,
+``protocol="consumer"``) every ``interval`` seconds which members the group has and
+what each was assigned, and writes what changed into a
 :class:`~aiogroup.testing.history.HistoryRecorder`:
 
 * ``joined`` when a member id appears (``detail`` is the id),
@@ -34,11 +35,15 @@ from typing import Any
 from aiokafka.client import AIOKafkaClient, CoordinationType
 from aiokafka.protocol.admin import DescribeGroupsRequest
 
+from aiogroup._protocol.consumer_group import (
+    ConsumerGroupDescribeRequest,
+    parse_consumer_group_describe,
+)
 from aiogroup.consumer_protocol import decode_assignment
 from aiogroup.errors import MalformedProtocolDataError
 from aiogroup.testing.history import HistoryRecorder, Partition
 
-__all__ = ["GroupObserver", "GroupSample", "describe_group"]
+__all__ = ["GroupObserver", "GroupSample", "describe_consumer_group", "describe_group"]
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +94,25 @@ async def describe_group(client: AIOKafkaClient, group: str) -> GroupSample:
     return GroupSample(str(state), members)
 
 
+async def describe_consumer_group(client: AIOKafkaClient, group: str) -> GroupSample:
+    """The same view of a KIP-848 group: DescribeGroups does not describe it (Kafka
+    answers a consumer-protocol group as Dead there), ConsumerGroupDescribe does.
+    Each member's assignment is what the coordinator says it owns now."""
+    node = await client.coordinator_lookup(CoordinationType.GROUP, group)
+    described = parse_consumer_group_describe(
+        await client.send(node, ConsumerGroupDescribeRequest(group))
+    )
+    if described.error_code:
+        raise RuntimeError(
+            f"ConsumerGroupDescribe for {group!r} failed with error code {described.error_code}"
+        )
+    members = {
+        member_name(m.client_id, m.member_id): (m.member_id, tuple(sorted(m.assignment)))
+        for m in described.members
+    }
+    return GroupSample(described.group_state, members)
+
+
 class GroupObserver:
     """Samples a group's membership from the broker into a history (see module doc).
 
@@ -103,9 +127,13 @@ class GroupObserver:
         *,
         interval: float = 0.1,
         request_timeout_ms: int = 5000,
+        protocol: str = "classic",
     ) -> None:
         if interval <= 0:
             raise ValueError(f"interval must be positive, got {interval!r}")
+        if protocol not in ("classic", "consumer"):
+            raise ValueError(f"protocol must be 'classic' or 'consumer', got {protocol!r}")
+        self._describe = describe_consumer_group if protocol == "consumer" else describe_group
         self.bootstrap_servers = bootstrap_servers
         self.group = group
         self.recorder = recorder
@@ -158,7 +186,7 @@ class GroupObserver:
         while True:
             sent = time.monotonic()
             try:
-                sample = await describe_group(self._client, self.group)
+                sample = await self._describe(self._client, self.group)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the next sample tries again; a gap is not a "gone"

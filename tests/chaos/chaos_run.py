@@ -44,6 +44,7 @@ class ChaosRun:
         partitions: int = 4,
         *,
         pace: float = 0.05,
+        group_protocol: str = "classic",
     ) -> None:
         self.broker = broker
         self.bootstrap = broker.bootstrap_servers
@@ -60,12 +61,16 @@ class ChaosRun:
         self.procs: dict[str, asyncio.subprocess.Process] = {}
         self.faults = 0
         self._pace = pace
+        #: "consumer": every member speaks KIP-848, observed with ConsumerGroupDescribe.
+        self.group_protocol = group_protocol
         self.load: Load | None = None
         self.observer: GroupObserver | None = None
 
     async def __aenter__(self) -> ChaosRun:
         await self.broker.create_topic(self.topic, self.partitions)
-        self.observer = await GroupObserver(self.bootstrap, self.group, self.history).start()
+        self.observer = await GroupObserver(
+            self.bootstrap, self.group, self.history, protocol=self.group_protocol
+        ).start()
         self.load = Load(self.bootstrap, self.topic, self.partitions, self.history, self._pace)
         await self.load.__aenter__()
         return self
@@ -89,6 +94,8 @@ class ChaosRun:
     # -- members ------------------------------------------------------------------------
 
     async def member(self, name: str, strategy: tuple[str, ...], **options: Any) -> Member:
+        if self.group_protocol != "classic":
+            options.setdefault("group_protocol", self.group_protocol)
         m = Member(
             name,
             self.bootstrap,
@@ -114,6 +121,7 @@ class ChaosRun:
             "history": str(self.path),
             "strategy": strategy,
             "session_timeout_ms": SESSION_MS,
+            "group_protocol": self.group_protocol,
             **options,
         }
         proc = await asyncio.create_subprocess_exec(

@@ -23,6 +23,11 @@ async def run(spec: dict[str, object]) -> None:
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     strategy = str(spec["strategy"])
+    options: dict[str, object] = {}
+    if spec.get("group_protocol", "classic") == "consumer":
+        options["group_protocol"] = "consumer"
+    else:
+        options["session_timeout_ms"] = int(spec["session_timeout_ms"])  # type: ignore[call-overload]
     member = Member(
         str(spec["client_id"]),
         str(spec["bootstrap"]),
@@ -32,8 +37,8 @@ async def run(spec: dict[str, object]) -> None:
         asyncio.Event(),
         history=history,
         client_id=str(spec["client_id"]),
-        session_timeout_ms=int(spec["session_timeout_ms"]),  # type: ignore[call-overload]
         process_delay=float(spec.get("process_delay", 0.0)),  # type: ignore[arg-type]
+        **options,
     )
     await member.start()
     try:

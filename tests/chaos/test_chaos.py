@@ -128,17 +128,29 @@ async def test_kill_9_of_a_member_mid_batch(
 
 
 @pytest.mark.parametrize(
-    "protocol", [pytest.param("eager", marks=pytest.mark.chaos_long), "cooperative"]
+    "protocol", [pytest.param("eager", marks=pytest.mark.chaos_long), "cooperative", "consumer"]
 )
 async def test_sigstop_for_twice_the_session_then_sigcont(
     kafka_broker: KafkaBroker, tmp_path: Path, seed: int, protocol: str
 ) -> None:
     """A frozen member is fenced while stopped; on waking it must learn it was fenced
-    before it hands the application another record or commits (no zombie)."""
-    async with ChaosRun(kafka_broker, tmp_path, f"sigstop-{protocol}", seed) as run:
-        strategy = STRATEGIES[protocol][0]
+    before it hands the application another record or commits (no zombie).
+
+    ``consumer``: both members speak KIP-848 (group_protocol="consumer"); the session
+    is the broker's group.consumer.session.timeout.ms, which the test brokers set to
+    the classic members' session (SESSION_S)."""
+    group_protocol = "consumer" if protocol == "consumer" else "classic"
+    if group_protocol == "consumer" and not kafka_broker.caps.supports_consumer_protocol:
+        pytest.skip(
+            "not applicable: this broker has no consumer group protocol "
+            "(caps.supports_consumer_protocol)"
+        )
+    async with ChaosRun(
+        kafka_broker, tmp_path, f"sigstop-{protocol}", seed, group_protocol=group_protocol
+    ) as run:
+        strategy = STRATEGIES.get(protocol, COOPERATIVE)[0]
         frozen = await run.process("Z", strategy)
-        await run.member("C", STRATEGIES[protocol])
+        await run.member("C", STRATEGIES.get(protocol, COOPERATIVE))
         await run.owners(2, timeout=90)
         await run.consuming(frozen)
         await asyncio.sleep(run.rng.uniform(0.0, 2.0))

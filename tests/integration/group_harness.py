@@ -101,6 +101,14 @@ class Member(AsyncConsumerRebalanceListener):
         if history is not None:
             opts["enable_auto_commit"] = False  # every commit explicit, so in the history
         opts.update(options)
+        if opts.get("group_protocol") == "consumer":
+            # The broker decides session, heartbeat and assignment (KIP-848).
+            for key in (
+                "partition_assignment_strategy",
+                "session_timeout_ms",
+                "heartbeat_interval_ms",
+            ):
+                opts.pop(key)
         self.client_id: str = opts["client_id"]
         self.history: MemberRecorder | None = (
             None if history is None else history.member(self.client_id)

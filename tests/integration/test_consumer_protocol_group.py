@@ -29,6 +29,7 @@ from aiogroup._protocol.consumer_group import (
     DescribedConsumerGroup,
     parse_consumer_group_describe,
 )
+from aiogroup._protocol.group_configs import parse_session_timeout, session_timeout_request
 from aiogroup.errors import KafkaError
 from aiogroup.testing.broker import KafkaBroker, unique_name
 from aiogroup.testing.history import HistoryRecorder, MemberRecorder, check_history
@@ -677,3 +678,20 @@ async def test_unsubscribe_leaves_the_group(
         await a.stop()
         await b.stop()
     check_history(history.events()).assert_clean()
+
+
+async def test_the_broker_tells_the_consumer_session_timeout(
+    consumer_protocol_broker: KafkaBroker, group_id: str
+) -> None:
+    """The delivery gate's bound: DescribeConfigs answers the group's session timeout
+    (no group config set: the broker's group.consumer.session.timeout.ms, which the
+    test brokers set to 6000)."""
+    client = AIOKafkaClient(bootstrap_servers=consumer_protocol_broker.bootstrap_servers)
+    await client.bootstrap()
+    try:
+        node = client.get_random_node()
+        assert node is not None
+        resp = await client.send(node, session_timeout_request(group_id, node))
+        assert parse_session_timeout(resp) == 6000
+    finally:
+        await client.close()

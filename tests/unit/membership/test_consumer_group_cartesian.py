@@ -163,6 +163,7 @@ SAMPLES: dict[type[cg.Event], list[cg.Event]] = {
     TopicNamesResolved: [TopicNamesResolved({uuid.UUID(int=0xC): "c"})],
     ApplicationPolled: [ApplicationPolled()],
     TimerFired: [TimerFired()],
+    cg.SessionTimeoutLearned: [cg.SessionTimeoutLearned(6000), cg.SessionTimeoutLearned(0)],
 }
 assert set(SAMPLES) == set(EVENT_TYPES)
 PAIRS = [(state, event) for state in S for etype in EVENT_TYPES for event in SAMPLES[etype]]

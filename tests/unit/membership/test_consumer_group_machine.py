@@ -622,3 +622,75 @@ def test_no_client_side_session_expiry_only_the_broker_fences() -> None:
     assert [type(a) for a in out] == [SendHeartbeat]
     out = d.send(error(110))  # FENCED_MEMBER_EPOCH: now the partitions are lost
     assert InvokeOnPartitionsLost(tps(("a", 0), ("a", 1))) in out, out
+
+
+# -- the delivery gate: membership_valid_until -------------------------------------------
+
+
+def test_no_gate_before_the_join_is_answered() -> None:
+    d = Driver()
+    assert d.m.membership_valid_until() is None
+    d.send(TopicNamesResolved(NAMES))
+    d.send(Subscribed(frozenset({"a"})))
+    d.send(CoordinatorFound())
+    assert d.m.membership_valid_until() is None  # epoch 0, owns nothing
+
+
+def test_gate_is_the_acknowledged_send_time_plus_the_interval_until_the_session_is_known() -> None:
+    d = Driver()
+    d.stable_with({A: (0,)})  # every heartbeat sent and answered at t=0
+    assert d.m.membership_valid_until() == 3.0  # interval 3 s: shorter than any session
+    d.send(cg.SessionTimeoutLearned(45_000))
+    assert d.m.membership_valid_until() == 45.0
+
+
+def test_gate_moves_with_the_send_time_not_the_arrival_of_the_answer() -> None:
+    d = Driver()
+    d.stable_with({A: (0,)})
+    d.send(cg.SessionTimeoutLearned(6000))
+    d.now = 3.0
+    (hb,) = d.send(TimerFired())
+    assert isinstance(hb, SendHeartbeat)
+    d.now = 5.5  # a slow answer: the broker's session restarted no earlier than t=3
+    d.send(ok(1))
+    assert d.m.membership_valid_until() == 9.0
+
+
+def test_gate_does_not_move_on_an_error_or_a_lost_request() -> None:
+    d = Driver()
+    d.stable_with({A: (0,)})
+    d.send(cg.SessionTimeoutLearned(6000))
+    d.now = 3.0
+    d.send(TimerFired())
+    d.now = 3.1
+    d.send(HeartbeatFailed("connection lost"))
+    assert d.m.membership_valid_until() == 6.0
+    d.now = 3.2
+    d.send(CoordinatorFound())
+    d.now = 3.3
+    d.send(error(15))  # COORDINATOR_NOT_AVAILABLE: an answer, but no proof of membership
+    assert d.state is S.STABLE
+    assert d.m.membership_valid_until() == 6.0
+
+
+def test_a_fence_clears_the_gate_and_the_rejoin_sets_it_anew() -> None:
+    d = Driver()
+    d.stable_with({A: (0,)})
+    d.send(cg.SessionTimeoutLearned(6000))
+    d.now = 20.0  # woke after a freeze: the gate (t=6) has long passed
+    assert d.m.membership_valid_until() == 6.0
+    d.send(TimerFired())
+    d.send(error(110))  # FENCED_MEMBER_EPOCH
+    assert d.m.membership_valid_until() is None
+    (hb,) = d.send(ListenerCompleted(Listener.LOST))
+    assert isinstance(hb, SendHeartbeat) and hb.member_epoch == 0
+    d.now = 20.2
+    d.send(ok(2, {A: (0,)}))
+    assert d.m.membership_valid_until() == 26.0
+
+
+def test_an_unusable_session_timeout_is_ignored() -> None:
+    d = Driver()
+    d.stable_with({A: (0,)})
+    d.send(cg.SessionTimeoutLearned(0))
+    assert d.m.membership_valid_until() == 3.0

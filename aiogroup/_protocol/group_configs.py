@@ -1,0 +1,61 @@
+"""The consumer-group session timeout, asked of the broker (DescribeConfigs).
+
+A KIP-848 member's session is the broker's, not the client's: the group's own
+``consumer.session.timeout.ms`` (a dynamic group config, KIP-848) when one is set,
+else the broker's ``group.consumer.session.timeout.ms``.  The member needs it to
+know until when it is surely still in the group (the delivery gate, see
+:mod:`aiogroup._membership.consumer_group`).  One DescribeConfigs request to one
+broker asks for both resources: the GROUP resource (type 32) and that broker's
+BROKER resource (type 4, named by its node id - a broker answers for itself).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiokafka.protocol.admin import DescribeConfigsRequest
+
+__all__ = [
+    "BROKER_SESSION_CONFIG",
+    "GROUP_SESSION_CONFIG",
+    "parse_session_timeout",
+    "session_timeout_request",
+]
+
+#: ConfigResource.Type ids (DescribeConfigsRequest.json).
+_BROKER = 4
+_GROUP = 32
+GROUP_SESSION_CONFIG = "consumer.session.timeout.ms"
+BROKER_SESSION_CONFIG = "group.consumer.session.timeout.ms"
+
+
+def session_timeout_request(group_id: str, node_id: int) -> DescribeConfigsRequest:
+    """Ask node ``node_id`` for the group's and its own consumer session timeout."""
+    return DescribeConfigsRequest(
+        [
+            (_GROUP, group_id, [GROUP_SESSION_CONFIG]),
+            (_BROKER, str(node_id), [BROKER_SESSION_CONFIG]),
+        ]
+    )
+
+
+def parse_session_timeout(response: Any) -> int | None:
+    """The group's session timeout in ms; else the broker's; None when neither answered
+    (an error on a resource, e.g. no DESCRIBE_CONFIGS permission, skips it)."""
+    found: dict[int, int] = {}
+    for resource in response.resources:
+        error_code, _message, resource_type, _name, entries = resource[:5]
+        if error_code:
+            continue
+        wanted = GROUP_SESSION_CONFIG if resource_type == _GROUP else BROKER_SESSION_CONFIG
+        for entry in entries:
+            name, value = entry[0], entry[1]
+            if name != wanted or value is None:
+                continue
+            try:
+                ms = int(value)
+            except ValueError:
+                continue
+            if ms > 0:
+                found[resource_type] = ms
+    return found.get(_GROUP, found.get(_BROKER))
