@@ -7,6 +7,10 @@ know until when it is surely still in the group (the delivery gate, see
 :mod:`aiogroup._membership.consumer_group`).  One DescribeConfigs request to one
 broker asks for both resources: the GROUP resource (type 32) and that broker's
 BROKER resource (type 4, named by its node id - a broker answers for itself).
+Newer brokers clamp a group's value into the broker's
+``group.consumer.{min,max}.session.timeout.ms`` (GroupConfig.evaluate) and may
+report the raw value, so the answer is capped at the broker's maximum: the gate
+built on it must never close later than the broker's session.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 from aiokafka.protocol.admin import DescribeConfigsRequest
 
 __all__ = [
+    "BROKER_MAX_SESSION_CONFIG",
     "BROKER_SESSION_CONFIG",
     "GROUP_SESSION_CONFIG",
     "parse_session_timeout",
@@ -27,6 +32,7 @@ _BROKER = 4
 _GROUP = 32
 GROUP_SESSION_CONFIG = "consumer.session.timeout.ms"
 BROKER_SESSION_CONFIG = "group.consumer.session.timeout.ms"
+BROKER_MAX_SESSION_CONFIG = "group.consumer.max.session.timeout.ms"
 
 
 def session_timeout_request(group_id: str, node_id: int) -> DescribeConfigsRequest:
@@ -34,28 +40,35 @@ def session_timeout_request(group_id: str, node_id: int) -> DescribeConfigsReque
     return DescribeConfigsRequest(
         [
             (_GROUP, group_id, [GROUP_SESSION_CONFIG]),
-            (_BROKER, str(node_id), [BROKER_SESSION_CONFIG]),
+            (_BROKER, str(node_id), [BROKER_SESSION_CONFIG, BROKER_MAX_SESSION_CONFIG]),
         ]
     )
 
 
 def parse_session_timeout(response: Any) -> int | None:
-    """The group's session timeout in ms; else the broker's; None when neither answered
-    (an error on a resource, e.g. no DESCRIBE_CONFIGS permission, skips it)."""
-    found: dict[int, int] = {}
+    """The group's session timeout in ms, else the broker's, capped at the broker's
+    maximum; None when neither answered (an error on a resource, e.g. no
+    DESCRIBE_CONFIGS permission, skips it)."""
+    found: dict[str, int] = {}
     for resource in response.resources:
         error_code, _message, resource_type, _name, entries = resource[:5]
         if error_code:
             continue
-        wanted = GROUP_SESSION_CONFIG if resource_type == _GROUP else BROKER_SESSION_CONFIG
+        wanted = (
+            (GROUP_SESSION_CONFIG,)
+            if resource_type == _GROUP
+            else (BROKER_SESSION_CONFIG, BROKER_MAX_SESSION_CONFIG)
+        )
         for entry in entries:
             name, value = entry[0], entry[1]
-            if name != wanted or value is None:
+            if name not in wanted or value is None:
                 continue
             try:
                 ms = int(value)
             except ValueError:
                 continue
             if ms > 0:
-                found[resource_type] = ms
-    return found.get(_GROUP, found.get(_BROKER))
+                found[name] = ms
+    session = found.get(GROUP_SESSION_CONFIG, found.get(BROKER_SESSION_CONFIG))
+    cap = found.get(BROKER_MAX_SESSION_CONFIG)
+    return session if session is None or cap is None else min(session, cap)
