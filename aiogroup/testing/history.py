@@ -30,7 +30,8 @@ The rules :func:`check_history` applies (see ``docs/reliability.md``):
 * **Commits never go backwards** (per partition, in time order; a commit counts
   as later than another only if it was sent after the other was acknowledged).
 * **No zombie.**  A member that was fenced neither commits nor is handed records
-  after the fence, until the group assigns it partitions again.
+  after the fence, until the group assigns it partitions again.  A commit counts
+  from when it was sent (the broker accepted it: it arrived before the fence).
 
 The observer samples the broker, so a fence is known to lie between the last sample
 that still showed the member and the first that did not.  Each rule gives the member
@@ -648,7 +649,11 @@ def _check_commits(
             assigned_after[e.member] = e.t
         if e.kind != "committed":
             continue
-        fence = _fenced_before(fences, e.member, e.t)
+        # Judged by when the commit left: the broker accepted it, so it arrived while
+        # the membership held; one sent before the fence and acknowledged after it (a
+        # member frozen with the commit in flight) is no zombie.
+        sent = e.t if e.since is None else e.since
+        fence = _fenced_before(fences, e.member, sent)
         if fence is not None and assigned_after.get(e.member, -1.0) < fence.latest:
             report.zombie_commits.append(
                 Violation(
@@ -658,7 +663,6 @@ def _check_commits(
                     f"{list(e.offsets)} after the broker fenced it at t={fence.latest:.3f}",
                 )
             )
-        sent = e.t if e.since is None else e.since
         for topic, p, offset in e.offsets:
             prev = high.get((topic, p))
             # Backwards only if this commit left after the higher one was acknowledged:

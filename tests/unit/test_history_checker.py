@@ -153,6 +153,25 @@ def test_a_zombie_commit_is_reported() -> None:
     assert not report.overlaps  # the fence ended A's hold before B's assignment
 
 
+def test_a_commit_sent_before_the_fence_and_acknowledged_after_it_is_no_zombie() -> None:
+    # A froze with a commit in flight: the broker applied it at once, A read the answer
+    # on waking.  Sent after the fence, the same commit is a zombie.
+    s = (
+        Script()
+        .produced(0.0, 0, 19)
+        .assigned(1.0, "A", 0)
+        .delivered(2.0, "A", 0, 9)
+        .add(3.0, "A", "frozen")
+        .gone(9.8, 10.0, "A")
+        .assigned(10.5, "B", 0)
+        .delivered(11.0, "B", 10, 19)
+    )
+    report = s.committed(15.0, "A", 10, sent=2.9).lost(15.1, "A", 0).check()
+    assert report.zombie_commits == [], report.summary()
+    report = s.committed(15.2, "A", 10, sent=15.0).check()
+    assert [v.member for v in report.zombie_commits] == ["A"]
+
+
 def test_a_zombie_delivery_is_reported() -> None:
     s = (
         Script()
