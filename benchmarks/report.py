@@ -122,10 +122,124 @@ def _ratio_cell(value: float | None, ref: float | None) -> str:
 
 def _header(section: dict[str, Any]) -> str:
     meta = section.get("meta", {})
+    broker = f" on {meta['broker']}" if meta.get("broker") else ""
+    command = f"; `{meta['command']}`" if meta.get("command") else ""
     return (
-        f"*Run {meta.get('finished', '?')}, {'quick' if meta.get('quick') else 'full'} plan, "
-        f"{meta.get('reps', '?')} repetitions, {meta.get('seconds', 0):.0f} s.*\n\n"
+        f"*Run {meta.get('finished', '?')}{broker}, "
+        f"{'quick' if meta.get('quick') else 'full'} plan, "
+        f"{meta.get('reps', '?')} repetitions, {meta.get('seconds', 0):.0f} s{command}.*\n\n"
     )
+
+
+# -- results keyed by broker -------------------------------------------------------------
+
+#: Scenarios run on every broker and shown with a broker column (issue 13); the
+#: others keep one section from one broker's run.
+BROKER_SCENARIOS = ("throughput", "rebalance", "join_fourth", "slow-listener")
+#: Table order: the embedded broker first (the other sections' broker), then Kafka.
+BROKER_ORDER = ("tansu", "kafka", "kafka-cluster", "docker")
+#: Broker a section from before results were keyed came from (no "broker" recorded).
+LEGACY_BROKER = "tansu"
+
+Sections = list[tuple[str, dict[str, Any]]]
+
+
+def broker_key(mode: str) -> str:
+    """The key of ``results["brokers"]`` for a ``KafkaBroker.mode``."""
+    return "tansu" if mode == "embedded" else mode
+
+
+def _key_from_environment(env: dict[str, Any] | None) -> str:
+    """``"embedded (Tansu 0.6.0)"`` -> ``tansu``: where an unkeyed results file ran."""
+    mode = str((env or {}).get("broker", "")).split(" ", 1)[0]
+    return broker_key(mode) if mode else LEGACY_BROKER
+
+
+def _name_from_environment(env: dict[str, Any] | None, key: str) -> str:
+    text = str((env or {}).get("broker", ""))
+    if "(" in text and text.endswith(")"):
+        return text[text.index("(") + 1 : -1]
+    return key
+
+
+def normalize(results: dict[str, Any]) -> dict[str, Any]:
+    """Results keyed by broker: ``{"brokers": {key: {"name", "environment", "scenarios"}}}``.
+
+    A file written before the keying (one broker's ``scenarios`` and ``environment``
+    at the top) moves under the broker its environment names, so a run on another
+    broker adds to it instead of overwriting it.
+    """
+    out = {k: v for k, v in results.items() if k not in ("scenarios", "environment")}
+    brokers: dict[str, Any] = {k: dict(v) for k, v in results.get("brokers", {}).items()}
+    legacy = results.get("scenarios")
+    if legacy:
+        env = results.get("environment")
+        key = _key_from_environment(env)
+        entry = brokers.setdefault(key, {})
+        entry.setdefault("name", _name_from_environment(env, key))
+        entry.setdefault("environment", env or {})
+        entry["scenarios"] = {**legacy, **entry.get("scenarios", {})}
+    out["brokers"] = brokers
+    return out
+
+
+def _ordered(brokers: dict[str, Any]) -> list[str]:
+    rank = {k: i for i, k in enumerate(BROKER_ORDER)}
+    return sorted(brokers, key=lambda k: (rank.get(k, len(rank)), k))
+
+
+def broker_label(results: dict[str, Any], key: str) -> str:
+    entry = normalize(results)["brokers"].get(key, {})
+    return str(entry.get("name") or key)
+
+
+def sections_of(results: dict[str, Any], scenario: str) -> Sections:
+    """(broker name, section) for every broker that ran ``scenario``, in table order."""
+    brokers = normalize(results)["brokers"]
+    return [
+        (str(brokers[k].get("name") or k), brokers[k]["scenarios"][scenario])
+        for k in _ordered(brokers)
+        if scenario in brokers[k].get("scenarios", {})
+    ]
+
+
+def primary_scenarios(results: dict[str, Any]) -> dict[str, Any]:
+    """One section per scenario, from the first broker in table order that ran it: what
+    the single-broker sections and the issue-5 targets read."""
+    brokers = normalize(results)["brokers"]
+    out: dict[str, Any] = {}
+    for k in reversed(_ordered(brokers)):
+        out.update(brokers[k].get("scenarios", {}))
+    return out
+
+
+def _primary_broker(results: dict[str, Any], scenario: str) -> str:
+    found = sections_of(results, scenario)
+    return found[0][0] if found else "?"
+
+
+def _run_line(broker: str, section: dict[str, Any], extra: str = "") -> str:
+    """When, how and under what load one broker's run of a scenario went."""
+    meta = section.get("meta", {})
+    text = (
+        f"*{broker}: run {meta.get('finished', '?')}, "
+        f"{'quick' if meta.get('quick') else 'full'} plan, "
+        f"{meta.get('reps', '?')} repetitions, {meta.get('seconds', 0):.0f} s{extra}"
+    )
+    load = meta.get("load")
+    if load:
+        text += (
+            f"; load average (1 min) {load['before'][0]:.1f} at the start, "
+            f"{load['after'][0]:.1f} at the end"
+        )
+    command = meta.get("command")
+    text += f"; `{command}`.*" if command else "; command not recorded.*"
+    return text + "\n"
+
+
+def _run_lines(sections: Sections, extra: Any = None) -> str:
+    lines = [_run_line(b, s, extra(s) if extra else "") for b, s in sections]
+    return "\n".join(lines) + "\n"
 
 
 # -- scenario sections -------------------------------------------------------------------
@@ -133,34 +247,50 @@ def _header(section: dict[str, Any]) -> str:
 THROUGHPUT_REF = "aiogroup/tuned"
 
 
-def throughput_md(section: dict[str, Any], plots: dict[str, str]) -> str:
-    out = ["\n## 1. Throughput: one member drains a backlog\n\n", _header(section)]
+def throughput_md(sections: Sections, plots: dict[str, str]) -> str:
+    """Section 1: one table per payload, a row per broker and configuration."""
+    out = ["\n## 1. Throughput: one member drains a backlog\n\n", _run_lines(sections)]
     out.append(
         "One member reads an 8-partition topic from offset 0 to the end.  Rates are "
         "records (MB of values) per second of consuming, from the first poll to the "
         "last record; CPU is the process's CPU time over the same span (all threads); "
         'peak RSS is the whole process.  "vs aiogroup" divides the rate by '
-        f"`{THROUGHPUT_REF}`'s median in the same run.\n"
+        f"`{THROUGHPUT_REF}`'s median on the same broker in the same run.  Compare "
+        "clients within one broker's rows: the brokers ran at different times.\n"
     )
-    for payload, data in section["payloads"].items():
-        ds = data["dataset"]
-        ref = _median(data["configs"].get(THROUGHPUT_REF), "records_per_s")
-        out.append(
-            f"\n### {payload}: {ds['records']:,} records, {ds['partitions']} partitions\n\n"
-            "| configuration | records/s | MB/s | CPU s | peak RSS MiB | vs aiogroup |\n"
-            "|---|---|---|---|---|---|\n"
-        )
-        for name, cfg in data["configs"].items():
-            status = _status_cell(cfg)
-            if status:
-                out.append(f"| {name} | {status} | | | | | |\n")
-                continue
-            s = cfg["summary"]
-            out.append(
-                f"| {name} | {cell(s.get('records_per_s'), 0)} | {cell(s.get('mb_per_s'), 1)} "
-                f"| {cell(s.get('cpu_s'))} | {cell(s.get('peak_rss_mib'), 0)} "
-                f"| {_ratio_cell(_median(cfg, 'records_per_s'), ref)} |\n"
+    payloads: list[str] = []
+    for _, section in sections:
+        payloads += [p for p in section.get("payloads", {}) if p not in payloads]
+    for payload in payloads:
+        present = [(b, s["payloads"][payload]) for b, s in sections if payload in s["payloads"]]
+        sizes = {(d["dataset"]["records"], d["dataset"]["partitions"]) for _, d in present}
+        if len(sizes) == 1:
+            records, parts = sizes.pop()
+            out.append(f"\n### {payload}: {records:,} records, {parts} partitions\n\n")
+        else:
+            each = "; ".join(
+                f"{b}: {d['dataset']['records']:,} records, {d['dataset']['partitions']} partitions"
+                for b, d in present
             )
+            out.append(f"\n### {payload}\n\n{each}.\n\n")
+        out.append(
+            "| broker | configuration | records/s | MB/s | CPU s | peak RSS MiB | vs aiogroup |\n"
+            "|---|---|---|---|---|---|---|\n"
+        )
+        for broker, data in present:
+            ref = _median(data["configs"].get(THROUGHPUT_REF), "records_per_s")
+            for name, cfg in data["configs"].items():
+                status = _status_cell(cfg)
+                if status:
+                    out.append(f"| {broker} | {name} | {status} | | | | |\n")
+                    continue
+                s = cfg["summary"]
+                out.append(
+                    f"| {broker} | {name} | {cell(s.get('records_per_s'), 0)} "
+                    f"| {cell(s.get('mb_per_s'), 1)} "
+                    f"| {cell(s.get('cpu_s'))} | {cell(s.get('peak_rss_mib'), 0)} "
+                    f"| {_ratio_cell(_median(cfg, 'records_per_s'), ref)} |\n"
+                )
         if payload in plots:
             out.append(f"\n![{payload} throughput]({plots[payload]})\n")
     out.append(
@@ -283,31 +413,47 @@ REBALANCE_COLUMNS = (
 )
 
 
-def rebalance_md(section: dict[str, Any]) -> str:
+def _groups_at_a_time(section: dict[str, Any]) -> str:
+    return f", {section.get('parallel', '?')} groups at a time"
+
+
+def _broker_rows(sections: Sections, columns: list[tuple[str, int]], empty_cells: int) -> list[str]:
+    """``| broker | configuration | cells |`` for every configuration of every broker."""
+    rows = []
+    for broker, section in sections:
+        for name, cfg in section["configs"].items():
+            status = _status_cell(cfg)
+            if status:
+                rows.append(f"| {broker} | {name} | {status} |{' |' * empty_cells}\n")
+                continue
+            s = cfg["summary"]
+            cells = " | ".join(cell(s.get(k), d) for k, d in columns)
+            rows.append(f"| {broker} | {name} | {cells} |\n")
+    return rows
+
+
+def rebalance_md(sections: Sections) -> str:
     heads = " | ".join(h for h, _ in REBALANCE_COLUMNS)
+    section = sections[0][1]
     out = [
         "\n## 2. Rebalance latency\n\n",
-        _header(section),
+        _run_lines(sections, _groups_at_a_time),
         f"Member A consumes an {section['partitions']}-partition topic fed at "
         f"{section['produce_rate']} records/s (session timeout {section['session_timeout_ms']} "
-        f"ms, heartbeat {section['heartbeat_interval_ms']} ms; {section['parallel']} groups "
-        "at a time).  *Join*: B starts; time until B's first non-empty assignment and "
+        f"ms, heartbeat {section['heartbeat_interval_ms']} ms).  *Join*: B starts; time "
+        "until B's first non-empty assignment and "
         "first record, and the longest pause in A's delivery (any partition / each "
         "partition A kept).  *Leave*: B leaves cleanly; time until A delivers from every "
         "one of B's partitions.  *Crash*: C joins, settles and is SIGKILLed; time until "
         "A delivers from every one of C's partitions (includes the session timeout).  "
         "Seconds, median (min-max).  *Baseline* is A's longest per-partition gap before "
-        "any rebalance: the floor every gap is to be compared with.\n\n"
-        f"| configuration | {heads} |\n|---|{'---|' * len(REBALANCE_COLUMNS)}\n",
+        "any rebalance: the floor every gap is to be compared with.  The consumer "
+        "protocol (KIP-848) rows exist only where the broker serves it (Apache Kafka).\n\n"
+        f"| broker | configuration | {heads} |\n|---|---|{'---|' * len(REBALANCE_COLUMNS)}\n",
     ]
-    for name, cfg in section["configs"].items():
-        status = _status_cell(cfg)
-        if status:
-            out.append(f"| {name} | {status} |{' |' * (len(REBALANCE_COLUMNS) - 1)}\n")
-            continue
-        s = cfg["summary"]
-        cells = " | ".join(cell(s.get(k)) for _, k in REBALANCE_COLUMNS)
-        out.append(f"| {name} | {cells} |\n")
+    out += _broker_rows(
+        sections, [(k, 2) for _, k in REBALANCE_COLUMNS], len(REBALANCE_COLUMNS) - 1
+    )
     out.append(
         "\nWith eager protocols every partition is revoked at each rebalance, so the "
         "kept partitions pause as long as the rebalance; under a cooperative protocol "
@@ -361,7 +507,7 @@ def _bounced_note(cfg: dict[str, Any]) -> str:
     )
 
 
-def join_fourth_comparison(configs: dict[str, Any]) -> str:
+def join_fourth_comparison(configs: dict[str, Any], broker: str = "") -> str:
     """What eager vs cooperative shows for the unmoved partitions, from the medians."""
     sentences = []
     for base, eager, coop in _pairs(configs):
@@ -389,19 +535,25 @@ def join_fourth_comparison(configs: dict[str, Any]) -> str:
         )
     if not sentences:
         return ""
-    return "\n**Eager vs cooperative, unmoved partitions (medians).** " + " ".join(sentences) + "\n"
+    where = f", {broker}" if broker else ""
+    return (
+        f"\n**Eager vs cooperative, unmoved partitions (medians{where}).** "
+        + " ".join(sentences)
+        + "\n"
+    )
 
 
-def join_fourth_md(section: dict[str, Any]) -> str:
+def join_fourth_md(sections: Sections) -> str:
     heads = " | ".join(h for h, _, _ in JOIN_FOURTH_COLUMNS)
     n = len(JOIN_FOURTH_COLUMNS)
+    section = sections[0][1]
     out = [
         "\n## 2b. A fourth member joins a 3-member group\n\n",
-        _header(section),
+        _run_lines(sections, _groups_at_a_time),
         f"A, B and C share a {section['partitions']}-partition topic fed at "
         f"{section['produce_rate']} records/s (session timeout {section['session_timeout_ms']} "
-        f"ms, heartbeat {section['heartbeat_interval_ms']} ms; {section['parallel']} groups "
-        "at a time), each holding its share; then D starts.  The window runs from D's "
+        f"ms, heartbeat {section['heartbeat_interval_ms']} ms), each holding its share; "
+        "then D starts.  The window runs from D's "
         "start until every member holds its equal share and every partition has "
         "delivered under its final owner.  *D assigned* / *D first record*: seconds from "
         "D's start.  *Settled*: until the even split.  *A/B/C gap*: the longest pause in "
@@ -410,24 +562,19 @@ def join_fourth_md(section: dict[str, Any]) -> str:
         "them.  *Held throughout* leaves out the unmoved partitions that were revoked and "
         "given back on the way (all of them under eager).  Seconds (partition counts "
         "summed over A, B and C), median (min-max).\n\n"
-        f"| configuration | {heads} |\n|---|{'---|' * n}\n",
+        f"| broker | configuration | {heads} |\n|---|---|{'---|' * n}\n",
     ]
-    for name, cfg in section["configs"].items():
-        status = _status_cell(cfg)
-        if status:
-            out.append(f"| {name} | {status} |{' |' * (n - 1)}\n")
-            continue
-        s = cfg["summary"]
-        cells = " | ".join(cell(s.get(k), d) for _, k, d in JOIN_FOURTH_COLUMNS)
-        out.append(f"| {name} | {cells} |\n")
-    out.append(join_fourth_comparison(section["configs"]))
+    out += _broker_rows(sections, [(k, d) for _, k, d in JOIN_FOURTH_COLUMNS], n - 1)
+    for broker, sec in sections:
+        out.append(join_fourth_comparison(sec["configs"], broker))
     return "".join(out)
 
 
-def slow_listener_md(section: dict[str, Any]) -> str:
+def slow_listener_md(sections: Sections) -> str:
+    section = sections[0][1]
     out = [
         "\n## 3. Slow rebalance listener\n\n",
-        _header(section),
+        _run_lines(sections, _groups_at_a_time),
         f"A's revoke callback commits, then takes {section['revoke_seconds']:.0f} s; the "
         f"session timeout is {section['session_timeout_ms']} ms; B joins.  Judged from "
         "outside the members by the ownership-history checker "
@@ -441,13 +588,20 @@ def slow_listener_md(section: dict[str, Any]) -> str:
         "which misses an eviction the member never hears of.  *Converge*: seconds from "
         "B's start until both members consume a clean split and A's callback has "
         "returned.  *Duplicates*: records delivered twice over the run.\n\n"
-        "| configuration | overlap s | broker evictions | self-reported | converge s "
-        "| duplicates |\n|---|---|---|---|---|---|\n",
+        "| broker | configuration | overlap s | broker evictions | self-reported | converge s "
+        "| duplicates |\n|---|---|---|---|---|---|---|\n",
     ]
-    for name, cfg in section["configs"].items():
+    for broker, section in sections:
+        out += _slow_listener_rows(broker, section["configs"])
+    return "".join(out)
+
+
+def _slow_listener_rows(broker: str, configs: dict[str, Any]) -> list[str]:
+    out = []
+    for name, cfg in configs.items():
         status = _status_cell(cfg)
         if status:
-            out.append(f"| {name} | {status} | | | | |\n")
+            out.append(f"| {broker} | {name} | {status} | | | | |\n")
             continue
         s = cfg["summary"]
         runs = [r for r in cfg["runs"] if r.get("ok")]
@@ -455,18 +609,18 @@ def slow_listener_md(section: dict[str, Any]) -> str:
             # A run stored before the checker judged this scenario: its own view only.
             evicted = sum(1 for r in runs if r["evicted"])
             out.append(
-                f"| {name} | not measured | not measured | {evicted}/{len(runs)} "
+                f"| {broker} | {name} | not measured | not measured | {evicted}/{len(runs)} "
                 f"| {cell(s.get('converge_s'), 1)} | {cell(s.get('duplicates'), 0)} |\n"
             )
             continue
         evicted = sum(1 for r in runs if r["broker_evictions"])
         told = sum(1 for r in runs if r["self_reported"])
         out.append(
-            f"| {name} | {cell(s.get('overlap_s'), 1)} | {evicted}/{len(runs)} "
+            f"| {broker} | {name} | {cell(s.get('overlap_s'), 1)} | {evicted}/{len(runs)} "
             f"| {told}/{len(runs)} | {cell(s.get('converge_s'), 1)} "
             f"| {cell(s.get('duplicates'), 0)} |\n"
         )
-    return "".join(out)
+    return out
 
 
 def scale_md(section: dict[str, Any], plots: dict[str, str]) -> str:
@@ -509,7 +663,7 @@ def _best(configs: dict[str, Any], names: tuple[str, ...]) -> float | None:
 def targets(results: dict[str, Any]) -> list[tuple[str, str, str]]:
     """(target, measured, verdict) for the goals issue 5 set for aiogroup."""
     rows: list[tuple[str, str, str]] = []
-    sc = results.get("scenarios", {})
+    sc = primary_scenarios(results)
 
     def verdict(ok: bool | None) -> str:
         return "not measured" if ok is None else ("**met**" if ok else "**not met**")
@@ -619,7 +773,9 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, str]]:
 def targets_md(results: dict[str, Any]) -> str:
     out = [
         "\n## Where aiogroup stands\n\n"
-        "Targets from issue 5, checked against the numbers below (medians).\n\n"
+        "Targets from issue 5, checked against the numbers below (medians; throughput, "
+        f"rebalance and slow listener from the {_primary_broker(results, 'throughput')} "
+        "rows).\n\n"
         "| target | measured | verdict |\n|---|---|---|\n"
     ]
     for target, measured, verdict in targets(results):
@@ -628,10 +784,12 @@ def targets_md(results: dict[str, Any]) -> str:
 
 
 def environment_md(results: dict[str, Any]) -> str:
-    env = results.get("environment", {})
-    lines = ["\n## Environment\n\n"]
-    for key, value in env.items():
-        lines.append(f"- {key}: {value}\n")
+    brokers = normalize(results)["brokers"]
+    lines = ["\n## Environment\n"]
+    for key in _ordered(brokers):
+        lines.append(f"\n### Runs on {brokers[key].get('name') or key}\n\n")
+        for name, value in brokers[key].get("environment", {}).items():
+            lines.append(f"- {name}: {value}\n")
     return "".join(lines)
 
 
@@ -647,15 +805,24 @@ def plots(results: dict[str, Any], out_dir: Path) -> dict[str, str]:
 
     out_dir.mkdir(parents=True, exist_ok=True)
     written: dict[str, str] = {}
-    sc = results.get("scenarios", {})
+    sc = primary_scenarios(results)
+    runs = sections_of(results, "throughput")
+    payloads: list[str] = []
+    for _, section in runs:
+        payloads += [p for p in section.get("payloads", {}) if p not in payloads]
 
-    for payload, data in sc.get("throughput", {}).get("payloads", {}).items():
+    for payload in payloads:
         names, med, lo, hi = [], [], [], []
-        for name, cfg in data["configs"].items():
+        rows = [
+            (broker, name, cfg)
+            for broker, section in runs
+            for name, cfg in section["payloads"].get(payload, {}).get("configs", {}).items()
+        ]
+        for broker, name, cfg in rows:
             s = cfg.get("summary", {}).get("records_per_s") if cfg.get("status") == "ok" else None
             if not s:
                 continue
-            names.append(name)
+            names.append(f"{broker.split(' ')[0]}: {name}" if len(runs) > 1 else name)
             med.append(s["median"] / 1000)
             lo.append((s["median"] - s["min"]) / 1000)
             hi.append((s["max"] - s["median"]) / 1000)
@@ -664,9 +831,9 @@ def plots(results: dict[str, Any], out_dir: Path) -> dict[str, str]:
         fig, ax = plt.subplots(figsize=(8, 0.4 * len(names) + 1.2))
         colors = [
             "tab:green"
-            if n.startswith("aiogroup")
+            if n.split(": ")[-1].startswith("aiogroup")
             else "tab:gray"
-            if n == "raw-fetch"
+            if n.split(": ")[-1] == "raw-fetch"
             else "tab:blue"
             for n in names
         ]
@@ -750,18 +917,22 @@ def problems_md(results: dict[str, Any]) -> str:
         if cfg.get("status") in ("unavailable", "failed"):
             found.append(f"- {scenario} / {name}: {cfg['status']} - {cfg.get('error', '')}\n")
 
-    for scenario, section in results.get("scenarios", {}).items():
-        if scenario == "throughput":
-            for payload, data in section.get("payloads", {}).items():
-                for name, cfg in data["configs"].items():
-                    visit(f"throughput {payload}", name, cfg)
-        elif scenario == "scale":
-            for name, by_n in section.get("configs", {}).items():
-                for n, cfg in by_n.items():
-                    visit("scale", f"{name} x{n}", cfg)
-        else:
-            for name, cfg in section.get("configs", {}).items():
-                visit(scenario, name, cfg)
+    brokers = normalize(results)["brokers"]
+    many = len(brokers) > 1
+    for key in _ordered(brokers):
+        where = f"{brokers[key].get('name') or key}: " if many else ""
+        for scenario, section in brokers[key].get("scenarios", {}).items():
+            if scenario == "throughput":
+                for payload, data in section.get("payloads", {}).items():
+                    for name, cfg in data["configs"].items():
+                        visit(f"{where}throughput {payload}", name, cfg)
+            elif scenario == "scale":
+                for name, by_n in section.get("configs", {}).items():
+                    for n, cfg in by_n.items():
+                        visit(f"{where}scale", f"{name} x{n}", cfg)
+            else:
+                for name, cfg in section.get("configs", {}).items():
+                    visit(f"{where}{scenario}", name, cfg)
     if not found:
         return ""
     return "\n## Missing numbers\n\nConfigurations without numbers, and why:\n\n" + "".join(found)
@@ -770,19 +941,24 @@ def problems_md(results: dict[str, Any]) -> str:
 def write(results: dict[str, Any], docs_dir: Path) -> Path:
     bench_dir = docs_dir / "benchmarks"
     bench_dir.mkdir(parents=True, exist_ok=True)
+    results = normalize(results)
     (bench_dir / "results.json").write_text(json.dumps(results, indent=1, sort_keys=False) + "\n")
     pics = plots(results, bench_dir)
-    sc = results.get("scenarios", {})
+    sc = primary_scenarios(results)
     parts = [INTRO, targets_md(results)]
     if "throughput" in sc:
-        parts.append(throughput_md(sc["throughput"], pics))
+        parts.append(throughput_md(sections_of(results, "throughput"), pics))
         parts.append(configurations_md())
     if "rebalance" in sc:
-        parts.append(rebalance_md(sc["rebalance"]))
+        parts.append(rebalance_md(sections_of(results, "rebalance")))
     if "join_fourth" in sc:
-        parts.append(join_fourth_md(sc["join_fourth"]))
+        parts.append(join_fourth_md(sections_of(results, "join_fourth")))
     if "slow-listener" in sc:
-        parts.append(slow_listener_md(sc["slow-listener"]))
+        parts.append(slow_listener_md(sections_of(results, "slow-listener")))
+    # Hand-written: what differs between the brokers in the four sections above.
+    brokers_notes = bench_dir / "brokers.md"
+    if brokers_notes.exists():
+        parts.append("\n" + brokers_notes.read_text())
     if "commit" in sc:
         parts.append(commit_md(sc["commit"], pics))
     if "memory" in sc:
