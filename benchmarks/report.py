@@ -47,7 +47,8 @@ METHOD = """\
 - **Broker**: the embedded Tansu broker from `aiogroup.testing` (one process,
   memory storage, loopback) for every section; sections 1-3 also on Apache Kafka
   (`AIOGROUP_BROKER=kafka`: one KRaft node, broker and controller, from the Maven
-  jars, JVM heap 512 MiB, `group.initial.rebalance.delay.ms=0`, log on local disk).
+  jars, JVM heap at most 512 MiB, `group.initial.rebalance.delay.ms=0`, log in a
+  temporary directory).
   The two brokers' runs are separate runs at different times on a shared machine:
   compare clients within one broker's rows; across brokers compare only the
   shape.  Tansu holds a JoinGroup for about half the session
