@@ -195,7 +195,9 @@ def sticky_assignment(
         racks = _rack_info(cluster, order, all_partitions, prefer_rack_aware)
         assignment = uniform_assignment(all_partitions, owned, racks)
         return {m: sorted(ps) for m, ps in assignment.items()}
-    return _general_assignment(order, subscribed, topics, valid_claims)
+    every = [TopicPartition(t, p) for t, parts in topics.items() for p in parts]
+    racks = _rack_info(cluster, order, every, prefer_rack_aware)
+    return _general_assignment(order, subscribed, topics, valid_claims, racks)
 
 
 def _rack_info(
@@ -220,6 +222,7 @@ def _general_assignment(
     subscribed: Mapping[str, frozenset[str]],
     topics: Mapping[str, list[int]],
     valid_claims: Mapping[str, OwnershipClaim],
+    racks: RackInfo | None = None,
 ) -> dict[str, list[TopicPartition]]:
     """Unequal subscriptions: keep owned partitions, place the rest, then rebalance.
 
@@ -227,6 +230,21 @@ def _general_assignment(
     claim, gives each unassigned partition to the least loaded member that may take
     it (partitions with the fewest possible takers first), and then keeps moving
     partitions while a move makes the assignment more balanced.
+
+    With ``racks`` (KIP-881; None when matching would change nothing, see
+    ``_rack_info``) each of the three steps prefers locality, and none of them gives
+    up balance for it, as in Kafka's builder:
+
+    * a member keeps only the owned partitions with a replica on its rack; the
+      others are freed like partitions nobody owned, so they may go to a local member
+      (stickiness yields to locality for these, as in the equal-subscription path);
+    * placement runs twice over the same ordering: first each partition goes to the
+      least loaded of its takers that is local to it (a member that states no rack
+      counts as local to everything: it has no rack to miss), with no quota; then
+      whatever had no local taker goes to the least loaded taker of all;
+    * the first pass can leave a member that is local to little with little, so the
+      rebalancing below restores balance exactly as without racks; racks only decide
+      which partition each link of a chain hands over (see ``_rebalance``).
     """
     rank = {m.member_id: i for i, m in enumerate(order)}
     eligible: dict[TopicPartition, list[str]] = {}
@@ -237,6 +255,8 @@ def _general_assignment(
         for p in partitions:
             eligible[TopicPartition(topic, p)] = takers
     owner = resolve_owners(valid_claims, eligible)
+    if racks is not None:
+        owner = {tp: m for tp, m in owner.items() if not racks.mismatch(m, tp)}
 
     held: dict[str, set[TopicPartition]] = {m.member_id: set() for m in order}
     for tp, member_id in owner.items():
@@ -250,11 +270,44 @@ def _general_assignment(
         key=lambda tp: (len(eligible[tp]), tp.topic, tp.partition),
     )
     least_loaded = _LeastLoaded(held, rank)
+    if racks is not None:
+        unowned = _place_locally(unowned, eligible, racks, held, least_loaded)
     for tp in unowned:
         held[least_loaded.pop(eligible[tp])].add(tp)
 
-    _rebalance(held, subscribed, owner, rank)
+    _rebalance(held, subscribed, owner, rank, racks, eligible)
     return {member_id: sorted(partitions) for member_id, partitions in held.items()}
+
+
+def _place_locally(
+    unowned: list[TopicPartition],
+    eligible: Mapping[TopicPartition, list[str]],
+    racks: RackInfo,
+    held: dict[str, set[TopicPartition]],
+    least_loaded: _LeastLoaded,
+) -> list[TopicPartition]:
+    """Give each partition to its least loaded rack-local taker; return the others.
+
+    The local takers of a partition depend only on its takers and its replicas'
+    racks, so partitions sharing both share one list (and one heap in
+    ``least_loaded``); the lists stay alive in ``local_takers`` for as long as the
+    heaps are keyed by them.
+    """
+    local_takers: dict[tuple[int, frozenset[str]], list[str]] = {}
+    left: list[TopicPartition] = []
+    for tp in unowned:
+        takers = eligible[tp]
+        replica_racks = racks.replica_racks.get(tp, frozenset())
+        key = (id(takers), replica_racks)
+        local = local_takers.get(key)
+        if local is None:
+            local = [m for m in takers if not racks.mismatch(m, tp)]
+            local_takers[key] = local
+        if local:
+            held[least_loaded.pop(local)].add(tp)
+        else:
+            left.append(tp)
+    return left
 
 
 class _LeastLoaded:
@@ -293,6 +346,8 @@ def _rebalance(
     subscribed: Mapping[str, frozenset[str]],
     owner: Mapping[TopicPartition, str],
     rank: Mapping[str, int],
+    racks: RackInfo | None,
+    eligible: Mapping[TopicPartition, list[str]],
 ) -> None:
     """Shift partitions along chains of members until no chain improves balance.
 
@@ -315,6 +370,21 @@ def _rebalance(
     so a member shedding several spreads the loss across topics (KAFKA-16277).
     Once no chain exists, no member holding two more than another holds a partition
     the other could take, directly or through intermediaries.
+
+    With racks (KIP-881) the chains are the same, since balance comes first, but the
+    partition each link hands over is chosen for locality: one with a replica on the
+    taker's rack if there is one (the move gains locality), else one without a
+    replica on the giver's rack (the move loses none).  Kafka's builder consults
+    racks here only to decide whether a move is due, and every move it makes goes to
+    the least loaded taker whatever its rack; in effect it walks the partitions in
+    its placement order (fewest takers, then topic, then partition) and moves the
+    first whose holder is two ahead of another taker.  Among equally local
+    candidates we take the first in
+    that same order, so a Java leader and an aiogroup leader agree on Kafka's
+    testRackAwareAssignmentWithNonEqualSubscription partition for partition (the
+    (partition, topic) order would hand over t3-0 where Kafka hands over t1-1).
+    Without racks the KAFKA-16277 order above stays: Kafka's tests accept either
+    order there, and it spreads a member's losses across topics.
     """
     topic_load: dict[str, dict[str, int]] = {m: {} for m in held}
     for member_id, partitions in held.items():
@@ -331,9 +401,20 @@ def _rebalance(
 
     def pick(giver: str, taker: str) -> TopicPartition:
         wanted = subscribed[taker]
+        candidates = (tp for tp in held[giver] if tp.topic in wanted)
+        if racks is None:
+            return min(candidates, key=lambda tp: (owner.get(tp) == giver, tp.partition, tp.topic))
+        local = racks  # narrowed for the lambda
         return min(
-            (tp for tp in held[giver] if tp.topic in wanted),
-            key=lambda tp: (owner.get(tp) == giver, tp.partition, tp.topic),
+            candidates,
+            key=lambda tp: (
+                owner.get(tp) == giver,
+                local.mismatch(taker, tp),
+                not local.mismatch(giver, tp),
+                len(eligible[tp]),
+                tp.topic,
+                tp.partition,
+            ),
         )
 
     def move(tp: TopicPartition, giver: str, taker: str) -> None:
