@@ -11,7 +11,8 @@ Like Kafka's AbstractStickyAssignor there are two builders: equal subscriptions 
 the closed-form one in :mod:`aiogroup.assignors.uniform` (Kafka's "constrained"
 builder, whose answers it reproduces exactly, racks included); unequal ones take the
 general builder here, which keeps owned partitions, places the rest on the least
-loaded eligible member and then balances along chains.  Both are checked against
+loaded eligible member and then balances along chains, preferring rack-local members
+and partitions at each step when racks are known (KIP-881).  Both are checked against
 Apache Kafka's own test suites in tests/unit/assignors/.
 
 Prior ownership comes from each member's subscription.  Under the eager protocol a
@@ -24,6 +25,7 @@ higher generation wins; equal generations cancel out and nobody keeps it.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import struct
 from collections.abc import Iterable, Mapping
@@ -60,6 +62,7 @@ __all__ = [
 ]
 
 NO_GENERATION = -1
+_NO_RACKS: frozenset[str] = frozenset()
 
 
 class _StickyUserDataV1(Struct):  # type: ignore[misc]  # aiokafka is untyped
@@ -404,18 +407,22 @@ def _rebalance(
         candidates = (tp for tp in held[giver] if tp.topic in wanted)
         if racks is None:
             return min(candidates, key=lambda tp: (owner.get(tp) == giver, tp.partition, tp.topic))
-        local = racks  # narrowed for the lambda
-        return min(
-            candidates,
-            key=lambda tp: (
+        replica_racks = racks.replica_racks
+        taker_rack = racks.member_racks.get(taker)
+        giver_rack = racks.member_racks.get(giver)
+
+        def preference(tp: TopicPartition) -> tuple[bool, bool, bool, int, str, int]:
+            on = replica_racks.get(tp, _NO_RACKS)
+            return (
                 owner.get(tp) == giver,
-                local.mismatch(taker, tp),
-                not local.mismatch(giver, tp),
+                taker_rack is not None and taker_rack not in on,  # RackInfo.mismatch
+                giver_rack is None or giver_rack in on,
                 len(eligible[tp]),
                 tp.topic,
                 tp.partition,
-            ),
-        )
+            )
+
+        return min(candidates, key=preference)
 
     def move(tp: TopicPartition, giver: str, taker: str) -> None:
         held[giver].remove(tp)
@@ -426,30 +433,42 @@ def _rebalance(
             del counts[tp.topic]
         topic_load[taker][tp.topic] = topic_load[taker].get(tp.topic, 0) + 1
 
+    # Members by (-load, rank): the heaviest first, ties in member order.  Kept
+    # sorted across moves (two bisects per member moved) rather than re-sorted for
+    # every chain: with racks, a first pass that fills the local members can leave
+    # a third of the partitions to move one chain at a time, and re-sorting 2,000
+    # members for each of them cost more than the moves.
+    by_load = sorted((-len(held[m]), rank[m], m) for m in held)
+
+    def reload(member_id: str, before: int) -> None:
+        del by_load[bisect.bisect_left(by_load, (-before, rank[member_id], member_id))]
+        bisect.insort(by_load, (-len(held[member_id]), rank[member_id], member_id))
+
     def find_chain() -> list[str] | None:
-        heaviest = max(len(p) for p in held.values())
-        givers_first = sorted(held, key=lambda m: (-len(held[m]), rank[m]))
-        levels: dict[int, list[str]] = {}
-        for member_id in sorted(held, key=lambda m: rank[m]):
-            levels.setdefault(len(held[member_id]), []).append(member_id)
-        for level in sorted(levels):
+        heaviest = -by_load[0][0]
+        end = len(by_load)
+        while end:  # levels from the lightest up; each level's members in rank order
+            level = -by_load[end - 1][0]
             need = level + 2
             if need > heaviest:
                 return None
+            start = bisect.bisect_left(by_load, (-level,))
+            members = [m for _, _, m in by_load[start:end]]
+            end = start
             # Breadth first backwards from every member at this load at once: who
             # could hand one of them something, directly or through others?
-            came_from = {m: m for m in levels[level]}
-            frontier = list(levels[level])
+            came_from = {m: m for m in members}
+            frontier = members
             while frontier:
                 following: list[str] = []
                 for taker in frontier:
-                    for giver in givers_first:
-                        if len(held[giver]) <= level or giver in came_from:
-                            continue
-                        if not can_give(giver, taker):
+                    for negative_load, _, giver in by_load:
+                        if -negative_load <= level:
+                            break  # the rest are no heavier than the level
+                        if giver in came_from or not can_give(giver, taker):
                             continue
                         came_from[giver] = taker
-                        if len(held[giver]) >= need:
+                        if -negative_load >= need:
                             chain = [giver]
                             while came_from[chain[-1]] != chain[-1]:
                                 chain.append(came_from[chain[-1]])
@@ -463,6 +482,9 @@ def _rebalance(
         # partition it already had rather than the one it is about to receive.
         for giver, taker in reversed(list(pairwise(chain))):
             move(pick(giver, taker), giver, taker)
+        # Only the ends change load; the members between gave one and took one.
+        reload(chain[0], len(held[chain[0]]) + 1)
+        reload(chain[-1], len(held[chain[-1]]) - 1)
 
 
 def claims_from_subscriptions(
