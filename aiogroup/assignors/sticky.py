@@ -453,13 +453,16 @@ def _rebalance(
             if need > heaviest:
                 return None
             start = bisect.bisect_left(by_load, (-level,))
-            members = [m for _, _, m in by_load[start:end]]
-            end = start
             # Breadth first backwards from every member at this load at once: who
-            # could hand one of them something, directly or through others?
-            came_from = {m: m for m in members}
-            frontier = members
-            while frontier:
+            # could hand one of them something, directly or through others?  Every
+            # giver is heavier than the level, so ``came_from`` (giver -> the member
+            # it would hand to) never holds a member of the level itself: a chain
+            # ends at the first member not in it.  The level is walked lazily, as
+            # the first of its members usually finds a giver at once.
+            came_from: dict[str, str] = {}
+            frontier: Iterable[str] = (by_load[i][2] for i in range(start, end))
+            end = start
+            while True:
                 following: list[str] = []
                 for taker in frontier:
                     for negative_load, _, giver in by_load:
@@ -470,10 +473,12 @@ def _rebalance(
                         came_from[giver] = taker
                         if -negative_load >= need:
                             chain = [giver]
-                            while came_from[chain[-1]] != chain[-1]:
+                            while chain[-1] in came_from:
                                 chain.append(came_from[chain[-1]])
                             return chain
                         following.append(giver)
+                if not following:
+                    break
                 frontier = following
         return None
 
