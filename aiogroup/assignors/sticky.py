@@ -198,7 +198,7 @@ def sticky_assignment(
         racks = _rack_info(cluster, order, all_partitions, prefer_rack_aware)
         assignment = uniform_assignment(all_partitions, owned, racks)
         return {m: sorted(ps) for m, ps in assignment.items()}
-    every = [TopicPartition(t, p) for t, parts in topics.items() for p in parts]
+    every = (TopicPartition(t, p) for t, parts in topics.items() for p in parts)
     racks = _rack_info(cluster, order, every, prefer_rack_aware)
     return _general_assignment(order, subscribed, topics, valid_claims, racks)
 
@@ -206,7 +206,7 @@ def sticky_assignment(
 def _rack_info(
     cluster: ClusterView,
     order: list[MemberSubscription],
-    partitions: list[TopicPartition],
+    partitions: Iterable[TopicPartition],
     prefer: bool,
 ) -> RackInfo | None:
     """Racks for KIP-881 matching, or None when matching would not apply (no member
