@@ -64,7 +64,16 @@ ALL_MODES = ("source", "ingest", "kafka", "arrow", "parquet", "baseline")
 DEFAULT_MODES = "source,ingest,kafka,arrow,parquet"
 GROUP_TIMEOUTS = {"kafka.session.timeout.ms": "6000", "kafka.heartbeat.interval.ms": "1000"}
 # The columns both Kafka sources produce (format("kafka") with includeHeaders=true).
-COMPARED = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")
+COMPARED = (
+    "key",
+    "value",
+    "topic",
+    "partition",
+    "offset",
+    "timestamp",
+    "timestampType",
+    "headers",
+)
 
 
 async def produce(
@@ -372,6 +381,14 @@ def main() -> int:
 
     broker = KafkaBroker()
     asyncio.run(broker.start())
+    if "kafka" in modes and not broker.caps.list_offsets_latest_is_log_end:
+        # format("kafka") ends an availableNow run at ListOffsets(latest); on such a
+        # broker it stops short of the log end and the row check would fail.
+        print(
+            f"kafka: skipped on the {broker.mode} broker (caps.list_offsets_latest_is_log_end "
+            "is False: ListOffsets(latest) is not the log end); run with AIOGROUP_BROKER=kafka"
+        )
+        modes.remove("kafka")
     builder = (
         SparkSession.builder.master("local[2]")
         .appName("aiogroup-spark-bench")
