@@ -125,6 +125,8 @@ class DemoMember(AsyncConsumerRebalanceListener):
         )
         #: partition -> next offset to commit (what the application has processed).
         self.positions: dict[TopicPartition, int] = {}
+        #: partition -> the last offset the broker accepted from this member.
+        self.committed: dict[TopicPartition, int] = {}
         self.slow_revoke_s = 0.0
         self.refused = 0
         self.task: asyncio.Task[None] | None = None
@@ -142,6 +144,7 @@ class DemoMember(AsyncConsumerRebalanceListener):
         finally:
             for tp in revoked:
                 self.positions.pop(tp, None)
+                self.committed.pop(tp, None)
             self.history.revoke_ended(revoked)
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
@@ -159,6 +162,7 @@ class DemoMember(AsyncConsumerRebalanceListener):
         )
         for tp in lost:
             self.positions.pop(tp, None)
+            self.committed.pop(tp, None)
 
     async def commit(self, offsets: dict[TopicPartition, int]) -> None:
         """Commit; record it only if the broker accepted it."""
@@ -169,10 +173,11 @@ class DemoMember(AsyncConsumerRebalanceListener):
             await self.consumer.commit(offsets)
         except KafkaError:
             # During a rebalance the broker refuses commits (REBALANCE_IN_PROGRESS on
-            # the embedded broker); the next batch commits again.  Counted, not shown.
+            # the embedded broker); the next round of the poll loop commits again.
             self.refused += 1
             return
         self.history.committed(offsets, sent_at=sent)
+        self.committed.update(offsets)
 
     async def start(self) -> None:
         self.consumer.subscribe([self.topic], listener=self)
@@ -186,12 +191,10 @@ class DemoMember(AsyncConsumerRebalanceListener):
                 if records:
                     self.history.delivered(tp.topic, tp.partition, [r.offset for r in records])
                     self.positions[tp] = records[-1].offset + 1
+            # Everything processed and not yet committed: this batch, and a commit the
+            # broker refused earlier (a refused last batch would otherwise wait forever).
             await self.commit(
-                {
-                    tp: self.positions[tp]
-                    for tp, rs in batches.items()
-                    if rs and tp in self.positions
-                }
+                {tp: o for tp, o in self.positions.items() if self.committed.get(tp) != o}
             )
 
     async def stop(self) -> None:
@@ -538,8 +541,8 @@ async def main() -> int:
                 await alpha.stop()
                 say("charlie and alpha stopped cleanly (revoked, committed, left the group)")
                 say(
-                    "commits the broker refused during rebalances (retried with the next "
-                    f"batch): alpha {alpha.refused}, bravo {bravo.refused}"
+                    "commits the broker refused during rebalances (retried on the next "
+                    f"poll): alpha {alpha.refused}, bravo {bravo.refused}"
                 )
                 final = await committed()
             await observer.stop()
