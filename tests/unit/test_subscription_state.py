@@ -250,3 +250,13 @@ async def test_wait_position_of_an_unassigned_partition_fails_at_once() -> None:
     state = group_state(TP0)
     with pytest.raises(IllegalStateError, match="not assigned"):
         await state.wait_position(TP1)
+
+
+async def test_wait_position_bounded_by_a_timeout_leaves_no_waiter_behind() -> None:
+    state = group_state(TP0)
+    waiter = asyncio.ensure_future(state.wait_position(TP0))
+    await asyncio.sleep(0)
+    state.set_assignment(None)  # eager: waiting for the assignment that decides
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(waiter, 0.05)
+    assert state._assignment_waiters == [] and state._any_subscription_waiters == []
