@@ -20,8 +20,8 @@ outside the members, not by what a member says about itself:
    cannot say anything.  Only once the broker's view shows that is it woken
    (SIGCONT): its membership is gone, so its listener is told
    ``on_partitions_lost`` - not revoked: the partitions already belong to someone
-   else, so it commits nothing for them - and it rejoins as a new member.  Its own
-   log lines, printed, say how it concluded that.
+   else, so it commits nothing for them - and it rejoins the group.  Its own log
+   lines, printed, say how it concluded that and under which member id it rejoined.
 4. **A check that holds on every run** - the group drains the topic; the committed
    offsets must equal the log end *as acknowledged to the producer*, no
    acknowledged record may be missing, and the ownership history must be clean
