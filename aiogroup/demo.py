@@ -494,12 +494,12 @@ async def main() -> int:
             for line in frozen.coordinator_log(woke_wall):
                 say(f"charlie's log: {line}")
             table(holdings(events()), three, state)
-            # What charlie's listener was told after waking, up to its new assignment.
+            # What charlie's listener was told after waking, up to its first new partitions.
             told: list[Event] = []
             for e in events():
                 if e.member == "charlie" and e.t > woke and e.kind in _LISTENER_CALLS:
                     told.append(e)
-                    if e.kind == "assigned":
+                    if e.kind == "assigned" and e.partitions:
                         break
             say(
                 "charlie's listener after waking: "
