@@ -57,6 +57,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -579,7 +580,11 @@ async def main() -> int:
     say(f"{sum(ends.values())} events produced")
     for name, ok in checks.items():
         print(f"   {'ok  ' if ok else 'FAIL'} {name}", flush=True)
-    return 0 if all(checks.values()) else 1
+    if checks and all(checks.values()):
+        shutil.rmtree(workdir, ignore_errors=True)
+        return 0
+    print(f"   history and charlie's log kept in {workdir}", flush=True)
+    return 1
 
 
 if __name__ == "__main__":
