@@ -731,10 +731,18 @@ class GroupConsumer:
         return result
 
     async def position(self, partition: TopicPartition, timeout_ms: int | None = None) -> int:
-        """The offset of the next record to be handed out; waits until it is known."""
-        state = self._state(partition)
+        """The offset of the next record to be handed out; waits until it is known.
+
+        Raises ``IllegalStateError`` naming the partition if it is not assigned, or
+        if a rebalance revokes it while this waits; a partition revoked and given
+        back to this member (an eager rebalance, a rejoin after lost) is waited for
+        anew.  ``stop()`` ends the wait with ``ConsumerStoppedError``; ``timeout_ms``
+        bounds it (``asyncio.TimeoutError``).
+        """
+        sub = self._require_started()
+        self._state(partition)  # not assigned: IllegalStateError now, as aiokafka
         timeout = None if timeout_ms is None else timeout_ms / 1000
-        return await wait_for(state.wait_position(), timeout)
+        return await wait_for(sub.wait_position(partition), timeout)
 
     def highwater(self, partition: TopicPartition) -> int | None:
         return self._state(partition).highwater
