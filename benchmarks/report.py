@@ -831,7 +831,8 @@ def plots(results: dict[str, Any], out_dir: Path) -> dict[str, str]:
             s = cfg.get("summary", {}).get("records_per_s") if cfg.get("status") == "ok" else None
             if not s:
                 continue
-            names.append(f"{broker.split(' ')[0]}: {name}" if len(runs) > 1 else name)
+            short = broker.removeprefix("Apache ").split(" ")[0]  # Tansu, Kafka
+            names.append(f"{short}: {name}" if len(runs) > 1 else name)
             med.append(s["median"] / 1000)
             lo.append((s["median"] - s["min"]) / 1000)
             hi.append((s["max"] - s["median"]) / 1000)
