@@ -31,7 +31,8 @@ The rules :func:`check_history` applies (see ``docs/reliability.md``):
   as later than another only if it was sent after the other was acknowledged).
 * **No zombie.**  A member that was fenced neither commits nor is handed records
   after the fence, until the group assigns it partitions again.  A commit counts
-  from when it was sent (the broker accepted it: it arrived before the fence).
+  from when it was sent (a frozen member may read the answer to a commit it sent
+  before the fence only after waking).
 
 The observer samples the broker, so a fence is known to lie between the last sample
 that still showed the member and the first that did not.  Each rule gives the member
@@ -649,10 +650,10 @@ def _check_commits(
             assigned_after[e.member] = e.t
         if e.kind != "committed":
             continue
-        # Judged by when the commit left: the broker accepted it, so it arrived while
-        # the membership held; one sent before the fence and acknowledged after it (a
-        # member frozen with the commit in flight) is no zombie.
         sent = e.t if e.since is None else e.since
+        # Judged by when the commit was *sent*: one that left before the fence and
+        # whose answer was read late (the member was frozen with it in flight) was
+        # made while the member still belonged to the group.
         fence = _fenced_before(fences, e.member, sent)
         if fence is not None and assigned_after.get(e.member, -1.0) < fence.latest:
             report.zombie_commits.append(
