@@ -39,14 +39,20 @@ from aiokafka.errors import (
     IllegalStateError,
     IncompatibleBrokerVersion,
     KafkaError,
-    KafkaTimeoutError,
-    RequestTimedOutError,
 )
 
+from aiogroup._coordination.commit_client import (
+    CommitClient,
+    auto_commit,
+    failure_kind,
+    refresh_committed,
+    watch_subscription,
+)
+from aiogroup._coordination.commit_outcome import CommitRules
+from aiogroup._coordination.supervision import TaskScope
 from aiogroup._membership import actions as A
 from aiogroup._membership import events as E
 from aiogroup._membership.machine import (
-    CallerOutcome,
     Membership,
     MembershipProtocolError,
     MemberState,
@@ -66,8 +72,6 @@ from aiogroup._protocol.group import (
     parse_heartbeat,
     parse_join_group,
     parse_leave_group,
-    parse_offset_commit,
-    parse_offset_fetch,
     parse_sync_group,
 )
 from aiogroup._timeouts import wait_for
@@ -88,18 +92,22 @@ from aiogroup.errors import (
     MalformedProtocolDataError,
     RebalanceListenerError,
     error_for_code,
-    is_retriable,
 )
 from aiogroup.listeners import AsyncConsumerRebalanceListener, ListenerThread, as_async_listener
 from aiogroup.metrics import ConsumerMetrics
 from aiogroup.structs import OffsetAndMetadata, RebalanceProtocol, TopicPartition
-from aiogroup.subscription import FetchStatus, SubscriptionState, SubscriptionType
+from aiogroup.subscription import SubscriptionState, SubscriptionType
 
 __all__ = ["GroupCoordinator"]
 
 log = logging.getLogger("aiogroup.coordinator")
 
 PROTOCOL_TYPE = "consumer"
+
+#: CommitFailedError's text when the generation moved on (the Java client's contract).
+_REBALANCED = (
+    "commit failed with {code}: the group has rebalanced and {tp} may belong to another member now"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,12 +138,6 @@ class _AbandonJoin:
 
 
 _InboxItem = E.Event | _SubscriptionPoke | _MetadataPoke | _ChildCrashed | _AbandonJoin
-
-
-def _failure_kind(exc: BaseException) -> str:
-    if isinstance(exc, RequestTimedOutError | KafkaTimeoutError | asyncio.TimeoutError):
-        return "timeout"
-    return "connection"
 
 
 class GroupCoordinator:
@@ -176,7 +178,9 @@ class GroupCoordinator:
         self._assignor_counts: dict[str, int | None] = {}
         self._inbox: asyncio.Queue[_InboxItem] = asyncio.Queue()
         self._routine: asyncio.Task[None] | None = None
-        self._children: set[asyncio.Task[Any]] = set()
+        self._children = TaskScope(lambda exc: self._inbox.put_nowait(_ChildCrashed(exc)))
+        self._commits = CommitClient(self, self._group_id, self._retry_backoff)
+        self._rules = CommitRules(commit_outcome, offset_fetch_outcome, code_name, _REBALANCED)
         self._join_task: asyncio.Task[Any] | None = None
         #: (coordinator node, member id) to send LeaveGroup to after an abandoned join.
         self._leave_after_close: tuple[int, str] | None = None
@@ -290,7 +294,7 @@ class GroupCoordinator:
             await asyncio.wait({routine})
             if not routine.cancelled() and routine.exception() is not None:
                 log.debug("group %s: routine ended with %r", self._group_id, routine.exception())
-        await self._cancel_children()
+        await self._children.aclose()
         self._listener_thread.close()
 
     # -- the routine ------------------------------------------------------------------------
@@ -299,8 +303,21 @@ class GroupCoordinator:
         loop = asyncio.get_running_loop()
         cluster = self._client.cluster
         cluster.add_listener(self._on_metadata)
-        self._spawn(self._watch_subscription(), "subscription-watcher")
-        self._spawn(self._refresh_committed_loop(), "commit-refresh")
+        self._children.spawn(
+            watch_subscription(
+                self._subscription, lambda: self._inbox.put_nowait(_SubscriptionPoke())
+            ),
+            "subscription-watcher",
+        )
+        self._children.spawn(
+            refresh_committed(
+                self._subscription,
+                self._fetch_for_refresh,
+                self._retry_backoff,
+                self._group_id,
+            ),
+            "commit-refresh",
+        )
         # One getter outlives timeouts: wait() never cancels it, so no inbox item is
         # lost to a timeout and cancelling the routine never waits on the getter.
         getter: asyncio.Task[_InboxItem] | None = None
@@ -332,7 +349,7 @@ class GroupCoordinator:
             if getter is not None:
                 getter.cancel()
             cluster.remove_listener(self._on_metadata)
-            await self._cancel_children()
+            await self._children.aclose()
 
     def _dispatch(self, item: _InboxItem) -> None:
         if isinstance(item, _ChildCrashed):
@@ -398,7 +415,7 @@ class GroupCoordinator:
         self.metrics.on_action(action)
         if isinstance(action, A.FindCoordinator):
             log.debug("group %s: finding coordinator (%s)", self._group_id, action.reason)
-            self._spawn(self._find_coordinator(), "FindCoordinator")
+            self._children.spawn(self._find_coordinator(), "FindCoordinator")
         elif isinstance(action, A.SendJoinGroup):
             log.info(
                 "group %s: (re)joining - %s (member_id=%r, generation=%d, owned=%d partitions)",
@@ -408,16 +425,16 @@ class GroupCoordinator:
                 action.generation_id,
                 len(action.owned_partitions),
             )
-            self._join_task = self._spawn(self._join_group(action), "JoinGroup")
+            self._join_task = self._children.spawn(self._join_group(action), "JoinGroup")
         elif isinstance(action, A.ComputeAssignment):
-            self._spawn(self._compute_assignment(action), "assign")
+            self._children.spawn(self._compute_assignment(action), "assign")
         elif isinstance(action, A.SendSyncGroup):
-            self._spawn(self._sync_group(action), "SyncGroup")
+            self._children.spawn(self._sync_group(action), "SyncGroup")
         elif isinstance(action, A.SendHeartbeat):
-            self._spawn(self._heartbeat(action), "Heartbeat")
+            self._children.spawn(self._heartbeat(action), "Heartbeat")
         elif isinstance(action, A.SendLeaveGroup):
             log.info("group %s: leaving the group - %s", self._group_id, action.reason)
-            self._spawn(self._leave_group(action), "LeaveGroup")
+            self._children.spawn(self._leave_group(action), "LeaveGroup")
         elif isinstance(action, A.MarkRevoking):
             self._subscription.mark_revoking(action.partitions)
         elif isinstance(action, A.InvokeOnPartitionsRevoked):
@@ -478,7 +495,7 @@ class GroupCoordinator:
         elif isinstance(action, A.SetAssignment):
             self._set_assignment(action.partitions)
         elif isinstance(action, A.AutoCommit):
-            self._spawn(self._auto_commit(None, action.reason), "auto-commit")
+            self._children.spawn(self._auto_commit(None, action.reason), "auto-commit")
         elif isinstance(action, A.Backoff):
             log.debug(
                 "group %s: backing off %.3fs: %s", self._group_id, action.seconds, action.reason
@@ -489,28 +506,6 @@ class GroupCoordinator:
             raise TypeError(f"no performer for {action!r}")
 
     # -- children ------------------------------------------------------------------------------
-
-    def _spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task[Any]:
-        async def guarded() -> None:
-            try:
-                await coro
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self._inbox.put_nowait(_ChildCrashed(exc))
-
-        task = asyncio.get_running_loop().create_task(guarded(), name=f"aiogroup-{name}")
-        self._children.add(task)
-        task.add_done_callback(self._children.discard)
-        return task
-
-    async def _cancel_children(self) -> None:
-        tasks = list(self._children)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
-        self._children.clear()
 
     def _start_listener(
         self,
@@ -563,20 +558,13 @@ class GroupCoordinator:
             self._listener_inner = None
             self._inbox.put_nowait(E.ListenerCompleted(kind, error))
 
-        self._spawn(supervise(), f"listener-{kind}")
+        self._children.spawn(supervise(), f"listener-{kind}")
 
     async def _run_assigned(self, partitions: frozenset[TopicPartition]) -> None:
         offsets = await self._listener.on_partitions_assigned(set(partitions))
         self._subscription.apply_start_offsets(offsets)
 
     # -- subscription and metadata --------------------------------------------------------
-
-    async def _watch_subscription(self) -> None:
-        sub = self._subscription
-        while not sub.closed:
-            await sub.wait_subscription_changed()
-            sub.clear_subscription_changed()
-            self._inbox.put_nowait(_SubscriptionPoke())
 
     def _on_metadata(self, cluster: Any) -> None:
         self._inbox.put_nowait(_MetadataPoke())
@@ -655,7 +643,7 @@ class GroupCoordinator:
         self._partition_counts = counts
         missing = sorted(t for t, n in counts.items() if n is None)
         if missing and (self._missing_topics_task is None or self._missing_topics_task.done()):
-            self._missing_topics_task = self._spawn(
+            self._missing_topics_task = self._children.spawn(
                 self._refresh_until_known(missing), "missing-topics"
             )
 
@@ -701,7 +689,8 @@ class GroupCoordinator:
 
     # -- group requests (each in its own child task) ----------------------------------------
 
-    async def _send(self, node_id: int, request: Any) -> Any:
+    async def send(self, node_id: int, request: Any) -> Any:
+        """Send on the coordination connection, timed (the group-request latency metric)."""
         send = self._client.send(node_id, request, group=ConnectionGroup.COORDINATION)
         return await self.metrics.timed_group_request(request, send)
 
@@ -753,7 +742,7 @@ class GroupCoordinator:
         event: E.Event
         try:
             node = self._coordinator(api)
-            resp = await self._send(node, build())
+            resp = await self.send(node, build())
             event = on_response(resp)
         except _NoCoordinator:
             event = E.request_failed(api, "coordinator", generation_id, "coordinator unknown")
@@ -762,7 +751,7 @@ class GroupCoordinator:
             event = E.request_failed(api, "connection", generation_id, repr(exc))
         except (KafkaError, OSError, asyncio.TimeoutError) as exc:
             log.debug("group %s: %s failed: %r", self._group_id, api, exc)
-            event = E.request_failed(api, _failure_kind(exc), generation_id, repr(exc))
+            event = E.request_failed(api, failure_kind(exc), generation_id, repr(exc))
         self._inbox.put_nowait(event)
 
     async def _join_group(self, action: A.SendJoinGroup) -> None:
@@ -924,7 +913,7 @@ class GroupCoordinator:
             node = self._membership.coordinator_id
             if node is not None:
                 return node
-            self._check_running()
+            self.check_running()
             routine = self._routine
             assert routine is not None
             self._inbox.put_nowait(E.CoordinatorRequested())
@@ -934,7 +923,7 @@ class GroupCoordinator:
             finally:
                 known.cancel()
 
-    def _check_running(self) -> None:
+    def check_running(self) -> None:
         routine = self._routine
         if routine is None or routine.done():
             raise KafkaError("the group coordinator is not running")
@@ -949,79 +938,18 @@ class GroupCoordinator:
             await self._commit(dict(offsets))
 
     async def _commit(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
-        while True:
-            self._check_running()
-            m = self._membership
-            if self._subscription.subscription.group_managed or m.in_generation:
-                gate = m.commit_gate(offsets)
-                if not gate.allowed:
-                    raise CommitFailedError(gate.refusal)
-                generation_id, member_id = gate.generation_id, gate.member_id
-                instance = self._config.group_instance_id
-            else:  # user-assigned partitions: a "simple" commit outside any generation
-                generation_id, member_id, instance = -1, "", None
-            node = await self._wait_coordinator()
-            try:
-                resp = await self._send(
-                    node,
-                    OffsetCommitRequest(
-                        self._group_id, generation_id, member_id, instance, offsets
-                    ),
-                )
-            except (KafkaError, OSError) as exc:
-                if isinstance(exc, IncompatibleBrokerVersion):
-                    raise
-                log.debug("group %s: OffsetCommit failed: %r; retrying", self._group_id, exc)
-                self._inbox.put_nowait(
-                    E.OffsetCommitFailed(_failure_kind(exc), generation_id, repr(exc))
-                )
-                await asyncio.sleep(self._retry_backoff)
-                continue
-            result = parse_offset_commit(resp)
-            self._inbox.put_nowait(E.OffsetCommitResponseReceived(result, generation_id))
-            failed = sorted(
-                (key, code)
-                for key, code in result.errors.items()
-                if commit_outcome(code) is not CallerOutcome.OK
-            )
-            for (topic, partition), code in failed:
-                outcome = commit_outcome(code)
-                tp = TopicPartition(topic, partition)
-                if outcome is CallerOutcome.COMMIT_FAILED:
-                    raise CommitFailedError(
-                        f"commit failed with {code_name(code)}: the group has rebalanced and "
-                        f"{tp} may belong to another member now"
-                    )
-                if outcome is CallerOutcome.RAISE:
-                    raise error_for_code(code)(f"OffsetCommit of {tp}: {code_name(code)}")
-                if outcome is CallerOutcome.FIND_COORDINATOR_AND_RETRY:
-                    self._inbox.put_nowait(E.OffsetCommitFailed("coordinator", generation_id))
-            if not failed:
-                log.debug("group %s: committed %s", self._group_id, offsets)
-                return
-            await asyncio.sleep(self._retry_backoff)  # what was not raised is retried
+        await self._commits.commit(offsets, self._rules)
 
     async def _auto_commit(self, partitions: Iterable[TopicPartition] | None, why: str) -> None:
         """Commit positions of ``partitions`` (None: all assigned); failures are logged only."""
-        assignment = self._subscription.assignment
-        if assignment is None:
-            return
-        wanted = None if partitions is None else frozenset(partitions)
-        offsets: dict[TopicPartition, OffsetAndMetadata] = {}
-        for st in assignment.states():
-            if wanted is None and st.revoking:
-                continue
-            if wanted is not None and st.tp not in wanted:
-                continue
-            if st.has_valid_position and st.position is not None:
-                offsets[st.tp] = OffsetAndMetadata(st.position, "")
-        if not offsets:
-            return
-        try:
-            await self.commit_offsets(offsets, timeout=self._config.request_timeout_ms / 1000)
-            log.debug("group %s: auto-committed %s (%s)", self._group_id, offsets, why)
-        except (KafkaError, asyncio.TimeoutError) as exc:
-            log.warning("group %s: auto-commit %s failed: %r", self._group_id, why, exc)
+        timeout = self._config.request_timeout_ms / 1000
+        await auto_commit(
+            self._subscription,
+            partitions,
+            why,
+            lambda offsets: self.commit_offsets(offsets, timeout=timeout),
+            self._group_id,
+        )
 
     async def fetch_committed_offsets(
         self, partitions: Iterable[TopicPartition], *, timeout: float | None
@@ -1031,81 +959,48 @@ class GroupCoordinator:
         if not tps:
             return {}
         async with async_timeout.timeout(timeout):
-            return await self._fetch_committed(tps)
+            return await self._commits.fetch(tps, self._rules)
 
-    async def _fetch_committed(
+    async def _fetch_for_refresh(
         self, tps: list[TopicPartition]
     ) -> dict[TopicPartition, OffsetAndMetadata | None]:
-        while True:
-            self._check_running()
-            node = await self._wait_coordinator()
-            try:
-                resp = await self._send(node, OffsetFetchRequest(self._group_id, tps))
-            except (KafkaError, OSError) as exc:
-                if isinstance(exc, IncompatibleBrokerVersion):
-                    raise
-                self._inbox.put_nowait(E.OffsetFetchFailed(_failure_kind(exc)))
-                await asyncio.sleep(self._retry_backoff)
-                continue
-            result = parse_offset_fetch(resp)
-            codes = [result.error_code] + [row[3] for row in result.partitions.values()]
-            outcomes = {offset_fetch_outcome(c) for c in codes}
-            if CallerOutcome.RAISE in outcomes:
-                bad = next(c for c in codes if offset_fetch_outcome(c) is CallerOutcome.RAISE)
-                raise error_for_code(bad)(f"OffsetFetch for group {self._group_id}")
-            if CallerOutcome.FIND_COORDINATOR_AND_RETRY in outcomes:
-                self._inbox.put_nowait(E.OffsetFetchFailed("coordinator"))
-                await asyncio.sleep(self._retry_backoff)
-                continue
-            if CallerOutcome.RETRY in outcomes:
-                await asyncio.sleep(self._retry_backoff)
-                continue
-            found: dict[TopicPartition, OffsetAndMetadata | None] = {}
-            for tp in tps:
-                row = result.partitions.get((tp.topic, tp.partition))
-                if (
-                    row is None
-                    or row[0] < 0
-                    or offset_fetch_outcome(row[3]) is not CallerOutcome.OK
-                ):
-                    found[tp] = None
-                else:
-                    found[tp] = OffsetAndMetadata(row[0], row[2] or "")
-            return found
+        return await self.fetch_committed_offsets(
+            tps, timeout=self._config.request_timeout_ms / 1000
+        )
 
-    async def _refresh_committed_loop(self) -> None:
-        """Give partitions awaiting their committed offset a position (or hand them to reset)."""
-        sub = self._subscription
-        while not sub.closed:
-            await sub.commit_refresh_needed.wait()
-            sub.commit_refresh_needed.clear()
-            assignment = sub.assignment
-            if sub.closed or assignment is None:
-                continue
-            tps = assignment.needing_committed()
-            if not tps:
-                continue
-            try:
-                committed = await self.fetch_committed_offsets(
-                    tps, timeout=self._config.request_timeout_ms / 1000
-                )
-            except (KafkaError, asyncio.TimeoutError) as exc:
-                if not is_retriable(exc):
-                    log.error("group %s: cannot fetch committed offsets: %r", self._group_id, exc)
-                    sub.report_error(exc)
-                await asyncio.sleep(self._retry_backoff)
-                sub.request_commit_refresh()
-                continue
-            for tp, oam in committed.items():
-                st = assignment.get(tp)
-                if st is None or st.revoking or st.status is not FetchStatus.AWAITING_COMMITTED:
-                    continue  # moved on meanwhile (seek, revoke, new assignment)
-                if oam is not None:
-                    st.seek(oam.offset)
-                else:
-                    st.await_reset()
-            if sub.assignment is not assignment:
-                sub.request_commit_refresh()
+    # -- CommitPort: what the commit client borrows from this shell --------------------------
+
+    async def coordinator_node(self) -> int:
+        return await self._wait_coordinator()
+
+    def commit_request(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> tuple[Any, int]:
+        m = self._membership
+        if self._subscription.subscription.group_managed or m.in_generation:
+            gate = m.commit_gate(offsets)
+            if not gate.allowed:
+                raise CommitFailedError(gate.refusal)
+            generation_id, member_id = gate.generation_id, gate.member_id
+            instance = self._config.group_instance_id
+        else:  # user-assigned partitions: a "simple" commit outside any generation
+            generation_id, member_id, instance = -1, "", None
+        request = OffsetCommitRequest(self._group_id, generation_id, member_id, instance, offsets)
+        return request, generation_id
+
+    def fetch_request(self, partitions: list[TopicPartition]) -> Any:
+        return OffsetFetchRequest(self._group_id, partitions)
+
+    def next_epoch(self) -> Callable[[], Awaitable[None]]:
+        # Classic generations never ask for a retry with a newer epoch: a plain backoff.
+        return lambda: asyncio.sleep(self._retry_backoff)
+
+    def commit_answered(self, result: Any, generation: int) -> None:
+        self._inbox.put_nowait(E.OffsetCommitResponseReceived(result, generation))
+
+    def offsets_request_failed(self, api: str, kind: str, generation: int, detail: str) -> None:
+        if api == "OffsetCommit":
+            self._inbox.put_nowait(E.OffsetCommitFailed(kind, generation, detail))
+        else:
+            self._inbox.put_nowait(E.OffsetFetchFailed(kind))
 
 
 class _NoCoordinator(Exception):
