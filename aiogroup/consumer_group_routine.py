@@ -35,10 +35,11 @@ from aiogroup._coordination.commit_client import (
     CommitClient,
     auto_commit,
     refresh_committed,
-    watch_subscription,
 )
 from aiogroup._coordination.commit_outcome import CommitRules
 from aiogroup._coordination.supervision import TaskScope
+from aiogroup._coordination.tracking import consumer_subscription_diff
+from aiogroup._coordination.watch import subscription_view, watch_subscription
 from aiogroup._membership import consumer_group as cg
 from aiogroup._protocol.consumer_group import (
     ConsumerGroupHeartbeatRequest,
@@ -379,27 +380,14 @@ class ConsumerGroupCoordinator:
         sub = self._subscription.subscription
         if sub.group_managed:
             self._listener = as_async_listener(sub.listener, thread=self._listener_thread)
-            key: object = (
-                sub.type,
-                sub.topics,
-                None if sub.pattern is None else sub.pattern.pattern,
-            )
-            if key == self._subscription_key:
-                return
-            self._subscription_key = key
-            if sub.type is SubscriptionType.AUTO_PATTERN:
-                assert sub.pattern is not None
-                # The broker matches the pattern (RE2J, whole topic name, KIP-848).
-                self._feed(cg.Subscribed(regex=sub.pattern.pattern))
-            else:
-                self._update_metadata_topics()
-                self._feed(cg.Subscribed(frozenset(sub.topics)))
-            return
-        if sub.type is SubscriptionType.USER_ASSIGNED:
+        elif sub.type is SubscriptionType.USER_ASSIGNED:
             self._subscription.request_commit_refresh()
-        if self._subscription_key is not None:
-            self._subscription_key = None
-            self._feed(cg.UnsubscribeRequested())
+        diff = consumer_subscription_diff(self._subscription_key, subscription_view(sub))
+        self._subscription_key = diff.key
+        if isinstance(diff.event, cg.Subscribed) and not diff.event.regex:
+            self._update_metadata_topics()
+        if isinstance(diff.event, cg.Subscribed | cg.UnsubscribeRequested):
+            self._feed(diff.event)
 
     def _update_metadata_topics(self, extra: Iterable[str] = ()) -> None:
         """Keep the client's metadata on the subscribed and assigned topics (leaders)."""

@@ -46,10 +46,15 @@ from aiogroup._coordination.commit_client import (
     auto_commit,
     failure_kind,
     refresh_committed,
-    watch_subscription,
 )
 from aiogroup._coordination.commit_outcome import CommitRules
 from aiogroup._coordination.supervision import TaskScope
+from aiogroup._coordination.tracking import (
+    classic_subscription_diff,
+    partition_count_change,
+    snapshot_counts,
+)
+from aiogroup._coordination.watch import subscription_view, watch_subscription
 from aiogroup._membership import actions as A
 from aiogroup._membership import events as E
 from aiogroup._membership.machine import (
@@ -581,21 +586,12 @@ class GroupCoordinator:
                 self._match_pattern()
             else:
                 self._client.set_topics(sorted(sub.topics | self._group_topics))
-            key: object = (sub.type, sub.effective_topics, sub.pattern)
-            if key != self._subscription_key:
-                self._subscription_key = key
-                self._feed(
-                    E.SubscriptionChanged(
-                        True, f"subscribed to {sorted(sub.effective_topics) or 'no topics yet'}"
-                    )
-                )
-            return
-        if sub.type is SubscriptionType.USER_ASSIGNED:
+        elif sub.type is SubscriptionType.USER_ASSIGNED:
             self._subscription.request_commit_refresh()
-        if self._subscription_key is not None:
-            self._subscription_key = None
-            reason = "unsubscribed" if sub.type is SubscriptionType.NONE else "switched to assign()"
-            self._feed(E.SubscriptionChanged(False, reason))
+        diff = classic_subscription_diff(self._subscription_key, subscription_view(sub))
+        self._subscription_key = diff.key
+        if isinstance(diff.event, E.SubscriptionChanged):
+            self._feed(diff.event)
 
     def _match_pattern(self) -> None:
         sub = self._subscription.subscription
@@ -604,42 +600,29 @@ class GroupCoordinator:
         topics = self._client.cluster.topics(self._config.exclude_internal_topics)
         self._subscription.set_matched_topics(t for t in topics if sub.pattern.match(t))
 
+    def _current_counts(self, topics: Iterable[str]) -> dict[str, int | None]:
+        cluster = self._client.cluster
+        return {t: len(cluster.partitions_for_topic(t) or ()) or None for t in topics}
+
     def _on_metadata_poke(self) -> None:
-        sub = self._subscription.subscription
-        if sub.type is SubscriptionType.AUTO_PATTERN:
+        if self._subscription.subscription.type is SubscriptionType.AUTO_PATTERN:
             self._match_pattern()
         if not self._partition_counts:
             return
-        cluster = self._client.cluster
         machine = self._membership
-        leader = machine.leader_id is not None and machine.leader_id == machine.member_id
-        for topic, before in self._partition_counts.items():
-            parts = cluster.partitions_for_topic(topic)
-            now = len(parts) if parts else None
-            if now is None or now == before:
-                continue
-            if before is None and not leader:
-                # This member's own metadata was behind the leader's when the assignment
-                # came (a member learns of a new topic on its own schedule).  Only the
-                # leader can tell whether the assignment missed the topic, and it
-                # rejoins if it did; a follower rejoining here is a spurious rebalance.
-                self._snapshot_partition_counts()
-                continue
+        change = partition_count_change(
+            self._partition_counts,
+            self._current_counts(self._partition_counts),
+            leader=machine.leader_id is not None and machine.leader_id == machine.member_id,
+        )
+        if change.resnapshot:
             self._snapshot_partition_counts()
-            self._feed(
-                E.MetadataChanged(f"partition count of {topic!r} changed ({before} -> {now})")
-            )
-            return
+        if change.event is not None:
+            self._feed(change.event)
 
     def _snapshot_partition_counts(self) -> None:
-        cluster = self._client.cluster
         topics = self._group_topics | self._subscription.subscription.effective_topics
-        counts: dict[str, int | None] = {}
-        for topic in topics:
-            parts = cluster.partitions_for_topic(topic)
-            # A metadata answer for an older topic list can drop a topic for a moment;
-            # what the assignor saw (as leader) is then what the assignment was made on.
-            counts[topic] = len(parts) if parts else self._assignor_counts.get(topic)
+        counts = snapshot_counts(topics, self._current_counts(topics), self._assignor_counts)
         self._partition_counts = counts
         missing = sorted(t for t, n in counts.items() if n is None)
         if missing and (self._missing_topics_task is None or self._missing_topics_task.done()):

@@ -28,7 +28,7 @@ from aiogroup.errors import KafkaError, is_retriable
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
 from aiogroup.subscription import FetchStatus, SubscriptionState
 
-__all__ = ["CommitClient", "CommitPort", "failure_kind"]
+__all__ = ["CommitClient", "CommitPort", "auto_commit", "failure_kind", "refresh_committed"]
 
 log = logging.getLogger("aiogroup.coordinator")
 
@@ -198,11 +198,3 @@ async def refresh_committed(
                 st.await_reset()
         if sub.assignment is not assignment:
             sub.request_commit_refresh()
-
-
-async def watch_subscription(sub: SubscriptionState, poke: Callable[[], None]) -> None:
-    """Turn every subscription change into ``poke()`` (an inbox item for the routine)."""
-    while not sub.closed:
-        await sub.wait_subscription_changed()
-        sub.clear_subscription_changed()
-        poke()

@@ -177,7 +177,10 @@ def test_the_machines_import_only_pure_aiogroup_modules() -> None:
 #: The shells' pure halves (issue 18): what an answer means, what changed.  They decide
 #: from plain data as the machines and assignors do, so they are held to the assignors'
 #: ban (aiokafka's encoding types allowed, its I/O modules not).
-PURE_SHELL_MODULES = ("aiogroup._coordination.commit_outcome",)
+PURE_SHELL_MODULES = (
+    "aiogroup._coordination.commit_outcome",
+    "aiogroup._coordination.tracking",
+)
 
 
 def test_pure_shell_modules_import_no_io_modules() -> None:
