@@ -34,20 +34,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import async_timeout
-from aiokafka.client import AIOKafkaClient, ConnectionGroup
+from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import (
     IllegalStateError,
-    IncompatibleBrokerVersion,
     KafkaError,
 )
 
 from aiogroup._coordination.commit_client import (
     CommitClient,
     auto_commit,
-    failure_kind,
     refresh_committed,
 )
 from aiogroup._coordination.commit_outcome import CommitRules
+from aiogroup._coordination.group_requests import ClassicRequests
 from aiogroup._coordination.supervision import TaskScope
 from aiogroup._coordination.tracking import (
     classic_subscription_diff,
@@ -66,35 +65,16 @@ from aiogroup._membership.machine import (
     offset_fetch_outcome,
 )
 from aiogroup._protocol.group import (
-    FindCoordinatorRequest,
-    HeartbeatRequest,
-    JoinGroupRequest,
-    LeaveGroupRequest,
     OffsetCommitRequest,
     OffsetFetchRequest,
-    SyncGroupRequest,
-    parse_find_coordinator,
-    parse_heartbeat,
-    parse_join_group,
-    parse_leave_group,
-    parse_sync_group,
 )
 from aiogroup._timeouts import wait_for
 from aiogroup.assignors import select_rebalance_protocol
-from aiogroup.assignors.abc import ConsumerPartitionAssignor, MemberSubscription
+from aiogroup.assignors.abc import ConsumerPartitionAssignor
 from aiogroup.config import ConsumerConfig
-from aiogroup.consumer_protocol import (
-    ConsumerAssignment,
-    ConsumerSubscription,
-    decode_assignment,
-    decode_subscription,
-    encode_assignment,
-    encode_subscription,
-)
 from aiogroup.errors import (
     CommitFailedError,
     ConfigurationError,
-    MalformedProtocolDataError,
     RebalanceListenerError,
     error_for_code,
 )
@@ -106,8 +86,6 @@ from aiogroup.subscription import SubscriptionState, SubscriptionType
 __all__ = ["GroupCoordinator"]
 
 log = logging.getLogger("aiogroup.coordinator")
-
-PROTOCOL_TYPE = "consumer"
 
 #: CommitFailedError's text when the generation moved on (the Java client's contract).
 _REBALANCED = (
@@ -179,10 +157,17 @@ class GroupCoordinator:
         )
         self._retry_backoff = config.retry_backoff_ms / 1000
         self._missing_topics_task: asyncio.Task[Any] | None = None
-        #: Partition counts the assignor saw, when this member last led an assignment.
-        self._assignor_counts: dict[str, int | None] = {}
         self._inbox: asyncio.Queue[_InboxItem] = asyncio.Queue()
         self._routine: asyncio.Task[None] | None = None
+        self._requests = ClassicRequests(
+            client,
+            subscription,
+            config,
+            assignors,
+            put=self._inbox.put_nowait,
+            coordinator_id=lambda: self._membership.coordinator_id,
+            metrics=lambda: self.metrics,
+        )
         self._children = TaskScope(lambda exc: self._inbox.put_nowait(_ChildCrashed(exc)))
         self._commits = CommitClient(self, self._group_id, self._retry_backoff)
         self._rules = CommitRules(commit_outcome, offset_fetch_outcome, code_name, _REBALANCED)
@@ -200,7 +185,6 @@ class GroupCoordinator:
         self._last_fed_poll: float | None = None
         self._subscription_key: object = None
         self._partition_counts: dict[str, int | None] = {}
-        self._group_topics: frozenset[str] = frozenset()
         self._all_topics_metadata = False
         #: Replaced by GroupConsumer with the consumer's shared instance.
         self.metrics = ConsumerMetrics(config.session_timeout_ms / 1000)
@@ -275,15 +259,7 @@ class GroupCoordinator:
         assert self._leave_after_close is not None
         node, member_id = self._leave_after_close
         self._leave_after_close = None
-        log.info("group %s: leaving the group - closing during a JoinGroup", self._group_id)
-        request = LeaveGroupRequest(self._group_id, member_id, None, "the consumer is closing")
-        # Not on the coordination connection: a broker answers one request per
-        # connection at a time, so there the LeaveGroup would wait behind the held join.
-        send = self._client.send(node, request, group=ConnectionGroup.DEFAULT)
-        try:
-            parse_leave_group(await self.metrics.timed_group_request(request, send))
-        except (KafkaError, OSError) as exc:
-            log.debug("group %s: LeaveGroup after an abandoned join: %r", self._group_id, exc)
+        await self._requests.leave_abandoned(node, member_id)
 
     async def abort(self) -> None:
         """Stop at once as if the process died: no commit, no revoke, no LeaveGroup."""
@@ -420,7 +396,7 @@ class GroupCoordinator:
         self.metrics.on_action(action)
         if isinstance(action, A.FindCoordinator):
             log.debug("group %s: finding coordinator (%s)", self._group_id, action.reason)
-            self._children.spawn(self._find_coordinator(), "FindCoordinator")
+            self._children.spawn(self._requests.find_coordinator(), "FindCoordinator")
         elif isinstance(action, A.SendJoinGroup):
             log.info(
                 "group %s: (re)joining - %s (member_id=%r, generation=%d, owned=%d partitions)",
@@ -430,16 +406,16 @@ class GroupCoordinator:
                 action.generation_id,
                 len(action.owned_partitions),
             )
-            self._join_task = self._children.spawn(self._join_group(action), "JoinGroup")
+            self._join_task = self._children.spawn(self._requests.join_group(action), "JoinGroup")
         elif isinstance(action, A.ComputeAssignment):
-            self._children.spawn(self._compute_assignment(action), "assign")
+            self._children.spawn(self._requests.compute_assignment(action), "assign")
         elif isinstance(action, A.SendSyncGroup):
-            self._children.spawn(self._sync_group(action), "SyncGroup")
+            self._children.spawn(self._requests.sync_group(action), "SyncGroup")
         elif isinstance(action, A.SendHeartbeat):
-            self._children.spawn(self._heartbeat(action), "Heartbeat")
+            self._children.spawn(self._requests.heartbeat(action), "Heartbeat")
         elif isinstance(action, A.SendLeaveGroup):
             log.info("group %s: leaving the group - %s", self._group_id, action.reason)
-            self._children.spawn(self._leave_group(action), "LeaveGroup")
+            self._children.spawn(self._requests.leave_group(action), "LeaveGroup")
         elif isinstance(action, A.MarkRevoking):
             self._subscription.mark_revoking(action.partitions)
         elif isinstance(action, A.InvokeOnPartitionsRevoked):
@@ -585,7 +561,7 @@ class GroupCoordinator:
                     self._client.set_topics([])  # a pattern needs every topic's metadata
                 self._match_pattern()
             else:
-                self._client.set_topics(sorted(sub.topics | self._group_topics))
+                self._client.set_topics(sorted(sub.topics | self._requests.group_topics))
         elif sub.type is SubscriptionType.USER_ASSIGNED:
             self._subscription.request_commit_refresh()
         diff = classic_subscription_diff(self._subscription_key, subscription_view(sub))
@@ -621,8 +597,10 @@ class GroupCoordinator:
             self._feed(change.event)
 
     def _snapshot_partition_counts(self) -> None:
-        topics = self._group_topics | self._subscription.subscription.effective_topics
-        counts = snapshot_counts(topics, self._current_counts(topics), self._assignor_counts)
+        topics = self._requests.group_topics | self._subscription.subscription.effective_topics
+        counts = snapshot_counts(
+            topics, self._current_counts(topics), self._requests.assignor_counts
+        )
         self._partition_counts = counts
         missing = sorted(t for t, n in counts.items() if n is None)
         if missing and (self._missing_topics_task is None or self._missing_topics_task.done()):
@@ -674,220 +652,7 @@ class GroupCoordinator:
 
     async def send(self, node_id: int, request: Any) -> Any:
         """Send on the coordination connection, timed (the group-request latency metric)."""
-        send = self._client.send(node_id, request, group=ConnectionGroup.COORDINATION)
-        return await self.metrics.timed_group_request(request, send)
-
-    async def _find_coordinator(self) -> None:
-        event: E.Event
-        try:
-            node = self._client.get_random_node()
-            if node is None:
-                raise KafkaError("no broker known to ask for the coordinator")
-            request = FindCoordinatorRequest(self._group_id)
-            resp = await self.metrics.timed_group_request(request, self._client.send(node, request))
-            result = parse_find_coordinator(resp)
-            if result.error_code != 0:
-                event = E.CoordinatorLookupFailed(result.error_code, result.error_message or "")
-            else:
-                ready = await self._client.ready(result.node_id, group=ConnectionGroup.COORDINATION)
-                if ready:
-                    log.info(
-                        "group %s: coordinator is node %d (%s:%d)",
-                        self._group_id,
-                        result.node_id,
-                        result.host,
-                        result.port,
-                    )
-                    event = E.CoordinatorFound(result.node_id)
-                else:
-                    event = E.CoordinatorLookupFailed(
-                        -1, f"cannot connect to node {result.node_id}"
-                    )
-        except KafkaError as exc:
-            log.debug("group %s: FindCoordinator failed: %r", self._group_id, exc)
-            event = E.CoordinatorLookupFailed(-1, repr(exc))
-        self._inbox.put_nowait(event)
-
-    def _coordinator(self, api: str) -> int:
-        node = self._membership.coordinator_id
-        if node is None:
-            raise _NoCoordinator(api)
-        return node
-
-    async def _request(
-        self,
-        api: str,
-        generation_id: int,
-        build: Callable[[], Any],
-        on_response: Callable[[Any], E.Event],
-    ) -> None:
-        """Send one group request and turn whatever happens into exactly one event."""
-        event: E.Event
-        try:
-            node = self._coordinator(api)
-            resp = await self.send(node, build())
-            event = on_response(resp)
-        except _NoCoordinator:
-            event = E.request_failed(api, "coordinator", generation_id, "coordinator unknown")
-        except IncompatibleBrokerVersion as exc:
-            self._subscription.report_error(exc)
-            event = E.request_failed(api, "connection", generation_id, repr(exc))
-        except (KafkaError, OSError, asyncio.TimeoutError) as exc:
-            log.debug("group %s: %s failed: %r", self._group_id, api, exc)
-            event = E.request_failed(api, failure_kind(exc), generation_id, repr(exc))
-        self._inbox.put_nowait(event)
-
-    async def _join_group(self, action: A.SendJoinGroup) -> None:
-        cfg = self._config
-        sub = self._subscription.subscription
-        topics = sub.effective_topics
-        owned = sorted(action.owned_partitions)
-        protocols = []
-        for assignor in self._assignors:
-            meta = ConsumerSubscription(
-                topics=tuple(sorted(topics)),
-                user_data=assignor.subscription_user_data(frozenset(topics)),
-                owned_partitions=tuple(owned),
-                generation_id=action.generation_id,
-                rack_id=cfg.client_rack,
-            )
-            protocols.append((assignor.name, encode_subscription(meta)))
-        await self._request(
-            "JoinGroup",
-            action.generation_id,
-            lambda: JoinGroupRequest(
-                self._group_id,
-                cfg.session_timeout_ms,
-                cfg.effective_rebalance_timeout_ms,
-                action.member_id,
-                cfg.group_instance_id,
-                PROTOCOL_TYPE,
-                protocols,
-                reason=action.reason,
-            ),
-            lambda resp: E.JoinGroupResponseReceived(parse_join_group(resp)),
-        )
-
-    async def _compute_assignment(self, action: A.ComputeAssignment) -> None:
-        event: E.Event
-        try:
-            assignments = await self._assign(action)
-            event = E.AssignmentComputed(
-                tuple((member, encode_assignment(asg)) for member, asg in assignments.items())
-            )
-        except Exception as exc:
-            log.exception("group %s: assignment failed", self._group_id)
-            event = E.AssignmentComputed(error=exc)
-        self._inbox.put_nowait(event)
-
-    async def _assign(self, action: A.ComputeAssignment) -> dict[str, ConsumerAssignment]:
-        assignor = next((a for a in self._assignors if a.name == action.protocol_name), None)
-        if assignor is None:
-            raise KafkaError(
-                f"the broker chose assignor {action.protocol_name!r}, which this member "
-                f"does not have ({[a.name for a in self._assignors]})"
-            )
-        members: dict[str, MemberSubscription] = {}
-        for member in action.members:
-            try:
-                subscription = decode_subscription(member.metadata)
-            except MalformedProtocolDataError as exc:
-                # One bad peer must not stop the group: it gets nothing this generation.
-                log.error(
-                    "group %s: member %s sent undecodable subscription metadata: %s; "
-                    "treating it as subscribed to nothing",
-                    self._group_id,
-                    member.member_id,
-                    exc,
-                )
-                self._subscription.report_error(exc)
-                subscription = ConsumerSubscription(topics=())
-            members[member.member_id] = MemberSubscription(
-                member.member_id, member.group_instance_id, subscription
-            )
-        topics = frozenset(t for m in members.values() for t in m.subscription.topics)
-        self._group_topics = topics
-        if self._subscription.subscription.type is not SubscriptionType.AUTO_PATTERN:
-            wanted = topics | self._subscription.subscription.effective_topics
-            await self._client.set_topics(sorted(wanted))
-        else:
-            await self._client.force_metadata_update()
-        cluster = self._client.cluster
-        self._assignor_counts = {
-            t: len(cluster.partitions_for_topic(t) or ()) or None for t in topics
-        }
-        result = assignor.assign(cluster, members)
-        for member_id in members:
-            result.setdefault(member_id, ConsumerAssignment(partitions=()))
-        log.info(
-            "group %s: assigned generation %d with %s: %s",
-            self._group_id,
-            action.generation_id,
-            assignor.name,
-            {mid: len(a.partitions) for mid, a in result.items()},
-        )
-        return result
-
-    async def _sync_group(self, action: A.SendSyncGroup) -> None:
-        cfg = self._config
-
-        def on_response(resp: Any) -> E.Event:
-            result = parse_sync_group(resp)
-            if result.error_code != 0:
-                return E.SyncGroupResponseReceived(result, action.generation_id)
-            try:
-                if result.assignment:
-                    assignment = decode_assignment(result.assignment)
-                else:
-                    assignment = ConsumerAssignment(partitions=())
-            except MalformedProtocolDataError as exc:
-                return E.SyncGroupResponseReceived(
-                    result, action.generation_id, None, decode_error=exc
-                )
-            for assignor in self._assignors:
-                if assignor.name == action.protocol_name:
-                    assignor.on_assignment(assignment, action.generation_id)
-            return E.SyncGroupResponseReceived(
-                result, action.generation_id, frozenset(assignment.partitions)
-            )
-
-        await self._request(
-            "SyncGroup",
-            action.generation_id,
-            lambda: SyncGroupRequest(
-                self._group_id,
-                action.generation_id,
-                action.member_id,
-                cfg.group_instance_id,
-                PROTOCOL_TYPE,
-                action.protocol_name,
-                list(action.assignments),
-            ),
-            on_response,
-        )
-
-    async def _heartbeat(self, action: A.SendHeartbeat) -> None:
-        await self._request(
-            "Heartbeat",
-            action.generation_id,
-            lambda: HeartbeatRequest(
-                self._group_id,
-                action.generation_id,
-                action.member_id,
-                self._config.group_instance_id,
-            ),
-            lambda resp: E.HeartbeatResponseReceived(parse_heartbeat(resp), action.generation_id),
-        )
-
-    async def _leave_group(self, action: A.SendLeaveGroup) -> None:
-        await self._request(
-            "LeaveGroup",
-            -1,
-            lambda: LeaveGroupRequest(
-                self._group_id, action.member_id, self._config.group_instance_id, action.reason
-            ),
-            lambda resp: E.LeaveGroupResponseReceived(parse_leave_group(resp)),
-        )
+        return await self._requests.send(node_id, request)
 
     # -- commits -----------------------------------------------------------------------------
 
@@ -984,11 +749,6 @@ class GroupCoordinator:
             self._inbox.put_nowait(E.OffsetCommitFailed(kind, generation, detail))
         else:
             self._inbox.put_nowait(E.OffsetFetchFailed(kind))
-
-
-class _NoCoordinator(Exception):
-    def __init__(self, api: str) -> None:
-        super().__init__(f"{api}: coordinator unknown")
 
 
 async def _call(call: Callable[[], Awaitable[Any]]) -> Any:

@@ -87,7 +87,7 @@ async def test_leader_gives_a_member_with_undecodable_metadata_nothing() -> None
     action = A.ComputeAssignment(
         3, "range", (member("a", ("t",)), JoinGroupMember("bad", None, b"\x00\x07garbage"))
     )
-    result = await coordinator._assign(action)
+    result = await coordinator._requests._assign(action)
     assert result["bad"].partitions == ()
     assert sorted(result["a"].partitions) == [TopicPartition("t", p) for p in range(4)]
     assert isinstance(sub.pending_error, MalformedProtocolDataError)
@@ -96,7 +96,9 @@ async def test_leader_gives_a_member_with_undecodable_metadata_nothing() -> None
 async def test_leader_refuses_an_assignor_it_does_not_have() -> None:
     coordinator, _ = make_coordinator({"t": 1})
     with pytest.raises(KafkaError, match="roundrobin"):
-        await coordinator._assign(A.ComputeAssignment(1, "roundrobin", (member("a", ("t",)),)))
+        await coordinator._requests._assign(
+            A.ComputeAssignment(1, "roundrobin", (member("a", ("t",)),))
+        )
 
 
 async def test_commit_outside_a_generation_is_refused_without_a_request() -> None:
@@ -247,7 +249,7 @@ async def test_leader_snapshot_keeps_what_the_assignor_saw() -> None:
     """A metadata answer for an older topic list can drop a topic for a moment; the
     counts the assignment was made on stand, so its return is not a 'change'."""
     coordinator, sub = make_coordinator({"t": 2})
-    await coordinator._assign(A.ComputeAssignment(1, "range", (member("a", ("t",)),)))
+    await coordinator._requests._assign(A.ComputeAssignment(1, "range", (member("a", ("t",)),)))
     coordinator._client.cluster._partitions.clear()  # type: ignore[attr-defined]
     sub.subscribe(["t"])
     coordinator._snapshot_partition_counts()
