@@ -47,6 +47,7 @@ from aiogroup._coordination.commit_client import (
 )
 from aiogroup._coordination.commit_outcome import CommitRules
 from aiogroup._coordination.group_requests import ClassicRequests
+from aiogroup._coordination.listener_runner import ListenerRunner
 from aiogroup._coordination.supervision import TaskScope
 from aiogroup._coordination.tracking import (
     classic_subscription_diff,
@@ -75,7 +76,6 @@ from aiogroup.config import ConsumerConfig
 from aiogroup.errors import (
     CommitFailedError,
     ConfigurationError,
-    RebalanceListenerError,
     error_for_code,
 )
 from aiogroup.listeners import AsyncConsumerRebalanceListener, ListenerThread, as_async_listener
@@ -174,12 +174,10 @@ class GroupCoordinator:
         self._join_task: asyncio.Task[Any] | None = None
         #: (coordinator node, member id) to send LeaveGroup to after an abandoned join.
         self._leave_after_close: tuple[int, str] | None = None
-        self._listener_inner: asyncio.Task[Any] | None = None
-        self._listener_cancel_reason: str | None = None
-        #: Set when the running callback overran while in the listener thread (which
-        #: cannot be cancelled): reported when it returns.
-        self._listener_overran: str | None = None
         self._listener_thread = ListenerThread()
+        self._listeners = ListenerRunner(
+            self._group_id, self._listener_thread, self._children.spawn, self._inbox.put_nowait
+        )
         self._listener: AsyncConsumerRebalanceListener = AsyncConsumerRebalanceListener()
         self._coordinator_known = asyncio.Event()
         self._last_fed_poll: float | None = None
@@ -394,152 +392,90 @@ class GroupCoordinator:
 
     def _perform(self, action: A.Action) -> None:
         self.metrics.on_action(action)
-        if isinstance(action, A.FindCoordinator):
-            log.debug("group %s: finding coordinator (%s)", self._group_id, action.reason)
-            self._children.spawn(self._requests.find_coordinator(), "FindCoordinator")
-        elif isinstance(action, A.SendJoinGroup):
-            log.info(
-                "group %s: (re)joining - %s (member_id=%r, generation=%d, owned=%d partitions)",
-                self._group_id,
-                action.reason,
-                action.member_id,
-                action.generation_id,
-                len(action.owned_partitions),
-            )
-            self._join_task = self._children.spawn(self._requests.join_group(action), "JoinGroup")
-        elif isinstance(action, A.ComputeAssignment):
-            self._children.spawn(self._requests.compute_assignment(action), "assign")
-        elif isinstance(action, A.SendSyncGroup):
-            self._children.spawn(self._requests.sync_group(action), "SyncGroup")
-        elif isinstance(action, A.SendHeartbeat):
-            self._children.spawn(self._requests.heartbeat(action), "Heartbeat")
-        elif isinstance(action, A.SendLeaveGroup):
-            log.info("group %s: leaving the group - %s", self._group_id, action.reason)
-            self._children.spawn(self._requests.leave_group(action), "LeaveGroup")
-        elif isinstance(action, A.MarkRevoking):
-            self._subscription.mark_revoking(action.partitions)
-        elif isinstance(action, A.InvokeOnPartitionsRevoked):
-            log.info(
-                "group %s: revoking %s", self._group_id, sorted(action.partitions) or "nothing"
-            )
-            parts = action.partitions
-            commit_first = action.commit_first
-
-            async def revoke() -> None:
-                if commit_first:
-                    await self._auto_commit(parts, "before revocation")
-                await self._listener.on_partitions_revoked(set(parts))
-
-            self._start_listener("revoked", revoke)
-        elif isinstance(action, A.InvokeOnPartitionsAssigned):
-            log.info(
-                "group %s: generation %d assigned %s",
-                self._group_id,
-                action.generation_id,
-                sorted(action.partitions) or "no new partitions",
-            )
-            # New partitions are held until the callback (and the seeks to the offsets
-            # it returns) are done, however it ends.
-            added = action.partitions
-            self._subscription.mark_assigning(added, True)
-            self._start_listener(
-                "assigned",
-                lambda: self._run_assigned(added),
-                on_done=lambda: self._subscription.mark_assigning(added, False),
-            )
-        elif isinstance(action, A.InvokeOnPartitionsLost):
-            log.warning(
-                "group %s: membership lost; partitions lost: %s",
-                self._group_id,
-                sorted(action.partitions),
-            )
-            parts = action.partitions
-            self._start_listener("lost", lambda: self._listener.on_partitions_lost(set(parts)))
-        elif isinstance(action, A.CancelListener):
-            if self._listener_thread.busy:
-                # A thread cannot be cancelled.  Wait for it (callbacks never overlap,
-                # and the next step must not start while the application still works
-                # on these partitions); heartbeats go on, the broker decides.
-                log.error(
-                    "group %s: %s; it runs in the listener thread, which cannot be "
-                    "cancelled: waiting for it to return (the group may rebalance "
-                    "without this member meanwhile)",
-                    self._group_id,
-                    action.reason,
-                )
-                self._listener_overran = action.reason
-            else:
-                log.error("group %s: %s; cancelling it", self._group_id, action.reason)
-                self._listener_cancel_reason = action.reason
-                if self._listener_inner is not None:
-                    self._listener_inner.cancel()
-        elif isinstance(action, A.SetAssignment):
-            self._set_assignment(action.partitions)
-        elif isinstance(action, A.AutoCommit):
-            self._children.spawn(self._auto_commit(None, action.reason), "auto-commit")
-        elif isinstance(action, A.Backoff):
-            log.debug(
-                "group %s: backing off %.3fs: %s", self._group_id, action.seconds, action.reason
-            )
-        elif isinstance(action, A.RaiseToApplication):
-            self._raise_to_application(action)
-        else:  # pragma: no cover - a new action type without a performer
+        performer = _PERFORMERS.get(type(action))
+        if performer is None:  # pragma: no cover - a new action type without a performer
             raise TypeError(f"no performer for {action!r}")
+        performer(self, action)
 
-    # -- children ------------------------------------------------------------------------------
+    # -- the performers (one an action type; the table is _PERFORMERS below) ---------------
 
-    def _start_listener(
-        self,
-        kind: str,
-        call: Callable[[], Awaitable[Any]],
-        on_done: Callable[[], None] | None = None,
-    ) -> None:
-        """Run a listener as a child; its end (or our cancelling it) becomes ListenerCompleted.
+    def _find_coordinator(self, action: A.FindCoordinator) -> None:
+        log.debug("group %s: finding coordinator (%s)", self._group_id, action.reason)
+        self._children.spawn(self._requests.find_coordinator(), "FindCoordinator")
 
-        ``on_done`` runs once the callback ended, however it ended (also when it never
-        started because the routine was cancelled first).
-        """
-        loop = asyncio.get_running_loop()
-        inner: asyncio.Task[Any] = loop.create_task(
-            _call(call), name=f"aiogroup-on_partitions_{kind}"
+    def _join_group(self, action: A.SendJoinGroup) -> None:
+        log.info(
+            "group %s: (re)joining - %s (member_id=%r, generation=%d, owned=%d partitions)",
+            self._group_id,
+            action.reason,
+            action.member_id,
+            action.generation_id,
+            len(action.owned_partitions),
         )
-        self._listener_inner = inner
-        self._listener_cancel_reason = None
-        self._listener_overran = None
+        self._join_task = self._children.spawn(self._requests.join_group(action), "JoinGroup")
 
-        async def supervise() -> None:
-            try:
-                await asyncio.wait({inner})
-            except asyncio.CancelledError:
-                inner.cancel()
-                raise
-            finally:
-                if on_done is not None:
-                    on_done()
-            error: BaseException | None
-            if inner.cancelled():
-                error = RebalanceListenerError(
-                    self._listener_cancel_reason or f"on_partitions_{kind} was cancelled"
-                )
-            else:
-                error = inner.exception()
-                if error is not None:
-                    log.error(
-                        "group %s: on_partitions_%s raised",
-                        self._group_id,
-                        kind,
-                        exc_info=error,
-                    )
-                elif self._listener_overran is not None:
-                    error = RebalanceListenerError(
-                        f"{self._listener_overran}; it ran in the listener thread, which "
-                        "cannot be cancelled, and returned late - the group may have "
-                        "rebalanced without this member"
-                    )
-            self._listener_inner = None
-            self._inbox.put_nowait(E.ListenerCompleted(kind, error))
+    def _compute_assignment(self, action: A.ComputeAssignment) -> None:
+        self._children.spawn(self._requests.compute_assignment(action), "assign")
 
-        self._children.spawn(supervise(), f"listener-{kind}")
+    def _sync_group(self, action: A.SendSyncGroup) -> None:
+        self._children.spawn(self._requests.sync_group(action), "SyncGroup")
+
+    def _heartbeat(self, action: A.SendHeartbeat) -> None:
+        self._children.spawn(self._requests.heartbeat(action), "Heartbeat")
+
+    def _leave_group(self, action: A.SendLeaveGroup) -> None:
+        log.info("group %s: leaving the group - %s", self._group_id, action.reason)
+        self._children.spawn(self._requests.leave_group(action), "LeaveGroup")
+
+    def _mark_revoking(self, action: A.MarkRevoking) -> None:
+        self._subscription.mark_revoking(action.partitions)
+
+    def _revoke(self, action: A.InvokeOnPartitionsRevoked) -> None:
+        log.info("group %s: revoking %s", self._group_id, sorted(action.partitions) or "nothing")
+        parts = action.partitions
+        commit_first = action.commit_first
+
+        async def revoke() -> None:
+            if commit_first:
+                await self._auto_commit(parts, "before revocation")
+            await self._listener.on_partitions_revoked(set(parts))
+
+        self._listeners.start("revoked", revoke)
+
+    def _assigned(self, action: A.InvokeOnPartitionsAssigned) -> None:
+        log.info(
+            "group %s: generation %d assigned %s",
+            self._group_id,
+            action.generation_id,
+            sorted(action.partitions) or "no new partitions",
+        )
+        # New partitions are held until the callback (and the seeks to the offsets
+        # it returns) are done, however it ends.
+        added = action.partitions
+        self._subscription.mark_assigning(added, True)
+        self._listeners.start(
+            "assigned",
+            lambda: self._run_assigned(added),
+            on_done=lambda: self._subscription.mark_assigning(added, False),
+        )
+
+    def _lost(self, action: A.InvokeOnPartitionsLost) -> None:
+        log.warning(
+            "group %s: membership lost; partitions lost: %s",
+            self._group_id,
+            sorted(action.partitions),
+        )
+        parts = action.partitions
+        self._listeners.start("lost", lambda: self._listener.on_partitions_lost(set(parts)))
+
+    def _cancel_listener(self, action: A.CancelListener) -> None:
+        self._listeners.cancel(action.reason)
+
+    def _start_auto_commit(self, action: A.AutoCommit) -> None:
+        self._children.spawn(self._auto_commit(None, action.reason), "auto-commit")
+
+    def _backoff(self, action: A.Backoff) -> None:
+        log.debug("group %s: backing off %.3fs: %s", self._group_id, action.seconds, action.reason)
 
     async def _run_assigned(self, partitions: frozenset[TopicPartition]) -> None:
         offsets = await self._listener.on_partitions_assigned(set(partitions))
@@ -625,6 +561,9 @@ class GroupCoordinator:
             await asyncio.sleep(delay)
             delay = min(delay * 2, _MISSING_TOPIC_BACKOFF_MAX)
             await self._client.force_metadata_update()
+
+    def _perform_set_assignment(self, action: A.SetAssignment) -> None:
+        self._set_assignment(action.partitions)
 
     def _set_assignment(self, partitions: frozenset[TopicPartition] | None) -> None:
         sub = self._subscription
@@ -751,5 +690,21 @@ class GroupCoordinator:
             self._inbox.put_nowait(E.OffsetFetchFailed(kind))
 
 
-async def _call(call: Callable[[], Awaitable[Any]]) -> Any:
-    return await call()
+#: Action type -> its performer: every action the classic machine can return.
+_PERFORMERS: dict[type[A.Action], Callable[[GroupCoordinator, Any], None]] = {
+    A.FindCoordinator: GroupCoordinator._find_coordinator,
+    A.SendJoinGroup: GroupCoordinator._join_group,
+    A.ComputeAssignment: GroupCoordinator._compute_assignment,
+    A.SendSyncGroup: GroupCoordinator._sync_group,
+    A.SendHeartbeat: GroupCoordinator._heartbeat,
+    A.SendLeaveGroup: GroupCoordinator._leave_group,
+    A.MarkRevoking: GroupCoordinator._mark_revoking,
+    A.InvokeOnPartitionsRevoked: GroupCoordinator._revoke,
+    A.InvokeOnPartitionsAssigned: GroupCoordinator._assigned,
+    A.InvokeOnPartitionsLost: GroupCoordinator._lost,
+    A.CancelListener: GroupCoordinator._cancel_listener,
+    A.SetAssignment: GroupCoordinator._perform_set_assignment,
+    A.AutoCommit: GroupCoordinator._start_auto_commit,
+    A.Backoff: GroupCoordinator._backoff,
+    A.RaiseToApplication: GroupCoordinator._raise_to_application,
+}

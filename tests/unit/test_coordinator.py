@@ -137,7 +137,7 @@ async def test_coordinator_waits_for_an_overrunning_sync_callback_and_reports_it
     coordinator, _ = make_coordinator({"t": 1})
     listener = BlockingRevoke()
     coordinator._listener = as_async_listener(listener, thread=coordinator._listener_thread)
-    coordinator._start_listener(
+    coordinator._listeners.start(
         "revoked", lambda: coordinator._listener.on_partitions_revoked({TP})
     )
     assert await asyncio.to_thread(listener.entered.wait, HANDSHAKE)
@@ -161,7 +161,7 @@ async def test_coordinator_still_cancels_an_overrunning_async_callback() -> None
             await forever.wait()
 
     coordinator._listener = Slow()
-    coordinator._start_listener(
+    coordinator._listeners.start(
         "revoked", lambda: coordinator._listener.on_partitions_revoked({TP})
     )
     await asyncio.sleep(0)
@@ -256,3 +256,13 @@ async def test_leader_snapshot_keeps_what_the_assignor_saw() -> None:
     assert coordinator._partition_counts == {"t": 2}
     task = coordinator._missing_topics_task
     assert task is None or task.done()
+
+
+def test_every_classic_action_has_a_performer() -> None:
+    from aiogroup.coordinator import _PERFORMERS
+
+    # From the module, not Action.__subclasses__(): dataclass(slots=True) replaces each class.
+    declared = {v for v in vars(A).values() if isinstance(v, type) and issubclass(v, A.Action)} - {
+        A.Action
+    }
+    assert len(declared) > 10 and declared == set(_PERFORMERS)
