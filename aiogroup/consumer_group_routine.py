@@ -34,12 +34,11 @@ from aiokafka.errors import IncompatibleBrokerVersion
 from aiogroup._coordination.commit_client import (
     CommitClient,
     auto_commit,
-    refresh_committed,
 )
 from aiogroup._coordination.commit_outcome import CommitRules
 from aiogroup._coordination.supervision import TaskScope
 from aiogroup._coordination.tracking import consumer_subscription_diff
-from aiogroup._coordination.watch import subscription_view, watch_subscription
+from aiogroup._coordination.watch import spawn_lifetime_children, subscription_view
 from aiogroup._membership import consumer_group as cg
 from aiogroup._protocol.consumer_group import (
     ConsumerGroupHeartbeatRequest,
@@ -238,20 +237,13 @@ class ConsumerGroupCoordinator:
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        self._children.spawn(
-            watch_subscription(
-                self._subscription, lambda: self._inbox.put_nowait(_SubscriptionPoke())
-            ),
-            "subscription-watcher",
-        )
-        self._children.spawn(
-            refresh_committed(
-                self._subscription,
-                self._fetch_for_refresh,
-                self._retry_backoff,
-                self._group_id,
-            ),
-            "commit-refresh",
+        spawn_lifetime_children(
+            self._children,
+            self._subscription,
+            lambda: self._inbox.put_nowait(_SubscriptionPoke()),
+            self._fetch_for_refresh,
+            self._retry_backoff,
+            self._group_id,
         )
         if self._config.enable_auto_commit:
             self._children.spawn(self._auto_commit_loop(), "auto-commit")

@@ -43,7 +43,6 @@ from aiokafka.errors import (
 from aiogroup._coordination.commit_client import (
     CommitClient,
     auto_commit,
-    refresh_committed,
 )
 from aiogroup._coordination.commit_outcome import CommitRules
 from aiogroup._coordination.group_requests import ClassicRequests
@@ -54,7 +53,7 @@ from aiogroup._coordination.tracking import (
     partition_count_change,
     snapshot_counts,
 )
-from aiogroup._coordination.watch import subscription_view, watch_subscription
+from aiogroup._coordination.watch import spawn_lifetime_children, subscription_view
 from aiogroup._membership import actions as A
 from aiogroup._membership import events as E
 from aiogroup._membership.machine import (
@@ -282,20 +281,13 @@ class GroupCoordinator:
         loop = asyncio.get_running_loop()
         cluster = self._client.cluster
         cluster.add_listener(self._on_metadata)
-        self._children.spawn(
-            watch_subscription(
-                self._subscription, lambda: self._inbox.put_nowait(_SubscriptionPoke())
-            ),
-            "subscription-watcher",
-        )
-        self._children.spawn(
-            refresh_committed(
-                self._subscription,
-                self._fetch_for_refresh,
-                self._retry_backoff,
-                self._group_id,
-            ),
-            "commit-refresh",
+        spawn_lifetime_children(
+            self._children,
+            self._subscription,
+            lambda: self._inbox.put_nowait(_SubscriptionPoke()),
+            self._fetch_for_refresh,
+            self._retry_backoff,
+            self._group_id,
         )
         # One getter outlives timeouts: wait() never cancels it, so no inbox item is
         # lost to a timeout and cancelling the routine never waits on the getter.
