@@ -4,10 +4,21 @@ Shaped like the Java client's ``Heartbeat``: the caller reports what happened (s
 answered, failed, polled) with the loop time and asks when the next thing is due;
 nothing reads a clock, so the machine and its tests decide time.
 
-Why a client-side session check: a member whose heartbeats cannot get through must
-assume it was evicted once ``session_timeout`` passed without an answer proving its
-membership (some brokers even readmit an evicted member under its old id, hiding the
-loss).  Which answers prove it is the machine's call (``machine.HEARTBEAT_ANSWERS``).
+Two session clocks, because they answer two questions:
+
+* ``session_deadline()`` - until when the membership is *proven*: the last answer
+  that proved it (``succeeded``, or a join/sync) plus ``session_timeout``.  The
+  coordinator publishes it as the delivery gate (``SubscriptionState
+  .membership_valid_until``): past it, a broker may have evicted the member and
+  handed its partitions on, so no record is handed out until an answer decides.
+* ``session_check_deadline()`` - when to suspect the coordinator, as Java's
+  heartbeat thread does: a session without a proving answer marks the coordinator
+  unknown and finds it again, keeping member id and generation.  Finding it restarts
+  this clock (``coordinator_found``; Java's ``resetSessionTimeout`` on discovery), so
+  the new coordinator gets a whole session to answer before the next lookup - but
+  never the proof clock: only an answer moves the gate.
+
+Which answers prove the session is the machine's call (``machine.HEARTBEAT_ANSWERS``).
 """
 
 from __future__ import annotations
@@ -19,6 +30,7 @@ class HeartbeatTimers:
     """Deadlines in float seconds on the caller's clock."""
 
     __slots__ = (
+        "_check_from",
         "_last_ok",
         "_last_poll",
         "_last_sent",
@@ -52,6 +64,7 @@ class HeartbeatTimers:
         self.max_poll_interval = max_poll_interval
         self.retry_backoff = retry_backoff
         self._last_ok = 0.0
+        self._check_from = 0.0
         self._last_sent = 0.0
         self._retry_at: float | None = None
         self._last_poll = 0.0
@@ -62,6 +75,7 @@ class HeartbeatTimers:
     def reset_session(self, now: float) -> None:
         """A join/sync just succeeded: the session is fresh, the next beat is an interval away."""
         self._last_ok = now
+        self._check_from = now
         self._last_sent = now
         self._retry_at = None
         self.in_flight = False
@@ -74,6 +88,7 @@ class HeartbeatTimers:
     def succeeded(self, now: float) -> None:
         """An answer that proves the coordinator still knows us: the session restarts."""
         self._last_ok = now
+        self._check_from = now
         self.in_flight = False
 
     def failed(self, now: float) -> None:
@@ -94,7 +109,23 @@ class HeartbeatTimers:
         return self._last_ok + self.session_timeout
 
     def session_expired(self, now: float) -> bool:
+        """No answer has proven the membership for a whole session (the gate is shut)."""
         return now >= self.session_deadline()
+
+    def coordinator_found(self, now: float) -> None:
+        """A coordinator was (re)discovered: give it a whole session to answer.
+
+        The proof clock does not move - discovering a broker proves nothing about
+        the membership.
+        """
+        self._check_from = max(self._check_from, now)
+
+    def session_check_deadline(self) -> float:
+        """When a coordinator that has not proven the session is to be suspected."""
+        return max(self._last_ok, self._check_from) + self.session_timeout
+
+    def session_check_due(self, now: float) -> bool:
+        return now >= self.session_check_deadline()
 
     # -- application polls ----------------------------------------------------------------
 

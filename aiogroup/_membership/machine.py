@@ -9,8 +9,9 @@ Why tables: one place to read what a member does.  :data:`TRANSITIONS` maps
 bug and ends in FATAL); :data:`STATE_RULES` is the ordered (guard, target, reason)
 list ``_advance`` applies from the resting states until nothing fires; error codes
 react through one table per API (:data:`HEARTBEAT_ANSWERS` adds the state for
-heartbeats).  The diagram in docs/architecture.md is drawn from these tables.
-EAGER and COOPERATIVE differ only in the pre-join revocation.
+heartbeats; :data:`SESSION_ELAPSED` for a session without a proving answer).  The
+diagram in docs/architecture.md is drawn from these tables.  EAGER and COOPERATIVE
+differ only in the pre-join revocation.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ __all__ = [
     "LEAVE_GROUP_REACTIONS",
     "OFFSET_COMMIT_REACTIONS",
     "OFFSET_FETCH_OUTCOMES",
+    "SESSION_ELAPSED",
     "SESSION_PROVING_CODES",
     "STATE_RULES",
     "SYNC_GROUP_REACTIONS",
@@ -266,6 +268,39 @@ class HeartbeatAnswer:
 #: timeout declare itself dead while the broker was still waiting for it.
 SESSION_PROVING_CODES = frozenset({C.NONE, C.REBALANCE_IN_PROGRESS})
 
+#: What a member does when ``session_timeout`` passed in a heartbeating state with no
+#: answer proving its session (it *lapsed*): suspect the *coordinator*, not the
+#: membership - Java's heartbeat thread ("session timed out without receiving a
+#: heartbeat response") marks the coordinator unknown, finds it again and keeps
+#: member id and generation; only the broker ends a membership (UNKNOWN_MEMBER_ID,
+#: ILLEGAL_GENERATION, FENCED_INSTANCE_ID -> LOSE/FENCED).  A coordinator failover
+#: (the controller fences a dead broker after ``broker.session.timeout.ms``, 9 s by
+#: default) can outlast the session, and the new coordinator restarts every member's
+#: session when it loads the group: forgetting the member id there made every member
+#: rejoin as a new one and the broker evict the old ids.
+#:
+#: aiogroup keeps its stronger safety on top.  From the lapse on, the proof deadline
+#: (the shell's delivery gate, ``SubscriptionState.membership_valid_until``) has
+#: passed: no record is handed out and commits are refused.  Partitions still owned
+#: when the member next rests are *lost* to the application (the "lost" state rule):
+#: the lapse is the earliest moment the broker may have evicted the member and handed
+#: them on, so a running application must learn it then, not when a network cut heals
+#: - Java's does not, and the chaos scenario "one member's connection cut for twice
+#: the session" measured the overlap that follows (gate alone: 2 overlaps of ~2.3 s).
+#: Then the member rejoins *under the same member id and generation*; the broker
+#: judges it (Kafka gives a follower whose metadata is unchanged its current
+#: assignment back without a rebalance, or answers UNKNOWN_MEMBER_ID).  A proving
+#: answer that arrives while a listener still runs (REVOKING/ASSIGNING), or to a
+#: member owning nothing, ends the lapse instead: an answer in
+#: :data:`SESSION_PROVING_CODES` for the same (member id, generation) means the
+#: group's generation did not move - it moves only by a rebalance completed without
+#: us, which removes us and makes the answer UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION -
+#: so nobody was given our partitions, and the gate reopens with a fresh deadline.
+#: With no coordinator ever found (brokers gone) the member waits, as Java's does:
+#: looking the coordinator up every ``retry_backoff``; ``stop()`` is bounded by its
+#: own timeout.
+SESSION_ELAPSED = R.FIND_COORDINATOR
+
 
 def _heartbeat_answer(state: MemberState, code: int) -> HeartbeatAnswer:
     if state not in _HEARTBEATING:
@@ -392,9 +427,10 @@ class Membership:
       SyncGroup; then the member rejoins at once so they can be handed over.
     * ``on_partitions_assigned`` exactly once per completed rebalance, with the newly
       added partitions - an empty set when none were added.
-    * ``on_partitions_lost`` (never revoked) when membership was lost - session expiry
-      (also detected client-side), UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION,
-      FENCED_INSTANCE_ID - and only with a non-empty set.
+    * ``on_partitions_lost`` (never revoked) when the broker says the membership is
+      gone - UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID - or the
+      session lapsed without a heartbeat answer (:data:`SESSION_ELAPSED`: the member
+      id and generation are kept for the rejoin), and only with a non-empty set.
     * Leaving (close, unsubscribe, max-poll expiry): revoked only when non-empty.
     * Listeners never overlap: an event that needs another callback while one runs is
       remembered and acted on when ``ListenerCompleted`` arrives.
@@ -456,6 +492,9 @@ class Membership:
         self._stable_since = now
         self._next_auto_commit: float | None = None
         self._heartbeats_were_active = False
+        #: The session lapsed without a proving answer; ends with a proof, the lost
+        #: listener, a new generation or the generation's end (see SESSION_ELAPSED).
+        self._session_lapsed = False
         self._now = now
 
     # -- queries ---------------------------------------------------------------------------
@@ -467,6 +506,13 @@ class Membership:
     @property
     def heartbeats_active(self) -> bool:
         return self.state in _HEARTBEATING and self.in_generation
+
+    @property
+    def session_unproven(self) -> bool:
+        """No answer has proven the session for ``session_timeout`` (see SESSION_ELAPSED)."""
+        return self._session_lapsed or (
+            self.heartbeats_active and self.timers.session_expired(self._now)
+        )
 
     def commit_gate(self, partitions: Iterable[TopicPartition]) -> CommitGate:
         """May offsets for ``partitions`` be committed now, and under which generation?"""
@@ -489,6 +535,14 @@ class Membership:
                 "cannot commit: this member is not part of an active generation "
                 "(membership lost or not joined yet)",
             )
+        if self.session_unproven:
+            return CommitGate(
+                gen,
+                member,
+                "cannot commit: no heartbeat answer has proven this member's session for "
+                f"session_timeout_ms ({self.timers.session_timeout:g}s); the coordinator "
+                "is being looked up again - commit after the membership is confirmed",
+            )
         foreign = parts - self.owned
         if foreign:
             return CommitGate(
@@ -505,9 +559,13 @@ class Membership:
             return None
         if self._backoff_until is not None:
             deadlines.append(self._backoff_until)
-        if self.heartbeats_active:
+        if self.heartbeats_active and not self._session_lapsed:
+            # The lapse is due at the proof deadline, coordinator known or not.
             deadlines.append(self.timers.session_deadline())
-            if self.coordinator_id is not None and not self.timers.in_flight:
+        if self.heartbeats_active and self.coordinator_id is not None:
+            # Without a coordinator nothing else is due: its lookup's answer wakes us.
+            deadlines.append(self.timers.session_check_deadline())
+            if not self.timers.in_flight:
                 deadlines.append(self.timers.next_heartbeat_at())
         if self._listener_deadline is not None:
             deadlines.append(self._listener_deadline)
@@ -567,6 +625,9 @@ class Membership:
         self.coordinator_id = ev.node_id
         self._finding_coordinator = False
         self._coordinator_wanted = False
+        # A found coordinator gets a whole session to answer (Java resets its session
+        # timer on discovery); the proof deadline, and so the delivery gate, stays.
+        self.timers.coordinator_found(self._now)
 
     def _on_coordinator_lookup_failed(self, ev: E.Event, out: list[A.Action]) -> None:
         assert isinstance(ev, E.CoordinatorLookupFailed)
@@ -617,6 +678,7 @@ class Membership:
             return
         self.generation_id = r.generation_id
         self.member_id = r.member_id
+        self._session_lapsed = False
         self.protocol_name = r.protocol_name
         self.leader_id = r.leader
         # The broker counts the session from the join: a stage that heartbeats before
@@ -714,6 +776,7 @@ class Membership:
         answer = heartbeat_answer(self.state, code)
         if answer.keeps_session:
             self.timers.succeeded(self._now)
+            self._session_lapsed = False
         elif answer.reaction in (R.RETRY_BACKOFF, R.FIND_COORDINATOR, R.REPORT_RETRY):
             self.timers.failed(self._now)
         else:
@@ -759,11 +822,28 @@ class Membership:
             self.owned = _NO_PARTITIONS
             out.append(A.SetAssignment(None))
             self.state = S.UNJOINED
+            if self._session_lapsed:
+                # Nothing owned is left to protect: the rejoin under the same member
+                # id and generation lets the broker judge the membership.  The lost
+                # callback was this rebalance's preparation (Java's onJoinPrepare
+                # calls onPartitionsLost instead of onPartitionsRevoked then).
+                self._session_lapsed = False
+                self._prejoin_done = True
+                self.rejoin_reason = (
+                    f"no heartbeat answer for session_timeout_ms "
+                    f"({self.timers.session_timeout:g}s); rejoining under the same member id"
+                )
             return
         self.owned = self.owned - self._revoking
         self._revoking = _NO_PARTITIONS
         pending, self._pending_assignment = self._pending_assignment, None
-        if pending is not None and self.in_generation and not self.closing and self.subscribed:
+        if (
+            pending is not None
+            and self.in_generation
+            and not self.closing
+            and self.subscribed
+            and not self._session_lapsed  # what is kept is lost next; nothing new
+        ):
             self._install(out, pending)
             return
         out.append(A.SetAssignment(self.owned if self.owned else None))
@@ -841,6 +921,7 @@ class Membership:
         self.protocol_name = None
         self.leader_id = None
         self._prejoin_done = False
+        self._session_lapsed = False
         self.timers.answered()
 
     def _coordinator_dead(self) -> None:
@@ -956,10 +1037,17 @@ class Membership:
             self.timers.reset_session(now)
         self._heartbeats_were_active = active
         if active:
-            if self.timers.session_expired(now):
-                self._lose(
-                    f"session expired: no successful heartbeat for {self.timers.session_timeout:g}s"
+            lapses = not self._session_lapsed and self.timers.session_expired(now)
+            if lapses or (self.coordinator_id is not None and self.timers.session_check_due(now)):
+                why = (
+                    f"no heartbeat answer for session_timeout_ms ({self.timers.session_timeout:g}s)"
                 )
+                if lapses:
+                    self._session_lapsed = True
+                # Java disconnects from the suspected coordinator, failing the beat in
+                # flight; here it is given up so the next one goes to the new coordinator.
+                self.timers.failed(now)
+                self._react(out, "Heartbeat", -1, SESSION_ELAPSED, why)
             elif (
                 self.coordinator_id is not None
                 and not self.timers.in_flight
@@ -990,6 +1078,11 @@ class Membership:
         return self.state is S.UNJOINED and self.subscribed and not self.closing
 
     def _coordinator_reason(self) -> str:
+        if self.session_unproven:
+            return (
+                "session timed out without a heartbeat answer: finding the coordinator "
+                "again (member id and generation kept)"
+            )
         if self.heartbeats_active:
             return "coordinator lost while in a generation"
         if self.state is S.UNJOINED and self.subscribed:
@@ -1129,9 +1222,10 @@ STATE_RULES: tuple[StateRule, ...] = (
     StateRule(
         "lost",
         _BOTH,
-        lambda m: bool(m.owned) and not m.in_generation,
+        lambda m: bool(m.owned) and (not m.in_generation or m._session_lapsed),
         S.LOSING,
-        "owned partitions without a generation (session expired, fenced, unknown member)",
+        "owned partitions without a generation (fenced, unknown member, illegal "
+        "generation) or with a lapsed session",
         lambda m, out: m._start_lost(out),
     ),
     StateRule(

@@ -11,7 +11,8 @@ Like Kafka's AbstractStickyAssignor there are two builders: equal subscriptions 
 the closed-form one in :mod:`aiogroup.assignors.uniform` (Kafka's "constrained"
 builder, whose answers it reproduces exactly, racks included); unequal ones take the
 general builder here, which keeps owned partitions, places the rest on the least
-loaded eligible member and then balances along chains.  Both are checked against
+loaded eligible member and then balances along chains, preferring rack-local members
+and partitions at each step when racks are known (KIP-881).  Both are checked against
 Apache Kafka's own test suites in tests/unit/assignors/.
 
 Prior ownership comes from each member's subscription.  Under the eager protocol a
@@ -24,6 +25,7 @@ higher generation wins; equal generations cancel out and nobody keeps it.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import struct
 from collections.abc import Iterable, Mapping
@@ -60,6 +62,7 @@ __all__ = [
 ]
 
 NO_GENERATION = -1
+_NO_RACKS: frozenset[str] = frozenset()
 
 
 class _StickyUserDataV1(Struct):  # type: ignore[misc]  # aiokafka is untyped
@@ -195,13 +198,15 @@ def sticky_assignment(
         racks = _rack_info(cluster, order, all_partitions, prefer_rack_aware)
         assignment = uniform_assignment(all_partitions, owned, racks)
         return {m: sorted(ps) for m, ps in assignment.items()}
-    return _general_assignment(order, subscribed, topics, valid_claims)
+    every = (TopicPartition(t, p) for t, parts in topics.items() for p in parts)
+    racks = _rack_info(cluster, order, every, prefer_rack_aware)
+    return _general_assignment(order, subscribed, topics, valid_claims, racks)
 
 
 def _rack_info(
     cluster: ClusterView,
     order: list[MemberSubscription],
-    partitions: list[TopicPartition],
+    partitions: Iterable[TopicPartition],
     prefer: bool,
 ) -> RackInfo | None:
     """Racks for KIP-881 matching, or None when matching would not apply (no member
@@ -220,6 +225,7 @@ def _general_assignment(
     subscribed: Mapping[str, frozenset[str]],
     topics: Mapping[str, list[int]],
     valid_claims: Mapping[str, OwnershipClaim],
+    racks: RackInfo | None = None,
 ) -> dict[str, list[TopicPartition]]:
     """Unequal subscriptions: keep owned partitions, place the rest, then rebalance.
 
@@ -227,6 +233,21 @@ def _general_assignment(
     claim, gives each unassigned partition to the least loaded member that may take
     it (partitions with the fewest possible takers first), and then keeps moving
     partitions while a move makes the assignment more balanced.
+
+    With ``racks`` (KIP-881; None when matching would change nothing, see
+    ``_rack_info``) each of the three steps prefers locality, and none of them gives
+    up balance for it, as in Kafka's builder:
+
+    * a member keeps only the owned partitions with a replica on its rack; the
+      others are freed like partitions nobody owned, so they may go to a local member
+      (stickiness yields to locality for these, as in the equal-subscription path);
+    * placement runs twice over the same ordering: first each partition goes to the
+      least loaded of its takers that is local to it (a member that states no rack
+      counts as local to everything: it has no rack to miss), with no quota; then
+      whatever had no local taker goes to the least loaded taker of all;
+    * the first pass can leave a member that is local to little with little, so the
+      rebalancing below restores balance exactly as without racks; racks only decide
+      which partition each link of a chain hands over (see ``_rebalance``).
     """
     rank = {m.member_id: i for i, m in enumerate(order)}
     eligible: dict[TopicPartition, list[str]] = {}
@@ -237,6 +258,8 @@ def _general_assignment(
         for p in partitions:
             eligible[TopicPartition(topic, p)] = takers
     owner = resolve_owners(valid_claims, eligible)
+    if racks is not None:
+        owner = {tp: m for tp, m in owner.items() if not racks.mismatch(m, tp)}
 
     held: dict[str, set[TopicPartition]] = {m.member_id: set() for m in order}
     for tp, member_id in owner.items():
@@ -250,11 +273,44 @@ def _general_assignment(
         key=lambda tp: (len(eligible[tp]), tp.topic, tp.partition),
     )
     least_loaded = _LeastLoaded(held, rank)
+    if racks is not None:
+        unowned = _place_locally(unowned, eligible, racks, held, least_loaded)
     for tp in unowned:
         held[least_loaded.pop(eligible[tp])].add(tp)
 
-    _rebalance(held, subscribed, owner, rank)
+    _rebalance(held, subscribed, owner, rank, racks, eligible)
     return {member_id: sorted(partitions) for member_id, partitions in held.items()}
+
+
+def _place_locally(
+    unowned: list[TopicPartition],
+    eligible: Mapping[TopicPartition, list[str]],
+    racks: RackInfo,
+    held: dict[str, set[TopicPartition]],
+    least_loaded: _LeastLoaded,
+) -> list[TopicPartition]:
+    """Give each partition to its least loaded rack-local taker; return the others.
+
+    The local takers of a partition depend only on its takers and its replicas'
+    racks, so partitions sharing both share one list (and one heap in
+    ``least_loaded``); the lists stay alive in ``local_takers`` for as long as the
+    heaps are keyed by them.
+    """
+    local_takers: dict[tuple[int, frozenset[str]], list[str]] = {}
+    left: list[TopicPartition] = []
+    for tp in unowned:
+        takers = eligible[tp]
+        replica_racks = racks.replica_racks.get(tp, frozenset())
+        key = (id(takers), replica_racks)
+        local = local_takers.get(key)
+        if local is None:
+            local = [m for m in takers if not racks.mismatch(m, tp)]
+            local_takers[key] = local
+        if local:
+            held[least_loaded.pop(local)].add(tp)
+        else:
+            left.append(tp)
+    return left
 
 
 class _LeastLoaded:
@@ -293,6 +349,8 @@ def _rebalance(
     subscribed: Mapping[str, frozenset[str]],
     owner: Mapping[TopicPartition, str],
     rank: Mapping[str, int],
+    racks: RackInfo | None,
+    eligible: Mapping[TopicPartition, list[str]],
 ) -> None:
     """Shift partitions along chains of members until no chain improves balance.
 
@@ -315,6 +373,21 @@ def _rebalance(
     so a member shedding several spreads the loss across topics (KAFKA-16277).
     Once no chain exists, no member holding two more than another holds a partition
     the other could take, directly or through intermediaries.
+
+    With racks (KIP-881) the chains are the same, since balance comes first, but the
+    partition each link hands over is chosen for locality: one with a replica on the
+    taker's rack if there is one (the move gains locality), else one without a
+    replica on the giver's rack (the move loses none).  Kafka's builder consults
+    racks here only to decide whether a move is due, and every move it makes goes to
+    the least loaded taker whatever its rack; in effect it walks the partitions in
+    its placement order (fewest takers, then topic, then partition) and moves the
+    first whose holder is two ahead of another taker.  Among equally local
+    candidates we take the first in
+    that same order, so a Java leader and an aiogroup leader agree on Kafka's
+    testRackAwareAssignmentWithNonEqualSubscription partition for partition (the
+    (partition, topic) order would hand over t3-0 where Kafka hands over t1-1).
+    Without racks the KAFKA-16277 order above stays: Kafka's tests accept either
+    order there, and it spreads a member's losses across topics.
     """
     topic_load: dict[str, dict[str, int]] = {m: {} for m in held}
     for member_id, partitions in held.items():
@@ -331,10 +404,25 @@ def _rebalance(
 
     def pick(giver: str, taker: str) -> TopicPartition:
         wanted = subscribed[taker]
-        return min(
-            (tp for tp in held[giver] if tp.topic in wanted),
-            key=lambda tp: (owner.get(tp) == giver, tp.partition, tp.topic),
-        )
+        candidates = (tp for tp in held[giver] if tp.topic in wanted)
+        if racks is None:
+            return min(candidates, key=lambda tp: (owner.get(tp) == giver, tp.partition, tp.topic))
+        replica_racks = racks.replica_racks
+        taker_rack = racks.member_racks.get(taker)
+        giver_rack = racks.member_racks.get(giver)
+
+        def preference(tp: TopicPartition) -> tuple[bool, bool, bool, int, str, int]:
+            on = replica_racks.get(tp, _NO_RACKS)
+            return (
+                owner.get(tp) == giver,
+                taker_rack is not None and taker_rack not in on,  # RackInfo.mismatch
+                giver_rack is None or giver_rack in on,
+                len(eligible[tp]),
+                tp.topic,
+                tp.partition,
+            )
+
+        return min(candidates, key=preference)
 
     def move(tp: TopicPartition, giver: str, taker: str) -> None:
         held[giver].remove(tp)
@@ -345,35 +433,52 @@ def _rebalance(
             del counts[tp.topic]
         topic_load[taker][tp.topic] = topic_load[taker].get(tp.topic, 0) + 1
 
+    # Members by (-load, rank): the heaviest first, ties in member order.  Kept
+    # sorted across moves (two bisects per member moved) rather than re-sorted for
+    # every chain: with racks, a first pass that fills the local members can leave
+    # a third of the partitions to move one chain at a time, and re-sorting 2,000
+    # members for each of them cost more than the moves.
+    by_load = sorted((-len(held[m]), rank[m], m) for m in held)
+
+    def reload(member_id: str, before: int) -> None:
+        del by_load[bisect.bisect_left(by_load, (-before, rank[member_id], member_id))]
+        bisect.insort(by_load, (-len(held[member_id]), rank[member_id], member_id))
+
     def find_chain() -> list[str] | None:
-        heaviest = max(len(p) for p in held.values())
-        givers_first = sorted(held, key=lambda m: (-len(held[m]), rank[m]))
-        levels: dict[int, list[str]] = {}
-        for member_id in sorted(held, key=lambda m: rank[m]):
-            levels.setdefault(len(held[member_id]), []).append(member_id)
-        for level in sorted(levels):
+        heaviest = -by_load[0][0]
+        end = len(by_load)
+        while end:  # levels from the lightest up; each level's members in rank order
+            level = -by_load[end - 1][0]
             need = level + 2
             if need > heaviest:
                 return None
+            start = bisect.bisect_left(by_load, (-level,))
             # Breadth first backwards from every member at this load at once: who
-            # could hand one of them something, directly or through others?
-            came_from = {m: m for m in levels[level]}
-            frontier = list(levels[level])
-            while frontier:
+            # could hand one of them something, directly or through others?  Every
+            # giver is heavier than the level, so ``came_from`` (giver -> the member
+            # it would hand to) never holds a member of the level itself: a chain
+            # ends at the first member not in it.  The level is walked lazily, as
+            # the first of its members usually finds a giver at once.
+            came_from: dict[str, str] = {}
+            frontier: Iterable[str] = (by_load[i][2] for i in range(start, end))
+            end = start
+            while True:
                 following: list[str] = []
                 for taker in frontier:
-                    for giver in givers_first:
-                        if len(held[giver]) <= level or giver in came_from:
-                            continue
-                        if not can_give(giver, taker):
+                    for negative_load, _, giver in by_load:
+                        if -negative_load <= level:
+                            break  # the rest are no heavier than the level
+                        if giver in came_from or not can_give(giver, taker):
                             continue
                         came_from[giver] = taker
-                        if len(held[giver]) >= need:
+                        if -negative_load >= need:
                             chain = [giver]
-                            while came_from[chain[-1]] != chain[-1]:
+                            while chain[-1] in came_from:
                                 chain.append(came_from[chain[-1]])
                             return chain
                         following.append(giver)
+                if not following:
+                    break
                 frontier = following
         return None
 
@@ -382,6 +487,9 @@ def _rebalance(
         # partition it already had rather than the one it is about to receive.
         for giver, taker in reversed(list(pairwise(chain))):
             move(pick(giver, taker), giver, taker)
+        # Only the ends change load; the members between gave one and took one.
+        reload(chain[0], len(held[chain[0]]) + 1)
+        reload(chain[-1], len(held[chain[-1]]) - 1)
 
 
 def claims_from_subscriptions(

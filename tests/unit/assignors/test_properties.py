@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -294,3 +294,102 @@ def test_sticky_keeps_as_many_owned_partitions_as_balance_allows(
     )
     kept = sum(len(owned_by[m] & set(asg.partitions)) for m, asg in result.items())
     assert kept == best
+
+
+# --- racks (KIP-881) ---------------------------------------------------------------------
+
+RACKS = ("a", "b", "c")
+
+
+class RackCluster(Cluster):
+    """A cluster whose partitions have replicas on some of ``RACKS``."""
+
+    def __init__(
+        self, partitions: Mapping[str, int], replica_racks: Mapping[TopicPartition, frozenset[str]]
+    ) -> None:
+        super().__init__(partitions)
+        self.replica_racks = dict(replica_racks)
+
+    def partition_racks(self, tp: TopicPartition) -> frozenset[str] | None:
+        if tp.topic not in self.partitions:
+            return None
+        return self.replica_racks.get(tp, frozenset())
+
+
+@st.composite
+def rack_scenarios(draw: st.DrawFn, equal: bool | None = None) -> Scenario:
+    """A scenario whose members state racks (some none) and whose replicas sit on
+    one to three racks, so both the rack-matching and the plain paths get drawn."""
+    base = draw(scenarios(equal))
+    every = sorted(base.cluster.all_of(frozenset(base.cluster.partitions)))
+    replica_racks = {
+        tp: frozenset(draw(st.sets(st.sampled_from(RACKS), min_size=1, max_size=3))) for tp in every
+    }
+    members = {
+        member_id: MemberSubscription(
+            member_id,
+            m.group_instance_id,
+            replace(m.subscription, rack_id=draw(st.none() | st.sampled_from(RACKS))),
+        )
+        for member_id, m in base.members.items()
+    }
+    return Scenario(
+        RackCluster(base.cluster.partitions, replica_racks), members, base.equal_subscriptions
+    )
+
+
+@given(
+    rack_scenarios(),
+    st.sampled_from((StickyAssignor, CooperativeStickyAssignor)),
+    st.randoms(use_true_random=False),
+)
+def test_rack_aware_sticky_is_well_formed_balanced_and_deterministic(
+    scenario: Scenario, assignor_cls: type[ConsumerPartitionAssignor], rnd: random.Random
+) -> None:
+    """Locality is only ever a tie-break: the rack-aware answer keeps every promise
+    the plain one makes (shape, local balance) and does not depend on member order."""
+    result = assignor_cls().assign(scenario.cluster, scenario.members)
+    check_shape(scenario, result)
+    if assignor_cls is StickyAssignor:
+        assert assigned(result) == scenario.subscribed_partitions()
+        assert locally_balanced(scenario, result)
+    shuffled = list(scenario.members.items())
+    rnd.shuffle(shuffled)
+    assert assignor_cls().assign(scenario.cluster, dict(shuffled)) == result
+
+
+@given(rack_scenarios(equal=False))
+def test_rack_aware_cooperative_converges_for_unequal_subscriptions(scenario: Scenario) -> None:
+    assignor = CooperativeStickyAssignor()
+    current = scenario
+    result = assignor.assign(current.cluster, current.members)
+    for _ in range(4):
+        current = follow_up(current, result)
+        nxt = assignor.assign(current.cluster, current.members)
+        check_shape(current, nxt)
+        if nxt == result:
+            break
+        result = nxt
+    assert nxt == result, "no stable assignment after four follow-up rounds"
+    assert assigned(result) == scenario.subscribed_partitions()
+    assert locally_balanced(scenario, result)
+
+
+@given(rack_scenarios(), st.sampled_from((StickyAssignor, CooperativeStickyAssignor)))
+def test_racks_that_cannot_matter_change_nothing(
+    scenario: Scenario, assignor_cls: type[ConsumerPartitionAssignor]
+) -> None:
+    """KIP-881 skips rack matching when every partition has a replica on every rack
+    (every member is local to everything) and when no member's rack holds a replica:
+    the answer is then exactly the plain one."""
+    plain = assignor_cls().assign(Cluster(scenario.cluster.partitions), scenario.members)
+    everywhere = RackCluster(
+        scenario.cluster.partitions,
+        {tp: frozenset(RACKS) for tp in scenario.subscribed_partitions()},
+    )
+    assert assignor_cls().assign(everywhere, scenario.members) == plain
+    elsewhere = RackCluster(
+        scenario.cluster.partitions,
+        {tp: frozenset({"x", "y"}) for tp in scenario.subscribed_partitions()},
+    )
+    assert assignor_cls().assign(elsewhere, scenario.members) == plain

@@ -23,7 +23,18 @@ from aiogroup._protocol.results import (
     SyncGroupResult,
 )
 
-from .driver import COOPERATIVE, EAGER, SESSION, join_error, join_ok, leave_ok, make, sync_ok, tps
+from .driver import (
+    COOPERATIVE,
+    EAGER,
+    SESSION,
+    heartbeat,
+    join_error,
+    join_ok,
+    leave_ok,
+    make,
+    sync_ok,
+    tps,
+)
 
 S = MemberState
 
@@ -63,8 +74,28 @@ def _revoking(m: Membership) -> Membership:
     return m
 
 
+def _stable_empty_lapsed(m: Membership) -> Membership:
+    """STABLE owning nothing, its session lapsed without a heartbeat answer: it keeps
+    heartbeating (member id and generation kept) while the coordinator is looked up."""
+    _completing_follower(m).handle(sync_ok(1, frozenset()), 0.0)
+    m.handle(E.ListenerCompleted("assigned"), 0.0)
+    m.handle(E.TimerFired(), 1.0)  # a heartbeat goes out and is never answered
+    m.handle(E.TimerFired(), SESSION)
+    assert m.session_unproven and m.coordinator_id is None and m.generation_id == 1
+    return m
+
+
+def _losing_lapsed(m: Membership) -> Membership:
+    """The session lapsed while owning partitions: lost, member id and generation kept."""
+    _stable(m).handle(E.TimerFired(), 1.0)
+    m.handle(E.TimerFired(), SESSION)
+    assert m.generation_id == 1
+    return m
+
+
 def _losing(m: Membership) -> Membership:
-    _stable(m).handle(E.TimerFired(), SESSION)
+    _stable(m).handle(E.TimerFired(), 1.0)
+    m.handle(heartbeat(25, 1), 1.1)  # UNKNOWN_MEMBER_ID
     return m
 
 
@@ -90,8 +121,10 @@ BUILDERS: dict[str, tuple[MemberState, Callable[[Membership], Membership]]] = {
     "completing-leader": (S.COMPLETING_REBALANCE, _completing_leader),
     "assigning": (S.ASSIGNING, _assigning),
     "stable": (S.STABLE, _stable),
+    "stable-empty-lapsed": (S.STABLE, _stable_empty_lapsed),
     "revoking": (S.REVOKING, _revoking),
     "losing": (S.LOSING, _losing),
+    "losing-lapsed": (S.LOSING, _losing_lapsed),
     "leaving": (S.LEAVING, _leaving),
     "closed": (S.CLOSED, _closed),
     "fatal": (S.FATAL, _fatal),

@@ -593,3 +593,32 @@ def test_fatal_while_a_close_waits_to_revoke_loses_instead() -> None:
     assert SetAssignment(frozenset()) in out
     out = d.send(ListenerCompleted(Listener.ASSIGNED))
     assert out == [InvokeOnPartitionsLost(tps(("a", 0)))]
+
+
+def test_no_client_side_session_expiry_only_the_broker_fences() -> None:
+    """Java's KIP-848 client has no client-side session rule: the coordinator's session
+    timeout and its heartbeat answers decide.  A member whose heartbeats get no answer
+    for a minute (ten 6 s sessions: a coordinator failover, brokers gone) keeps its
+    epoch and partitions and goes on looking the coordinator up; it loses them only
+    when an answer says FENCED_MEMBER_EPOCH / UNKNOWN_MEMBER_ID."""
+    d = Driver()
+    d.stable_with({A: (0, 1)})
+    owned, epoch = d.m.owned, d.m.member_epoch
+    assert owned
+    while d.now < 60.0:
+        d.now += 0.5
+        for action in d.send(TimerFired()):
+            if isinstance(action, SendHeartbeat):
+                assert d.send(HeartbeatFailed("connection refused")) == []
+            elif isinstance(action, FindCoordinator):
+                assert d.send(CoordinatorLookupFailed("no broker")) == []
+            else:
+                pytest.fail(f"unexpected {action}")
+    assert (d.state, d.m.owned, d.m.member_epoch) == (S.STABLE, owned, epoch)
+    d.now += 1.0
+    out = d.send(TimerFired())
+    if any(isinstance(a, FindCoordinator) for a in out):
+        out = d.send(CoordinatorFound())
+    assert [type(a) for a in out] == [SendHeartbeat]
+    out = d.send(error(110))  # FENCED_MEMBER_EPOCH: now the partitions are lost
+    assert InvokeOnPartitionsLost(tps(("a", 0), ("a", 1))) in out, out

@@ -129,6 +129,23 @@ def in_stable() -> Membership:
     return m
 
 
+def in_stable_lapsed() -> Membership:
+    """STABLE owning nothing after a session without an answer: the coordinator was
+    looked up again and the first heartbeat to it is in flight (a member that owned
+    partitions would have been told they are lost, see SESSION_ELAPSED)."""
+    m = machine()
+    _joined(m)
+    m.handle(sync_ok(1, frozenset()), 0.0)
+    m.handle(E.ListenerCompleted("assigned"), 0.0)
+    _beat(m, 1.0)
+    out = m.handle(E.TimerFired(), SESSION)
+    assert [type(a) for a in out] == [A.FindCoordinator] and m.coordinator_id is None
+    out = m.handle(E.CoordinatorFound(2), SESSION + 0.2)
+    assert out == [A.SendHeartbeat(1, "m1")]
+    assert m.session_unproven and m.timers.in_flight and m.state is S.STABLE
+    return m
+
+
 def in_assigning() -> Membership:
     m = machine()
     _joined(m)
@@ -225,6 +242,7 @@ def in_fatal() -> Membership:
 
 SETUPS: dict[str, tuple[MemberState, Callable[[], Membership]]] = {
     "stable": (S.STABLE, in_stable),
+    "stable-lapsed": (S.STABLE, in_stable_lapsed),
     "assigning": (S.ASSIGNING, in_assigning),
     "revoking-eager": (S.REVOKING, in_revoking_eager),
     "revoking-cooperative": (S.REVOKING, in_revoking_cooperative),
@@ -260,8 +278,11 @@ def test_answer_in_state(setup: str, code: int) -> None:
     if want.keeps_session:
         assert m.timers.session_deadline() == now + SESSION
         assert not m.timers.in_flight
+        assert not m.session_unproven  # a proving answer reopens the delivery gate
     else:
         assert m.timers.session_deadline() == deadline_before
+        if setup == "stable-lapsed" and m.heartbeats_active:
+            assert m.session_unproven  # only a proving answer reopens it
 
     react = want.reaction
     if react is R.IGNORE:
@@ -283,7 +304,7 @@ def test_answer_in_state(setup: str, code: int) -> None:
         assert not m.heartbeats_active
         if react is not R.LOSE:
             assert [r.fatal for r in raised] == [True]
-        if state is S.STABLE:  # a running listener finishes first, then lost
+        if state is S.STABLE and owned:  # a running listener finishes first, then lost
             assert out[-1] == A.InvokeOnPartitionsLost(owned)
     elif react is R.RETRY_BACKOFF:
         assert m.state is state and m.timers.next_heartbeat_at() == now + BACKOFF
@@ -378,26 +399,37 @@ def test_cooperative_revoke_five_session_timeouts_then_rejoin(code: int) -> None
     ids=["load-in-progress", "authorization", "timeout", "silence"],
 )
 def test_session_rule_fires_when_the_broker_stops_answering(failure: E.Event | None) -> None:
-    """The client-side rule still fires, ``session_timeout`` after the last proof."""
+    """``session_timeout`` after the last proof the session is unproven (delivery is
+    gated); the coordinator is suspected, never the membership: the generation stays."""
     m = in_revoking_eager()
     last_proof = 2.2
     m.handle(heartbeat(C.REBALANCE_IN_PROGRESS, 1), last_proof)
     now = last_proof
-    lost_at = None
-    while lost_at is None and now < last_proof + 2 * SESSION:
+    unproven_at = None
+    while unproven_at is None and now < last_proof + 2 * SESSION:
         now += BACKOFF
-        m.handle(E.TimerFired(), now)
+        out = m.handle(E.TimerFired(), now)
         if failure is not None and m.timers.in_flight:
-            m.handle(failure, now)
-        if m.generation_id == -1:
-            lost_at = now
-    assert lost_at is not None
-    assert last_proof + SESSION <= lost_at < last_proof + SESSION + 2 * BACKOFF
-    # the revoke still runs; when it returns, the rejoin is as a new member
+            out += m.handle(failure, now)
+        if m.session_unproven:
+            unproven_at = now
+    assert unproven_at is not None
+    assert last_proof + SESSION <= unproven_at < last_proof + SESSION + 2 * BACKOFF
+    assert m.timers.session_deadline() == last_proof + SESSION
+    assert (m.state, m.generation_id, m.member_id) == (S.REVOKING, 1, "m1")
+    assert m.coordinator_id is None  # a timeout already dropped it; otherwise the session did
+    if failure is None or isinstance(failure, E.HeartbeatResponseReceived):
+        assert [a for a in out if isinstance(a, A.FindCoordinator)], out
+    # the revoke still runs; when it returns, the rejoin keeps the identity (the
+    # JoinGroup itself is the broker's judgement; eager: nothing is owned any more)
     out = m.handle(E.ListenerCompleted("revoked"), now + 1.0)
-    if m.coordinator_id is None:  # a timeout also sent the member looking for it
-        out = m.handle(E.CoordinatorFound(1), now + 1.1)
-    assert isinstance(out[-1], A.SendJoinGroup) and out[-1].member_id == ""
+    out += m.handle(E.CoordinatorFound(1), now + 1.1)
+    assert isinstance(out[-1], A.SendJoinGroup), out
+    assert (out[-1].member_id, out[-1].generation_id, out[-1].owned_partitions) == (
+        "m1",
+        1,
+        frozenset(),
+    )
 
 
 def test_listener_deadline_is_the_rebalance_timeout_not_the_session() -> None:

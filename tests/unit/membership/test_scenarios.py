@@ -30,6 +30,10 @@ from .driver import (
 )
 
 S = MemberState
+SESSION_REASON = (
+    "session timed out without a heartbeat answer: finding the coordinator again "
+    "(member id and generation kept)"
+)
 
 
 def test_first_join_as_leader_computes_assignment_then_syncs() -> None:
@@ -133,25 +137,31 @@ def test_cooperative_rebalance_revokes_only_leaving_partitions_then_rejoins() ->
     assert m.state is S.STABLE
 
 
-def test_session_expiry_loses_partitions_and_rejoins_as_new_member() -> None:
+def test_session_lapse_loses_partitions_but_keeps_the_identity_for_the_rejoin() -> None:
+    """Java's heartbeat thread: a session without an answer marks the coordinator
+    unknown, member id and generation kept.  aiogroup also tells the application its
+    partitions are lost (the broker may hand them on from now); see SESSION_ELAPSED."""
     m = make()
     to_stable(m, tps(0))
     m.handle(E.TimerFired(), 1.0)  # heartbeat sent, never answered
     assert m.next_deadline() == SESSION
     out = m.handle(E.TimerFired(), SESSION)
-    assert out == [A.MarkRevoking(tps(0)), A.InvokeOnPartitionsLost(tps(0))]
-    assert m.state is S.LOSING and (m.generation_id, m.member_id) == (-1, "")
-    assert not m.commit_gate(tps(0)).allowed
-    out = m.handle(E.ListenerCompleted("lost"), SESSION + 1)
     assert out == [
-        A.SetAssignment(None),
-        A.SendJoinGroup(
-            f"session expired: no successful heartbeat for {SESSION:g}s", "", -1, frozenset()
-        ),
+        A.FindCoordinator(SESSION_REASON),
+        A.MarkRevoking(tps(0)),
+        A.InvokeOnPartitionsLost(tps(0)),
     ]
-    # the old heartbeat's answer arrives late and changes nothing
-    assert m.handle(heartbeat(0, 1), SESSION + 2) == []
-    assert m.state is S.PREPARING_REBALANCE
+    assert (m.state, m.generation_id, m.member_id) == (S.LOSING, 1, "m1")
+    assert not m.commit_gate(tps(0)).allowed
+    # the old heartbeat's answer arrives late: it was given up, and changes nothing
+    assert m.handle(heartbeat(0, 1), SESSION + 0.05) == []
+    assert m.handle(E.ListenerCompleted("lost"), SESSION + 1) == [A.SetAssignment(None)]
+    out = m.handle(E.CoordinatorFound(2), SESSION + 2)
+    why = (
+        f"no heartbeat answer for session_timeout_ms ({SESSION:g}s); "
+        "rejoining under the same member id"
+    )
+    assert out == [A.SendJoinGroup(why, "m1", 1, frozenset())]
 
 
 @pytest.mark.parametrize("code", [22, 25])  # ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID
@@ -278,7 +288,12 @@ def test_coordinator_lost_while_stable_keeps_generation_and_session_clock() -> N
     out = m.handle(E.CoordinatorFound(2), 2.6)
     assert out == [A.SendHeartbeat(1, "m1")]  # the retry backoff has passed
     out = m.handle(E.TimerFired(), SESSION)  # still no successful heartbeat
-    assert out == [A.MarkRevoking(tps(0)), A.InvokeOnPartitionsLost(tps(0))]
+    assert out == [
+        A.FindCoordinator(SESSION_REASON),
+        A.MarkRevoking(tps(0)),
+        A.InvokeOnPartitionsLost(tps(0)),
+    ]
+    assert (m.generation_id, m.member_id) == (1, "m1")
 
 
 def test_group_authorization_failure_is_reported_and_retried() -> None:
