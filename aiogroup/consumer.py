@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from aiokafka.client import AIOKafkaClient
+from aiokafka.cluster import ClusterMetadata
 from aiokafka.errors import (
     ConsumerStoppedError,
     IllegalOperation,
@@ -217,6 +218,10 @@ class GroupConsumer:
         self._subscription: SubscriptionState | None = None
         self._fetcher: Fetcher | None = None
         self._coordinator: GroupCoordinator | ConsumerGroupCoordinator | None = None
+        #: The whole-cluster metadata of the last ``topics()``: aiokafka's client keeps
+        #: only the topics it tracks, so without it ``partitions_for_topic`` would not
+        #: know a topic ``topics()`` has just listed (Java's ``partitionsFor`` does).
+        self._listed: ClusterMetadata | None = None
         self._metrics = ConsumerMetrics(self._config.session_timeout_ms / 1000)
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -726,10 +731,18 @@ class GroupConsumer:
         return result
 
     async def position(self, partition: TopicPartition, timeout_ms: int | None = None) -> int:
-        """The offset of the next record to be handed out; waits until it is known."""
-        state = self._state(partition)
+        """The offset of the next record to be handed out; waits until it is known.
+
+        Raises ``IllegalStateError`` naming the partition if it is not assigned, or
+        if a rebalance revokes it while this waits; a partition revoked and given
+        back to this member (an eager rebalance, a rejoin after lost) is waited for
+        anew.  ``stop()`` ends the wait with ``ConsumerStoppedError``; ``timeout_ms``
+        bounds it (``asyncio.TimeoutError``).
+        """
+        sub = self._require_started()
+        self._state(partition)  # not assigned: IllegalStateError now, as aiokafka
         timeout = None if timeout_ms is None else timeout_ms / 1000
-        return await wait_for(state.wait_position(), timeout)
+        return await wait_for(sub.wait_position(partition), timeout)
 
     def highwater(self, partition: TopicPartition) -> int | None:
         return self._state(partition).highwater
@@ -799,11 +812,16 @@ class GroupConsumer:
 
     async def topics(self) -> set[str]:
         cluster = await self._client_or_raise.fetch_all_metadata()
+        self._listed = cluster
         return set(cluster.topics())
 
     def partitions_for_topic(self, topic: str) -> set[int] | None:
+        """The partitions of ``topic`` from the client's metadata, else from the last
+        ``topics()``; None when neither knows it."""
         validate_topic_name(topic)
         parts = self._client_or_raise.cluster.partitions_for_topic(topic)
+        if parts is None and self._listed is not None:
+            parts = self._listed.partitions_for_topic(topic)
         return None if parts is None else set(parts)
 
     # -- group identity -------------------------------------------------------------------

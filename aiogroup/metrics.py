@@ -347,8 +347,8 @@ class ConsumerMetrics:
             since = self.seconds_since_broker_response()
             health_log.error(
                 "no request to the Kafka cluster has succeeded for %s (session timeout "
-                "%.1fs): the broker is unreachable and group membership is lost; "
-                "last error: %s",
+                "%.1fs): the broker looks unreachable (a group member whose session "
+                "lapses gives up its partitions with on_partitions_lost); last error: %s",
                 "ever" if since is None else f"{since:.1f}s",
                 self.session_timeout_s,
                 self.last_broker_error,

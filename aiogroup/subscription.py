@@ -12,7 +12,9 @@ read it.  Instead of polling flags, readers *await* futures held here:
   buffered records of partitions that stay are not disturbed);
 * ``commit_refresh_needed`` - an event the commit-refresh task waits on; set when a
   partition needs its committed offset looked up;
-* per partition, ``wait_position()`` ("position ready") and ``wait_resumed()``.
+* per partition, ``wait_position()`` ("position ready") and ``wait_resumed()``;
+  ``SubscriptionState.wait_position(tp)`` is the one ``position()`` uses: it follows
+  the partition across rebalances that replace its ``PartitionState``.
 
 Every waiter is resolved through ``_resolve`` / ``_fail`` so that no path leaves a
 future pending forever: ``close()`` fails them all with ``ConsumerStoppedError``.
@@ -23,6 +25,7 @@ Nothing here does I/O; asyncio is used only for its futures and events.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -55,6 +58,14 @@ def _fail(fut: asyncio.Future[Any] | None, exc: BaseException) -> None:
         fut.set_exception(exc)
         # Nobody may be waiting; mark the exception retrieved so asyncio does not warn.
         fut.exception()
+
+
+class _Unassigned(IllegalStateError):  # type: ignore[misc]
+    """A ``PartitionState`` was dropped from the assignment while someone waited on it.
+
+    Internal: ``SubscriptionState.wait_position`` catches it and decides whether the
+    partition came back (a new state to wait on) or was revoked for good.
+    """
 
 
 class FetchStatus(enum.Enum):
@@ -326,6 +337,8 @@ class SubscriptionState:
         self._version = 0
         self._subscription_waiters: list[asyncio.Future[Subscription]] = []
         self._assignment_waiters: list[asyncio.Future[Assignment]] = []
+        #: Resolved at every change of subscription (any type, NONE included).
+        self._any_subscription_waiters: list[asyncio.Future[None]] = []
         self._subscription_changed: asyncio.Event = asyncio.Event()
         self.commit_refresh_needed: asyncio.Event = asyncio.Event()
         self._pending_error: BaseException | None = None
@@ -397,6 +410,9 @@ class SubscriptionState:
     def _set_subscription(self, sub: Subscription) -> None:
         self.subscription = sub
         self._notify_subscription_changed()
+        changed, self._any_subscription_waiters = self._any_subscription_waiters, []
+        for change in changed:
+            _resolve(change, None)
         if sub.type is not SubscriptionType.NONE:
             waiters, self._subscription_waiters = self._subscription_waiters, []
             for fut in waiters:
@@ -454,7 +470,7 @@ class SubscriptionState:
                 st = old._states[tp]
                 st.revoking = True
                 st.epoch += 1
-                st._abort(IllegalStateError(f"partition {tp} was unassigned"))
+                st._abort(_Unassigned(f"partition {tp} was unassigned"))
             _resolve(old.unassigned, None)
         self._assignment = new
         if new is not None:
@@ -523,6 +539,59 @@ class SubscriptionState:
         self._assignment_waiters.append(fut)
         return await fut
 
+    async def wait_position(self, tp: TopicPartition) -> int:
+        """The position of ``tp`` once known, following it across rebalances.
+
+        A rebalance may replace the ``PartitionState`` a waiter holds: a cooperative
+        one drops a revoked partition, an eager one drops every partition (assignment
+        None) and installs new states for those that come back, and a lost
+        membership drops them all before the member rejoins.  A waiter left on the
+        dropped state would never see the new one resolved, so this loops: when its
+        state is dropped it waits (eager, lost) for the assignment that decides,
+        then waits on the partition's new state if it came back to this member, and
+        raises ``IllegalStateError`` naming the partition if it did not.  ``close()``
+        ends every wait with ``ConsumerStoppedError``; the caller bounds it in time.
+        """
+        while True:
+            self._check_open()
+            assignment = self._assignment
+            if assignment is None or tp not in assignment:
+                raise IllegalStateError(f"partition {tp} is not assigned to this consumer")
+            try:
+                return await assignment.state(tp).wait_position()
+            except _Unassigned:
+                pass
+            while self._assignment is None and self.subscription.group_managed:
+                await self._next_assignment_or_subscription()
+            if self._assignment is None or tp not in self._assignment:
+                raise IllegalStateError(
+                    f"partition {tp} was revoked from this consumer while position() waited for it"
+                ) from None
+
+    async def _next_assignment_or_subscription(self) -> None:
+        """Until an assignment is installed or the subscription changes (or close)."""
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        assigned: asyncio.Future[Assignment] = loop.create_future()
+        changed: asyncio.Future[None] = loop.create_future()
+        self._assignment_waiters.append(assigned)
+        self._any_subscription_waiters.append(changed)
+        waiters: set[asyncio.Future[Any]] = {assigned, changed}
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for fut in (assigned, changed):
+                if not fut.done():
+                    fut.cancel()
+            with contextlib.suppress(ValueError):
+                self._assignment_waiters.remove(assigned)
+            with contextlib.suppress(ValueError):
+                self._any_subscription_waiters.remove(changed)
+        for fut in waiters:
+            error = fut.exception() if fut.done() and not fut.cancelled() else None
+            if error is not None:
+                raise error
+
     def request_commit_refresh(self) -> None:
         self.commit_refresh_needed.set()
 
@@ -586,6 +655,9 @@ class SubscriptionState:
         for asg_fut in self._assignment_waiters:
             _fail(asg_fut, exc)
         self._assignment_waiters = []
+        for change in self._any_subscription_waiters:
+            _fail(change, exc)
+        self._any_subscription_waiters = []
         if self._assignment is not None:
             for st in self._assignment.states():
                 st._abort(exc)

@@ -1,4 +1,4 @@
-"""Side-by-side benchmarks of aiogroup and its peers against the embedded broker.
+"""Side-by-side benchmarks of aiogroup and its peers, on the embedded broker or Apache Kafka.
 
 ``python -m benchmarks`` (or ``make bench``) runs every scenario, each client at
 least three times, and writes ``docs/benchmarks.md``, the plots next to it and the

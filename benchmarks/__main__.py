@@ -1,6 +1,6 @@
 """``python -m benchmarks [--quick] [--scenario NAME ...]``: run, then write docs/benchmarks.md.
 
-Results of earlier runs are kept for the scenarios not rerun, so one scenario can be
+Results of earlier runs are kept, per broker, for the scenarios not rerun, so one scenario can be
 refreshed on its own; each section of the document says when and how it ran.
 """
 
@@ -51,7 +51,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--docs", type=Path, default=ROOT / "docs", help="where benchmarks.md is written"
     )
     parser.add_argument(
-        "--fresh", action="store_true", help="drop earlier results instead of merging"
+        "--fresh",
+        action="store_true",
+        help="drop this broker's earlier results instead of merging (other brokers' stay)",
     )
     parser.add_argument(
         "--report-only",
@@ -60,6 +62,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "(after editing docs/benchmarks/profile.md, say)",
     )
     args = parser.parse_args(argv)
+    args.argv = list(argv)
     if args.parallel is not None and args.parallel < 1:
         parser.error("--parallel must be >= 1")
     try:
@@ -127,11 +130,25 @@ def _broker_name(mode: str, bootstrap: str) -> str:
 
 
 def load_previous(path: Path) -> dict[str, Any]:
+    """Earlier results, keyed by broker (an older, unkeyed file is moved under its broker)."""
     try:
         data: dict[str, Any] = json.loads(path.read_text())
-        return data
     except (OSError, ValueError):
         return {}
+    return report.normalize(data)
+
+
+def command_line(argv: list[str]) -> str:
+    """How this run was started, as the document states it (broker included)."""
+    broker = os.environ.get("AIOGROUP_BROKER", "").strip() or "tansu"
+    return " ".join(["AIOGROUP_BROKER=" + broker, "python -m benchmarks", *argv])
+
+
+def _load() -> list[float]:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return []
 
 
 async def main_async(args: argparse.Namespace) -> int:
@@ -141,17 +158,23 @@ async def main_async(args: argparse.Namespace) -> int:
     names = args.scenario or (list(QUICK_DEFAULT) if plan.quick else list(SCENARIOS))
     parallel = args.parallel or (7 if plan.quick else 4)
     results_path = args.docs / "benchmarks" / "results.json"
-    results = {} if args.fresh else load_previous(results_path)
-    results.setdefault("scenarios", {})
+    results = load_previous(results_path) or report.normalize({})
     failures = 0
     async with KafkaBroker() as broker:
         ctx = Context(broker.bootstrap_servers, broker, plan, parallel=parallel)
-        results["environment"] = environment(broker.bootstrap_servers, broker.mode)
+        # Each broker's runs live under their own key: a Kafka run keeps Tansu's numbers.
+        entry = results["brokers"].setdefault(report.broker_key(broker.mode), {})
+        if args.fresh:
+            entry["scenarios"] = {}
+        entry.setdefault("scenarios", {})
+        entry["name"] = _broker_name(broker.mode, broker.bootstrap_servers)
+        entry["environment"] = environment(broker.bootstrap_servers, broker.mode)
         ctx.log(f"broker {broker.mode} at {broker.bootstrap_servers}; scenarios: {names}")
         for name in names:
             module = SCENARIOS[name]
             ctx.log(f"== {name}: {module.TITLE}")
             started = time.monotonic()
+            load_before = _load()
             try:
                 section = await module.run(ctx)
             except Exception as exc:  # one broken scenario must not lose the others
@@ -166,8 +189,11 @@ async def main_async(args: argparse.Namespace) -> int:
                     "%Y-%m-%d %H:%M UTC"
                 ),
                 "seconds": time.monotonic() - started,
+                "broker": entry["name"],
+                "command": command_line(args.argv),
+                "load": {"before": load_before, "after": _load(), "cpus": os.cpu_count()},
             }
-            results["scenarios"][name] = section
+            entry["scenarios"][name] = section
             path = report.write(results, args.docs)
             ctx.log(f"== {name} done in {time.monotonic() - started:.0f}s; wrote {path}")
     return 1 if failures else 0
@@ -175,7 +201,7 @@ async def main_async(args: argparse.Namespace) -> int:
 
 def report_only(docs: Path) -> int:
     results = load_previous(docs / "benchmarks" / "results.json")
-    if not results.get("scenarios"):
+    if not any(b.get("scenarios") for b in results.get("brokers", {}).values()):
         print(f"no results in {docs / 'benchmarks' / 'results.json'}; run a scenario first")
         return 1
     print(f"wrote {report.write(results, docs)}")

@@ -64,7 +64,16 @@ ALL_MODES = ("source", "ingest", "kafka", "arrow", "parquet", "baseline")
 DEFAULT_MODES = "source,ingest,kafka,arrow,parquet"
 GROUP_TIMEOUTS = {"kafka.session.timeout.ms": "6000", "kafka.heartbeat.interval.ms": "1000"}
 # The columns both Kafka sources produce (format("kafka") with includeHeaders=true).
-COMPARED = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")
+COMPARED = (
+    "key",
+    "value",
+    "topic",
+    "partition",
+    "offset",
+    "timestamp",
+    "timestampType",
+    "headers",
+)
 
 
 async def produce(
@@ -95,23 +104,27 @@ async def produce(
         await producer.stop()
 
 
-async def read_table(servers: str, topic: str, records: int) -> Any:
-    """All records of ``topic`` as one Arrow table in the source's schema."""
+async def read_table(servers: str, topic: str, records: int, partitions: int) -> Any:
+    """All records of ``topic`` as one Arrow table in the source's schema.
+
+    The partitions are the ones the benchmark created (not looked up: a metadata answer
+    that lists the topic before its partitions would leave nothing assigned), and the
+    read gives up after 10 minutes, naming how far it got.
+    """
     import pyarrow as pa
+
+    from aiogroup.structs import TopicPartition
 
     consumer = GroupConsumer(bootstrap_servers=servers, auto_offset_reset="earliest")
     await consumer.start()
     try:
-        parts = consumer.partitions_for_topic(topic) or set()
-        if not parts:
-            await consumer.topics()
-            parts = consumer.partitions_for_topic(topic) or set()
-        from aiogroup.structs import TopicPartition
-
-        consumer.assign([TopicPartition(topic, p) for p in sorted(parts)])
+        consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
         batches = []
         seen = 0
+        deadline = time.monotonic() + 600
         while seen < records:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"read {seen} of {records} records of {topic} in 10 minutes")
             chunk = await consumer.getmany_arrow(timeout_ms=1000, max_records=100_000)
             if chunk is not None and chunk.num_rows:
                 batches.append(conform(chunk))
@@ -372,6 +385,14 @@ def main() -> int:
 
     broker = KafkaBroker()
     asyncio.run(broker.start())
+    if "kafka" in modes and not broker.caps.list_offsets_latest_is_log_end:
+        # format("kafka") ends an availableNow run at ListOffsets(latest); on such a
+        # broker it stops short of the log end and the row check would fail.
+        print(
+            f"kafka: skipped on the {broker.mode} broker (caps.list_offsets_latest_is_log_end "
+            "is False: ListOffsets(latest) is not the log end); run with AIOGROUP_BROKER=kafka"
+        )
+        modes.remove("kafka")
     builder = (
         SparkSession.builder.master("local[2]")
         .appName("aiogroup-spark-bench")
@@ -412,7 +433,7 @@ def main() -> int:
                 table = None
                 parquet_source = tmp / f"{name}-parquet-source"
                 if "arrow" in modes or "parquet" in modes:
-                    table = asyncio.run(read_table(servers, topic, args.records))
+                    table = asyncio.run(read_table(servers, topic, args.records, args.partitions))
                     if "parquet" in modes:
                         spark.createDataFrame(table).write.parquet(str(parquet_source))
                     if "arrow" not in modes:

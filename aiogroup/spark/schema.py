@@ -114,8 +114,22 @@ def conform(batch: pa.RecordBatch) -> pa.RecordBatch:
             column = column.cast(field.type)
         if field.name == "timestamp":
             column = _null_if_negative(column)
+        elif field.name == "headers":
+            column = _null_if_empty(column)
         columns.append(column)
     return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+
+
+def _null_if_empty(column: Any) -> Any:
+    # Spark's Kafka source gives a record without headers a null array, not an empty
+    # one; the same offsets must give the same rows from either source.
+    lengths = pc.list_value_length(column)
+    empty = pc.sum(pc.equal(lengths, 0)).as_py() or 0
+    if empty == 0:
+        return column
+    if empty == len(column):
+        return pa.nulls(len(column), column.type)
+    return pc.if_else(pc.equal(lengths, 0), pa.scalar(None, column.type), column)
 
 
 def _null_if_negative(column: Any) -> Any:

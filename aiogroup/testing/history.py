@@ -30,7 +30,9 @@ The rules :func:`check_history` applies (see ``docs/reliability.md``):
 * **Commits never go backwards** (per partition, in time order; a commit counts
   as later than another only if it was sent after the other was acknowledged).
 * **No zombie.**  A member that was fenced neither commits nor is handed records
-  after the fence, until the group assigns it partitions again.
+  after the fence, until the group assigns it partitions again.  A commit counts
+  from when it was sent (a frozen member may read the answer to a commit it sent
+  before the fence only after waking).
 
 The observer samples the broker, so a fence is known to lie between the last sample
 that still showed the member and the first that did not.  Each rule gives the member
@@ -648,7 +650,11 @@ def _check_commits(
             assigned_after[e.member] = e.t
         if e.kind != "committed":
             continue
-        fence = _fenced_before(fences, e.member, e.t)
+        sent = e.t if e.since is None else e.since
+        # Judged by when the commit was *sent*: one that left before the fence and
+        # whose answer was read late (the member was frozen with it in flight) was
+        # made while the member still belonged to the group.
+        fence = _fenced_before(fences, e.member, sent)
         if fence is not None and assigned_after.get(e.member, -1.0) < fence.latest:
             report.zombie_commits.append(
                 Violation(
@@ -658,7 +664,6 @@ def _check_commits(
                     f"{list(e.offsets)} after the broker fenced it at t={fence.latest:.3f}",
                 )
             )
-        sent = e.t if e.since is None else e.since
         for topic, p, offset in e.offsets:
             prev = high.get((topic, p))
             # Backwards only if this commit left after the higher one was acknowledged:

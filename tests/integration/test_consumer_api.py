@@ -266,3 +266,22 @@ async def test_assign_before_start_as_aiokafka(
     async with consumer:
         assert consumer.assignment() == {tp}
         assert [o for _, o, _ in await drain(consumer, 3)] == [0, 1, 2]
+
+
+async def test_partitions_for_a_topic_listed_by_topics(
+    bootstrap_servers: str, kafka_topic: TopicFactory
+) -> None:
+    """After ``topics()``, ``partitions_for_topic`` knows every topic it listed, as Java's
+    ``partitionsFor`` does; before, it answered only for topics the consumer tracked."""
+    mine = await kafka_topic(partitions=2)
+    other = await kafka_topic(partitions=3)
+    consumer = GroupConsumer(bootstrap_servers=bootstrap_servers)
+    await consumer.start()
+    try:
+        consumer.assign([TopicPartition(mine, 0)])
+        assert other in await consumer.topics()
+        assert consumer.partitions_for_topic(other) == {0, 1, 2}
+        assert consumer.partitions_for_topic(mine) == {0, 1}
+        assert consumer.partitions_for_topic("no-such-topic-anywhere") is None
+    finally:
+        await consumer.stop()

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -13,6 +11,7 @@ from typing import Any
 import pyspark  # noqa: F401  (the spark extra: a missing install fails here)
 import pytest
 from aiokafka import AIOKafkaProducer
+from spark_session import new_session
 
 from aiogroup.consumer import GroupConsumer
 from aiogroup.errors import ConfigurationError
@@ -25,16 +24,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("aiogroup-ingest-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
+    session = new_session("aiogroup-ingest-tests")
     yield session
     session.stop()
 

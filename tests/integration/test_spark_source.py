@@ -9,8 +9,6 @@ the embedded test broker answers inexactly.
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,6 +17,7 @@ from typing import Any
 import pyspark  # noqa: F401  (the spark extra: a missing install fails here)
 import pytest
 from aiokafka import AIOKafkaProducer
+from spark_session import new_session
 
 from aiogroup.consumer import GroupConsumer
 from aiogroup.spark import register
@@ -32,16 +31,8 @@ GROUP_TIMEOUTS = {"kafka.session.timeout.ms": "6000", "kafka.heartbeat.interval.
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("aiogroup-spark-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.streaming.noDataProgressEventInterval", "200")
-        .getOrCreate()
+    session = new_session(
+        "aiogroup-spark-tests", **{"spark.sql.streaming.noDataProgressEventInterval": "200"}
     )
     register(session)
     yield session

@@ -57,7 +57,7 @@ def test_unavailable_aiogroup_is_not_measured_and_shown_as_such(tmp_path: Path) 
     verdicts = [v for _, _, v in report.targets(results)]
     assert verdicts and all(v == "not measured" for v in verdicts)
     text = report.write(results, tmp_path).read_text()
-    assert "| aiogroup/tuned | **not available**: aiogroup.fetcher missing" in text
+    assert "| tansu | aiogroup/tuned | **not available**: aiogroup.fetcher missing" in text
     assert "throughput 100B / aiogroup/tuned: unavailable" in text
     assert (tmp_path / "benchmarks" / "results.json").exists()
     assert (tmp_path / "benchmarks" / "throughput-100B.png").stat().st_size > 0
@@ -112,10 +112,10 @@ def test_join_fourth_compares_eager_and_cooperative_from_the_medians(tmp_path: P
             },
         }
     )
-    text = report.join_fourth_md(section)
-    assert "| aiogroup/defaults cooperative | 0.26 (0.23-0.29) |" in text
+    text = report.join_fourth_md([("Tansu 0.6.0", section)])
+    assert "| Tansu 0.6.0 | aiogroup/defaults cooperative | 0.26 (0.23-0.29) |" in text
     assert "| 0.27 (0.24-0.30) |" in text and "| 9 (8-10) |" in text
-    assert "| confluent/tuned cooperative | **failed**: TimeoutError" in text
+    assert "| Tansu 0.6.0 | confluent/tuned cooperative | **failed**: TimeoutError" in text
     assert (
         "aiogroup/defaults: the longest pause of an unmoved partition is 0.27 s cooperative "
         "against 3.20 s eager (baseline 0.26 s; eager is 11.9x longer): cooperative keeps "
@@ -140,7 +140,7 @@ def test_report_only_rewrites_the_page_from_stored_results(tmp_path: Path) -> No
     report.write(_results(_cfg(900_000)), tmp_path)
     (tmp_path / "benchmarks.md").unlink()
     assert main(["--report-only", "--docs", str(tmp_path)]) == 0
-    assert "| aiogroup/tuned | 900,000" in (tmp_path / "benchmarks.md").read_text()
+    assert "| tansu | aiogroup/tuned | 900,000" in (tmp_path / "benchmarks.md").read_text()
 
 
 def _memory(defaults: float, pinned: float | None) -> dict[str, Any]:
@@ -166,3 +166,60 @@ def test_memory_target_is_judged_on_defaults_and_names_the_pinned_allocator_run(
         "memory within the configured buffer bound (max_buffered_bytes = 64 MiB)"
     ]
     assert verdict == "**met**" and "mmap" not in measured
+
+
+def _broker_results(key: str, name: str, aiogroup: float, finished: str) -> dict[str, Any]:
+    """One broker's run of the throughput scenario, as ``python -m benchmarks`` stores it."""
+    section = _results(_cfg(aiogroup))["scenarios"]["throughput"]
+    section["meta"] = {
+        "quick": False,
+        "reps": 3,
+        "finished": finished,
+        "seconds": 60,
+        "broker": name,
+        "command": f"AIOGROUP_BROKER={key} python -m benchmarks --scenario throughput --reps 3",
+        "load": {"before": [1.5, 1.0, 0.5], "after": [2.25, 1.2, 0.6], "cpus": 2},
+    }
+    return {
+        "brokers": {key: {"name": name, "environment": {}, "scenarios": {"throughput": section}}}
+    }
+
+
+def test_results_are_keyed_by_broker_and_each_broker_gets_its_rows(tmp_path: Path) -> None:
+    # A file from before the keying: one broker's scenarios at the top, named by its
+    # environment; it moves under that broker.
+    legacy = _results(_cfg(800_000))
+    legacy["environment"] = {"broker": "embedded (Tansu 0.6.0)"}
+    keyed = report.normalize(legacy)
+    assert set(keyed) == {"brokers"} and set(keyed["brokers"]) == {"tansu"}
+    assert keyed["brokers"]["tansu"]["name"] == "Tansu 0.6.0"
+    # A Kafka run added next to it keeps the Tansu numbers (what a run merges into).
+    kafka = _broker_results("kafka", "Apache Kafka 4.4.0, 1 node", 700_000, "later")
+    keyed["brokers"].update(kafka["brokers"])
+    assert [b for b, _ in report.sections_of(keyed, "throughput")] == [
+        "Tansu 0.6.0",
+        "Apache Kafka 4.4.0, 1 node",
+    ]
+    text = report.write(keyed, tmp_path).read_text()
+    assert "| Tansu 0.6.0 | aiogroup/tuned | 800,000 (720,000-880,000) |" in text
+    assert "| Apache Kafka 4.4.0, 1 node | aiogroup/tuned | 700,000 (630,000-770,000) |" in text
+    # Ratios are within one broker's run: Kafka's aiokafka against Kafka's aiogroup.
+    assert "| Apache Kafka 4.4.0, 1 node | aiokafka/tuned | 600,000" in text
+    assert "| 0.86x |" in text and "| 0.75x |" in text
+    assert (
+        "*Apache Kafka 4.4.0, 1 node: run later, full plan, 3 repetitions, 60 s; load "
+        "average (1 min) 1.5 at the start, 2.2 at the end; `AIOGROUP_BROKER=kafka python -m "
+        "benchmarks --scenario throughput --reps 3`.*" in text
+    )
+    assert "### Runs on Tansu 0.6.0" in text and "### Runs on Apache Kafka 4.4.0" in text
+    # The issue-5 targets stay on the first broker in table order (Tansu).
+    rows = {t: m for t, m, _ in report.targets(keyed)}
+    assert rows["getmany throughput >= 1.3x aiokafka getmany (100 B)"].startswith("1.33x")
+    # --report-only reads the keyed file back unchanged.
+    stored = (tmp_path / "benchmarks" / "results.json").read_text()
+    from benchmarks.__main__ import load_previous
+
+    again = load_previous(tmp_path / "benchmarks" / "results.json")
+    assert set(again["brokers"]) == {"tansu", "kafka"}
+    assert report.write(again, tmp_path).read_text() == text
+    assert (tmp_path / "benchmarks" / "results.json").read_text() == stored

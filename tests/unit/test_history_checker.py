@@ -153,6 +153,26 @@ def test_a_zombie_commit_is_reported() -> None:
     assert not report.overlaps  # the fence ended A's hold before B's assignment
 
 
+def test_a_commit_sent_before_the_fence_and_answered_after_it_is_no_zombie() -> None:
+    # A froze with a commit in flight: the broker applied it at once, A read the answer
+    # when it woke (stamped 15.0, sent at 2.95, before the fence).
+    s = (
+        Script()
+        .produced(0.0, 0, 19)
+        .assigned(1.0, "A", 0)
+        .delivered(2.0, "A", 0, 9)
+        .add(3.0, "A", "frozen")
+        .gone(9.8, 10.0, "A")
+        .assigned(10.5, "B", 0)
+        .delivered(11.0, "B", 10, 19)
+        .committed(15.0, "A", 10, sent=2.95)
+        .lost(15.1, "A", 0)
+    )
+    report = s.check()
+    assert report.zombie_commits == [], report.summary()
+    assert report.ok, report.summary()
+
+
 def test_a_zombie_delivery_is_reported() -> None:
     s = (
         Script()

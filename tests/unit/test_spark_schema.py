@@ -68,6 +68,8 @@ def test_conform_turns_consumer_columns_into_spark_columns() -> None:
     assert out.schema.equals(ARROW_SCHEMA)
     assert out.to_pylist()[0]["offset"] == 9
     assert out.to_pylist()[0]["topic"] == "t"
+    # As Spark's Kafka source: no headers is a null array, not an empty one.
+    assert out.to_pylist()[0]["headers"] is None
 
 
 def test_both_spark_paths_agree_on_a_missing_timestamp() -> None:

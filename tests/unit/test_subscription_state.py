@@ -183,3 +183,80 @@ async def test_start_offsets_from_on_partitions_assigned_are_checked_then_applie
         sub.apply_start_offsets({tp: True})
     sub.apply_start_offsets({tp: 7})
     assert sub.assignment is not None and sub.assignment.state(tp).position == 7
+
+
+# -- position() across rebalances: SubscriptionState.wait_position follows the partition --
+
+
+def group_state(*partitions: TopicPartition) -> SubscriptionState:
+    state = SubscriptionState()
+    state.subscribe(["t"])
+    state.set_assignment(partitions)
+    return state
+
+
+async def test_wait_position_of_a_partition_revoked_cooperatively_names_it() -> None:
+    state = group_state(TP0, TP1)
+    waiter = asyncio.ensure_future(state.wait_position(TP1))
+    await asyncio.sleep(0)
+    state.set_assignment([TP0])  # cooperative: TP1 revoked, TP0 kept
+    with pytest.raises(IllegalStateError, match=r"partition .*partition=1.* was revoked"):
+        await waiter
+
+
+async def test_wait_position_follows_a_partition_given_back_after_an_eager_revoke() -> None:
+    state = group_state(TP0, TP1)
+    w0 = asyncio.ensure_future(state.wait_position(TP0))
+    w1 = asyncio.ensure_future(state.wait_position(TP1))
+    await asyncio.sleep(0)
+    state.set_assignment(None)  # eager: everything revoked, the rebalance decides
+    await asyncio.sleep(0)
+    assert not w0.done() and not w1.done()
+    new = state.set_assignment([TP0])  # TP0 back to this member, TP1 elsewhere
+    assert new is not None
+    with pytest.raises(IllegalStateError, match=r"partition=1.* was revoked"):
+        await w1
+    await asyncio.sleep(0)
+    assert not w0.done()
+    new.state(TP0).seek(11)  # the new state's committed offset is found
+    assert await w0 == 11
+
+
+async def test_wait_position_ends_when_the_group_subscription_is_dropped() -> None:
+    state = group_state(TP0)
+    waiter = asyncio.ensure_future(state.wait_position(TP0))
+    await asyncio.sleep(0)
+    state.set_assignment(None)
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    state.unsubscribe()  # no assignment will come: the wait must not go on
+    with pytest.raises(IllegalStateError, match="was revoked"):
+        await waiter
+
+
+async def test_wait_position_ends_on_close_while_a_rebalance_decides() -> None:
+    state = group_state(TP0)
+    waiter = asyncio.ensure_future(state.wait_position(TP0))
+    await asyncio.sleep(0)
+    state.set_assignment(None)
+    await asyncio.sleep(0)
+    state.close()
+    with pytest.raises(ConsumerStoppedError):
+        await waiter
+    assert state._assignment_waiters == [] and state._any_subscription_waiters == []
+
+
+async def test_wait_position_of_an_unassigned_partition_fails_at_once() -> None:
+    state = group_state(TP0)
+    with pytest.raises(IllegalStateError, match="not assigned"):
+        await state.wait_position(TP1)
+
+
+async def test_wait_position_bounded_by_a_timeout_leaves_no_waiter_behind() -> None:
+    state = group_state(TP0)
+    waiter = asyncio.ensure_future(state.wait_position(TP0))
+    await asyncio.sleep(0)
+    state.set_assignment(None)  # eager: waiting for the assignment that decides
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(waiter, 0.05)
+    assert state._assignment_waiters == [] and state._any_subscription_waiters == []
