@@ -31,6 +31,14 @@ import async_timeout
 from aiokafka.client import AIOKafkaClient, ConnectionGroup
 from aiokafka.errors import IncompatibleBrokerVersion
 
+from aiogroup._coordination.commit_client import (
+    CommitClient,
+    auto_commit,
+)
+from aiogroup._coordination.commit_outcome import CommitRules
+from aiogroup._coordination.supervision import TaskScope
+from aiogroup._coordination.tracking import consumer_subscription_diff
+from aiogroup._coordination.watch import spawn_lifetime_children, subscription_view
 from aiogroup._membership import consumer_group as cg
 from aiogroup._protocol.consumer_group import (
     ConsumerGroupHeartbeatRequest,
@@ -45,8 +53,6 @@ from aiogroup._protocol.group import (
     OffsetCommitRequest,
     OffsetFetchRequest,
     parse_find_coordinator,
-    parse_offset_commit,
-    parse_offset_fetch,
 )
 from aiogroup._protocol.group_configs import parse_session_timeout, session_timeout_request
 from aiogroup._timeouts import wait_for
@@ -61,7 +67,7 @@ from aiogroup.errors import (
 from aiogroup.listeners import AsyncConsumerRebalanceListener, ListenerThread, as_async_listener
 from aiogroup.metrics import ConsumerMetrics
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
-from aiogroup.subscription import FetchStatus, SubscriptionState, SubscriptionType
+from aiogroup.subscription import SubscriptionState, SubscriptionType
 
 __all__ = [
     "CLASSIC_ONLY_OPTIONS",
@@ -107,6 +113,13 @@ def check_group_protocol_options(group_protocol: str, classic_options: Mapping[s
         )
 
 
+#: CommitFailedError's text when the member epoch moved on.
+_STALE_EPOCH = (
+    "commit of {tp} failed with {code}: this member's epoch is no longer current and the "
+    "partition may belong to another member"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class _SubscriptionPoke:
     """The subscription object changed; the routine reads it and tells the machine."""
@@ -149,7 +162,8 @@ class ConsumerGroupCoordinator:
         self.metrics = ConsumerMetrics()
         self._inbox: asyncio.Queue[_InboxItem] = asyncio.Queue()
         self._routine: asyncio.Task[None] | None = None
-        self._children: set[asyncio.Task[Any]] = set()
+        self._children = TaskScope(lambda exc: self._inbox.put_nowait(_ChildCrashed(exc)))
+        self._commits = CommitClient(self, self._group_id, self._retry_backoff)
         self._listener: AsyncConsumerRebalanceListener = AsyncConsumerRebalanceListener()
         #: Sync listener methods run here, off the loop, as in the classic coordinator.
         self._listener_thread = ListenerThread()
@@ -217,18 +231,24 @@ class ConsumerGroupCoordinator:
             routine.cancel()
         if routine is not None:
             await asyncio.wait({routine})
-        await self._cancel_children()
+        await self._children.aclose()
         self._listener_thread.close()
 
     # -- the routine -------------------------------------------------------------------
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        self._spawn(self._watch_subscription(), "subscription-watcher")
-        self._spawn(self._refresh_committed_loop(), "commit-refresh")
-        self._spawn(self._learn_session_timeout(), "DescribeConfigs")
+        spawn_lifetime_children(
+            self._children,
+            self._subscription,
+            lambda: self._inbox.put_nowait(_SubscriptionPoke()),
+            self._fetch_for_refresh,
+            self._retry_backoff,
+            self._group_id,
+        )
+        self._children.spawn(self._learn_session_timeout(), "DescribeConfigs")
         if self._config.enable_auto_commit:
-            self._spawn(self._auto_commit_loop(), "auto-commit")
+            self._children.spawn(self._auto_commit_loop(), "auto-commit")
         getter: asyncio.Task[_InboxItem] | None = None
         try:
             self._on_subscription_poke()
@@ -258,7 +278,7 @@ class ConsumerGroupCoordinator:
         finally:
             if getter is not None:
                 getter.cancel()
-            await self._cancel_children()
+            await self._children.aclose()
 
     def _feed(self, event: cg.Event) -> None:
         """The one place the machine is driven; performs what it answers, in order."""
@@ -277,10 +297,10 @@ class ConsumerGroupCoordinator:
 
     def _perform(self, action: cg.Action) -> None:
         if isinstance(action, cg.SendHeartbeat):
-            self._spawn(self._heartbeat(action), "ConsumerGroupHeartbeat")
+            self._children.spawn(self._heartbeat(action), "ConsumerGroupHeartbeat")
         elif isinstance(action, cg.FindCoordinator):
             log.debug("group %s: finding coordinator (%s)", self._group_id, action.reason)
-            self._spawn(self._find_coordinator(), "FindCoordinator")
+            self._children.spawn(self._find_coordinator(), "FindCoordinator")
         elif isinstance(action, cg.SetAssignment):
             self._set_assignment(action.partitions)
         elif isinstance(action, cg.InvokeOnPartitionsRevoked):
@@ -312,7 +332,7 @@ class ConsumerGroupCoordinator:
                 cg.Listener.LOST, lambda: self._listener.on_partitions_lost(set(lost))
             )
         elif isinstance(action, cg.RequestMetadata):
-            self._spawn(self._resolve_topic_ids(), "Metadata")
+            self._children.spawn(self._resolve_topic_ids(), "Metadata")
         elif isinstance(action, cg.RaiseToApplication):
             exc: BaseException
             if action.error_code > 0:
@@ -329,28 +349,6 @@ class ConsumerGroupCoordinator:
 
     # -- children ----------------------------------------------------------------------
 
-    def _spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task[Any]:
-        async def guarded() -> None:
-            try:
-                await coro
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self._inbox.put_nowait(_ChildCrashed(exc))
-
-        task = asyncio.get_running_loop().create_task(guarded(), name=f"aiogroup-{name}")
-        self._children.add(task)
-        task.add_done_callback(self._children.discard)
-        return task
-
-    async def _cancel_children(self) -> None:
-        tasks = list(self._children)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
-        self._children.clear()
-
     def _start_listener(self, kind: cg.Listener, call: Callable[[], Awaitable[Any]]) -> None:
         """Run a listener as a child; its end becomes ListenerCompleted (heartbeats go on)."""
 
@@ -366,7 +364,7 @@ class ConsumerGroupCoordinator:
                 self._subscription.report_error(exc)
             self._inbox.put_nowait(cg.ListenerCompleted(kind, error))
 
-        self._spawn(run(), kind.value)
+        self._children.spawn(run(), kind.value)
 
     async def _run_assigned(self, partitions: frozenset[TopicPartition]) -> None:
         offsets = await self._listener.on_partitions_assigned(set(partitions))
@@ -374,38 +372,18 @@ class ConsumerGroupCoordinator:
 
     # -- subscription ------------------------------------------------------------------
 
-    async def _watch_subscription(self) -> None:
-        sub = self._subscription
-        while not sub.closed:
-            await sub.wait_subscription_changed()
-            sub.clear_subscription_changed()
-            self._inbox.put_nowait(_SubscriptionPoke())
-
     def _on_subscription_poke(self) -> None:
         sub = self._subscription.subscription
         if sub.group_managed:
             self._listener = as_async_listener(sub.listener, thread=self._listener_thread)
-            key: object = (
-                sub.type,
-                sub.topics,
-                None if sub.pattern is None else sub.pattern.pattern,
-            )
-            if key == self._subscription_key:
-                return
-            self._subscription_key = key
-            if sub.type is SubscriptionType.AUTO_PATTERN:
-                assert sub.pattern is not None
-                # The broker matches the pattern (RE2J, whole topic name, KIP-848).
-                self._feed(cg.Subscribed(regex=sub.pattern.pattern))
-            else:
-                self._update_metadata_topics()
-                self._feed(cg.Subscribed(frozenset(sub.topics)))
-            return
-        if sub.type is SubscriptionType.USER_ASSIGNED:
+        elif sub.type is SubscriptionType.USER_ASSIGNED:
             self._subscription.request_commit_refresh()
-        if self._subscription_key is not None:
-            self._subscription_key = None
-            self._feed(cg.UnsubscribeRequested())
+        diff = consumer_subscription_diff(self._subscription_key, subscription_view(sub))
+        self._subscription_key = diff.key
+        if isinstance(diff.event, cg.Subscribed) and not diff.event.regex:
+            self._update_metadata_topics()
+        if isinstance(diff.event, cg.Subscribed | cg.UnsubscribeRequested):
+            self._feed(diff.event)
 
     def _update_metadata_topics(self, extra: Iterable[str] = ()) -> None:
         """Keep the client's metadata on the subscribed and assigned topics (leaders)."""
@@ -549,14 +527,14 @@ class ConsumerGroupCoordinator:
 
     # -- commits -----------------------------------------------------------------------
 
-    def _check_running(self) -> None:
+    def check_running(self) -> None:
         routine = self._routine
         if routine is None or routine.done():
             raise KafkaError("the group coordinator is not running")
 
-    async def _coordinator_node(self) -> int:
+    async def coordinator_node(self) -> int:
         while self._node is None:
-            self._check_running()
+            self.check_running()
             await asyncio.sleep(self._retry_backoff)
         return self._node
 
@@ -576,89 +554,25 @@ class ConsumerGroupCoordinator:
     async def _commit(
         self, offsets: dict[TopicPartition, OffsetAndMetadata], kind: cg.CommitKind
     ) -> None:
-        while True:
-            self._check_running()
-            m = self._membership
-            request: Any
-            if self._subscription.subscription.group_managed:
-                gate = m.commit_gate()
-                if not gate.allowed:
-                    raise CommitFailedError(f"cannot commit: {gate.refusal}")
-                request = ConsumerOffsetCommitRequest(
-                    self._group_id,
-                    gate.member_epoch,
-                    gate.member_id,
-                    self._config.group_instance_id,
-                    offsets,
-                )
-            else:  # user-assigned partitions: a simple commit outside the group
-                request = OffsetCommitRequest(self._group_id, -1, "", None, offsets)
-            node = await self._coordinator_node()
-            epoch_changed = self._epoch_changed
-            try:
-                resp = await self.metrics.timed_group_request(
-                    request,
-                    self._client.send(node, request, group=ConnectionGroup.COORDINATION),
-                )
-            except IncompatibleBrokerVersion:
-                raise
-            except (KafkaError, OSError) as exc:
-                log.debug("group %s: OffsetCommit failed: %r; retrying", self._group_id, exc)
-                await asyncio.sleep(self._retry_backoff)
-                continue
-            result = parse_offset_commit(resp)
-            retry_epoch = False
-            retry = False
-            for (topic, partition), code in sorted(result.errors.items()):
-                outcome = cg.commit_outcome(kind, code, in_group=m.in_group)
-                tp = TopicPartition(topic, partition)
-                if outcome is cg.CommitOutcome.OK:
-                    continue
-                if outcome is cg.CommitOutcome.COMMIT_FAILED:
-                    raise CommitFailedError(
-                        f"commit of {tp} failed with {cg.code_name(code)}: this member's epoch "
-                        "is no longer current and the partition may belong to another member"
-                    )
-                if outcome is cg.CommitOutcome.RAISE:
-                    raise error_for_code(code)(f"OffsetCommit of {tp}: {cg.code_name(code)}")
-                if outcome is cg.CommitOutcome.RETRY_WITH_LATEST_EPOCH:
-                    retry_epoch = True
-                else:
-                    retry = True
-            if not retry and not retry_epoch:
-                return
-            if retry_epoch:
-                # Java: retried with the epoch the next heartbeat brings.
-                with_backoff = asyncio.ensure_future(epoch_changed.wait())
-                try:
-                    await asyncio.wait({with_backoff}, timeout=self._retry_backoff * 10)
-                finally:
-                    with_backoff.cancel()
-            else:
-                await asyncio.sleep(self._retry_backoff)
+        m = self._membership
+        rules = CommitRules(
+            lambda code: cg.commit_outcome(kind, code, in_group=m.in_group),
+            lambda code: cg.offset_fetch_outcome(code, in_group=m.in_group),
+            cg.code_name,
+            _STALE_EPOCH,
+        )
+        await self._commits.commit(offsets, rules)
 
     async def _auto_commit(self, partitions: Iterable[TopicPartition] | None, why: str) -> None:
         """Commit positions of ``partitions`` (None: all assigned); failures are logged only."""
-        assignment = self._subscription.assignment
-        if assignment is None:
-            return
-        wanted = None if partitions is None else frozenset(partitions)
-        offsets: dict[TopicPartition, OffsetAndMetadata] = {}
-        for st in assignment.states():
-            if wanted is None and st.revoking:
-                continue
-            if wanted is not None and st.tp not in wanted:
-                continue
-            if st.has_valid_position and st.position is not None:
-                offsets[st.tp] = OffsetAndMetadata(st.position, "")
-        if not offsets:
-            return
-        try:
-            await self.commit_offsets(
-                offsets, timeout=self._config.request_timeout_ms / 1000, kind=cg.CommitKind.AUTO
-            )
-        except (KafkaError, asyncio.TimeoutError) as exc:
-            log.warning("group %s: auto-commit %s failed: %r", self._group_id, why, exc)
+        timeout = self._config.request_timeout_ms / 1000
+        await auto_commit(
+            self._subscription,
+            partitions,
+            why,
+            lambda offsets: self.commit_offsets(offsets, timeout=timeout, kind=cg.CommitKind.AUTO),
+            self._group_id,
+        )
 
     async def _auto_commit_loop(self) -> None:
         interval = self._config.auto_commit_interval_ms / 1000
@@ -673,86 +587,73 @@ class ConsumerGroupCoordinator:
         tps = sorted(set(partitions))
         if not tps:
             return {}
+        m = self._membership
+        rules = CommitRules(
+            lambda code: cg.commit_outcome(cg.CommitKind.USER, code, in_group=m.in_group),
+            lambda code: cg.offset_fetch_outcome(code, in_group=m.in_group),
+            cg.code_name,
+            _STALE_EPOCH,
+        )
         async with async_timeout.timeout(timeout):
-            return await self._fetch_committed(tps)
+            return await self._commits.fetch(tps, rules)
 
-    async def _fetch_committed(
+    async def _fetch_for_refresh(
         self, tps: list[TopicPartition]
     ) -> dict[TopicPartition, OffsetAndMetadata | None]:
-        while True:
-            self._check_running()
-            m = self._membership
-            request: Any = (
-                ConsumerOffsetFetchRequest(self._group_id, m.member_id, m.member_epoch, tps)
-                if m.in_group
-                else OffsetFetchRequest(self._group_id, tps, require_stable=True)
-            )
-            node = await self._coordinator_node()
-            try:
-                resp = await self._client.send(node, request, group=ConnectionGroup.COORDINATION)
-            except IncompatibleBrokerVersion:
-                raise
-            except (KafkaError, OSError):
-                await asyncio.sleep(self._retry_backoff)
-                continue
-            result = parse_offset_fetch(resp)
-            codes = [result.error_code] + [row[3] for row in result.partitions.values()]
-            outcomes = [cg.offset_fetch_outcome(c, in_group=m.in_group) for c in codes]
-            if cg.CommitOutcome.RAISE in outcomes:
-                bad = codes[outcomes.index(cg.CommitOutcome.RAISE)]
-                raise error_for_code(bad)(f"OffsetFetch for group {self._group_id}")
-            if any(
-                o
-                in (
-                    cg.CommitOutcome.RETRY,
-                    cg.CommitOutcome.FIND_COORDINATOR_AND_RETRY,
-                    cg.CommitOutcome.RETRY_WITH_LATEST_EPOCH,
-                )
-                for o in outcomes
-            ):
-                await asyncio.sleep(self._retry_backoff)
-                continue
-            found: dict[TopicPartition, OffsetAndMetadata | None] = {}
-            for tp in tps:
-                row = result.partitions.get((tp.topic, tp.partition))
-                if row is None or row[0] < 0 or row[3] != 0:
-                    found[tp] = None
-                else:
-                    found[tp] = OffsetAndMetadata(row[0], row[2] or "")
-            return found
+        return await self.fetch_committed_offsets(
+            tps, timeout=self._config.request_timeout_ms / 1000
+        )
 
-    async def _refresh_committed_loop(self) -> None:
-        """Give partitions awaiting their committed offset a position (or hand them to reset)."""
-        sub = self._subscription
-        while not sub.closed:
-            await sub.commit_refresh_needed.wait()
-            sub.commit_refresh_needed.clear()
-            assignment = sub.assignment
-            if sub.closed or assignment is None:
-                continue
-            tps = assignment.needing_committed()
-            if not tps:
-                continue
+    # -- CommitPort: what the commit client borrows from this shell --------------------
+
+    def commit_request(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> tuple[Any, int]:
+        if not self._subscription.subscription.group_managed:
+            # User-assigned partitions: a simple commit outside the group.
+            return OffsetCommitRequest(self._group_id, -1, "", None, offsets), -1
+        gate = self._membership.commit_gate()
+        if not gate.allowed:
+            raise CommitFailedError(f"cannot commit: {gate.refusal}")
+        request = ConsumerOffsetCommitRequest(
+            self._group_id,
+            gate.member_epoch,
+            gate.member_id,
+            self._config.group_instance_id,
+            offsets,
+        )
+        return request, gate.member_epoch
+
+    def fetch_request(self, partitions: list[TopicPartition]) -> Any:
+        m = self._membership
+        if m.in_group:
+            return ConsumerOffsetFetchRequest(
+                self._group_id, m.member_id, m.member_epoch, partitions
+            )
+        return OffsetFetchRequest(self._group_id, partitions, require_stable=True)
+
+    async def send(self, node: int, request: Any) -> Any:
+        send = self._client.send(node, request, group=ConnectionGroup.COORDINATION)
+        return await self.metrics.timed_group_request(request, send)
+
+    def next_epoch(self) -> Callable[[], Awaitable[None]]:
+        # Java retries a STALE_MEMBER_EPOCH commit with the epoch the next heartbeat
+        # brings; taken before the send so a heartbeat answered meanwhile counts.
+        changed = self._epoch_changed
+        backoff = self._retry_backoff * 10
+
+        async def wait() -> None:
+            waiter = asyncio.ensure_future(changed.wait())
             try:
-                committed = await self.fetch_committed_offsets(
-                    tps, timeout=self._config.request_timeout_ms / 1000
-                )
-            except (KafkaError, asyncio.TimeoutError) as exc:
-                if not (isinstance(exc, asyncio.TimeoutError) or getattr(exc, "retriable", False)):
-                    sub.report_error(exc)
-                await asyncio.sleep(self._retry_backoff)
-                sub.request_commit_refresh()
-                continue
-            for tp, oam in committed.items():
-                st = assignment.get(tp)
-                if st is None or st.revoking or st.status is not FetchStatus.AWAITING_COMMITTED:
-                    continue
-                if oam is not None:
-                    st.seek(oam.offset)
-                else:
-                    st.await_reset()
-            if sub.assignment is not assignment:
-                sub.request_commit_refresh()
+                await asyncio.wait({waiter}, timeout=backoff)
+            finally:
+                waiter.cancel()
+
+        return wait
+
+    def commit_answered(self, result: Any, generation: int) -> None:
+        pass  # the consumer-protocol machine learns of its epoch from heartbeats only
+
+    def offsets_request_failed(self, api: str, kind: str, generation: int, detail: str) -> None:
+        pass  # retried on the same coordinator; heartbeats find a moved one
 
 
 def _tps(partitions: Iterable[tuple[str, int]]) -> frozenset[TopicPartition]:

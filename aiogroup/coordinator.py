@@ -34,19 +34,29 @@ from dataclasses import dataclass
 from typing import Any
 
 import async_timeout
-from aiokafka.client import AIOKafkaClient, ConnectionGroup
+from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import (
     IllegalStateError,
-    IncompatibleBrokerVersion,
     KafkaError,
-    KafkaTimeoutError,
-    RequestTimedOutError,
 )
 
+from aiogroup._coordination.commit_client import (
+    CommitClient,
+    auto_commit,
+)
+from aiogroup._coordination.commit_outcome import CommitRules
+from aiogroup._coordination.group_requests import ClassicRequests
+from aiogroup._coordination.listener_runner import ListenerRunner
+from aiogroup._coordination.supervision import TaskScope
+from aiogroup._coordination.tracking import (
+    classic_subscription_diff,
+    partition_count_change,
+    snapshot_counts,
+)
+from aiogroup._coordination.watch import spawn_lifetime_children, subscription_view
 from aiogroup._membership import actions as A
 from aiogroup._membership import events as E
 from aiogroup._membership.machine import (
-    CallerOutcome,
     Membership,
     MembershipProtocolError,
     MemberState,
@@ -55,51 +65,31 @@ from aiogroup._membership.machine import (
     offset_fetch_outcome,
 )
 from aiogroup._protocol.group import (
-    FindCoordinatorRequest,
-    HeartbeatRequest,
-    JoinGroupRequest,
-    LeaveGroupRequest,
     OffsetCommitRequest,
     OffsetFetchRequest,
-    SyncGroupRequest,
-    parse_find_coordinator,
-    parse_heartbeat,
-    parse_join_group,
-    parse_leave_group,
-    parse_offset_commit,
-    parse_offset_fetch,
-    parse_sync_group,
 )
 from aiogroup._timeouts import wait_for
 from aiogroup.assignors import select_rebalance_protocol
-from aiogroup.assignors.abc import ConsumerPartitionAssignor, MemberSubscription
+from aiogroup.assignors.abc import ConsumerPartitionAssignor
 from aiogroup.config import ConsumerConfig
-from aiogroup.consumer_protocol import (
-    ConsumerAssignment,
-    ConsumerSubscription,
-    decode_assignment,
-    decode_subscription,
-    encode_assignment,
-    encode_subscription,
-)
 from aiogroup.errors import (
     CommitFailedError,
     ConfigurationError,
-    MalformedProtocolDataError,
-    RebalanceListenerError,
     error_for_code,
-    is_retriable,
 )
 from aiogroup.listeners import AsyncConsumerRebalanceListener, ListenerThread, as_async_listener
 from aiogroup.metrics import ConsumerMetrics
 from aiogroup.structs import OffsetAndMetadata, RebalanceProtocol, TopicPartition
-from aiogroup.subscription import FetchStatus, SubscriptionState, SubscriptionType
+from aiogroup.subscription import SubscriptionState, SubscriptionType
 
 __all__ = ["GroupCoordinator"]
 
 log = logging.getLogger("aiogroup.coordinator")
 
-PROTOCOL_TYPE = "consumer"
+#: CommitFailedError's text when the generation moved on (the Java client's contract).
+_REBALANCED = (
+    "commit failed with {code}: the group has rebalanced and {tp} may belong to another member now"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,12 +120,6 @@ class _AbandonJoin:
 
 
 _InboxItem = E.Event | _SubscriptionPoke | _MetadataPoke | _ChildCrashed | _AbandonJoin
-
-
-def _failure_kind(exc: BaseException) -> str:
-    if isinstance(exc, RequestTimedOutError | KafkaTimeoutError | asyncio.TimeoutError):
-        return "timeout"
-    return "connection"
 
 
 class GroupCoordinator:
@@ -172,26 +156,32 @@ class GroupCoordinator:
         )
         self._retry_backoff = config.retry_backoff_ms / 1000
         self._missing_topics_task: asyncio.Task[Any] | None = None
-        #: Partition counts the assignor saw, when this member last led an assignment.
-        self._assignor_counts: dict[str, int | None] = {}
         self._inbox: asyncio.Queue[_InboxItem] = asyncio.Queue()
         self._routine: asyncio.Task[None] | None = None
-        self._children: set[asyncio.Task[Any]] = set()
+        self._requests = ClassicRequests(
+            client,
+            subscription,
+            config,
+            assignors,
+            put=self._inbox.put_nowait,
+            coordinator_id=lambda: self._membership.coordinator_id,
+            metrics=lambda: self.metrics,
+        )
+        self._children = TaskScope(lambda exc: self._inbox.put_nowait(_ChildCrashed(exc)))
+        self._commits = CommitClient(self, self._group_id, self._retry_backoff)
+        self._rules = CommitRules(commit_outcome, offset_fetch_outcome, code_name, _REBALANCED)
         self._join_task: asyncio.Task[Any] | None = None
         #: (coordinator node, member id) to send LeaveGroup to after an abandoned join.
         self._leave_after_close: tuple[int, str] | None = None
-        self._listener_inner: asyncio.Task[Any] | None = None
-        self._listener_cancel_reason: str | None = None
-        #: Set when the running callback overran while in the listener thread (which
-        #: cannot be cancelled): reported when it returns.
-        self._listener_overran: str | None = None
         self._listener_thread = ListenerThread()
+        self._listeners = ListenerRunner(
+            self._group_id, self._listener_thread, self._children.spawn, self._inbox.put_nowait
+        )
         self._listener: AsyncConsumerRebalanceListener = AsyncConsumerRebalanceListener()
         self._coordinator_known = asyncio.Event()
         self._last_fed_poll: float | None = None
         self._subscription_key: object = None
         self._partition_counts: dict[str, int | None] = {}
-        self._group_topics: frozenset[str] = frozenset()
         self._all_topics_metadata = False
         #: Replaced by GroupConsumer with the consumer's shared instance.
         self.metrics = ConsumerMetrics(config.session_timeout_ms / 1000)
@@ -266,15 +256,7 @@ class GroupCoordinator:
         assert self._leave_after_close is not None
         node, member_id = self._leave_after_close
         self._leave_after_close = None
-        log.info("group %s: leaving the group - closing during a JoinGroup", self._group_id)
-        request = LeaveGroupRequest(self._group_id, member_id, None, "the consumer is closing")
-        # Not on the coordination connection: a broker answers one request per
-        # connection at a time, so there the LeaveGroup would wait behind the held join.
-        send = self._client.send(node, request, group=ConnectionGroup.DEFAULT)
-        try:
-            parse_leave_group(await self.metrics.timed_group_request(request, send))
-        except (KafkaError, OSError) as exc:
-            log.debug("group %s: LeaveGroup after an abandoned join: %r", self._group_id, exc)
+        await self._requests.leave_abandoned(node, member_id)
 
     async def abort(self) -> None:
         """Stop at once as if the process died: no commit, no revoke, no LeaveGroup."""
@@ -290,7 +272,7 @@ class GroupCoordinator:
             await asyncio.wait({routine})
             if not routine.cancelled() and routine.exception() is not None:
                 log.debug("group %s: routine ended with %r", self._group_id, routine.exception())
-        await self._cancel_children()
+        await self._children.aclose()
         self._listener_thread.close()
 
     # -- the routine ------------------------------------------------------------------------
@@ -299,8 +281,14 @@ class GroupCoordinator:
         loop = asyncio.get_running_loop()
         cluster = self._client.cluster
         cluster.add_listener(self._on_metadata)
-        self._spawn(self._watch_subscription(), "subscription-watcher")
-        self._spawn(self._refresh_committed_loop(), "commit-refresh")
+        spawn_lifetime_children(
+            self._children,
+            self._subscription,
+            lambda: self._inbox.put_nowait(_SubscriptionPoke()),
+            self._fetch_for_refresh,
+            self._retry_backoff,
+            self._group_id,
+        )
         # One getter outlives timeouts: wait() never cancels it, so no inbox item is
         # lost to a timeout and cancelling the routine never waits on the getter.
         getter: asyncio.Task[_InboxItem] | None = None
@@ -332,7 +320,7 @@ class GroupCoordinator:
             if getter is not None:
                 getter.cancel()
             cluster.remove_listener(self._on_metadata)
-            await self._cancel_children()
+            await self._children.aclose()
 
     def _dispatch(self, item: _InboxItem) -> None:
         if isinstance(item, _ChildCrashed):
@@ -396,187 +384,96 @@ class GroupCoordinator:
 
     def _perform(self, action: A.Action) -> None:
         self.metrics.on_action(action)
-        if isinstance(action, A.FindCoordinator):
-            log.debug("group %s: finding coordinator (%s)", self._group_id, action.reason)
-            self._spawn(self._find_coordinator(), "FindCoordinator")
-        elif isinstance(action, A.SendJoinGroup):
-            log.info(
-                "group %s: (re)joining - %s (member_id=%r, generation=%d, owned=%d partitions)",
-                self._group_id,
-                action.reason,
-                action.member_id,
-                action.generation_id,
-                len(action.owned_partitions),
-            )
-            self._join_task = self._spawn(self._join_group(action), "JoinGroup")
-        elif isinstance(action, A.ComputeAssignment):
-            self._spawn(self._compute_assignment(action), "assign")
-        elif isinstance(action, A.SendSyncGroup):
-            self._spawn(self._sync_group(action), "SyncGroup")
-        elif isinstance(action, A.SendHeartbeat):
-            self._spawn(self._heartbeat(action), "Heartbeat")
-        elif isinstance(action, A.SendLeaveGroup):
-            log.info("group %s: leaving the group - %s", self._group_id, action.reason)
-            self._spawn(self._leave_group(action), "LeaveGroup")
-        elif isinstance(action, A.MarkRevoking):
-            self._subscription.mark_revoking(action.partitions)
-        elif isinstance(action, A.InvokeOnPartitionsRevoked):
-            log.info(
-                "group %s: revoking %s", self._group_id, sorted(action.partitions) or "nothing"
-            )
-            parts = action.partitions
-            commit_first = action.commit_first
-
-            async def revoke() -> None:
-                if commit_first:
-                    await self._auto_commit(parts, "before revocation")
-                await self._listener.on_partitions_revoked(set(parts))
-
-            self._start_listener("revoked", revoke)
-        elif isinstance(action, A.InvokeOnPartitionsAssigned):
-            log.info(
-                "group %s: generation %d assigned %s",
-                self._group_id,
-                action.generation_id,
-                sorted(action.partitions) or "no new partitions",
-            )
-            # New partitions are held until the callback (and the seeks to the offsets
-            # it returns) are done, however it ends.
-            added = action.partitions
-            self._subscription.mark_assigning(added, True)
-            self._start_listener(
-                "assigned",
-                lambda: self._run_assigned(added),
-                on_done=lambda: self._subscription.mark_assigning(added, False),
-            )
-        elif isinstance(action, A.InvokeOnPartitionsLost):
-            log.warning(
-                "group %s: membership lost; partitions lost: %s",
-                self._group_id,
-                sorted(action.partitions),
-            )
-            parts = action.partitions
-            self._start_listener("lost", lambda: self._listener.on_partitions_lost(set(parts)))
-        elif isinstance(action, A.CancelListener):
-            if self._listener_thread.busy:
-                # A thread cannot be cancelled.  Wait for it (callbacks never overlap,
-                # and the next step must not start while the application still works
-                # on these partitions); heartbeats go on, the broker decides.
-                log.error(
-                    "group %s: %s; it runs in the listener thread, which cannot be "
-                    "cancelled: waiting for it to return (the group may rebalance "
-                    "without this member meanwhile)",
-                    self._group_id,
-                    action.reason,
-                )
-                self._listener_overran = action.reason
-            else:
-                log.error("group %s: %s; cancelling it", self._group_id, action.reason)
-                self._listener_cancel_reason = action.reason
-                if self._listener_inner is not None:
-                    self._listener_inner.cancel()
-        elif isinstance(action, A.SetAssignment):
-            self._set_assignment(action.partitions)
-        elif isinstance(action, A.AutoCommit):
-            self._spawn(self._auto_commit(None, action.reason), "auto-commit")
-        elif isinstance(action, A.Backoff):
-            log.debug(
-                "group %s: backing off %.3fs: %s", self._group_id, action.seconds, action.reason
-            )
-        elif isinstance(action, A.RaiseToApplication):
-            self._raise_to_application(action)
-        else:  # pragma: no cover - a new action type without a performer
+        performer = _PERFORMERS.get(type(action))
+        if performer is None:  # pragma: no cover - a new action type without a performer
             raise TypeError(f"no performer for {action!r}")
+        performer(self, action)
 
-    # -- children ------------------------------------------------------------------------------
+    # -- the performers (one an action type; the table is _PERFORMERS below) ---------------
 
-    def _spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task[Any]:
-        async def guarded() -> None:
-            try:
-                await coro
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self._inbox.put_nowait(_ChildCrashed(exc))
+    def _find_coordinator(self, action: A.FindCoordinator) -> None:
+        log.debug("group %s: finding coordinator (%s)", self._group_id, action.reason)
+        self._children.spawn(self._requests.find_coordinator(), "FindCoordinator")
 
-        task = asyncio.get_running_loop().create_task(guarded(), name=f"aiogroup-{name}")
-        self._children.add(task)
-        task.add_done_callback(self._children.discard)
-        return task
-
-    async def _cancel_children(self) -> None:
-        tasks = list(self._children)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
-        self._children.clear()
-
-    def _start_listener(
-        self,
-        kind: str,
-        call: Callable[[], Awaitable[Any]],
-        on_done: Callable[[], None] | None = None,
-    ) -> None:
-        """Run a listener as a child; its end (or our cancelling it) becomes ListenerCompleted.
-
-        ``on_done`` runs once the callback ended, however it ended (also when it never
-        started because the routine was cancelled first).
-        """
-        loop = asyncio.get_running_loop()
-        inner: asyncio.Task[Any] = loop.create_task(
-            _call(call), name=f"aiogroup-on_partitions_{kind}"
+    def _join_group(self, action: A.SendJoinGroup) -> None:
+        log.info(
+            "group %s: (re)joining - %s (member_id=%r, generation=%d, owned=%d partitions)",
+            self._group_id,
+            action.reason,
+            action.member_id,
+            action.generation_id,
+            len(action.owned_partitions),
         )
-        self._listener_inner = inner
-        self._listener_cancel_reason = None
-        self._listener_overran = None
+        self._join_task = self._children.spawn(self._requests.join_group(action), "JoinGroup")
 
-        async def supervise() -> None:
-            try:
-                await asyncio.wait({inner})
-            except asyncio.CancelledError:
-                inner.cancel()
-                raise
-            finally:
-                if on_done is not None:
-                    on_done()
-            error: BaseException | None
-            if inner.cancelled():
-                error = RebalanceListenerError(
-                    self._listener_cancel_reason or f"on_partitions_{kind} was cancelled"
-                )
-            else:
-                error = inner.exception()
-                if error is not None:
-                    log.error(
-                        "group %s: on_partitions_%s raised",
-                        self._group_id,
-                        kind,
-                        exc_info=error,
-                    )
-                elif self._listener_overran is not None:
-                    error = RebalanceListenerError(
-                        f"{self._listener_overran}; it ran in the listener thread, which "
-                        "cannot be cancelled, and returned late - the group may have "
-                        "rebalanced without this member"
-                    )
-            self._listener_inner = None
-            self._inbox.put_nowait(E.ListenerCompleted(kind, error))
+    def _compute_assignment(self, action: A.ComputeAssignment) -> None:
+        self._children.spawn(self._requests.compute_assignment(action), "assign")
 
-        self._spawn(supervise(), f"listener-{kind}")
+    def _sync_group(self, action: A.SendSyncGroup) -> None:
+        self._children.spawn(self._requests.sync_group(action), "SyncGroup")
+
+    def _heartbeat(self, action: A.SendHeartbeat) -> None:
+        self._children.spawn(self._requests.heartbeat(action), "Heartbeat")
+
+    def _leave_group(self, action: A.SendLeaveGroup) -> None:
+        log.info("group %s: leaving the group - %s", self._group_id, action.reason)
+        self._children.spawn(self._requests.leave_group(action), "LeaveGroup")
+
+    def _mark_revoking(self, action: A.MarkRevoking) -> None:
+        self._subscription.mark_revoking(action.partitions)
+
+    def _revoke(self, action: A.InvokeOnPartitionsRevoked) -> None:
+        log.info("group %s: revoking %s", self._group_id, sorted(action.partitions) or "nothing")
+        parts = action.partitions
+        commit_first = action.commit_first
+
+        async def revoke() -> None:
+            if commit_first:
+                await self._auto_commit(parts, "before revocation")
+            await self._listener.on_partitions_revoked(set(parts))
+
+        self._listeners.start("revoked", revoke)
+
+    def _assigned(self, action: A.InvokeOnPartitionsAssigned) -> None:
+        log.info(
+            "group %s: generation %d assigned %s",
+            self._group_id,
+            action.generation_id,
+            sorted(action.partitions) or "no new partitions",
+        )
+        # New partitions are held until the callback (and the seeks to the offsets
+        # it returns) are done, however it ends.
+        added = action.partitions
+        self._subscription.mark_assigning(added, True)
+        self._listeners.start(
+            "assigned",
+            lambda: self._run_assigned(added),
+            on_done=lambda: self._subscription.mark_assigning(added, False),
+        )
+
+    def _lost(self, action: A.InvokeOnPartitionsLost) -> None:
+        log.warning(
+            "group %s: membership lost; partitions lost: %s",
+            self._group_id,
+            sorted(action.partitions),
+        )
+        parts = action.partitions
+        self._listeners.start("lost", lambda: self._listener.on_partitions_lost(set(parts)))
+
+    def _cancel_listener(self, action: A.CancelListener) -> None:
+        self._listeners.cancel(action.reason)
+
+    def _start_auto_commit(self, action: A.AutoCommit) -> None:
+        self._children.spawn(self._auto_commit(None, action.reason), "auto-commit")
+
+    def _backoff(self, action: A.Backoff) -> None:
+        log.debug("group %s: backing off %.3fs: %s", self._group_id, action.seconds, action.reason)
 
     async def _run_assigned(self, partitions: frozenset[TopicPartition]) -> None:
         offsets = await self._listener.on_partitions_assigned(set(partitions))
         self._subscription.apply_start_offsets(offsets)
 
     # -- subscription and metadata --------------------------------------------------------
-
-    async def _watch_subscription(self) -> None:
-        sub = self._subscription
-        while not sub.closed:
-            await sub.wait_subscription_changed()
-            sub.clear_subscription_changed()
-            self._inbox.put_nowait(_SubscriptionPoke())
 
     def _on_metadata(self, cluster: Any) -> None:
         self._inbox.put_nowait(_MetadataPoke())
@@ -592,22 +489,13 @@ class GroupCoordinator:
                     self._client.set_topics([])  # a pattern needs every topic's metadata
                 self._match_pattern()
             else:
-                self._client.set_topics(sorted(sub.topics | self._group_topics))
-            key: object = (sub.type, sub.effective_topics, sub.pattern)
-            if key != self._subscription_key:
-                self._subscription_key = key
-                self._feed(
-                    E.SubscriptionChanged(
-                        True, f"subscribed to {sorted(sub.effective_topics) or 'no topics yet'}"
-                    )
-                )
-            return
-        if sub.type is SubscriptionType.USER_ASSIGNED:
+                self._client.set_topics(sorted(sub.topics | self._requests.group_topics))
+        elif sub.type is SubscriptionType.USER_ASSIGNED:
             self._subscription.request_commit_refresh()
-        if self._subscription_key is not None:
-            self._subscription_key = None
-            reason = "unsubscribed" if sub.type is SubscriptionType.NONE else "switched to assign()"
-            self._feed(E.SubscriptionChanged(False, reason))
+        diff = classic_subscription_diff(self._subscription_key, subscription_view(sub))
+        self._subscription_key = diff.key
+        if isinstance(diff.event, E.SubscriptionChanged):
+            self._feed(diff.event)
 
     def _match_pattern(self) -> None:
         sub = self._subscription.subscription
@@ -616,46 +504,35 @@ class GroupCoordinator:
         topics = self._client.cluster.topics(self._config.exclude_internal_topics)
         self._subscription.set_matched_topics(t for t in topics if sub.pattern.match(t))
 
+    def _current_counts(self, topics: Iterable[str]) -> dict[str, int | None]:
+        cluster = self._client.cluster
+        return {t: len(cluster.partitions_for_topic(t) or ()) or None for t in topics}
+
     def _on_metadata_poke(self) -> None:
-        sub = self._subscription.subscription
-        if sub.type is SubscriptionType.AUTO_PATTERN:
+        if self._subscription.subscription.type is SubscriptionType.AUTO_PATTERN:
             self._match_pattern()
         if not self._partition_counts:
             return
-        cluster = self._client.cluster
         machine = self._membership
-        leader = machine.leader_id is not None and machine.leader_id == machine.member_id
-        for topic, before in self._partition_counts.items():
-            parts = cluster.partitions_for_topic(topic)
-            now = len(parts) if parts else None
-            if now is None or now == before:
-                continue
-            if before is None and not leader:
-                # This member's own metadata was behind the leader's when the assignment
-                # came (a member learns of a new topic on its own schedule).  Only the
-                # leader can tell whether the assignment missed the topic, and it
-                # rejoins if it did; a follower rejoining here is a spurious rebalance.
-                self._snapshot_partition_counts()
-                continue
+        change = partition_count_change(
+            self._partition_counts,
+            self._current_counts(self._partition_counts),
+            leader=machine.leader_id is not None and machine.leader_id == machine.member_id,
+        )
+        if change.resnapshot:
             self._snapshot_partition_counts()
-            self._feed(
-                E.MetadataChanged(f"partition count of {topic!r} changed ({before} -> {now})")
-            )
-            return
+        if change.event is not None:
+            self._feed(change.event)
 
     def _snapshot_partition_counts(self) -> None:
-        cluster = self._client.cluster
-        topics = self._group_topics | self._subscription.subscription.effective_topics
-        counts: dict[str, int | None] = {}
-        for topic in topics:
-            parts = cluster.partitions_for_topic(topic)
-            # A metadata answer for an older topic list can drop a topic for a moment;
-            # what the assignor saw (as leader) is then what the assignment was made on.
-            counts[topic] = len(parts) if parts else self._assignor_counts.get(topic)
+        topics = self._requests.group_topics | self._subscription.subscription.effective_topics
+        counts = snapshot_counts(
+            topics, self._current_counts(topics), self._requests.assignor_counts
+        )
         self._partition_counts = counts
         missing = sorted(t for t, n in counts.items() if n is None)
         if missing and (self._missing_topics_task is None or self._missing_topics_task.done()):
-            self._missing_topics_task = self._spawn(
+            self._missing_topics_task = self._children.spawn(
                 self._refresh_until_known(missing), "missing-topics"
             )
 
@@ -676,6 +553,9 @@ class GroupCoordinator:
             await asyncio.sleep(delay)
             delay = min(delay * 2, _MISSING_TOPIC_BACKOFF_MAX)
             await self._client.force_metadata_update()
+
+    def _perform_set_assignment(self, action: A.SetAssignment) -> None:
+        self._set_assignment(action.partitions)
 
     def _set_assignment(self, partitions: frozenset[TopicPartition] | None) -> None:
         sub = self._subscription
@@ -701,221 +581,9 @@ class GroupCoordinator:
 
     # -- group requests (each in its own child task) ----------------------------------------
 
-    async def _send(self, node_id: int, request: Any) -> Any:
-        send = self._client.send(node_id, request, group=ConnectionGroup.COORDINATION)
-        return await self.metrics.timed_group_request(request, send)
-
-    async def _find_coordinator(self) -> None:
-        event: E.Event
-        try:
-            node = self._client.get_random_node()
-            if node is None:
-                raise KafkaError("no broker known to ask for the coordinator")
-            request = FindCoordinatorRequest(self._group_id)
-            resp = await self.metrics.timed_group_request(request, self._client.send(node, request))
-            result = parse_find_coordinator(resp)
-            if result.error_code != 0:
-                event = E.CoordinatorLookupFailed(result.error_code, result.error_message or "")
-            else:
-                ready = await self._client.ready(result.node_id, group=ConnectionGroup.COORDINATION)
-                if ready:
-                    log.info(
-                        "group %s: coordinator is node %d (%s:%d)",
-                        self._group_id,
-                        result.node_id,
-                        result.host,
-                        result.port,
-                    )
-                    event = E.CoordinatorFound(result.node_id)
-                else:
-                    event = E.CoordinatorLookupFailed(
-                        -1, f"cannot connect to node {result.node_id}"
-                    )
-        except KafkaError as exc:
-            log.debug("group %s: FindCoordinator failed: %r", self._group_id, exc)
-            event = E.CoordinatorLookupFailed(-1, repr(exc))
-        self._inbox.put_nowait(event)
-
-    def _coordinator(self, api: str) -> int:
-        node = self._membership.coordinator_id
-        if node is None:
-            raise _NoCoordinator(api)
-        return node
-
-    async def _request(
-        self,
-        api: str,
-        generation_id: int,
-        build: Callable[[], Any],
-        on_response: Callable[[Any], E.Event],
-    ) -> None:
-        """Send one group request and turn whatever happens into exactly one event."""
-        event: E.Event
-        try:
-            node = self._coordinator(api)
-            resp = await self._send(node, build())
-            event = on_response(resp)
-        except _NoCoordinator:
-            event = E.request_failed(api, "coordinator", generation_id, "coordinator unknown")
-        except IncompatibleBrokerVersion as exc:
-            self._subscription.report_error(exc)
-            event = E.request_failed(api, "connection", generation_id, repr(exc))
-        except (KafkaError, OSError, asyncio.TimeoutError) as exc:
-            log.debug("group %s: %s failed: %r", self._group_id, api, exc)
-            event = E.request_failed(api, _failure_kind(exc), generation_id, repr(exc))
-        self._inbox.put_nowait(event)
-
-    async def _join_group(self, action: A.SendJoinGroup) -> None:
-        cfg = self._config
-        sub = self._subscription.subscription
-        topics = sub.effective_topics
-        owned = sorted(action.owned_partitions)
-        protocols = []
-        for assignor in self._assignors:
-            meta = ConsumerSubscription(
-                topics=tuple(sorted(topics)),
-                user_data=assignor.subscription_user_data(frozenset(topics)),
-                owned_partitions=tuple(owned),
-                generation_id=action.generation_id,
-                rack_id=cfg.client_rack,
-            )
-            protocols.append((assignor.name, encode_subscription(meta)))
-        await self._request(
-            "JoinGroup",
-            action.generation_id,
-            lambda: JoinGroupRequest(
-                self._group_id,
-                cfg.session_timeout_ms,
-                cfg.effective_rebalance_timeout_ms,
-                action.member_id,
-                cfg.group_instance_id,
-                PROTOCOL_TYPE,
-                protocols,
-                reason=action.reason,
-            ),
-            lambda resp: E.JoinGroupResponseReceived(parse_join_group(resp)),
-        )
-
-    async def _compute_assignment(self, action: A.ComputeAssignment) -> None:
-        event: E.Event
-        try:
-            assignments = await self._assign(action)
-            event = E.AssignmentComputed(
-                tuple((member, encode_assignment(asg)) for member, asg in assignments.items())
-            )
-        except Exception as exc:
-            log.exception("group %s: assignment failed", self._group_id)
-            event = E.AssignmentComputed(error=exc)
-        self._inbox.put_nowait(event)
-
-    async def _assign(self, action: A.ComputeAssignment) -> dict[str, ConsumerAssignment]:
-        assignor = next((a for a in self._assignors if a.name == action.protocol_name), None)
-        if assignor is None:
-            raise KafkaError(
-                f"the broker chose assignor {action.protocol_name!r}, which this member "
-                f"does not have ({[a.name for a in self._assignors]})"
-            )
-        members: dict[str, MemberSubscription] = {}
-        for member in action.members:
-            try:
-                subscription = decode_subscription(member.metadata)
-            except MalformedProtocolDataError as exc:
-                # One bad peer must not stop the group: it gets nothing this generation.
-                log.error(
-                    "group %s: member %s sent undecodable subscription metadata: %s; "
-                    "treating it as subscribed to nothing",
-                    self._group_id,
-                    member.member_id,
-                    exc,
-                )
-                self._subscription.report_error(exc)
-                subscription = ConsumerSubscription(topics=())
-            members[member.member_id] = MemberSubscription(
-                member.member_id, member.group_instance_id, subscription
-            )
-        topics = frozenset(t for m in members.values() for t in m.subscription.topics)
-        self._group_topics = topics
-        if self._subscription.subscription.type is not SubscriptionType.AUTO_PATTERN:
-            wanted = topics | self._subscription.subscription.effective_topics
-            await self._client.set_topics(sorted(wanted))
-        else:
-            await self._client.force_metadata_update()
-        cluster = self._client.cluster
-        self._assignor_counts = {
-            t: len(cluster.partitions_for_topic(t) or ()) or None for t in topics
-        }
-        result = assignor.assign(cluster, members)
-        for member_id in members:
-            result.setdefault(member_id, ConsumerAssignment(partitions=()))
-        log.info(
-            "group %s: assigned generation %d with %s: %s",
-            self._group_id,
-            action.generation_id,
-            assignor.name,
-            {mid: len(a.partitions) for mid, a in result.items()},
-        )
-        return result
-
-    async def _sync_group(self, action: A.SendSyncGroup) -> None:
-        cfg = self._config
-
-        def on_response(resp: Any) -> E.Event:
-            result = parse_sync_group(resp)
-            if result.error_code != 0:
-                return E.SyncGroupResponseReceived(result, action.generation_id)
-            try:
-                if result.assignment:
-                    assignment = decode_assignment(result.assignment)
-                else:
-                    assignment = ConsumerAssignment(partitions=())
-            except MalformedProtocolDataError as exc:
-                return E.SyncGroupResponseReceived(
-                    result, action.generation_id, None, decode_error=exc
-                )
-            for assignor in self._assignors:
-                if assignor.name == action.protocol_name:
-                    assignor.on_assignment(assignment, action.generation_id)
-            return E.SyncGroupResponseReceived(
-                result, action.generation_id, frozenset(assignment.partitions)
-            )
-
-        await self._request(
-            "SyncGroup",
-            action.generation_id,
-            lambda: SyncGroupRequest(
-                self._group_id,
-                action.generation_id,
-                action.member_id,
-                cfg.group_instance_id,
-                PROTOCOL_TYPE,
-                action.protocol_name,
-                list(action.assignments),
-            ),
-            on_response,
-        )
-
-    async def _heartbeat(self, action: A.SendHeartbeat) -> None:
-        await self._request(
-            "Heartbeat",
-            action.generation_id,
-            lambda: HeartbeatRequest(
-                self._group_id,
-                action.generation_id,
-                action.member_id,
-                self._config.group_instance_id,
-            ),
-            lambda resp: E.HeartbeatResponseReceived(parse_heartbeat(resp), action.generation_id),
-        )
-
-    async def _leave_group(self, action: A.SendLeaveGroup) -> None:
-        await self._request(
-            "LeaveGroup",
-            -1,
-            lambda: LeaveGroupRequest(
-                self._group_id, action.member_id, self._config.group_instance_id, action.reason
-            ),
-            lambda resp: E.LeaveGroupResponseReceived(parse_leave_group(resp)),
-        )
+    async def send(self, node_id: int, request: Any) -> Any:
+        """Send on the coordination connection, timed (the group-request latency metric)."""
+        return await self._requests.send(node_id, request)
 
     # -- commits -----------------------------------------------------------------------------
 
@@ -924,7 +592,7 @@ class GroupCoordinator:
             node = self._membership.coordinator_id
             if node is not None:
                 return node
-            self._check_running()
+            self.check_running()
             routine = self._routine
             assert routine is not None
             self._inbox.put_nowait(E.CoordinatorRequested())
@@ -934,7 +602,7 @@ class GroupCoordinator:
             finally:
                 known.cancel()
 
-    def _check_running(self) -> None:
+    def check_running(self) -> None:
         routine = self._routine
         if routine is None or routine.done():
             raise KafkaError("the group coordinator is not running")
@@ -949,79 +617,18 @@ class GroupCoordinator:
             await self._commit(dict(offsets))
 
     async def _commit(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
-        while True:
-            self._check_running()
-            m = self._membership
-            if self._subscription.subscription.group_managed or m.in_generation:
-                gate = m.commit_gate(offsets)
-                if not gate.allowed:
-                    raise CommitFailedError(gate.refusal)
-                generation_id, member_id = gate.generation_id, gate.member_id
-                instance = self._config.group_instance_id
-            else:  # user-assigned partitions: a "simple" commit outside any generation
-                generation_id, member_id, instance = -1, "", None
-            node = await self._wait_coordinator()
-            try:
-                resp = await self._send(
-                    node,
-                    OffsetCommitRequest(
-                        self._group_id, generation_id, member_id, instance, offsets
-                    ),
-                )
-            except (KafkaError, OSError) as exc:
-                if isinstance(exc, IncompatibleBrokerVersion):
-                    raise
-                log.debug("group %s: OffsetCommit failed: %r; retrying", self._group_id, exc)
-                self._inbox.put_nowait(
-                    E.OffsetCommitFailed(_failure_kind(exc), generation_id, repr(exc))
-                )
-                await asyncio.sleep(self._retry_backoff)
-                continue
-            result = parse_offset_commit(resp)
-            self._inbox.put_nowait(E.OffsetCommitResponseReceived(result, generation_id))
-            failed = sorted(
-                (key, code)
-                for key, code in result.errors.items()
-                if commit_outcome(code) is not CallerOutcome.OK
-            )
-            for (topic, partition), code in failed:
-                outcome = commit_outcome(code)
-                tp = TopicPartition(topic, partition)
-                if outcome is CallerOutcome.COMMIT_FAILED:
-                    raise CommitFailedError(
-                        f"commit failed with {code_name(code)}: the group has rebalanced and "
-                        f"{tp} may belong to another member now"
-                    )
-                if outcome is CallerOutcome.RAISE:
-                    raise error_for_code(code)(f"OffsetCommit of {tp}: {code_name(code)}")
-                if outcome is CallerOutcome.FIND_COORDINATOR_AND_RETRY:
-                    self._inbox.put_nowait(E.OffsetCommitFailed("coordinator", generation_id))
-            if not failed:
-                log.debug("group %s: committed %s", self._group_id, offsets)
-                return
-            await asyncio.sleep(self._retry_backoff)  # what was not raised is retried
+        await self._commits.commit(offsets, self._rules)
 
     async def _auto_commit(self, partitions: Iterable[TopicPartition] | None, why: str) -> None:
         """Commit positions of ``partitions`` (None: all assigned); failures are logged only."""
-        assignment = self._subscription.assignment
-        if assignment is None:
-            return
-        wanted = None if partitions is None else frozenset(partitions)
-        offsets: dict[TopicPartition, OffsetAndMetadata] = {}
-        for st in assignment.states():
-            if wanted is None and st.revoking:
-                continue
-            if wanted is not None and st.tp not in wanted:
-                continue
-            if st.has_valid_position and st.position is not None:
-                offsets[st.tp] = OffsetAndMetadata(st.position, "")
-        if not offsets:
-            return
-        try:
-            await self.commit_offsets(offsets, timeout=self._config.request_timeout_ms / 1000)
-            log.debug("group %s: auto-committed %s (%s)", self._group_id, offsets, why)
-        except (KafkaError, asyncio.TimeoutError) as exc:
-            log.warning("group %s: auto-commit %s failed: %r", self._group_id, why, exc)
+        timeout = self._config.request_timeout_ms / 1000
+        await auto_commit(
+            self._subscription,
+            partitions,
+            why,
+            lambda offsets: self.commit_offsets(offsets, timeout=timeout),
+            self._group_id,
+        )
 
     async def fetch_committed_offsets(
         self, partitions: Iterable[TopicPartition], *, timeout: float | None
@@ -1031,87 +638,65 @@ class GroupCoordinator:
         if not tps:
             return {}
         async with async_timeout.timeout(timeout):
-            return await self._fetch_committed(tps)
+            return await self._commits.fetch(tps, self._rules)
 
-    async def _fetch_committed(
+    async def _fetch_for_refresh(
         self, tps: list[TopicPartition]
     ) -> dict[TopicPartition, OffsetAndMetadata | None]:
-        while True:
-            self._check_running()
-            node = await self._wait_coordinator()
-            try:
-                resp = await self._send(node, OffsetFetchRequest(self._group_id, tps))
-            except (KafkaError, OSError) as exc:
-                if isinstance(exc, IncompatibleBrokerVersion):
-                    raise
-                self._inbox.put_nowait(E.OffsetFetchFailed(_failure_kind(exc)))
-                await asyncio.sleep(self._retry_backoff)
-                continue
-            result = parse_offset_fetch(resp)
-            codes = [result.error_code] + [row[3] for row in result.partitions.values()]
-            outcomes = {offset_fetch_outcome(c) for c in codes}
-            if CallerOutcome.RAISE in outcomes:
-                bad = next(c for c in codes if offset_fetch_outcome(c) is CallerOutcome.RAISE)
-                raise error_for_code(bad)(f"OffsetFetch for group {self._group_id}")
-            if CallerOutcome.FIND_COORDINATOR_AND_RETRY in outcomes:
-                self._inbox.put_nowait(E.OffsetFetchFailed("coordinator"))
-                await asyncio.sleep(self._retry_backoff)
-                continue
-            if CallerOutcome.RETRY in outcomes:
-                await asyncio.sleep(self._retry_backoff)
-                continue
-            found: dict[TopicPartition, OffsetAndMetadata | None] = {}
-            for tp in tps:
-                row = result.partitions.get((tp.topic, tp.partition))
-                if (
-                    row is None
-                    or row[0] < 0
-                    or offset_fetch_outcome(row[3]) is not CallerOutcome.OK
-                ):
-                    found[tp] = None
-                else:
-                    found[tp] = OffsetAndMetadata(row[0], row[2] or "")
-            return found
+        return await self.fetch_committed_offsets(
+            tps, timeout=self._config.request_timeout_ms / 1000
+        )
 
-    async def _refresh_committed_loop(self) -> None:
-        """Give partitions awaiting their committed offset a position (or hand them to reset)."""
-        sub = self._subscription
-        while not sub.closed:
-            await sub.commit_refresh_needed.wait()
-            sub.commit_refresh_needed.clear()
-            assignment = sub.assignment
-            if sub.closed or assignment is None:
-                continue
-            tps = assignment.needing_committed()
-            if not tps:
-                continue
-            try:
-                committed = await self.fetch_committed_offsets(
-                    tps, timeout=self._config.request_timeout_ms / 1000
-                )
-            except (KafkaError, asyncio.TimeoutError) as exc:
-                if not is_retriable(exc):
-                    log.error("group %s: cannot fetch committed offsets: %r", self._group_id, exc)
-                    sub.report_error(exc)
-                await asyncio.sleep(self._retry_backoff)
-                sub.request_commit_refresh()
-                continue
-            for tp, oam in committed.items():
-                st = assignment.get(tp)
-                if st is None or st.revoking or st.status is not FetchStatus.AWAITING_COMMITTED:
-                    continue  # moved on meanwhile (seek, revoke, new assignment)
-                if oam is not None:
-                    st.seek(oam.offset)
-                else:
-                    st.await_reset()
-            if sub.assignment is not assignment:
-                sub.request_commit_refresh()
+    # -- CommitPort: what the commit client borrows from this shell --------------------------
+
+    async def coordinator_node(self) -> int:
+        return await self._wait_coordinator()
+
+    def commit_request(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> tuple[Any, int]:
+        m = self._membership
+        if self._subscription.subscription.group_managed or m.in_generation:
+            gate = m.commit_gate(offsets)
+            if not gate.allowed:
+                raise CommitFailedError(gate.refusal)
+            generation_id, member_id = gate.generation_id, gate.member_id
+            instance = self._config.group_instance_id
+        else:  # user-assigned partitions: a "simple" commit outside any generation
+            generation_id, member_id, instance = -1, "", None
+        request = OffsetCommitRequest(self._group_id, generation_id, member_id, instance, offsets)
+        return request, generation_id
+
+    def fetch_request(self, partitions: list[TopicPartition]) -> Any:
+        return OffsetFetchRequest(self._group_id, partitions)
+
+    def next_epoch(self) -> Callable[[], Awaitable[None]]:
+        # Classic generations never ask for a retry with a newer epoch: a plain backoff.
+        return lambda: asyncio.sleep(self._retry_backoff)
+
+    def commit_answered(self, result: Any, generation: int) -> None:
+        self._inbox.put_nowait(E.OffsetCommitResponseReceived(result, generation))
+
+    def offsets_request_failed(self, api: str, kind: str, generation: int, detail: str) -> None:
+        if api == "OffsetCommit":
+            self._inbox.put_nowait(E.OffsetCommitFailed(kind, generation, detail))
+        else:
+            self._inbox.put_nowait(E.OffsetFetchFailed(kind))
 
 
-class _NoCoordinator(Exception):
-    def __init__(self, api: str) -> None:
-        super().__init__(f"{api}: coordinator unknown")
-
-
-async def _call(call: Callable[[], Awaitable[Any]]) -> Any:
-    return await call()
+#: Action type -> its performer: every action the classic machine can return.
+_PERFORMERS: dict[type[A.Action], Callable[[GroupCoordinator, Any], None]] = {
+    A.FindCoordinator: GroupCoordinator._find_coordinator,
+    A.SendJoinGroup: GroupCoordinator._join_group,
+    A.ComputeAssignment: GroupCoordinator._compute_assignment,
+    A.SendSyncGroup: GroupCoordinator._sync_group,
+    A.SendHeartbeat: GroupCoordinator._heartbeat,
+    A.SendLeaveGroup: GroupCoordinator._leave_group,
+    A.MarkRevoking: GroupCoordinator._mark_revoking,
+    A.InvokeOnPartitionsRevoked: GroupCoordinator._revoke,
+    A.InvokeOnPartitionsAssigned: GroupCoordinator._assigned,
+    A.InvokeOnPartitionsLost: GroupCoordinator._lost,
+    A.CancelListener: GroupCoordinator._cancel_listener,
+    A.SetAssignment: GroupCoordinator._perform_set_assignment,
+    A.AutoCommit: GroupCoordinator._start_auto_commit,
+    A.Backoff: GroupCoordinator._backoff,
+    A.RaiseToApplication: GroupCoordinator._raise_to_application,
+}

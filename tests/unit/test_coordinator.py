@@ -87,7 +87,7 @@ async def test_leader_gives_a_member_with_undecodable_metadata_nothing() -> None
     action = A.ComputeAssignment(
         3, "range", (member("a", ("t",)), JoinGroupMember("bad", None, b"\x00\x07garbage"))
     )
-    result = await coordinator._assign(action)
+    result = await coordinator._requests._assign(action)
     assert result["bad"].partitions == ()
     assert sorted(result["a"].partitions) == [TopicPartition("t", p) for p in range(4)]
     assert isinstance(sub.pending_error, MalformedProtocolDataError)
@@ -96,7 +96,9 @@ async def test_leader_gives_a_member_with_undecodable_metadata_nothing() -> None
 async def test_leader_refuses_an_assignor_it_does_not_have() -> None:
     coordinator, _ = make_coordinator({"t": 1})
     with pytest.raises(KafkaError, match="roundrobin"):
-        await coordinator._assign(A.ComputeAssignment(1, "roundrobin", (member("a", ("t",)),)))
+        await coordinator._requests._assign(
+            A.ComputeAssignment(1, "roundrobin", (member("a", ("t",)),))
+        )
 
 
 async def test_commit_outside_a_generation_is_refused_without_a_request() -> None:
@@ -135,7 +137,7 @@ async def test_coordinator_waits_for_an_overrunning_sync_callback_and_reports_it
     coordinator, _ = make_coordinator({"t": 1})
     listener = BlockingRevoke()
     coordinator._listener = as_async_listener(listener, thread=coordinator._listener_thread)
-    coordinator._start_listener(
+    coordinator._listeners.start(
         "revoked", lambda: coordinator._listener.on_partitions_revoked({TP})
     )
     assert await asyncio.to_thread(listener.entered.wait, HANDSHAKE)
@@ -159,7 +161,7 @@ async def test_coordinator_still_cancels_an_overrunning_async_callback() -> None
             await forever.wait()
 
     coordinator._listener = Slow()
-    coordinator._start_listener(
+    coordinator._listeners.start(
         "revoked", lambda: coordinator._listener.on_partitions_revoked({TP})
     )
     await asyncio.sleep(0)
@@ -247,10 +249,20 @@ async def test_leader_snapshot_keeps_what_the_assignor_saw() -> None:
     """A metadata answer for an older topic list can drop a topic for a moment; the
     counts the assignment was made on stand, so its return is not a 'change'."""
     coordinator, sub = make_coordinator({"t": 2})
-    await coordinator._assign(A.ComputeAssignment(1, "range", (member("a", ("t",)),)))
+    await coordinator._requests._assign(A.ComputeAssignment(1, "range", (member("a", ("t",)),)))
     coordinator._client.cluster._partitions.clear()  # type: ignore[attr-defined]
     sub.subscribe(["t"])
     coordinator._snapshot_partition_counts()
     assert coordinator._partition_counts == {"t": 2}
     task = coordinator._missing_topics_task
     assert task is None or task.done()
+
+
+def test_every_classic_action_has_a_performer() -> None:
+    from aiogroup.coordinator import _PERFORMERS
+
+    # From the module, not Action.__subclasses__(): dataclass(slots=True) replaces each class.
+    declared = {v for v in vars(A).values() if isinstance(v, type) and issubclass(v, A.Action)} - {
+        A.Action
+    }
+    assert len(declared) > 10 and declared == set(_PERFORMERS)

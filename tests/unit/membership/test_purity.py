@@ -172,3 +172,35 @@ def test_the_machines_import_only_pure_aiogroup_modules() -> None:
         "aiogroup._protocol",
         "aiogroup._protocol.results",
     }
+
+
+#: The shells' pure halves (issue 18): what an answer means, what changed.  They decide
+#: from plain data as the machines and assignors do, so they are held to the assignors'
+#: ban (aiokafka's encoding types allowed, its I/O modules not).
+PURE_SHELL_MODULES = (
+    "aiogroup._coordination.commit_outcome",
+    "aiogroup._coordination.tracking",
+)
+
+
+def test_pure_shell_modules_import_no_io_modules() -> None:
+    script = ASSIGNOR_SCRIPT.replace(
+        'importlib.import_module("aiogroup.assignors." + sys.argv[2])',
+        "importlib.import_module(sys.argv[2])",
+    )
+    assert script != ASSIGNOR_SCRIPT
+    failures = {}
+    for module in PURE_SHELL_MODULES:
+        proc = _run_assignor_script(script, module)
+        if proc.returncode != 0 or proc.stdout.strip() != module:
+            failures[module] = proc.stderr.strip().splitlines()[-1:]
+    assert not failures
+
+
+def test_the_shell_blocker_does_block() -> None:
+    script = ASSIGNOR_SCRIPT.replace(
+        'module = importlib.import_module("aiogroup.assignors." + sys.argv[2])',
+        "import aiogroup._coordination.commit_client; module = None",
+    )
+    proc = _run_assignor_script(script, "")
+    assert proc.returncode != 0 and "pure module imported" in proc.stderr

@@ -1,0 +1,200 @@
+"""The commit / offset-fetch client: sends, sleeps and raises what ``commit_outcome`` decides.
+
+One performer serves both group protocols.  What differs between them - which
+request a commit is (group commit under the generation or member epoch, or a
+"simple" commit for user-assigned partitions), how the coordinator is awaited, what
+the machine is told - is the shell's, behind :class:`CommitPort`; what an answer
+means is :mod:`aiogroup._coordination.commit_outcome`'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, Protocol
+
+from aiokafka.errors import IncompatibleBrokerVersion, KafkaTimeoutError, RequestTimedOutError
+
+from aiogroup._coordination.commit_outcome import (
+    CommitRules,
+    Next,
+    commit_verdict,
+    fetch_verdict,
+    positions_to_commit,
+)
+from aiogroup._protocol.group import parse_offset_commit, parse_offset_fetch
+from aiogroup.errors import KafkaError, is_retriable
+from aiogroup.structs import OffsetAndMetadata, TopicPartition
+from aiogroup.subscription import FetchStatus, SubscriptionState
+
+__all__ = ["CommitClient", "CommitPort", "auto_commit", "failure_kind", "refresh_committed"]
+
+log = logging.getLogger("aiogroup.coordinator")
+
+Offsets = dict[TopicPartition, OffsetAndMetadata]
+Committed = dict[TopicPartition, OffsetAndMetadata | None]
+
+
+def failure_kind(exc: BaseException) -> str:
+    """How a request without an answer failed, as the machines' ``…Failed`` events say it."""
+    if isinstance(exc, RequestTimedOutError | KafkaTimeoutError | asyncio.TimeoutError):
+        return "timeout"
+    return "connection"
+
+
+class CommitPort(Protocol):
+    """What a coordination shell lends the commit client."""
+
+    def check_running(self) -> None:
+        """Raise when the routine has ended (a commit must not wait forever)."""
+
+    async def coordinator_node(self) -> int:
+        """The coordinator's node id, once known."""
+
+    def commit_request(self, offsets: Offsets) -> tuple[Any, int]:
+        """The OffsetCommit request and the generation (epoch) it commits under;
+        raises CommitFailedError when the machine refuses."""
+
+    def fetch_request(self, partitions: list[TopicPartition]) -> Any:
+        """The OffsetFetch request."""
+
+    async def send(self, node: int, request: Any) -> Any:
+        """Send on the coordination connection (timed)."""
+
+    def next_epoch(self) -> Callable[[], Awaitable[None]]:
+        """Taken before a send: awaits the member epoch the next heartbeat brings."""
+
+    def commit_answered(self, result: Any, generation: int) -> None:
+        """Tell the machine an OffsetCommit answer arrived."""
+
+    def offsets_request_failed(self, api: str, kind: str, generation: int, detail: str) -> None:
+        """Tell the machine a commit or fetch got no answer (or the coordinator moved)."""
+
+
+class CommitClient:
+    """Commit and fetch committed offsets for one group, retrying what may be retried."""
+
+    def __init__(self, port: CommitPort, group_id: str, retry_backoff: float) -> None:
+        self._port = port
+        self._group_id = group_id
+        self._retry_backoff = retry_backoff
+
+    async def commit(self, offsets: Offsets, rules: CommitRules) -> None:
+        port = self._port
+        while True:
+            port.check_running()
+            request, generation = port.commit_request(offsets)
+            node = await port.coordinator_node()
+            epoch = port.next_epoch()
+            try:
+                resp = await port.send(node, request)
+            except IncompatibleBrokerVersion:
+                raise
+            except (KafkaError, OSError) as exc:
+                log.debug("group %s: OffsetCommit failed: %r; retrying", self._group_id, exc)
+                port.offsets_request_failed(
+                    "OffsetCommit", failure_kind(exc), generation, repr(exc)
+                )
+                await asyncio.sleep(self._retry_backoff)
+                continue
+            result = parse_offset_commit(resp)
+            port.commit_answered(result, generation)
+            verdict = commit_verdict(result, rules)
+            if verdict.coordinator_moved:
+                port.offsets_request_failed("OffsetCommit", "coordinator", generation, "")
+            if verdict.next is Next.DONE:
+                log.debug("group %s: committed %s", self._group_id, offsets)
+                return
+            if verdict.error is not None:
+                raise verdict.error
+            if verdict.next is Next.RETRY_WITH_LATEST_EPOCH:
+                await epoch()
+            else:
+                await asyncio.sleep(self._retry_backoff)
+
+    async def fetch(self, partitions: list[TopicPartition], rules: CommitRules) -> Committed:
+        port = self._port
+        while True:
+            port.check_running()
+            request = port.fetch_request(partitions)
+            node = await port.coordinator_node()
+            try:
+                resp = await port.send(node, request)
+            except IncompatibleBrokerVersion:
+                raise
+            except (KafkaError, OSError) as exc:
+                port.offsets_request_failed("OffsetFetch", failure_kind(exc), -1, repr(exc))
+                await asyncio.sleep(self._retry_backoff)
+                continue
+            verdict = fetch_verdict(parse_offset_fetch(resp), partitions, self._group_id, rules)
+            if verdict.error is not None:
+                raise verdict.error
+            if verdict.next is Next.DONE:
+                return verdict.offsets
+            if verdict.coordinator_moved:
+                port.offsets_request_failed("OffsetFetch", "coordinator", -1, "")
+            await asyncio.sleep(self._retry_backoff)
+
+
+async def auto_commit(
+    sub: SubscriptionState,
+    partitions: Iterable[TopicPartition] | None,
+    why: str,
+    commit: Callable[[Mapping[TopicPartition, OffsetAndMetadata]], Awaitable[None]],
+    group_id: str,
+) -> None:
+    """Commit the positions of ``partitions`` (None: all assigned); failures are logged only."""
+    assignment = sub.assignment
+    if assignment is None:
+        return
+    offsets = positions_to_commit(assignment.states(), partitions)
+    if not offsets:
+        return
+    try:
+        await commit(offsets)
+        log.debug("group %s: auto-committed %s (%s)", group_id, offsets, why)
+    except (KafkaError, asyncio.TimeoutError) as exc:
+        log.warning("group %s: auto-commit %s failed: %r", group_id, why, exc)
+
+
+async def refresh_committed(
+    sub: SubscriptionState,
+    fetch: Callable[[list[TopicPartition]], Awaitable[Committed]],
+    retry_backoff: float,
+    group_id: str,
+) -> None:
+    """Give partitions awaiting their committed offset a position (or hand them to reset).
+
+    Runs for the routine's lifetime, woken by ``commit_refresh_needed``.  A failure
+    that asking again may cure is retried after the backoff; any other is reported
+    to the application (raised from its next poll).
+    """
+    while not sub.closed:
+        await sub.commit_refresh_needed.wait()
+        sub.commit_refresh_needed.clear()
+        assignment = sub.assignment
+        if sub.closed or assignment is None:
+            continue
+        tps = assignment.needing_committed()
+        if not tps:
+            continue
+        try:
+            committed = await fetch(tps)
+        except (KafkaError, asyncio.TimeoutError) as exc:
+            if not is_retriable(exc):
+                log.error("group %s: cannot fetch committed offsets: %r", group_id, exc)
+                sub.report_error(exc)
+            await asyncio.sleep(retry_backoff)
+            sub.request_commit_refresh()
+            continue
+        for tp, oam in committed.items():
+            st = assignment.get(tp)
+            if st is None or st.revoking or st.status is not FetchStatus.AWAITING_COMMITTED:
+                continue  # moved on meanwhile (seek, revoke, new assignment)
+            if oam is not None:
+                st.seek(oam.offset)
+            else:
+                st.await_reset()
+        if sub.assignment is not assignment:
+            sub.request_commit_refresh()
