@@ -56,7 +56,7 @@ from aiogroup.consumer import GroupConsumer
 from aiogroup.listeners import ConsumerRebalanceListener
 from aiogroup.spark import register, spark_schema
 from aiogroup.spark.ingest import ingest
-from aiogroup.spark.schema import ARROW_SCHEMA, conform
+from aiogroup.spark.schema import ARROW_SCHEMA, COLUMNS, conform
 from aiogroup.testing import KafkaBroker
 from aiogroup.testing.broker import unique_name
 
@@ -64,16 +64,7 @@ ALL_MODES = ("source", "ingest", "kafka", "arrow", "parquet", "baseline")
 DEFAULT_MODES = "source,ingest,kafka,arrow,parquet"
 GROUP_TIMEOUTS = {"kafka.session.timeout.ms": "6000", "kafka.heartbeat.interval.ms": "1000"}
 # The columns both Kafka sources produce (format("kafka") with includeHeaders=true).
-COMPARED = (
-    "key",
-    "value",
-    "topic",
-    "partition",
-    "offset",
-    "timestamp",
-    "timestampType",
-    "headers",
-)
+COMPARED = COLUMNS
 
 
 async def produce(
