@@ -209,10 +209,13 @@ async def test_position_pending_when_the_member_stops_ends_with_consumer_stopped
 @pytest.mark.xfail(
     reason=(
         "position() of a partition being revoked whose position is unknown, awaited inside "
-        "on_partitions_revoked, never resolves: the fetcher's reset and the coordinator's "
-        "committed-offset lookup skip revoking partitions (coordinator.py, out of this "
-        "change's scope), so only the rebalance timeout ends the listener; Java looks the "
-        "position up (the partition is still assigned during the callback)"
+        "on_partitions_revoked, never resolves: the offset reset and the committed-offset "
+        "lookup skip revoking partitions (SubscriptionState.needing_reset/needing_committed), "
+        "so only the rebalance timeout ends the listener; Java looks the position up (the "
+        "partition is still assigned during the callback). Dropping that filter resolves "
+        "this case but also resolves a position() awaited from before the rebalance with a "
+        "stale value, which the tests above require to fail naming the partition; the fix "
+        "needs a rule for seeks made inside the callback"
     ),
     strict=True,
 )
