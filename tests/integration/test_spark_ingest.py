@@ -121,7 +121,7 @@ async def wait_until(
         "intermittent data loss, cause not found (issue 15): on Apache Kafka this test lost "
         "one batch (1,000 records) while the group committed every partition's end, once in "
         "the fresh-clone CI run with ingest() pipelining and once with the serial ingest() "
-        "(1 of ~20 runs by hand); not reproduced on Tansu. Left running, not skipped: an "
+        "(2 of ~25 runs by hand); not reproduced on Tansu. Left running, not skipped: an "
         "unexpected pass is reported as XPASS"
     ),
     strict=False,
