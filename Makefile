@@ -11,7 +11,7 @@ KAFKA_JAR := .kafka/$(KAFKA_VERSION)/libs/kafka_2.13-$(KAFKA_VERSION).jar
 KAFKA_RAN := == Apache Kafka tier: integration tests on Apache Kafka $(KAFKA_VERSION)
 KAFKA_SKIPPED := == Apache Kafka tier SKIPPED
 
-.PHONY: install kafka-jars test test-unit test-integration test-kafka chaos lint demo bench docs clean
+.PHONY: install native kafka-jars test test-unit test-integration test-kafka chaos lint demo bench docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,20 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test,spark,bench,dev]'
 	touch $(STAMP)
 
-install: $(STAMP) kafka-jars
+install: $(STAMP) native kafka-jars
+
+# The native decoder (native/, Rust via maturin, release build): Kafka batches straight to
+# Arrow columns on the getmany_arrow / Spark paths.  Optional: without cargo the pure-Python
+# path is used (same results, slower); AIOGROUP_NATIVE=0 forces that path at run time.
+NATIVE_STAMP := $(VENV)/.native
+NATIVE_SRC := native/Cargo.toml native/Cargo.lock native/pyproject.toml $(wildcard native/src/*.rs)
+native: $(NATIVE_STAMP)
+$(NATIVE_STAMP): $(STAMP) $(NATIVE_SRC)
+	@if command -v cargo >/dev/null 2>&1; then \
+	  $(BIN)/python -m pip install --quiet ./native && touch $@; \
+	else \
+	  echo "== native decoder SKIPPED: no cargo on PATH (https://rustup.rs); the pure-Python path is used =="; \
+	fi
 
 # Maven fetches Kafka's broker jars and spark-sql-kafka (skipped, with a message, without java/mvn).
 # A stamp per pom: a second `make test` does not ask Maven again; no stamp without the jars,
@@ -46,7 +59,7 @@ test-kafka: install
 	  echo "$(KAFKA_SKIPPED): $$(command -v java >/dev/null 2>&1 || echo 'no java on PATH; ')$$([ -f $(KAFKA_JAR) ] || echo 'no jars in .kafka/$(KAFKA_VERSION)/libs (make install needs java and mvn)') =="; \
 	fi
 
-test-unit: $(STAMP)
+test-unit: $(STAMP) native
 	$(BIN)/python -m pytest tests/unit -q -m 'not scale' $(PYTEST_FLAGS)
 
 # AIOGROUP_BROKER=kafka make test-integration runs the tier on Apache Kafka.
@@ -78,4 +91,4 @@ docs: $(STAMP)
 	$(BIN)/python -m benchmarks --report-only
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .kafka
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .kafka native/target

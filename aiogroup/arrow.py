@@ -20,6 +20,9 @@ from collections.abc import Iterable
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
+from aiokafka.errors import CorruptRecordException
+
+from aiogroup._native import native_decoder, native_error, record_batch
 from aiogroup.structs import ConsumerRecord, TopicPartition
 
 if TYPE_CHECKING:
@@ -84,7 +87,20 @@ class ColumnBuilder:
     they expand through Python lists (same result, slower).
     """
 
-    __slots__ = ("_headers", "_offsets", "_rows", "_runs", "_tail", "keys", "timestamps", "values")
+    __slots__ = (
+        "_headers",
+        "_native",
+        "_offsets",
+        "_other",
+        "_parts",
+        "_rows",
+        "_runs",
+        "_tail",
+        "keys",
+        "takes_raw",
+        "timestamps",
+        "values",
+    )
 
     require_pyarrow = staticmethod(require_pyarrow)
 
@@ -100,10 +116,41 @@ class ColumnBuilder:
         self._headers: list[Any] | None = None
         #: (topic, partition, timestamp_type, count) runs
         self._runs: list[tuple[str, int, int, int]] = []
+        #: rows in the Python lists above
         self._rows = 0
+        #: the native decoder (``aiogroup._native``), when installed: whole v2 batches
+        #: go to it as bytes (``add_raw_batch``), the rest to the lists above
+        self._native = native_decoder()
+        self.takes_raw = self._native is not None
+        #: finished RecordBatches, in walk order: the lists and the native decoder are
+        #: flushed here whenever rows switch from one to the other
+        self._parts: list[Any] = []
+        #: rows in ``_parts`` and the native decoder
+        self._other = 0
 
     def __len__(self) -> int:
-        return self._rows
+        return self._rows + self._other
+
+    def add_raw_batch(self, tp: TopicPartition, data: bytes, start: int, end: int) -> int:
+        """Append every record of the v2 batch ``data[start:end]`` (native decoder)."""
+        native = self._native
+        assert native is not None
+        if self._rows:
+            self._other += self._rows
+            self._parts.append(self._python_batch(reset=True))
+        try:
+            # The walker's Chunk.next_batch checked the CRC already (when asked to).
+            n = native.add_batch(data, start, end, tp.topic, tp.partition, False)
+        except native_error() as exc:
+            raise CorruptRecordException(str(exc)) from None
+        self._other += n
+        return n
+
+    def _flush_native(self) -> None:
+        native = self._native
+        if native is not None and len(native):
+            # (its rows stay counted in _other)
+            self._parts.append(record_batch(native.finish(), arrow_schema()))
 
     def _run(self, topic: str, partition: int, ts_type: int, n: int) -> None:
         runs = self._runs
@@ -125,6 +172,7 @@ class ColumnBuilder:
 
     def add_batch(self, tp: TopicPartition, batch: Any, ts_type: int) -> int:
         """Append every record of a decoded v2 batch; returns how many (walker sink)."""
+        self._flush_native()
         recs = list(batch)
         n = len(recs)
         if not n:
@@ -147,6 +195,7 @@ class ColumnBuilder:
 
     def add_records(self, tp: TopicPartition, records: list[Any], ts_type: int | None) -> None:
         """Append decoded records: part of a batch, or the legacy format (walker sink)."""
+        self._flush_native()
         if ts_type is None:  # legacy format: each record has its own timestamp type
             for r in records:
                 self._append(
@@ -169,6 +218,7 @@ class ColumnBuilder:
 
     def add_consumer_record(self, rec: ConsumerRecord) -> None:
         """Append an already built ConsumerRecord (``records_to_arrow``)."""
+        self._flush_native()
         self._append(
             rec.topic,
             rec.partition,
@@ -199,6 +249,23 @@ class ColumnBuilder:
         self._add_headers([headers])
 
     def to_record_batch(self) -> pyarrow.RecordBatch:
+        """Every row added, in order, as one RecordBatch (``arrow_schema()``)."""
+        self._flush_native()
+        parts = self._parts
+        if not parts:
+            return self._python_batch(reset=False)
+        if self._rows:
+            self._other += self._rows
+            parts.append(self._python_batch(reset=True))
+        if len(parts) > 1:
+            pa = require_pyarrow()
+            # Each part has its own topic dictionary: unify them, then one chunk per column.
+            table = pa.Table.from_batches(parts).unify_dictionaries().combine_chunks()
+            self._parts = parts = table.to_batches()[:1]
+        return parts[0]
+
+    def _python_batch(self, *, reset: bool) -> pyarrow.RecordBatch:
+        """The rows in the Python lists as a RecordBatch (``reset``: empty the lists)."""
         pa = require_pyarrow()
         schema = arrow_schema()
         n = self._rows
@@ -222,14 +289,18 @@ class ColumnBuilder:
                 pa.array(_zeros(n + 1), pa.int32()),
                 pa.array([], header_type.value_type),
             )
+        keys, values, timestamps = self.keys, self.values, self.timestamps
+        if reset:
+            self.keys, self.values, self.timestamps = [], [], []
+            self._offsets, self._headers, self._runs, self._rows = [], None, [], 0
         return pa.RecordBatch.from_arrays(
             [
-                pa.array(self.keys, pa.binary()),
-                pa.array(self.values, pa.binary()),
+                pa.array(keys, pa.binary()),
+                pa.array(values, pa.binary()),
                 topic_arr,
                 pa.array(partitions, pa.int32()),
                 pa.array(offsets, pa.int64()),
-                pa.array(self.timestamps, pa.int64()).view(pa.timestamp("ms")),
+                pa.array(timestamps, pa.int64()).view(pa.timestamp("ms")),
                 pa.array(ts_types, pa.int32()),
                 headers,
             ],

@@ -512,6 +512,7 @@ class Fetcher:
                 end_offset=end,
                 check_crcs=self._config.check_crcs,
                 aborted=aborted,
+                data=result.records,
             )
         )
         planned.cursor.offset = end

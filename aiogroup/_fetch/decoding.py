@@ -16,6 +16,7 @@ from aiokafka.errors import CorruptRecordException
 from aiokafka.record.control_record import ABORT_MARKER, ControlRecord
 from aiokafka.record.memory_records import MemoryRecords
 
+from aiogroup._native import native_crc
 from aiogroup.errors import RecordDeserializationError
 from aiogroup.structs import TopicPartition
 from aiogroup.subscription import PartitionState
@@ -48,12 +49,15 @@ class Chunk:
         "batch_index",
         "batches",
         "check_crcs",
+        "crc_ok",
+        "data",
         "end_offset",
         "epoch",
         "failure",
         "next_offset",
         "pending",
         "size",
+        "spans",
         "state",
         "tp",
         "ts_type",
@@ -70,6 +74,7 @@ class Chunk:
         end_offset: int,
         check_crcs: bool,
         aborted: list[tuple[int, int]] | None,
+        data: bytes | None = None,
     ) -> None:
         self.state = state
         self.tp: TopicPartition = state.tp
@@ -94,6 +99,13 @@ class Chunk:
         self.ts_type: int | None = 0
         #: Set by the walker when the sink refused the record at ``next_offset``.
         self.failure: RecordDeserializationError | None = None
+        #: The fetched record set the batches were split from (for the native decoder).
+        self.data = data
+        #: Each batch's (start, end) in ``data``, or None when not a v2 batch; built
+        #: on the first ``raw_span`` call (only the Arrow path asks).
+        self.spans: list[tuple[int, int] | None] | None = None
+        #: The native CRC-32C check, when the native module is there and data known.
+        self.crc_ok = native_crc() if check_crcs and data is not None else None
 
     @property
     def done(self) -> bool:
@@ -110,7 +122,7 @@ class Chunk:
             self.batch_index += 1
             if batch.next_offset <= self.next_offset:
                 continue  # wholly before the requested offset
-            if self.check_crcs and not batch.validate_crc():
+            if self.check_crcs and not self._crc_holds(batch):
                 raise CorruptRecordException(
                     f"record batch of {self.tp.topic}-{self.tp.partition} at offset "
                     f"{getattr(batch, 'base_offset', self.next_offset)} failed its CRC check"
@@ -136,6 +148,28 @@ class Chunk:
         self.next_offset = max(self.next_offset, self.end_offset)
         return None
 
+    def _crc_holds(self, batch: Any) -> bool:
+        crc_ok = self.crc_ok
+        if crc_ok is not None:
+            span = self.raw_span(self.batch_index - 1)
+            if span is not None:
+                assert self.data is not None
+                return crc_ok(self.data, span[0], span[1])
+        return bool(batch.validate_crc())
+
+    def raw_span(self, index: int) -> tuple[int, int] | None:
+        """Where batch ``index`` lies in ``data``: (start, end), or None (no data, not v2).
+
+        A record set is a sequence of ``base_offset int64, batch_length int32, ...``
+        entries, so the spans follow from the 12-byte prefixes.  A span whose base
+        offset is not the batch's own is not trusted (None: the batch is decoded in
+        Python).
+        """
+        spans = self.spans
+        if spans is None:
+            spans = self.spans = _spans(self.data, self.batches)
+        return spans[index]
+
     def skip_to(self, offset: int) -> None:
         if offset > self.next_offset:
             self.next_offset = min(offset, self.end_offset)
@@ -144,6 +178,28 @@ class Chunk:
         """Stop reading: the rest of the chunk lies past its end offset."""
         self.pending = None
         self.batch_index = len(self.batches)
+
+
+def _spans(data: bytes | None, batches: list[Any]) -> list[tuple[int, int] | None]:
+    spans: list[tuple[int, int] | None] = [None] * len(batches)
+    if data is None:
+        return spans
+    from_bytes = int.from_bytes
+    pos = 0
+    size = len(data)
+    for i, batch in enumerate(batches):
+        if pos + 17 > size:
+            break
+        end = pos + 12 + from_bytes(data[pos + 8 : pos + 12], "big", signed=True)
+        if (
+            data[pos + 16] == 2
+            and end <= size
+            and from_bytes(data[pos : pos + 8], "big", signed=True)
+            == getattr(batch, "base_offset", None)
+        ):
+            spans[i] = (pos, end)
+        pos = end
+    return spans
 
 
 def _is_abort_marker(batch: Any) -> bool:

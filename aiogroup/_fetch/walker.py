@@ -8,6 +8,8 @@ position moves are decided once.  The sink decides only what a record becomes: a
 
 A batch that lies wholly inside the read is handed to the sink in one call (one
 comprehension per batch: most of getmany's speed); the rest goes record by record.
+A sink that ``takes_raw`` (the Arrow columns, with the native decoder installed) gets
+such a v2 batch as its bytes instead, and no record object is made.
 
 One deserialization rule (Java's KIP-334): when the sink refuses a record, the walk
 stops *before* it.  Every earlier record stays delivered, ``next_offset`` (and so the
@@ -40,6 +42,16 @@ class BatchDeclined(Exception):
 
 class Sink(Protocol):
     """Where the walker puts records."""
+
+    #: True when the sink decodes whole v2 batches from their bytes (``add_raw_batch``).
+    takes_raw: bool
+
+    def add_raw_batch(self, tp: TopicPartition, data: bytes, start: int, end: int) -> int:
+        """Take every record of the v2 batch ``data[start:end]``; returns how many.
+
+        Only called when ``takes_raw``; the batch's CRC was checked already (if asked).
+        """
+        ...
 
     def add_batch(self, tp: TopicPartition, batch: Any, ts_type: int) -> int:
         """Take every record of a v2 batch; returns how many.  May raise BatchDeclined."""
@@ -74,6 +86,12 @@ def walk(chunk: Chunk, limit: int, sink: Sink) -> int:
                     and batch.next_offset <= end
                     and batch.last_offset_delta + 1 <= limit - taken
                 ):
+                    if sink.takes_raw and (span := chunk.raw_span(chunk.batch_index - 1)):
+                        # The native decoder reads the batch's bytes: no record objects.
+                        assert chunk.data is not None
+                        taken += sink.add_raw_batch(tp, chunk.data, span[0], span[1])
+                        chunk.next_offset = batch.next_offset
+                        continue
                     try:
                         taken += sink.add_batch(tp, batch, tst)
                     except BatchDeclined as declined:
@@ -141,6 +159,8 @@ class RecordSink:
 
     __slots__ = ("_kd", "_vd", "result")
 
+    takes_raw = False
+
     def __init__(
         self, key_deserializer: Deserializer | None, value_deserializer: Deserializer | None
     ) -> None:
@@ -153,6 +173,9 @@ class RecordSink:
         if out is None:
             out = self.result[tp] = []
         return out
+
+    def add_raw_batch(self, tp: TopicPartition, data: bytes, start: int, end: int) -> int:
+        raise NotImplementedError("RecordSink builds records from decoded batches")
 
     def add_batch(self, tp: TopicPartition, batch: Any, ts_type: int) -> int:
         topic, partition = tp.topic, tp.partition

@@ -1,0 +1,333 @@
+"""The native decoder (``aiogroup_native``) against the pure-Python Arrow path.
+
+Differential: the same record sets, walked into a ``ColumnBuilder`` with the native
+decoder and with ``AIOGROUP_NATIVE=0``, give equal RecordBatches (every codec,
+headers, null and empty keys/values, compacted offset gaps, log-append time, large
+values, partial batches mixed with whole ones).  Then malformed batches: each gives
+a clear error naming the topic-partition, the offset and the problem.
+
+The module is built by ``make install`` (it needs a Rust toolchain); without it
+these tests cannot run, and the pure path is what every other test exercises.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from typing import Any
+
+import pytest
+from aiokafka.errors import CorruptRecordException
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+from aiogroup._fetch.decoding import Chunk, split_batches
+from aiogroup._fetch.walker import walk
+from aiogroup.arrow import ColumnBuilder, arrow_schema
+from aiogroup.structs import TopicPartition
+from aiogroup.subscription import PartitionState, SubscriptionState
+
+native = pytest.importorskip(
+    "aiogroup_native", reason="the native decoder is not built (make install needs cargo)"
+)
+pa = pytest.importorskip("pyarrow")
+
+TP = TopicPartition("events", 3)
+CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+ATTR_POS = 21
+LOG_APPEND_TIME = 0x08
+
+
+def build(
+    base: int,
+    records: list[tuple[int, int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]],
+    codec: int = 0,
+    *,
+    log_append: bool = False,
+    max_ts: int | None = None,
+) -> bytes:
+    """A v2 batch at ``base``: records are (offset delta, timestamp, key, value, headers)."""
+    builder = DefaultRecordBatchBuilder(2, codec, 0, -1, -1, -1, 1 << 30)
+    for delta, ts, key, value, headers in records:
+        builder.append(delta, ts, key, value, headers)
+    data = bytearray(builder.build())
+    struct.pack_into(">q", data, 0, base)
+    if log_append:
+        attrs = struct.unpack_from(">h", data, ATTR_POS)[0] | LOG_APPEND_TIME
+        struct.pack_into(">h", data, ATTR_POS, attrs)
+        if max_ts is not None:
+            struct.pack_into(">q", data, 35, max_ts)
+    return fix_crc(data)
+
+
+def fix_crc(data: bytearray | bytes) -> bytes:
+    data = bytearray(data)
+    struct.pack_into(">I", data, 17, native.crc32c(bytes(data[ATTR_POS:])))
+    return bytes(data)
+
+
+def chunk_of(data: bytes, fetch_offset: int = 0, *, check_crcs: bool = True) -> Chunk:
+    st = PartitionState(TP, SubscriptionState().default_reset)
+    st.seek(fetch_offset)
+    batches = split_batches(data)
+    return Chunk(
+        st,
+        st.epoch,
+        fetch_offset,
+        batches,
+        len(data),
+        end_offset=batches[-1].next_offset,
+        check_crcs=check_crcs,
+        aborted=None,
+        data=data,
+    )
+
+
+def columns(
+    data: bytes, monkeypatch: pytest.MonkeyPatch, native_on: bool, limits: list[int] | None = None
+) -> Any:
+    monkeypatch.setenv("AIOGROUP_NATIVE", "1" if native_on else "0")
+    sink = ColumnBuilder()
+    assert sink.takes_raw is native_on
+    chunk = chunk_of(data)
+    for n in limits or [1 << 30]:
+        walk(chunk, n, sink)
+    assert chunk.done
+    if native_on and limits is None:
+        assert sink._other == len(sink)  # every batch went through the native decoder
+    return sink.to_record_batch()
+
+
+def assert_same(
+    data: bytes, monkeypatch: pytest.MonkeyPatch, limits: list[int] | None = None
+) -> Any:
+    pure = columns(data, monkeypatch, False, limits)
+    fast = columns(data, monkeypatch, True, limits)
+    assert fast.schema == arrow_schema()
+    assert fast.num_rows == pure.num_rows
+    assert fast.to_pylist() == pure.to_pylist()
+    assert fast.equals(pure)
+    fast.validate(full=True)
+    return fast
+
+
+def random_records(
+    rng: random.Random, n: int, *, gaps: bool = False, headers: bool = True, big: bool = False
+) -> list[tuple[int, int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]]:
+    out = []
+    delta = 0
+    ts0 = 1_700_000_000_000
+    for _ in range(n):
+        key = None if rng.random() < 0.2 else rng.randbytes(rng.randrange(0, 20))
+        size = rng.choice([0, 1, 100, 1024]) if not big else rng.choice([1 << 16, 1 << 20])
+        value = None if rng.random() < 0.1 else rng.randbytes(size)
+        hs: list[tuple[str, bytes | None]] = []
+        if headers and rng.random() < 0.5:
+            hs = [
+                (rng.choice(["trace", "ü-key", "", "k"]), rng.choice([None, b"", b"v" * 30]))
+                for _ in range(rng.randrange(1, 4))
+            ]
+        out.append((delta, ts0 + rng.randrange(-1000, 1000), key, value, hs))
+        delta += rng.randrange(1, 5) if gaps else 1
+    return out
+
+
+@pytest.mark.parametrize("codec", list(CODECS))
+@pytest.mark.parametrize("seed", range(4))
+def test_every_codec_matches_the_pure_path(
+    codec: str, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = random.Random(seed)
+    data = b""
+    base = 0
+    for i in range(4):
+        recs = random_records(rng, rng.randrange(1, 60), gaps=i % 2 == 1, headers=seed % 2 == 0)
+        data += build(base, recs, CODECS[codec])
+        base += recs[-1][0] + 1
+    batch = assert_same(data, monkeypatch)
+    assert batch.column("partition").to_pylist() == [3] * batch.num_rows
+
+
+def test_compacted_gaps_keep_their_offsets(monkeypatch: pytest.MonkeyPatch) -> None:
+    recs = [(d, 1_700_000_000_000, b"k", b"v%d" % d, []) for d in (0, 3, 4, 9)]
+    batch = assert_same(build(100, recs, 3), monkeypatch)
+    assert batch.column("offset").to_pylist() == [100, 103, 104, 109]
+
+
+def test_log_append_time_takes_the_batch_max_timestamp(monkeypatch: pytest.MonkeyPatch) -> None:
+    recs = [(i, 1_000 + i, None, b"v", []) for i in range(5)]
+    batch = assert_same(build(0, recs, 0, log_append=True, max_ts=42_000), monkeypatch)
+    assert batch.column("timestamp_type").to_pylist() == [1] * 5
+    assert [t.timestamp() for t in batch.column("timestamp").to_pylist()] == [42.0] * 5
+
+
+def test_null_and_empty_keys_values_and_headers(monkeypatch: pytest.MonkeyPatch) -> None:
+    recs: list[Any] = [
+        (0, 1, None, None, []),
+        (1, 2, b"", b"", [("", b"")]),
+        (2, 3, b"k", None, [("h", None), ("h", b"x")]),
+        (3, 4, None, b"", []),
+    ]
+    batch = assert_same(build(0, recs, 0), monkeypatch)
+    rows = batch.to_pylist()
+    assert [r["key"] for r in rows] == [None, b"", b"k", None]
+    assert [r["value"] for r in rows] == [None, b"", None, b""]
+    assert rows[2]["headers"] == [{"key": "h", "value": None}, {"key": "h", "value": b"x"}]
+
+
+@pytest.mark.parametrize("codec", list(CODECS))
+def test_large_values(codec: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(7)
+    data = build(0, random_records(rng, 6, big=True), CODECS[codec])
+    assert_same(data, monkeypatch)
+
+
+def test_partial_and_whole_batches_mix_in_walk_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read that ends inside a batch takes the Python path for it; rows stay in order."""
+    rng = random.Random(3)
+    data = b""
+    base = 0
+    for codec in (0, 3, 4, 1, 2):
+        recs = random_records(rng, 10)
+        data += build(base, recs, codec)
+        base += 10
+    for limits in ([7, 100], [10, 10, 5, 100], [3] * 20, [25, 25]):
+        assert_same(data, monkeypatch, limits)
+
+
+def test_fetch_starting_inside_a_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = build(0, random_records(random.Random(1), 10)) + build(
+        10, random_records(random.Random(2), 10)
+    )
+    for native_on in (False, True):
+        monkeypatch.setenv("AIOGROUP_NATIVE", "1" if native_on else "0")
+        sink = ColumnBuilder()
+        walk(chunk_of(data, 4), 100, sink)
+        assert sink.to_record_batch().column("offset").to_pylist() == list(range(4, 20))
+
+
+def test_topics_across_builders_concatenate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two topics, native and pure rows in one builder: one dictionary column."""
+    monkeypatch.setenv("AIOGROUP_NATIVE", "1")
+    sink = ColumnBuilder()
+    one = build(0, [(0, 1, None, b"a", [])])
+    sink.add_raw_batch(TopicPartition("a", 0), one, 0, len(one))
+    [batch] = split_batches(one)
+    sink.add_batch(TopicPartition("b", 1), batch, 0)
+    sink.add_raw_batch(TopicPartition("c", 2), one, 0, len(one))
+    out = sink.to_record_batch()
+    assert out.column("topic").to_pylist() == ["a", "b", "c"]
+    assert out.column("partition").to_pylist() == [0, 1, 2]
+    assert out.schema == arrow_schema()
+    assert len(sink) == 3 and sink.to_record_batch().equals(out)
+
+
+def test_without_the_module_the_pure_path_is_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIOGROUP_NATIVE", "0")
+    assert not ColumnBuilder().takes_raw
+
+
+# -- malformed batches: clear errors, nothing kept -------------------------------------------
+
+
+def decode(data: bytes, *, check_crc: bool = True) -> Any:
+    dec = native.BatchDecoder()
+    dec.add_batch(data, 0, len(data), TP.topic, TP.partition, check_crc)
+    return dec
+
+
+def good(codec: int = 0) -> bytes:
+    return build(500, random_records(random.Random(5), 20), codec)
+
+
+def test_crc_mismatch_names_the_batch() -> None:
+    data = bytearray(good())
+    data[-1] ^= 0xFF
+    with pytest.raises(native.DecodeError, match=r"events-3 at offset 500 failed its CRC check"):
+        decode(bytes(data))
+
+
+def test_crc_mismatch_through_the_walker(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = bytearray(good())
+    data[-1] ^= 0xFF
+    monkeypatch.setenv("AIOGROUP_NATIVE", "1")
+    with pytest.raises(CorruptRecordException, match="events-3 at offset 500 failed its CRC"):
+        walk(chunk_of(bytes(data)), 100, ColumnBuilder())
+
+
+@pytest.mark.parametrize("cut", [0, 10, 60, 61, 62, 100])
+def test_truncated_batch(cut: int) -> None:
+    data = good()[: -1 - cut]
+    with pytest.raises(native.DecodeError, match=r"events-3 at offset (500|\?)"):
+        decode(data, check_crc=False)
+
+
+def test_truncated_records_behind_a_consistent_length() -> None:
+    data = bytearray(good())
+    del data[-5:]
+    struct.pack_into(">i", data, 8, len(data) - 12)
+    with pytest.raises(native.DecodeError, match=r"truncated|declares"):
+        decode(fix_crc(data))
+
+
+def test_bad_varint() -> None:
+    data = bytearray(good())
+    data[61:71] = b"\xff" * 10  # the first record's length: no end byte
+    with pytest.raises(native.DecodeError, match=r"bad varint \(record length\)"):
+        decode(fix_crc(data))
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_bad_compression_payload(codec: str) -> None:
+    data = bytearray(good(CODECS[codec]))
+    for i in range(61, len(data), 3):
+        data[i] ^= 0x5A
+    with pytest.raises(native.DecodeError, match=f"events-3 at offset 500: .*{codec}|truncated"):
+        decode(fix_crc(data))
+
+
+def test_unknown_codec() -> None:
+    data = bytearray(good())
+    struct.pack_into(">h", data, ATTR_POS, 6)
+    with pytest.raises(native.DecodeError, match="unknown compression codec 6"):
+        decode(fix_crc(data))
+
+
+def test_a_failed_batch_leaves_nothing_behind() -> None:
+    dec = native.BatchDecoder()
+    ok = good()
+    assert dec.add_batch(ok, 0, len(ok), "t", 0) == 20
+    bad = bytearray(good())
+    bad[-3:] = b"\xff\xff\xff"
+    with pytest.raises(native.DecodeError):
+        dec.add_batch(fix_crc(bad), 0, len(bad), "u", 0)
+    assert len(dec) == 20
+    cols = dec.finish()
+    assert cols["topics"] == ["t"]
+    from aiogroup._native import record_batch
+
+    batch = record_batch(cols, arrow_schema())
+    batch.validate(full=True)
+    assert batch.num_rows == 20
+
+
+def test_range_outside_the_data() -> None:
+    dec = native.BatchDecoder()
+    with pytest.raises(native.DecodeError, match="outside"):
+        dec.add_batch(b"abc", 0, 10, "t", 0)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_random_corruption_never_crashes(seed: int) -> None:
+    """Flipped bytes give a DecodeError or a batch that validates; never a crash."""
+    rng = random.Random(seed)
+    data = bytearray(good(rng.choice([0, 0, 1, 2, 3, 4])))
+    for _ in range(rng.randrange(1, 6)):
+        data[rng.randrange(61, len(data))] = rng.randrange(256)
+    dec = native.BatchDecoder()
+    try:
+        dec.add_batch(fix_crc(data), 0, len(data), "t", 0)
+    except native.DecodeError:
+        return
+    from aiogroup._native import record_batch
+
+    record_batch(dec.finish(), arrow_schema()).validate(full=True)
