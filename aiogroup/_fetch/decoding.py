@@ -182,7 +182,7 @@ class Chunk:
 
 def _spans(data: bytes | None, batches: list[Any]) -> list[tuple[int, int] | None]:
     spans: list[tuple[int, int] | None] = [None] * len(batches)
-    if data is None:
+    if type(data) is not bytes:  # the native decoder reads bytes only
         return spans
     from_bytes = int.from_bytes
     pos = 0
