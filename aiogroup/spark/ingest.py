@@ -110,6 +110,21 @@ def _ranges(table: pa.Table) -> dict[TopicPartition, tuple[int, int]]:
     }
 
 
+def _table_for_spark(batches: Iterable[pa.RecordBatch]) -> pa.Table | None:
+    """One table of the collected batches, without zero-row batches; None if nothing is left.
+
+    Spark's reader of the Arrow stream ``createDataFrame`` writes stops at a zero-row
+    batch: every row after it is silently missing from the DataFrame (measured with
+    PySpark 4.3.0: batches of 3, 0 and 3 rows give a DataFrame of 3 rows).  A revoke
+    that filters a collected batch down to nothing makes exactly such a batch, and
+    the rows after it were then committed without reaching the batch function.
+    """
+    kept = [b for b in batches if b.num_rows]
+    if not kept:
+        return None
+    return pa.Table.from_batches(kept)
+
+
 def _without(table: pa.RecordBatch, tps: Iterable[TopicPartition]) -> pa.RecordBatch:
     drop = set(tps)
     if not drop or table.num_rows == 0:
@@ -265,9 +280,7 @@ class SparkIngest:
                 deadline = loop.time() + self._max_interval
             self._pending.append(conform(chunk))
             count = sum(b.num_rows for b in self._pending)
-        if not self._pending:
-            return None
-        table = pa.Table.from_batches(self._pending)
+        table = _table_for_spark(self._pending)
         self._pending = []
         return table
 
@@ -333,7 +346,9 @@ class SparkIngest:
         """Runs in the rebalance listener, before ``partitions`` leave this member."""
         # Records collected but not yet handed over: their partitions restart from the
         # committed offset wherever they go next (here too, after an eager rebalance).
-        self._pending = [_without(b, partitions) for b in self._pending]
+        # (An emptied batch is dropped here too; see _table_for_spark for why it must go.)
+        kept = (_without(b, partitions) for b in self._pending)
+        self._pending = [b for b in kept if b.num_rows]
         for tp in partitions:
             self._committed.pop(tp, None)
         info, done = self._in_flight, self._in_flight_done
