@@ -191,6 +191,8 @@ def _spans(data: bytes | None, batches: list[Any]) -> list[tuple[int, int] | Non
         if pos + 17 > size:
             break
         end = pos + 12 + from_bytes(data[pos + 8 : pos + 12], "big", signed=True)
+        if end <= pos + 12:
+            break  # a nonsensical length: leave the rest to the Python path
         if (
             data[pos + 16] == 2
             and end <= size

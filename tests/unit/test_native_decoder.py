@@ -254,6 +254,41 @@ def test_crc_mismatch_through_the_walker(monkeypatch: pytest.MonkeyPatch) -> Non
         walk(chunk_of(bytes(data)), 100, ColumnBuilder())
 
 
+def test_malformed_records_through_the_walker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch whose CRC holds but whose records do not parse: CorruptRecordException."""
+    data = bytearray(good())
+    data[61:71] = b"\xff" * 10
+    monkeypatch.setenv("AIOGROUP_NATIVE", "1")
+    sink = ColumnBuilder()
+    with pytest.raises(CorruptRecordException, match=r"events-3 at offset 500: bad varint"):
+        walk(chunk_of(fix_crc(data)), 100, sink)
+    assert len(sink) == 0
+
+
+def test_spans_follow_the_batch_prefixes() -> None:
+    data = good() + good()
+    chunk = chunk_of(data)
+    assert chunk.raw_span(0) == (0, len(data) // 2)
+    assert chunk.raw_span(1) == (len(data) // 2, len(data))
+
+
+def test_legacy_message_sets_take_the_python_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A v1 message set: no spans, the Python path, same rows with the module or without.
+
+    (aiokafka's MemoryRecords reads one format per record set, so v1 and v2 do not mix.)
+    """
+    from aiokafka.record.legacy_records import LegacyRecordBatchBuilder
+
+    legacy = LegacyRecordBatchBuilder(1, 0, 1 << 20)
+    for i in range(3):
+        legacy.append(i, 1_700_000_000_000 + i, b"k", b"legacy %d" % i)
+    data = bytes(legacy.build())
+    chunk = chunk_of(data)
+    assert [chunk.raw_span(i) for i in range(3)] == [None, None, None]
+    batch = assert_same(data, monkeypatch, [100])
+    assert batch.column("value").to_pylist() == [b"legacy %d" % i for i in range(3)]
+
+
 @pytest.mark.parametrize("cut", [0, 10, 60, 61, 62, 100])
 def test_truncated_batch(cut: int) -> None:
     data = good()[: -1 - cut]
