@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -66,7 +67,7 @@ class ChildCrashed:
     exc: BaseException
 
 
-class CoordinationRoutine(Generic[Ev, Act]):
+class CoordinationRoutine(ABC, Generic[Ev, Act]):
     """Inbox, routine task, supervision and commit surface; the shell fills the hooks."""
 
     #: Names the routine task: ``aiogroup-<task_name>-<group id>``.
@@ -109,54 +110,61 @@ class CoordinationRoutine(Generic[Ev, Act]):
 
     # -- what each shell provides ---------------------------------------------------------
 
+    @abstractmethod
     def _finished(self) -> bool:
         """The machine will not move again (closed or failed)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _next_deadline(self) -> float | None:
-        raise NotImplementedError
+        """The loop time of the machine's next timer (None: none)."""
 
+    @abstractmethod
     def _handle(self, event: Ev, now: float) -> list[Act]:
-        raise NotImplementedError
+        """Feed the machine one event at loop time ``now``."""
 
+    @abstractmethod
     def _timer_fired(self) -> Ev:
-        raise NotImplementedError
+        """The machine's TimerFired."""
 
+    @abstractmethod
     def _polled(self, at: float) -> Ev:
-        raise NotImplementedError
+        """The machine's ApplicationPolled (the application polled at ``at``)."""
 
+    @abstractmethod
     def _close_requested(self) -> list[Any]:
         """What ``close()`` puts on the inbox."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _crashed(self, message: str, exc: BaseException) -> Ev:
         """The event telling the machine the routine failed (it raises it to the user)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _listener_completed(self, kind: str, error: BaseException | None) -> Ev:
         """The event telling the machine a callback ended (``kind``: revoked/assigned/lost)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _refresh_failed(self, exc: BaseException, retriable: bool) -> Ev:
         """The event telling the machine a committed-offset lookup failed."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _after_step(self) -> None:
         """After every machine step: publish what the machine says (the delivery gate)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _generation_key(self) -> object:
         """The machine's generation identity now (None: between generations)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _on_subscription_poke(self) -> None:
-        raise NotImplementedError
+        """The subscription changed: follow it, and tell the machine what matters."""
 
+    @abstractmethod
     def _performer(self, action: Act) -> Callable[[Any, Any], None] | None:
-        raise NotImplementedError
+        """The shell's performer of ``action`` (its table)."""
 
+    @abstractmethod
     def _commit_rules(self, auto: bool) -> CommitRules:
-        raise NotImplementedError
+        """How this protocol classifies commit / offset-fetch answers."""
 
     def _on_start(self) -> None:
         """Start the shell's own lifetime children."""
@@ -397,16 +405,17 @@ class CoordinationRoutine(Generic[Ev, Act]):
 
     # -- CommitPort: what the commit client borrows ----------------------------------------
 
+    @abstractmethod
     async def coordinator_node(self) -> int:
         """The coordinator's node id, once known."""
-        raise NotImplementedError
 
+    @abstractmethod
     def commit_request(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> tuple[Any, int]:
         """The OffsetCommit request and the generation (epoch) it commits under."""
-        raise NotImplementedError
 
+    @abstractmethod
     def fetch_request(self, partitions: list[TopicPartition]) -> Any:
-        raise NotImplementedError
+        """The OffsetFetch request."""
 
     async def send(self, node: int, request: Any) -> Any:
         """Send on the coordination connection, timed (the group-request latency metric)."""
