@@ -27,7 +27,7 @@ from aiokafka.client import AIOKafkaClient, ConnectionGroup
 from aiokafka.errors import IncompatibleBrokerVersion
 
 from aiogroup._coordination.commit_outcome import CommitRules
-from aiogroup._coordination.routine import CoordinationRoutine
+from aiogroup._coordination.routine import CoordinationRoutine, MachineEvents
 from aiogroup._coordination.tracking import consumer_subscription_diff
 from aiogroup._coordination.watch import subscription_view
 from aiogroup._membership import consumer_group as cg
@@ -109,6 +109,18 @@ _LISTENERS = {
     "lost": cg.Listener.LOST,
 }
 
+#: The events the routine builds, in the consumer-protocol machine's vocabulary.
+_EVENTS = MachineEvents(
+    cg.TimerFired,
+    lambda at: cg.ApplicationPolled(),
+    cg.CloseRequested,
+    lambda kind, error: cg.ListenerCompleted(
+        _LISTENERS[kind], None if error is None else repr(error), error
+    ),
+    cg.CommittedOffsetsUnavailable,
+    cg.RoutineFailed,
+)
+
 
 class ConsumerGroupCoordinator(CoordinationRoutine[cg.Event, cg.Action]):
     """Keeps one consumer in a consumer-protocol group: heartbeat, reconcile, commit."""
@@ -118,9 +130,8 @@ class ConsumerGroupCoordinator(CoordinationRoutine[cg.Event, cg.Action]):
     def __init__(
         self, client: AIOKafkaClient, subscription: SubscriptionState, config: ConsumerConfig
     ) -> None:
-        #: The session is the broker's (group.consumer.session.timeout.ms).
-        super().__init__(client, subscription, config, ConsumerMetrics())
-        assert config.group_id is not None
+        if config.group_id is None:
+            raise ConfigurationError("ConsumerGroupCoordinator needs config.group_id")
         # KIP-1082: the client names itself, once, and keeps the id across rejoins.
         self._membership = cg.ConsumerMembership(
             config.group_id,
@@ -128,9 +139,13 @@ class ConsumerGroupCoordinator(CoordinationRoutine[cg.Event, cg.Action]):
             instance_id=config.group_instance_id,
             server_assignor=config.group_remote_assignor,
             rebalance_timeout_ms=config.effective_rebalance_timeout_ms,
-            retry_backoff=self._retry_backoff,
+            retry_backoff=config.retry_backoff_ms / 1000,
             max_poll_interval=config.max_poll_interval_ms / 1000,
             auto_commit=config.enable_auto_commit,
+        )
+        #: The session is the broker's (group.consumer.session.timeout.ms).
+        super().__init__(
+            client, subscription, config, ConsumerMetrics(), self._membership, _EVENTS, _PERFORMERS
         )
         self._node: int | None = None
         #: Woken after every heartbeat answer: commits waiting for a fresh epoch retry.
@@ -158,33 +173,6 @@ class ConsumerGroupCoordinator(CoordinationRoutine[cg.Event, cg.Action]):
 
     # -- the routine's hooks -------------------------------------------------------------
 
-    def _finished(self) -> bool:
-        return self._membership.finished
-
-    def _next_deadline(self) -> float | None:
-        return self._membership.next_deadline()
-
-    def _handle(self, event: cg.Event, now: float) -> list[cg.Action]:
-        return self._membership.handle(event, now)
-
-    def _timer_fired(self) -> cg.Event:
-        return cg.TimerFired()
-
-    def _polled(self, at: float) -> cg.Event:
-        return cg.ApplicationPolled()
-
-    def _close_requested(self) -> list[Any]:
-        return [cg.CloseRequested()]
-
-    def _crashed(self, message: str, exc: BaseException) -> cg.Event:
-        return cg.RoutineFailed(message, KafkaError(message))
-
-    def _listener_completed(self, kind: str, error: BaseException | None) -> cg.Event:
-        return cg.ListenerCompleted(_LISTENERS[kind], None if error is None else repr(error), error)
-
-    def _refresh_failed(self, exc: BaseException, retriable: bool) -> cg.Event:
-        return cg.CommittedOffsetsUnavailable(exc, retriable)
-
     def _generation_key(self) -> object:
         # The member id is kept across rejoins (KIP-1082); a generation here is one
         # membership: from the first epoch the broker gives to a fence or a leave.
@@ -194,9 +182,6 @@ class ConsumerGroupCoordinator(CoordinationRoutine[cg.Event, cg.Action]):
     def _after_step(self) -> None:
         # The delivery gate: past it the coordinator may have fenced this member.
         self._subscription.set_membership_valid_until(self._membership.membership_valid_until())
-
-    def _performer(self, action: cg.Action) -> Callable[[Any, Any], None] | None:
-        return _PERFORMERS.get(type(action))
 
     def _commit_rules(self, auto: bool) -> CommitRules:
         m = self._membership

@@ -23,7 +23,7 @@ from aiokafka.client import AIOKafkaClient
 
 from aiogroup._coordination.commit_outcome import CommitRules
 from aiogroup._coordination.group_requests import ClassicRequests
-from aiogroup._coordination.routine import CoordinationRoutine
+from aiogroup._coordination.routine import CoordinationRoutine, MachineEvents
 from aiogroup._coordination.topic_watch import TopicWatch
 from aiogroup._coordination.tracking import classic_subscription_diff
 from aiogroup._coordination.watch import subscription_view
@@ -79,9 +79,6 @@ class GroupCoordinator(CoordinationRoutine[E.Event, A.Action]):
     ) -> None:
         if not assignors:
             raise ConfigurationError("GroupCoordinator needs at least one partition assignor")
-        super().__init__(
-            client, subscription, config, ConsumerMetrics(config.session_timeout_ms / 1000)
-        )
         self._protocol = select_rebalance_protocol(assignors)
         self._membership = Membership(
             protocol=self._protocol,
@@ -89,11 +86,15 @@ class GroupCoordinator(CoordinationRoutine[E.Event, A.Action]):
             heartbeat_interval=config.heartbeat_interval_ms / 1000,
             max_poll_interval=config.max_poll_interval_ms / 1000,
             rebalance_timeout=config.effective_rebalance_timeout_ms / 1000,
-            retry_backoff=self._retry_backoff,
+            retry_backoff=config.retry_backoff_ms / 1000,
             auto_commit_interval=(
                 config.auto_commit_interval_ms / 1000 if config.enable_auto_commit else None
             ),
             static_member=config.group_instance_id is not None,
+        )
+        metrics = ConsumerMetrics(config.session_timeout_ms / 1000)
+        super().__init__(
+            client, subscription, config, metrics, self._membership, _EVENTS, _PERFORMERS
         )
         self._requests = ClassicRequests(
             client,
@@ -148,32 +149,8 @@ class GroupCoordinator(CoordinationRoutine[E.Event, A.Action]):
 
     # -- the routine's hooks -------------------------------------------------------------
 
-    def _finished(self) -> bool:
-        return self._membership.state in (MemberState.CLOSED, MemberState.FATAL)
-
-    def _next_deadline(self) -> float | None:
-        return self._membership.next_deadline()
-
-    def _handle(self, event: E.Event, now: float) -> list[A.Action]:
-        return self._membership.handle(event, now)
-
-    def _timer_fired(self) -> E.Event:
-        return E.TimerFired()
-
-    def _polled(self, at: float) -> E.Event:
-        return E.ApplicationPolled(at)
-
     def _close_requested(self) -> list[Any]:
         return [E.CloseRequested(), _AbandonJoin()]
-
-    def _crashed(self, message: str, exc: BaseException) -> E.Event:
-        return E.RoutineFailed(message, KafkaError(message))
-
-    def _listener_completed(self, kind: str, error: BaseException | None) -> E.Event:
-        return E.ListenerCompleted(kind, error)
-
-    def _refresh_failed(self, exc: BaseException, retriable: bool) -> E.Event:
-        return E.CommittedOffsetsUnavailable(exc, retriable)
 
     def _generation_key(self) -> object:
         m = self._membership
@@ -187,9 +164,6 @@ class GroupCoordinator(CoordinationRoutine[E.Event, A.Action]):
             self._coordinator_known.clear()
         else:
             self._coordinator_known.set()
-
-    def _performer(self, action: A.Action) -> Callable[[Any, Any], None] | None:
-        return _PERFORMERS.get(type(action))
 
     def _commit_rules(self, auto: bool) -> CommitRules:
         return self._rules
@@ -389,6 +363,16 @@ class GroupCoordinator(CoordinationRoutine[E.Event, A.Action]):
         else:
             self._inbox.put_nowait(E.OffsetFetchFailed(kind))
 
+
+#: The events the routine builds, in the classic machine's vocabulary.
+_EVENTS = MachineEvents(
+    E.TimerFired,
+    E.ApplicationPolled,
+    E.CloseRequested,
+    E.ListenerCompleted,
+    E.CommittedOffsetsUnavailable,
+    E.RoutineFailed,
+)
 
 #: Action type -> its performer: every action the classic machine can return.
 _PERFORMERS: dict[type[A.Action], Callable[[GroupCoordinator, Any], None]] = {

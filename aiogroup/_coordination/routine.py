@@ -29,7 +29,7 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import async_timeout
 from aiokafka.client import AIOKafkaClient, ConnectionGroup
@@ -47,12 +47,44 @@ from aiogroup.metrics import ConsumerMetrics
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
 from aiogroup.subscription import SubscriptionState
 
-__all__ = ["ChildCrashed", "CoordinationRoutine", "SubscriptionPoke"]
+__all__ = ["ChildCrashed", "CoordinationRoutine", "Machine", "MachineEvents", "SubscriptionPoke"]
 
 log = logging.getLogger("aiogroup.coordinator")
 
 Ev = TypeVar("Ev")
 Act = TypeVar("Act")
+Ev_co = TypeVar("Ev_co", covariant=True)
+Ev_contra = TypeVar("Ev_contra", contravariant=True)
+
+
+class Machine(Protocol[Ev_contra, Act]):
+    """What the routine drives: both membership machines have this shape."""
+
+    @property
+    def finished(self) -> bool:
+        """Nothing more will happen (closed or failed): the routine ends."""
+
+    def handle(self, event: Ev_contra, now: float) -> list[Act]:
+        """Feed one event at loop time ``now``; the actions to perform, in order."""
+
+    def next_deadline(self) -> float | None:
+        """When TimerFired is due (None: only an event can move the machine)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MachineEvents(Generic[Ev_co]):
+    """The events the routine itself builds, in the machine's own vocabulary."""
+
+    timer_fired: Callable[[], Ev_co]
+    #: The application polled at loop time ``at``.
+    polled: Callable[[float], Ev_co]
+    close_requested: Callable[[], Ev_co]
+    #: A callback ended: (kind - revoked/assigned/lost -, its exception or None).
+    listener_completed: Callable[[str, BaseException | None], Ev_co]
+    #: A committed-offset lookup failed: (the error, whether asking again may cure it).
+    committed_unavailable: Callable[[BaseException, bool], Ev_co]
+    #: The routine failed: (message, the error the application raises).
+    routine_failed: Callable[[str, BaseException], Ev_co]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +111,16 @@ class CoordinationRoutine(ABC, Generic[Ev, Act]):
         subscription: SubscriptionState,
         config: ConsumerConfig,
         metrics: ConsumerMetrics,
+        machine: Machine[Ev, Act],
+        events: MachineEvents[Ev],
+        performers: Mapping[type[Any], Callable[[Any, Any], None]],
     ) -> None:
         if config.group_id is None:
             raise ConfigurationError(f"{type(self).__name__} needs config.group_id")
+        self._machine = machine
+        self._events = events
+        #: Action type -> its performer (the shell's table).
+        self._performers = performers
         self._client = client
         self._subscription = subscription
         self._config = config
@@ -101,7 +140,7 @@ class CoordinationRoutine(ABC, Generic[Ev, Act]):
             self._group_id,
             self._listener_thread,
             lambda coro, name: self._generation.spawn(coro, name, cancel_on_close=False),
-            lambda kind, error: self._inbox.put_nowait(self._listener_completed(kind, error)),
+            lambda kind, error: self._inbox.put_nowait(events.listener_completed(kind, error)),
         )
         self._last_fed_poll: float | None = None
         self._subscription_key: object = None
@@ -110,41 +149,9 @@ class CoordinationRoutine(ABC, Generic[Ev, Act]):
 
     # -- what each shell provides ---------------------------------------------------------
 
-    @abstractmethod
-    def _finished(self) -> bool:
-        """The machine will not move again (closed or failed)."""
-
-    @abstractmethod
-    def _next_deadline(self) -> float | None:
-        """The loop time of the machine's next timer (None: none)."""
-
-    @abstractmethod
-    def _handle(self, event: Ev, now: float) -> list[Act]:
-        """Feed the machine one event at loop time ``now``."""
-
-    @abstractmethod
-    def _timer_fired(self) -> Ev:
-        """The machine's TimerFired."""
-
-    @abstractmethod
-    def _polled(self, at: float) -> Ev:
-        """The machine's ApplicationPolled (the application polled at ``at``)."""
-
-    @abstractmethod
     def _close_requested(self) -> list[Any]:
         """What ``close()`` puts on the inbox."""
-
-    @abstractmethod
-    def _crashed(self, message: str, exc: BaseException) -> Ev:
-        """The event telling the machine the routine failed (it raises it to the user)."""
-
-    @abstractmethod
-    def _listener_completed(self, kind: str, error: BaseException | None) -> Ev:
-        """The event telling the machine a callback ended (``kind``: revoked/assigned/lost)."""
-
-    @abstractmethod
-    def _refresh_failed(self, exc: BaseException, retriable: bool) -> Ev:
-        """The event telling the machine a committed-offset lookup failed."""
+        return [self._events.close_requested()]
 
     @abstractmethod
     def _after_step(self) -> None:
@@ -157,10 +164,6 @@ class CoordinationRoutine(ABC, Generic[Ev, Act]):
     @abstractmethod
     def _on_subscription_poke(self) -> None:
         """The subscription changed: follow it, and tell the machine what matters."""
-
-    @abstractmethod
-    def _performer(self, action: Act) -> Callable[[Any, Any], None] | None:
-        """The shell's performer of ``action`` (its table)."""
 
     @abstractmethod
     def _commit_rules(self, auto: bool) -> CommitRules:
@@ -256,8 +259,8 @@ class CoordinationRoutine(ABC, Generic[Ev, Act]):
         getter: asyncio.Task[Any] | None = None
         try:
             self._on_subscription_poke()
-            while not self._finished():
-                deadline = self._next_deadline()
+            while not self._machine.finished:
+                deadline = self._machine.next_deadline()
                 timeout = None if deadline is None else max(0.0, deadline - loop.time())
                 if getter is None:
                     getter = loop.create_task(self._inbox.get())
@@ -265,7 +268,7 @@ class CoordinationRoutine(ABC, Generic[Ev, Act]):
                 if getter in done:
                     item, getter = getter.result(), None
                 else:
-                    item = self._timer_fired()
+                    item = self._events.timer_fired()
                 self._dispatch(item)
         except asyncio.CancelledError:
             raise
@@ -285,7 +288,7 @@ class CoordinationRoutine(ABC, Generic[Ev, Act]):
         and cannot take even that, report directly - the one way left to say it."""
         message = f"group coordination failed: {exc!r}"
         try:
-            self._feed(self._crashed(message, exc))
+            self._feed(self._events.routine_failed(message, KafkaError(message)))
         except Exception:
             log.exception("group %s: the machine could not take its own failure", self._group_id)
             self._subscription.report_error(KafkaError(message))
@@ -304,8 +307,8 @@ class CoordinationRoutine(ABC, Generic[Ev, Act]):
         last_poll = self._subscription.last_poll
         if last_poll is not None and last_poll != self._last_fed_poll:
             self._last_fed_poll = last_poll
-            self._perform_all(self._handle(self._polled(last_poll), now))
-        actions = self._handle(event, now)
+            self._perform_all(self._machine.handle(self._events.polled(last_poll), now))
+        actions = self._machine.handle(event, now)
         # A generation that ended closes its scope before this step's actions start
         # the next generation's children (see _coordination/supervision.py).
         self._generation.enter(self._generation_key())
@@ -318,7 +321,7 @@ class CoordinationRoutine(ABC, Generic[Ev, Act]):
 
     def _perform(self, action: Act) -> None:
         self.metrics.on_action(action)
-        performer = self._performer(action)
+        performer = self._performers.get(type(action))
         if performer is None:  # pragma: no cover - a new action type without a performer
             raise TypeError(f"no performer for {action!r}")
         performer(self, action)
@@ -401,7 +404,7 @@ class CoordinationRoutine(ABC, Generic[Ev, Act]):
 
     def _refresh(self, exc: BaseException) -> None:
         """A committed-offset lookup failed: the machine decides whether the user hears."""
-        self._inbox.put_nowait(self._refresh_failed(exc, is_retriable(exc)))
+        self._inbox.put_nowait(self._events.committed_unavailable(exc, is_retriable(exc)))
 
     # -- CommitPort: what the commit client borrows ----------------------------------------
 

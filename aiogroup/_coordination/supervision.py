@@ -19,12 +19,14 @@ What is per *life* and what is per *generation* (:class:`GenerationScopes`):
   answer the machine awaits would leave it waiting forever, so these end only with
   the routine.
 * per generation: the work that serves one assignment - the application's rebalance
-  callbacks, interval auto-commits, the metadata refresh for topics the assignment
-  named but the cluster did not show.  When the generation ends (the machine's
-  generation identity changes), its scope closes: auto-commits and refreshes are
-  cancelled, callbacks are *awaited*, never cancelled (the machine already waits for
-  their ``ListenerCompleted``, and cancelling is its decision - the overrun rule), and
-  the next generation's children start only once that is done.  So an old
+  callbacks, the classic interval auto-commits, the metadata refresh for topics the
+  assignment named but the cluster did not show.  (The KIP-848 auto-commit loop is per
+  life: it commits only while the machine says the member is in the group.)  When the
+  generation ends (the machine's generation identity changes), its scope closes:
+  auto-commits and refreshes are cancelled, callbacks are *awaited*, never cancelled
+  (the machine already waits for their ``ListenerCompleted``, and cancelling is its
+  decision - the overrun rule), and the next generation's children start only once
+  that is done.  So an old
   generation's commit can never land after the new generation's
   ``on_partitions_assigned`` started (franz-go's "everything of the session has
   finished before it returns").

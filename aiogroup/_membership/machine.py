@@ -504,6 +504,11 @@ class Membership:
         return self.generation_id >= 0 and self.member_id != ""
 
     @property
+    def finished(self) -> bool:
+        """Nothing more will happen: closed, or failed."""
+        return self.state in _TERMINAL
+
+    @property
     def heartbeats_active(self) -> bool:
         return self.state in _HEARTBEATING and self.in_generation
 
