@@ -137,14 +137,13 @@ class GenerationScopes:
 
         async def after_previous() -> None:
             if ending is not None and not ending.done():
-                try:
-                    await asyncio.wait({ending})
-                except asyncio.CancelledError:
-                    _close_unstarted(coro)
-                    raise
+                await asyncio.wait({ending})
             await coro
 
-        return self._scope.spawn(after_previous(), name, cancel_on_close=cancel_on_close)
+        task = self._scope.spawn(after_previous(), name, cancel_on_close=cancel_on_close)
+        # Cancelled before it got past the wait, the task never awaited ``coro``.
+        task.add_done_callback(lambda _: _close_unstarted(coro))
+        return task
 
     async def aclose(self) -> None:
         """The routine ends: cancel this generation's children (the life scope ends the rest)."""
