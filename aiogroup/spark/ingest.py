@@ -1,12 +1,15 @@
 """Driver-side ingestion: a GroupConsumer feeds Spark DataFrames to a batch function.
 
-The loop alternates two things on the event loop - collect up to ``max_records``
-records (or whatever arrived within ``max_interval``) as Arrow, then hand them to
-the user's function as a DataFrame - while the function itself runs in a worker
-thread, so heartbeats, rebalances and listener callbacks carry on while Spark works.
-A batch's offsets are committed only after the function returned, and only for
-partitions this member still owns: at-least-once delivery into whatever the function
-writes to.
+The loop collects up to ``max_records`` records (or whatever arrived within
+``max_interval``) as Arrow and hands them to the user's function as a DataFrame; the
+function runs in a worker thread, so heartbeats, rebalances and listener callbacks
+carry on while Spark works - and so does collecting the *next* batch, which is where
+the pipeline's speed comes from (decoding here, writing in the JVM).  The hand-over
+from collected to in flight is synchronous: a revocation finds each record either
+among the collected ones or in the batch in flight, never between.  A batch's offsets
+are committed only after the function returned, and only for partitions this member
+still owns and has not released since the batch was handed over: at-least-once
+delivery into whatever the function writes to.
 
 Revocation is where the choice lies (``on_revoke``):
 
@@ -16,6 +19,10 @@ Revocation is where the choice lies (``on_revoke``):
 * ``"abandon"`` - the revoke callback returns at once.  The batch's offsets for the
   revoked partitions are never committed and ``BatchInfo.abandoned`` is set, so the
   function may stop early; the next owner re-reads those records.
+
+Either way, collected records of released partitions are dropped uncommitted; the
+consumer forgets a released partition's position, so it restarts from the committed
+offset (the end of the last batch written) wherever it goes next.
 
 Lost partitions (session expired, fenced) are always abandoned: their offsets can no
 longer be committed by this member.
@@ -61,6 +68,8 @@ class BatchInfo:
     abandoned: threading.Event = field(default_factory=threading.Event)
     abandoned_partitions: set[TopicPartition] = field(default_factory=set)
     committed_partitions: set[TopicPartition] = field(default_factory=set)
+    #: Each partition's release count when the batch was handed over (see SparkIngest).
+    release_counts: dict[TopicPartition, int] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)
@@ -108,6 +117,21 @@ def _ranges(table: pa.Table) -> dict[TopicPartition, tuple[int, int]]:
         TopicPartition(row["topic"], row["partition"]): (row["offset_min"], row["offset_max"] + 1)
         for row in grouped.to_pylist()
     }
+
+
+def _table_for_spark(batches: Iterable[pa.RecordBatch]) -> pa.Table | None:
+    """One table of the collected batches, without zero-row batches; None if nothing is left.
+
+    Spark's reader of the Arrow stream ``createDataFrame`` writes stops at a zero-row
+    batch: every row after it is silently missing from the DataFrame (measured with
+    PySpark 4.3.0: batches of 3, 0 and 3 rows give a DataFrame of 3 rows).  A revoke
+    that filters a collected batch down to nothing makes exactly such a batch, and
+    the rows after it were then committed without reaching the batch function.
+    """
+    kept = [b for b in batches if b.num_rows]
+    if not kept:
+        return None
+    return pa.Table.from_batches(kept)
 
 
 def _without(table: pa.RecordBatch, tps: Iterable[TopicPartition]) -> pa.RecordBatch:
@@ -190,6 +214,11 @@ class SparkIngest:
         self._committed: dict[TopicPartition, int] = {}
         self._started_at: float | None = None
         self._last_batch_seconds: float | None = None
+        self._batch_started = 0.0
+        #: How often each partition was released (revoked or lost).  A batch remembers
+        #: the counts it was collected under, and a partition released since is never
+        #: committed by that batch's normal path: only the release itself may commit it.
+        self._releases: dict[TopicPartition, int] = {}
 
     # -- public ----------------------------------------------------------------------------
 
@@ -233,22 +262,43 @@ class SparkIngest:
         else:
             self._consumer.subscribe(topics=self._topics, listener=self._listener)
         self._started_at = time.monotonic()
+        loop = asyncio.get_running_loop()
+        collector: asyncio.Task[None] | None = None
         try:
-            while not self._stop.is_set():
-                table = await self._collect()
-                if table is not None and table.num_rows:
-                    await self._process(table)
+            await self._collect()
+            while self._pending:
+                # Handed over synchronously: from here on a revocation finds the
+                # batch in flight (and no longer among the collected records).
+                info, done = self._start_batch(self._take_pending())
+                if self._stop.is_set():
+                    await self._finish_batch(info, done)
+                    break
+                # The next batch is collected while Spark works on this one: decoding
+                # (this loop) and Spark (the worker thread, mostly the JVM) overlap.
+                collector = loop.create_task(self._collect())
+                await self._finish_batch(info, done)
+                if self._stop.is_set():
+                    break  # records collected meanwhile stay uncommitted: redelivered
+                await collector
+                collector = None
+                while not self._pending and not self._stop.is_set():
+                    await self._collect()
         finally:
+            if collector is not None:
+                collector.cancel()
+                await asyncio.gather(collector, return_exceptions=True)
+            self._pending = []
             self._executor.shutdown(wait=False)
         return self.progress()
 
     # -- the loop --------------------------------------------------------------------------
 
-    async def _collect(self) -> pa.Table | None:
-        """Records until max_records, max_interval after the first one, or stop()."""
+    async def _collect(self) -> None:
+        """Add records to ``_pending`` until max_records, max_interval after the first one,
+        or stop().  A revocation meanwhile drops the revoked partitions' records from it.
+        """
         loop = asyncio.get_running_loop()
-        self._pending = []
-        count = 0
+        count = sum(b.num_rows for b in self._pending)
         deadline: float | None = None
         while count < self._max_records and not self._stop.is_set():
             now = loop.time()
@@ -265,19 +315,27 @@ class SparkIngest:
                 deadline = loop.time() + self._max_interval
             self._pending.append(conform(chunk))
             count = sum(b.num_rows for b in self._pending)
-        if not self._pending:
-            return None
-        table = pa.Table.from_batches(self._pending)
+
+    def _take_pending(self) -> pa.Table:
+        table = _table_for_spark(self._pending)
+        assert table is not None, "_pending holds no zero-row batch"
         self._pending = []
         return table
 
-    async def _process(self, table: pa.Table) -> None:
+    def _start_batch(self, table: pa.Table) -> tuple[BatchInfo, asyncio.Future[Any]]:
+        """Hand ``table`` to the worker thread; the batch is in flight from this call."""
         info = BatchInfo(batch_id=self._batches, ranges=_ranges(table), num_records=table.num_rows)
+        info.release_counts = {tp: self._releases.get(tp, 0) for tp in info.ranges}
         loop = asyncio.get_running_loop()
-        started = loop.time()
+        self._batch_started = loop.time()
         self._in_flight = info
         done = loop.run_in_executor(self._executor, self._call_user, table, info)
         self._in_flight_done = done
+        return info, done
+
+    async def _finish_batch(self, info: BatchInfo, done: asyncio.Future[Any]) -> None:
+        """Wait for the batch function, commit, and report progress."""
+        loop = asyncio.get_running_loop()
         try:
             # Shielded: cancelling run() must not pretend the thread stopped; the batch
             # is simply left uncommitted.
@@ -290,7 +348,7 @@ class SparkIngest:
         self._records += info.num_records
         if info.abandoned_partitions:
             self._abandoned_batches += 1
-        self._last_batch_seconds = loop.time() - started
+        self._last_batch_seconds = loop.time() - self._batch_started
         progress = self.progress()
         log.info(
             "batch %d: %d records in %.2fs, %.0f records/s overall, lag %d",
@@ -307,7 +365,9 @@ class SparkIngest:
         frame = self._spark.createDataFrame(table)
         return self._handle_batch(frame, info)
 
-    async def _commit(self, info: BatchInfo, tps: set[TopicPartition]) -> None:
+    async def _commit(
+        self, info: BatchInfo, tps: set[TopicPartition], *, releasing: bool = False
+    ) -> None:
         async with self._commit_lock:
             owned = self._consumer.assignment()
             offsets = {
@@ -316,6 +376,10 @@ class SparkIngest:
                 if tp in owned
                 and tp not in info.abandoned_partitions
                 and tp not in info.committed_partitions
+                # Released since the batch was handed over (and perhaps assigned here
+                # again, starting over from the committed offset): only the release
+                # path, which waited for this very batch, may commit it.
+                and (releasing or self._releases.get(tp, 0) == info.release_counts.get(tp, 0))
             }
             if not offsets:
                 return
@@ -331,16 +395,27 @@ class SparkIngest:
 
     async def _release(self, partitions: set[TopicPartition], *, lost: bool) -> None:
         """Runs in the rebalance listener, before ``partitions`` leave this member."""
-        # Records collected but not yet handed over: their partitions restart from the
-        # committed offset wherever they go next (here too, after an eager rebalance).
-        self._pending = [_without(b, partitions) for b in self._pending]
-        for tp in partitions:
-            self._committed.pop(tp, None)
+        # Records collected but not yet handed over (the next batch, collected while
+        # Spark writes the current one): dropped, never committed.  Their partitions
+        # restart from the committed offset wherever they go next (here too, after an
+        # eager rebalance: the consumer forgets a revoked partition's position).
+        released = frozenset(partitions)
+        dropped = self._drop_pending(released)
         info, done = self._in_flight, self._in_flight_done
-        if info is None or done is None:
-            return
-        touched = partitions & set(info.ranges)
-        if not touched:
+        counts = {tp: self._releases.get(tp, 0) for tp in released}
+        for tp in released:
+            self._releases[tp] = counts[tp] + 1
+            self._committed.pop(tp, None)
+        touched = set() if info is None else released & set(info.ranges)
+        log.info(
+            "%s %s: dropped %d collected records; batch in flight %s touches %s",
+            "lost" if lost else "revoked",
+            sorted(released),
+            dropped,
+            None if info is None else info.batch_id,
+            sorted(touched),
+        )
+        if info is None or done is None or not touched:
             return
         if lost or self._on_revoke == "abandon":
             info.abandoned_partitions |= touched
@@ -352,7 +427,20 @@ class SparkIngest:
             await asyncio.shield(done)
         except Exception:
             return  # the loop re-raises the function's error; nothing to commit
-        await self._commit(info, touched)
+        # Only partitions whose batch was handed over before this release began.
+        still = {tp for tp in touched if info.release_counts.get(tp, 0) == counts[tp]}
+        await self._commit(info, still, releasing=True)
+        # Whatever a read returned while we waited is dropped as well (a read can only
+        # return records of partitions still being fetched, but say so in code).
+        self._drop_pending(released)
+
+    def _drop_pending(self, partitions: frozenset[TopicPartition]) -> int:
+        before = sum(b.num_rows for b in self._pending)
+        # A batch emptied here is dropped: see _table_for_spark for why it must go, and
+        # ``while self._pending`` in run() takes an empty list to mean nothing collected.
+        kept = (_without(b, partitions) for b in self._pending)
+        self._pending = [b for b in kept if b.num_rows]
+        return int(before - sum(b.num_rows for b in self._pending))
 
 
 async def ingest(
