@@ -96,7 +96,7 @@ class GroupCoordinator(CoordinationRoutine[E.Event, A.Action]):
         super().__init__(
             client, subscription, config, metrics, self._membership, _EVENTS, _PERFORMERS
         )
-        self._requests = ClassicRequests(
+        self._requests: ClassicRequests = ClassicRequests(
             client,
             subscription,
             config,
@@ -229,24 +229,9 @@ class GroupCoordinator(CoordinationRoutine[E.Event, A.Action]):
         )
         self._join_task = self._children.spawn(self._requests.join_group(action), "JoinGroup")
 
-    def _compute_assignment(self, action: A.ComputeAssignment) -> None:
-        self._children.spawn(self._requests.compute_assignment(action), "assign")
-
-    def _sync_group(self, action: A.SendSyncGroup) -> None:
-        self._children.spawn(self._requests.sync_group(action), "SyncGroup")
-
-    def _heartbeat(self, action: A.SendHeartbeat) -> None:
-        self._children.spawn(self._requests.heartbeat(action), "Heartbeat")
-
     def _leave_group(self, action: A.SendLeaveGroup) -> None:
         log.info("group %s: leaving the group - %s", self._group_id, action.reason)
         self._children.spawn(self._requests.leave_group(action), "LeaveGroup")
-
-    def _mark_revoking(self, action: A.MarkRevoking) -> None:
-        self._subscription.mark_revoking(action.partitions)
-
-    def _revoke(self, action: A.InvokeOnPartitionsRevoked) -> None:
-        self._start_revoke(action.partitions, action.commit_first)
 
     def _assigned(self, action: A.InvokeOnPartitionsAssigned) -> None:
         log.info(
@@ -264,15 +249,6 @@ class GroupCoordinator(CoordinationRoutine[E.Event, A.Action]):
             lambda: self._run_assigned(added),
             on_done=lambda: self._subscription.mark_assigning(added, False),
         )
-
-    def _lost(self, action: A.InvokeOnPartitionsLost) -> None:
-        self._start_lost(action.partitions)
-
-    def _cancel_listener(self, action: A.CancelListener) -> None:
-        self._listeners.cancel(action.reason)
-
-    def _start_auto_commit(self, action: A.AutoCommit) -> None:
-        self._generation.spawn(self._auto_commit(None, action.reason), "auto-commit")
 
     def _backoff(self, action: A.Backoff) -> None:
         log.debug("group %s: backing off %.3fs: %s", self._group_id, action.seconds, action.reason)
@@ -375,20 +351,23 @@ _EVENTS = MachineEvents(
 )
 
 #: Action type -> its performer: every action the classic machine can return.
-_PERFORMERS: dict[type[A.Action], Callable[[GroupCoordinator, Any], None]] = {
+_PERFORMERS: dict[type[A.Action], Callable[[GroupCoordinator, Any], object]] = {
     A.FindCoordinator: GroupCoordinator._find_coordinator,
     A.SendJoinGroup: GroupCoordinator._join_group,
-    A.ComputeAssignment: GroupCoordinator._compute_assignment,
-    A.SendSyncGroup: GroupCoordinator._sync_group,
-    A.SendHeartbeat: GroupCoordinator._heartbeat,
+    A.ComputeAssignment: lambda c, a: c._children.spawn(
+        c._requests.compute_assignment(a), "assign"
+    ),
+    A.SendSyncGroup: lambda c, a: c._children.spawn(c._requests.sync_group(a), "SyncGroup"),
+    A.SendHeartbeat: lambda c, a: c._children.spawn(c._requests.heartbeat(a), "Heartbeat"),
     A.SendLeaveGroup: GroupCoordinator._leave_group,
-    A.MarkRevoking: GroupCoordinator._mark_revoking,
-    A.InvokeOnPartitionsRevoked: GroupCoordinator._revoke,
+    A.MarkRevoking: lambda c, a: c._subscription.mark_revoking(a.partitions),
+    A.InvokeOnPartitionsRevoked: lambda c, a: c._start_revoke(a.partitions, a.commit_first),
     A.InvokeOnPartitionsAssigned: GroupCoordinator._assigned,
-    A.InvokeOnPartitionsLost: GroupCoordinator._lost,
-    A.CancelListener: GroupCoordinator._cancel_listener,
+    A.InvokeOnPartitionsLost: lambda c, a: c._start_lost(a.partitions),
+    A.CancelListener: lambda c, a: c._listeners.cancel(a.reason),
     A.SetAssignment: GroupCoordinator._perform_set_assignment,
-    A.AutoCommit: GroupCoordinator._start_auto_commit,
+    # Interval auto-commits serve one generation (supervision.py).
+    A.AutoCommit: lambda c, a: c._generation.spawn(c._auto_commit(None, a.reason), "auto-commit"),
     A.Backoff: GroupCoordinator._backoff,
     A.RaiseToApplication: GroupCoordinator._perform_raise,
 }

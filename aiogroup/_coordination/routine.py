@@ -113,7 +113,7 @@ class CoordinationRoutine(ABC, Generic[Ev, Act]):
         metrics: ConsumerMetrics,
         machine: Machine[Ev, Act],
         events: MachineEvents[Ev],
-        performers: Mapping[type[Any], Callable[[Any, Any], None]],
+        performers: Mapping[type[Any], Callable[[Any, Any], object]],
     ) -> None:
         if config.group_id is None:
             raise ConfigurationError(f"{type(self).__name__} needs config.group_id")
