@@ -118,10 +118,6 @@ class GenerationScopes:
         #: The previous generation's scope closing (None: nothing to wait for).
         self._ending: asyncio.Task[Any] | None = None
 
-    @property
-    def key(self) -> object:
-        return self._key
-
     def enter(self, key: object) -> None:
         """The machine's generation is ``key`` now; end the previous one if it changed."""
         if key == self._key:
