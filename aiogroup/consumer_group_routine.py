@@ -223,7 +223,15 @@ class ConsumerGroupCoordinator(CoordinationRoutine[cg.Event, cg.Action]):
             self._membership.member_epoch,
             sorted(parts) or "no new partitions",
         )
-        self._listeners.start("assigned", lambda: self._run_assigned(parts))
+        # As in the classic shell (and in Java, whose poll() runs the callback): no
+        # record of a new partition is handed out until the callback, and the seeks to
+        # the offsets it returns, are done, however it ends.
+        self._subscription.mark_assigning(parts, True)
+        self._listeners.start(
+            "assigned",
+            lambda: self._run_assigned(parts),
+            on_done=lambda: self._subscription.mark_assigning(parts, False),
+        )
 
     def _lost(self, action: cg.InvokeOnPartitionsLost) -> None:
         lost = _tps(action.partitions)
