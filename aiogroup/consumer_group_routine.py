@@ -5,16 +5,13 @@ classic :class:`~aiogroup.coordinator.GroupCoordinator`; it offers the same
 surface to the consumer (start, close, abort, commit_offsets,
 fetch_committed_offsets, member_id, generation_id).
 
-One routine task owns :class:`~aiogroup._membership.consumer_group.ConsumerMembership`.
-Everything that happens - a heartbeat answer, a listener returning, the
-subscription changing, a timer - arrives on its inbox and is fed to the machine;
-the actions that come back are performed here and nothing is decided here.
-Requests and listeners run as child tasks, so heartbeats keep flowing while a
-slow ``on_partitions_revoked`` runs.
-
-Reused, not copied: SubscriptionState (assignment, revoking marks, errors, poll
-times), the listener adapter (``as_async_listener``), aiokafka's client and its
-coordination connection group, and the group-API builders of ``_protocol``.
+How the routine lives - one inbox, lifecycle, supervision, the commit surface - is
+:class:`~aiogroup._coordination.routine.CoordinationRoutine`'s, shared with the
+classic shell.  What is KIP-848's is here: the machine
+(:class:`~aiogroup._membership.consumer_group.ConsumerMembership`), its performers
+(:data:`_PERFORMERS`), and its wire calls - ConsumerGroupHeartbeat, FindCoordinator,
+topic ids, the session timeout (DescribeConfigs) and the epoch-carrying commits.
+Nothing is decided here.
 """
 
 from __future__ import annotations
@@ -24,21 +21,15 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-import async_timeout
 from aiokafka.client import AIOKafkaClient, ConnectionGroup
 from aiokafka.errors import IncompatibleBrokerVersion
 
-from aiogroup._coordination.commit_client import (
-    CommitClient,
-    auto_commit,
-)
 from aiogroup._coordination.commit_outcome import CommitRules
-from aiogroup._coordination.supervision import TaskScope
+from aiogroup._coordination.routine import CoordinationRoutine, MachineEvents
 from aiogroup._coordination.tracking import consumer_subscription_diff
-from aiogroup._coordination.watch import spawn_lifetime_children, subscription_view
+from aiogroup._coordination.watch import subscription_view
 from aiogroup._membership import consumer_group as cg
 from aiogroup._protocol.consumer_group import (
     ConsumerGroupHeartbeatRequest,
@@ -55,16 +46,9 @@ from aiogroup._protocol.group import (
     parse_find_coordinator,
 )
 from aiogroup._protocol.group_configs import parse_session_timeout, session_timeout_request
-from aiogroup._timeouts import wait_for
 from aiogroup.config import REMOTE_ASSIGNORS, ConsumerConfig
-from aiogroup.errors import (
-    CommitFailedError,
-    ConfigurationError,
-    IllegalStateError,
-    KafkaError,
-    error_for_code,
-)
-from aiogroup.listeners import AsyncConsumerRebalanceListener, ListenerThread, as_async_listener
+from aiogroup.errors import CommitFailedError, ConfigurationError, KafkaError, error_for_code
+from aiogroup.listeners import as_async_listener
 from aiogroup.metrics import ConsumerMetrics
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
 from aiogroup.subscription import SubscriptionState, SubscriptionType
@@ -119,33 +103,35 @@ _STALE_EPOCH = (
     "partition may belong to another member"
 )
 
+_LISTENERS = {
+    "revoked": cg.Listener.REVOKED,
+    "assigned": cg.Listener.ASSIGNED,
+    "lost": cg.Listener.LOST,
+}
 
-@dataclass(frozen=True, slots=True)
-class _SubscriptionPoke:
-    """The subscription object changed; the routine reads it and tells the machine."""
+#: The events the routine builds, in the consumer-protocol machine's vocabulary.
+_EVENTS = MachineEvents(
+    cg.TimerFired,
+    lambda at: cg.ApplicationPolled(),
+    cg.CloseRequested,
+    lambda kind, error: cg.ListenerCompleted(
+        _LISTENERS[kind], None if error is None else repr(error), error
+    ),
+    cg.CommittedOffsetsUnavailable,
+    cg.RoutineFailed,
+)
 
 
-@dataclass(frozen=True, slots=True)
-class _ChildCrashed:
-    exc: BaseException
-
-
-_InboxItem = cg.Event | _SubscriptionPoke | _ChildCrashed
-
-
-class ConsumerGroupCoordinator:
+class ConsumerGroupCoordinator(CoordinationRoutine[cg.Event, cg.Action]):
     """Keeps one consumer in a consumer-protocol group: heartbeat, reconcile, commit."""
+
+    task_name = "kip848"
 
     def __init__(
         self, client: AIOKafkaClient, subscription: SubscriptionState, config: ConsumerConfig
     ) -> None:
         if config.group_id is None:
             raise ConfigurationError("ConsumerGroupCoordinator needs config.group_id")
-        self._client = client
-        self._subscription = subscription
-        self._config = config
-        self._group_id: str = config.group_id
-        self._retry_backoff = config.retry_backoff_ms / 1000
         # KIP-1082: the client names itself, once, and keeps the id across rejoins.
         self._membership = cg.ConsumerMembership(
             config.group_id,
@@ -153,23 +139,15 @@ class ConsumerGroupCoordinator:
             instance_id=config.group_instance_id,
             server_assignor=config.group_remote_assignor,
             rebalance_timeout_ms=config.effective_rebalance_timeout_ms,
-            retry_backoff=self._retry_backoff,
+            retry_backoff=config.retry_backoff_ms / 1000,
             max_poll_interval=config.max_poll_interval_ms / 1000,
             auto_commit=config.enable_auto_commit,
         )
-        #: Replaced by the consumer's own (GroupConsumer.metrics); heartbeats and commits
-        #: are timed through it.  The session is the broker's (group.consumer.session.timeout.ms).
-        self.metrics = ConsumerMetrics()
-        self._inbox: asyncio.Queue[_InboxItem] = asyncio.Queue()
-        self._routine: asyncio.Task[None] | None = None
-        self._children = TaskScope(lambda exc: self._inbox.put_nowait(_ChildCrashed(exc)))
-        self._commits = CommitClient(self, self._group_id, self._retry_backoff)
-        self._listener: AsyncConsumerRebalanceListener = AsyncConsumerRebalanceListener()
-        #: Sync listener methods run here, off the loop, as in the classic coordinator.
-        self._listener_thread = ListenerThread()
+        #: The session is the broker's (group.consumer.session.timeout.ms).
+        super().__init__(
+            client, subscription, config, ConsumerMetrics(), self._membership, _EVENTS, _PERFORMERS
+        )
         self._node: int | None = None
-        self._subscription_key: object = None
-        self._last_fed_poll: float | None = None
         #: Woken after every heartbeat answer: commits waiting for a fresh epoch retry.
         self._epoch_changed = asyncio.Event()
 
@@ -193,182 +171,85 @@ class ConsumerGroupCoordinator:
         """The machine itself, for inspection in tests; never mutate it from outside."""
         return self._membership
 
-    # -- lifecycle ---------------------------------------------------------------------
+    # -- the routine's hooks -------------------------------------------------------------
 
-    async def start(self) -> None:
-        if self._routine is not None:
-            raise IllegalStateError("ConsumerGroupCoordinator.start() called twice")
-        loop = asyncio.get_running_loop()
-        self._routine = loop.create_task(self._run(), name=f"aiogroup-kip848-{self._group_id}")
+    def _generation_key(self) -> object:
+        # The member id is kept across rejoins (KIP-1082); a generation here is one
+        # membership: from the first epoch the broker gives to a fence or a leave.
+        m = self._membership
+        return m.member_id if m.member_epoch > 0 else None
 
-    async def close(self, *, timeout: float) -> None:
-        """Revoke (committing first with auto-commit), leave with epoch -1/-2; bounded."""
-        routine = self._routine
-        if routine is None or routine.done():
-            await self._finish_routine()
-            return
-        self._inbox.put_nowait(cg.CloseRequested())
-        try:
-            await wait_for(asyncio.shield(routine), timeout)
-        except asyncio.TimeoutError:
-            log.warning(
-                "group %s: close did not finish within %.1fs; the session timeout will "
-                "evict the member",
-                self._group_id,
-                timeout,
-            )
-        except Exception:
-            pass  # the routine already reported its failure
-        finally:
-            await self._finish_routine()
-
-    async def abort(self) -> None:
-        await self._finish_routine()
-
-    async def _finish_routine(self) -> None:
-        routine = self._routine
-        if routine is not None and not routine.done():
-            routine.cancel()
-        if routine is not None:
-            await asyncio.wait({routine})
-        await self._children.aclose()
-        self._listener_thread.close()
-
-    # -- the routine -------------------------------------------------------------------
-
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        spawn_lifetime_children(
-            self._children,
-            self._subscription,
-            lambda: self._inbox.put_nowait(_SubscriptionPoke()),
-            self._fetch_for_refresh,
-            self._retry_backoff,
-            self._group_id,
-        )
-        self._children.spawn(self._learn_session_timeout(), "DescribeConfigs")
-        if self._config.enable_auto_commit:
-            self._children.spawn(self._auto_commit_loop(), "auto-commit")
-        getter: asyncio.Task[_InboxItem] | None = None
-        try:
-            self._on_subscription_poke()
-            while not self._membership.finished:
-                deadline = self._membership.next_deadline()
-                timeout = None if deadline is None else max(0.0, deadline - loop.time())
-                if getter is None:
-                    getter = loop.create_task(self._inbox.get())
-                done, _ = await asyncio.wait({getter}, timeout=timeout)
-                item: _InboxItem
-                if getter in done:
-                    item, getter = getter.result(), None
-                else:
-                    item = cg.TimerFired()
-                if isinstance(item, _ChildCrashed):
-                    raise item.exc
-                if isinstance(item, _SubscriptionPoke):
-                    self._on_subscription_poke()
-                else:
-                    self._feed(item)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.exception("group %s: consumer-protocol routine failed", self._group_id)
-            self._subscription.report_error(KafkaError(f"group coordination failed: {exc!r}"))
-            raise
-        finally:
-            if getter is not None:
-                getter.cancel()
-            await self._children.aclose()
-
-    def _feed(self, event: cg.Event) -> None:
-        """The one place the machine is driven; performs what it answers, in order."""
-        now = asyncio.get_running_loop().time()
-        last_poll = self._subscription.last_poll
-        if last_poll is not None and last_poll != self._last_fed_poll:
-            self._last_fed_poll = last_poll
-            self._perform_all(self._membership.handle(cg.ApplicationPolled(), now))
-        self._perform_all(self._membership.handle(event, now))
+    def _after_step(self) -> None:
         # The delivery gate: past it the coordinator may have fenced this member.
         self._subscription.set_membership_valid_until(self._membership.membership_valid_until())
 
-    def _perform_all(self, actions: Iterable[cg.Action]) -> None:
-        for action in actions:
-            self._perform(action)
+    def _commit_rules(self, auto: bool) -> CommitRules:
+        m = self._membership
+        kind = cg.CommitKind.AUTO if auto else cg.CommitKind.USER
+        return CommitRules(
+            lambda code: cg.commit_outcome(kind, code, in_group=m.in_group),
+            lambda code: cg.offset_fetch_outcome(code, in_group=m.in_group),
+            cg.code_name,
+            _STALE_EPOCH,
+        )
 
-    def _perform(self, action: cg.Action) -> None:
-        if isinstance(action, cg.SendHeartbeat):
-            self._children.spawn(self._heartbeat(action), "ConsumerGroupHeartbeat")
-        elif isinstance(action, cg.FindCoordinator):
-            log.debug("group %s: finding coordinator (%s)", self._group_id, action.reason)
-            self._children.spawn(self._find_coordinator(), "FindCoordinator")
-        elif isinstance(action, cg.SetAssignment):
-            self._set_assignment(action.partitions)
-        elif isinstance(action, cg.InvokeOnPartitionsRevoked):
-            parts = _tps(action.partitions)
-            log.info("group %s: revoking %s", self._group_id, sorted(parts))
-            self._subscription.mark_revoking(parts)
-            commit_first = action.commit_first
+    def _on_start(self) -> None:
+        self._children.spawn(self._learn_session_timeout(), "DescribeConfigs")
+        if self._config.enable_auto_commit:
+            self._children.spawn(self._auto_commit_loop(), "auto-commit")
 
-            async def revoke() -> None:
-                if commit_first:
-                    await self._auto_commit(parts, "before revocation")
-                await self._listener.on_partitions_revoked(set(parts))
+    # -- the performers (one an action type; the table is _PERFORMERS below) -------------
 
-            self._start_listener(cg.Listener.REVOKED, revoke)
-        elif isinstance(action, cg.InvokeOnPartitionsAssigned):
-            parts = _tps(action.partitions)
-            log.info(
-                "group %s: epoch %d assigned %s",
-                self._group_id,
-                self._membership.member_epoch,
-                sorted(parts) or "no new partitions",
-            )
-            self._start_listener(cg.Listener.ASSIGNED, lambda: self._run_assigned(parts))
-        elif isinstance(action, cg.InvokeOnPartitionsLost):
-            lost = _tps(action.partitions)
-            self.metrics.partitions_lost += len(lost)
-            log.warning("group %s: partitions lost: %s", self._group_id, sorted(lost))
-            self._start_listener(
-                cg.Listener.LOST, lambda: self._listener.on_partitions_lost(set(lost))
-            )
-        elif isinstance(action, cg.RequestMetadata):
-            self._children.spawn(self._resolve_topic_ids(), "Metadata")
-        elif isinstance(action, cg.RaiseToApplication):
-            exc: BaseException
-            if action.error_code > 0:
-                exc = error_for_code(action.error_code)(action.message)
-            else:
-                exc = KafkaError(action.message)
-            if action.fatal:
-                log.error("group %s: fatal: %s", self._group_id, action.message)
-            else:
-                log.warning("group %s: %s", self._group_id, action.message)
-            self._subscription.report_error(exc)
-        else:  # pragma: no cover - a new action type without a performer
-            raise TypeError(f"no performer for {action!r}")
+    def _send_heartbeat(self, action: cg.SendHeartbeat) -> None:
+        self._children.spawn(self._heartbeat(action), "ConsumerGroupHeartbeat")
 
-    # -- children ----------------------------------------------------------------------
+    def _find(self, action: cg.FindCoordinator) -> None:
+        log.debug("group %s: finding coordinator (%s)", self._group_id, action.reason)
+        self._children.spawn(self._find_coordinator(), "FindCoordinator")
 
-    def _start_listener(self, kind: cg.Listener, call: Callable[[], Awaitable[Any]]) -> None:
-        """Run a listener as a child; its end becomes ListenerCompleted (heartbeats go on)."""
+    def _perform_set_assignment(self, action: cg.SetAssignment) -> None:
+        self._set_assignment(action.partitions)
 
-        async def run() -> None:
-            error: str | None = None
-            try:
-                await call()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.error("group %s: %s raised", self._group_id, kind.value, exc_info=exc)
-                error = repr(exc)
-                self._subscription.report_error(exc)
-            self._inbox.put_nowait(cg.ListenerCompleted(kind, error))
+    def _revoke(self, action: cg.InvokeOnPartitionsRevoked) -> None:
+        parts = _tps(action.partitions)
+        self._subscription.mark_revoking(parts)
+        self._start_revoke(parts, action.commit_first)
 
-        self._children.spawn(run(), kind.value)
+    def _assigned(self, action: cg.InvokeOnPartitionsAssigned) -> None:
+        parts = _tps(action.partitions)
+        log.info(
+            "group %s: epoch %d assigned %s",
+            self._group_id,
+            self._membership.member_epoch,
+            sorted(parts) or "no new partitions",
+        )
+        # As in the classic shell (and in Java, whose poll() runs the callback): no
+        # record of a new partition is handed out until the callback, and the seeks to
+        # the offsets it returns, are done, however it ends.
+        self._subscription.mark_assigning(parts, True)
+        self._listeners.start(
+            "assigned",
+            lambda: self._run_assigned(parts),
+            on_done=lambda: self._subscription.mark_assigning(parts, False),
+        )
 
-    async def _run_assigned(self, partitions: frozenset[TopicPartition]) -> None:
-        offsets = await self._listener.on_partitions_assigned(set(partitions))
-        self._subscription.apply_start_offsets(offsets)
+    def _lost(self, action: cg.InvokeOnPartitionsLost) -> None:
+        lost = _tps(action.partitions)
+        self.metrics.partitions_lost += len(lost)
+        self._start_lost(lost)
+
+    def _request_metadata(self, action: cg.RequestMetadata) -> None:
+        self._children.spawn(self._resolve_topic_ids(), "Metadata")
+
+    def _perform_raise(self, action: cg.RaiseToApplication) -> None:
+        exc: BaseException
+        if action.exception is not None:
+            exc = action.exception
+        elif action.error_code > 0:
+            exc = error_for_code(action.error_code)(action.message)
+        else:
+            exc = KafkaError(action.message)
+        self._raise_to_application(exc, action.message, action.fatal)
 
     # -- subscription ------------------------------------------------------------------
 
@@ -518,7 +399,7 @@ class ConsumerGroupCoordinator:
                 names = parse_topic_ids(await self._client.send(node, TopicIdsRequest(None)))
                 break
             except IncompatibleBrokerVersion as exc:
-                self._subscription.report_error(exc)
+                self._inbox.put_nowait(cg.BrokerIncompatible("Metadata", exc))
                 return
             except (KafkaError, OSError) as exc:
                 log.debug("group %s: topic id lookup failed (%r)", self._group_id, exc)
@@ -527,52 +408,11 @@ class ConsumerGroupCoordinator:
 
     # -- commits -----------------------------------------------------------------------
 
-    def check_running(self) -> None:
-        routine = self._routine
-        if routine is None or routine.done():
-            raise KafkaError("the group coordinator is not running")
-
     async def coordinator_node(self) -> int:
         while self._node is None:
             self.check_running()
             await asyncio.sleep(self._retry_backoff)
         return self._node
-
-    async def commit_offsets(
-        self,
-        offsets: Mapping[TopicPartition, OffsetAndMetadata],
-        *,
-        timeout: float | None,
-        kind: cg.CommitKind = cg.CommitKind.USER,
-    ) -> None:
-        """Commit under the member epoch; CommitFailedError when the member moved on."""
-        if not offsets:
-            return
-        async with async_timeout.timeout(timeout):
-            await self._commit(dict(offsets), kind)
-
-    async def _commit(
-        self, offsets: dict[TopicPartition, OffsetAndMetadata], kind: cg.CommitKind
-    ) -> None:
-        m = self._membership
-        rules = CommitRules(
-            lambda code: cg.commit_outcome(kind, code, in_group=m.in_group),
-            lambda code: cg.offset_fetch_outcome(code, in_group=m.in_group),
-            cg.code_name,
-            _STALE_EPOCH,
-        )
-        await self._commits.commit(offsets, rules)
-
-    async def _auto_commit(self, partitions: Iterable[TopicPartition] | None, why: str) -> None:
-        """Commit positions of ``partitions`` (None: all assigned); failures are logged only."""
-        timeout = self._config.request_timeout_ms / 1000
-        await auto_commit(
-            self._subscription,
-            partitions,
-            why,
-            lambda offsets: self.commit_offsets(offsets, timeout=timeout, kind=cg.CommitKind.AUTO),
-            self._group_id,
-        )
 
     async def _auto_commit_loop(self) -> None:
         interval = self._config.auto_commit_interval_ms / 1000
@@ -580,31 +420,6 @@ class ConsumerGroupCoordinator:
             await asyncio.sleep(interval)
             if self._membership.in_group:
                 await self._auto_commit(None, "on the interval")
-
-    async def fetch_committed_offsets(
-        self, partitions: Iterable[TopicPartition], *, timeout: float | None
-    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
-        tps = sorted(set(partitions))
-        if not tps:
-            return {}
-        m = self._membership
-        rules = CommitRules(
-            lambda code: cg.commit_outcome(cg.CommitKind.USER, code, in_group=m.in_group),
-            lambda code: cg.offset_fetch_outcome(code, in_group=m.in_group),
-            cg.code_name,
-            _STALE_EPOCH,
-        )
-        async with async_timeout.timeout(timeout):
-            return await self._commits.fetch(tps, rules)
-
-    async def _fetch_for_refresh(
-        self, tps: list[TopicPartition]
-    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
-        return await self.fetch_committed_offsets(
-            tps, timeout=self._config.request_timeout_ms / 1000
-        )
-
-    # -- CommitPort: what the commit client borrows from this shell --------------------
 
     def commit_request(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> tuple[Any, int]:
         if not self._subscription.subscription.group_managed:
@@ -630,10 +445,6 @@ class ConsumerGroupCoordinator:
             )
         return OffsetFetchRequest(self._group_id, partitions, require_stable=True)
 
-    async def send(self, node: int, request: Any) -> Any:
-        send = self._client.send(node, request, group=ConnectionGroup.COORDINATION)
-        return await self.metrics.timed_group_request(request, send)
-
     def next_epoch(self) -> Callable[[], Awaitable[None]]:
         # Java retries a STALE_MEMBER_EPOCH commit with the epoch the next heartbeat
         # brings; taken before the send so a heartbeat answered meanwhile counts.
@@ -649,12 +460,23 @@ class ConsumerGroupCoordinator:
 
         return wait
 
-    def commit_answered(self, result: Any, generation: int) -> None:
-        pass  # the consumer-protocol machine learns of its epoch from heartbeats only
-
-    def offsets_request_failed(self, api: str, kind: str, generation: int, detail: str) -> None:
-        pass  # retried on the same coordinator; heartbeats find a moved one
+    # The machine learns of its epoch from heartbeats only (commit_answered is not
+    # needed), and a commit or fetch without an answer is retried on the same
+    # coordinator: heartbeats find a moved one (offsets_request_failed neither).
 
 
 def _tps(partitions: Iterable[tuple[str, int]]) -> frozenset[TopicPartition]:
     return frozenset(TopicPartition(topic, partition) for topic, partition in partitions)
+
+
+#: Action type -> its performer: every action the consumer-protocol machine can return.
+_PERFORMERS: dict[type[cg.Action], Callable[[ConsumerGroupCoordinator, Any], None]] = {
+    cg.SendHeartbeat: ConsumerGroupCoordinator._send_heartbeat,
+    cg.FindCoordinator: ConsumerGroupCoordinator._find,
+    cg.SetAssignment: ConsumerGroupCoordinator._perform_set_assignment,
+    cg.InvokeOnPartitionsRevoked: ConsumerGroupCoordinator._revoke,
+    cg.InvokeOnPartitionsAssigned: ConsumerGroupCoordinator._assigned,
+    cg.InvokeOnPartitionsLost: ConsumerGroupCoordinator._lost,
+    cg.RequestMetadata: ConsumerGroupCoordinator._request_metadata,
+    cg.RaiseToApplication: ConsumerGroupCoordinator._perform_raise,
+}

@@ -34,6 +34,7 @@ from aiokafka.errors import (
     RecordTooLargeError,
 )
 
+from aiogroup._coordination.supervision import TaskScope
 from aiogroup._fetch.decoding import Chunk, split_batches
 from aiogroup._fetch.delivery import Delivery
 from aiogroup._fetch.planning import MemoryBudget, planning_order
@@ -121,7 +122,9 @@ class Fetcher:
         self._inflight_tps: set[TopicPartition] = set()
         self._node_backoff: dict[int, float] = {}
         self._tp_backoff: dict[TopicPartition, float] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()
+        #: Fetch requests and position resets: children of the fetcher's life (a crash
+        #: is reported to the application, not lost in a task nobody awaits).
+        self._tasks = TaskScope(self._report)
         self._watchers: dict[tuple[int, str], asyncio.Task[None]] = {}
         self._timers: set[asyncio.TimerHandle] = set()
         self._routine: asyncio.Task[None] | None = None
@@ -173,7 +176,7 @@ class Fetcher:
         if self._closed:
             return
         self._closed = True
-        tasks: list[asyncio.Task[Any]] = [*self._tasks, *self._watchers.values()]
+        tasks: list[asyncio.Task[Any]] = list(self._watchers.values())
         if self._routine is not None:
             tasks.append(self._routine)
         for task in tasks:
@@ -181,9 +184,7 @@ class Fetcher:
         for handle in self._timers:
             handle.cancel()
         self._timers.clear()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
-        self._tasks.clear()
+        await asyncio.gather(*tasks, self._tasks.aclose(), return_exceptions=True)
         self._watchers.clear()
         self._delivery.clear()
         self._cursors.clear()
@@ -357,9 +358,7 @@ class Fetcher:
         self._watchers[key] = task
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.spawn(coro, "fetch")
 
     # -- Fetch requests ---------------------------------------------------------------------
 

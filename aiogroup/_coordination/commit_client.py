@@ -24,7 +24,7 @@ from aiogroup._coordination.commit_outcome import (
     positions_to_commit,
 )
 from aiogroup._protocol.group import parse_offset_commit, parse_offset_fetch
-from aiogroup.errors import KafkaError, is_retriable
+from aiogroup.errors import KafkaError
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
 from aiogroup.subscription import FetchStatus, SubscriptionState
 
@@ -162,13 +162,13 @@ async def refresh_committed(
     sub: SubscriptionState,
     fetch: Callable[[list[TopicPartition]], Awaitable[Committed]],
     retry_backoff: float,
-    group_id: str,
+    failed: Callable[[BaseException], None],
 ) -> None:
     """Give partitions awaiting their committed offset a position (or hand them to reset).
 
-    Runs for the routine's lifetime, woken by ``commit_refresh_needed``.  A failure
-    that asking again may cure is retried after the backoff; any other is reported
-    to the application (raised from its next poll).
+    Runs for the routine's lifetime, woken by ``commit_refresh_needed``.  A failed
+    lookup is handed to ``failed`` (the machine decides whether the application
+    hears of it) and asked again after the backoff.
     """
     while not sub.closed:
         await sub.commit_refresh_needed.wait()
@@ -182,9 +182,8 @@ async def refresh_committed(
         try:
             committed = await fetch(tps)
         except (KafkaError, asyncio.TimeoutError) as exc:
-            if not is_retriable(exc):
-                log.error("group %s: cannot fetch committed offsets: %r", group_id, exc)
-                sub.report_error(exc)
+            log.debug("committed-offset lookup failed: %r", exc)
+            failed(exc)
             await asyncio.sleep(retry_backoff)
             sub.request_commit_refresh()
             continue

@@ -159,7 +159,7 @@ class ClassicRequests:
         except _NoCoordinator:
             event = E.request_failed(api, "coordinator", generation_id, "coordinator unknown")
         except IncompatibleBrokerVersion as exc:
-            self._subscription.report_error(exc)
+            self._put(E.BrokerIncompatible(api, exc))
             event = E.request_failed(api, "connection", generation_id, repr(exc))
         except (KafkaError, OSError, asyncio.TimeoutError) as exc:
             log.debug("group %s: %s failed: %r", self._group_id, api, exc)
@@ -199,17 +199,21 @@ class ClassicRequests:
 
     async def compute_assignment(self, action: A.ComputeAssignment) -> None:
         event: E.Event
+        peer_errors: list[tuple[str, BaseException]] = []
         try:
-            assignments = await self._assign(action)
+            assignments = await self._assign(action, peer_errors)
             event = E.AssignmentComputed(
-                tuple((member, encode_assignment(asg)) for member, asg in assignments.items())
+                tuple((member, encode_assignment(asg)) for member, asg in assignments.items()),
+                peer_errors=tuple(peer_errors),
             )
         except Exception as exc:
             log.exception("group %s: assignment failed", self._group_id)
-            event = E.AssignmentComputed(error=exc)
+            event = E.AssignmentComputed(error=exc, peer_errors=tuple(peer_errors))
         self._put(event)
 
-    async def _assign(self, action: A.ComputeAssignment) -> dict[str, ConsumerAssignment]:
+    async def _assign(
+        self, action: A.ComputeAssignment, peer_errors: list[tuple[str, BaseException]]
+    ) -> dict[str, ConsumerAssignment]:
         assignor = next((a for a in self._assignors if a.name == action.protocol_name), None)
         if assignor is None:
             raise KafkaError(
@@ -229,7 +233,7 @@ class ClassicRequests:
                     member.member_id,
                     exc,
                 )
-                self._subscription.report_error(exc)
+                peer_errors.append((member.member_id, exc))
                 subscription = ConsumerSubscription(topics=())
             members[member.member_id] = MemberSubscription(
                 member.member_id, member.group_instance_id, subscription

@@ -3,9 +3,10 @@
 A callback runs in its own task so heartbeats keep flowing while a slow
 ``on_partitions_revoked`` works; its end - returned, raised, or cancelled because
 the machine said it overran the rebalance timeout - becomes one
-``ListenerCompleted`` event.  A sync callback runs in the consumer's listener
-thread, which cannot be cancelled: then the runner waits for it and reports the
-overrun when it returns, so callbacks never overlap whatever the broker decided.
+``ListenerCompleted`` event (``completed(kind, error)`` builds the machine's own).
+A sync callback runs in the consumer's listener thread, which cannot be cancelled:
+then the runner waits for it and reports the overrun when it returns, so callbacks
+never overlap whatever the broker decided.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from aiogroup._membership import events as E
 from aiogroup.errors import RebalanceListenerError
 from aiogroup.listeners import ListenerThread
 
@@ -36,12 +36,12 @@ class ListenerRunner:
         group_id: str,
         thread: ListenerThread,
         spawn: Callable[[Awaitable[Any], str], Any],
-        put: Callable[[E.Event], None],
+        completed: Callable[[str, BaseException | None], None],
     ) -> None:
         self._group_id = group_id
         self._thread = thread
         self._spawn = spawn
-        self._put = put
+        self._completed = completed
         self._inner: asyncio.Task[Any] | None = None
         self._cancel_reason: str | None = None
         #: Set when the running callback overran while in the listener thread (which
@@ -59,25 +59,30 @@ class ListenerRunner:
         ``on_done`` runs once the callback ended, however it ended (also when it never
         started because the routine was cancelled first).
         """
-        loop = asyncio.get_running_loop()
-        inner: asyncio.Task[Any] = loop.create_task(
-            _call(call), name=f"aiogroup-on_partitions_{kind}"
-        )
-        self._inner = inner
+        self._inner = None
         self._cancel_reason = None
         self._overran = None
 
         async def supervise() -> None:
+            # The callback's task is created here, not in start(): the child may first
+            # wait for the previous generation's scope to end (supervision.py).
+            inner: asyncio.Task[Any] | None = None
             try:
-                await asyncio.wait({inner})
+                if self._cancel_reason is None:  # not cancelled before it could start
+                    inner = asyncio.get_running_loop().create_task(
+                        _call(call), name=f"aiogroup-on_partitions_{kind}"
+                    )
+                    self._inner = inner
+                    await asyncio.wait({inner})
             except asyncio.CancelledError:
-                inner.cancel()
+                if inner is not None:
+                    inner.cancel()
                 raise
             finally:
                 if on_done is not None:
                     on_done()
             error: BaseException | None
-            if inner.cancelled():
+            if inner is None or inner.cancelled():
                 error = RebalanceListenerError(
                     self._cancel_reason or f"on_partitions_{kind} was cancelled"
                 )
@@ -97,7 +102,7 @@ class ListenerRunner:
                         "rebalanced without this member"
                     )
             self._inner = None
-            self._put(E.ListenerCompleted(kind, error))
+            self._completed(kind, error)
 
         self._spawn(supervise(), f"listener-{kind}")
 

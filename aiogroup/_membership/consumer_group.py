@@ -64,10 +64,12 @@ __all__ = [
     "OFFSET_FETCH_OUTCOMES",
     "STATE_RULES",
     "ApplicationPolled",
+    "BrokerIncompatible",
     "CloseRequested",
     "CommitGate",
     "CommitKind",
     "CommitOutcome",
+    "CommittedOffsetsUnavailable",
     "ConsumerErrorCode",
     "ConsumerMemberState",
     "ConsumerMembership",
@@ -84,6 +86,7 @@ __all__ = [
     "ListenerCompleted",
     "RaiseToApplication",
     "RequestMetadata",
+    "RoutineFailed",
     "SendHeartbeat",
     "SessionTimeoutLearned",
     "SetAssignment",
@@ -246,6 +249,8 @@ class ListenerCompleted(Event):
     listener: Listener
     #: The listener's exception, described, or None.
     error: str | None = None
+    #: The exception itself (what the application's next poll raises).
+    exception: BaseException | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,6 +278,31 @@ class TimerFired(Event):
     pass
 
 
+@dataclass(frozen=True, slots=True)
+class BrokerIncompatible(Event):
+    """The broker speaks no version of ``api`` this client can use (sent nothing)."""
+
+    api: str
+    error: BaseException
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffsetsUnavailable(Event):
+    """Looking up committed offsets failed; ``retriable``: asking again may succeed
+    (the shell asks again either way); the machine decides whether the user hears."""
+
+    error: BaseException
+    retriable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RoutineFailed(Event):
+    """The coordination routine failed (a bug): the member stops, the application hears."""
+
+    message: str
+    error: BaseException
+
+
 EVENT_TYPES: tuple[type[Event], ...] = (
     Subscribed,
     UnsubscribeRequested,
@@ -286,6 +316,9 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     ApplicationPolled,
     TimerFired,
     SessionTimeoutLearned,
+    BrokerIncompatible,
+    CommittedOffsetsUnavailable,
+    RoutineFailed,
 )
 
 
@@ -353,6 +386,8 @@ class RaiseToApplication(Action):
     message: str
     #: True: the member is finished (FATAL); False: reported once, the member carries on.
     fatal: bool
+    #: What the application raises (None: the exception class of ``error_code``).
+    exception: BaseException | None = None
 
 
 class ConsumerMembershipError(RuntimeError):
@@ -758,8 +793,10 @@ class ConsumerMembership:
             return self.member_epoch > 0
         return self.state in _IN_GROUP or self.state is S.LEAVING
 
-    def _report(self, code: int, message: str, *, fatal: bool) -> None:
-        action = RaiseToApplication(code, message, fatal)
+    def _report(
+        self, code: int, message: str, *, fatal: bool, exception: BaseException | None = None
+    ) -> None:
+        action = RaiseToApplication(code, message, fatal, exception)
         if fatal:
             self.error = action
         self._emit(action)
@@ -1061,8 +1098,9 @@ def _on_listener_completed(m: M, ev: Event) -> None:
         raise ConsumerMembershipError(f"{ev.listener.value} completed but {m.listener} was running")
     m.listener = None
     released, m.revoking = m.revoking, frozenset()
-    if ev.error is not None:
-        m._report(-1, f"{ev.listener.value} raised: {ev.error}", fatal=False)
+    if ev.error is not None or ev.exception is not None:
+        error = ev.error if ev.error is not None else repr(ev.exception)
+        m._report(-1, f"{ev.listener.value} raised: {error}", fatal=False, exception=ev.exception)
     rec = m.reconciliation
     if rec is not None and m.state is S.RECONCILING:
         if ev.listener is Listener.REVOKED and rec.step == "revoke":
@@ -1121,6 +1159,27 @@ def _ignore(m: M, ev: Event) -> None:
     pass
 
 
+def _on_broker_incompatible(m: M, ev: Event) -> None:
+    assert isinstance(ev, BrokerIncompatible)
+    why = f"{ev.api}: the broker does not support it: {ev.error}"
+    m._report(-1, why, fatal=False, exception=ev.error)
+
+
+def _on_committed_unavailable(m: M, ev: Event) -> None:
+    """Only what asking again cannot cure reaches the application."""
+    assert isinstance(ev, CommittedOffsetsUnavailable)
+    if not ev.retriable:
+        why = f"cannot fetch committed offsets: {ev.error!r}"
+        m._report(-1, why, fatal=False, exception=ev.error)
+
+
+def _on_routine_failed(m: M, ev: Event) -> None:
+    """The shell broke: finished here (no listener can run any more)."""
+    assert isinstance(ev, RoutineFailed)
+    m._report(-1, ev.message, fatal=True, exception=ev.error)
+    m.state = S.FATAL
+
+
 _LISTENER_OF: dict[type[Action], Listener] = {
     InvokeOnPartitionsRevoked: Listener.REVOKED,
     InvokeOnPartitionsAssigned: Listener.ASSIGNED,
@@ -1159,6 +1218,9 @@ for _s in S:
     EVENT_TRANSITIONS[(_s, ListenerCompleted)] = _t(_on_listener_completed)
     EVENT_TRANSITIONS[(_s, HeartbeatResponseReceived)] = _t(_on_late_heartbeat)
     EVENT_TRANSITIONS[(_s, HeartbeatFailed)] = _t(_on_late_heartbeat)
+    EVENT_TRANSITIONS[(_s, BrokerIncompatible)] = _t(_on_broker_incompatible)
+    EVENT_TRANSITIONS[(_s, CommittedOffsetsUnavailable)] = _t(_on_committed_unavailable)
+    EVENT_TRANSITIONS[(_s, RoutineFailed)] = _t(_on_routine_failed, S.FATAL)
 for _s in (S.UNSUBSCRIBED, S.STALE):
     EVENT_TRANSITIONS[(_s, Subscribed)] = _t(_on_subscribed, S.JOINING)
     EVENT_TRANSITIONS[(_s, UnsubscribeRequested)] = _t(_on_leave_requested)
@@ -1195,8 +1257,11 @@ for _ev in (
     UnsubscribeRequested,
     Subscribed,
     TopicNamesResolved,
+    BrokerIncompatible,
+    CommittedOffsetsUnavailable,
 ):
     EVENT_TRANSITIONS[(S.FATAL, _ev)] = _t(_ignore)
+EVENT_TRANSITIONS[(S.FATAL, RoutineFailed)] = _t(_on_routine_failed)
 EVENT_TRANSITIONS[(S.FATAL, HeartbeatResponseReceived)] = _t(_on_late_heartbeat)
 EVENT_TRANSITIONS[(S.FATAL, HeartbeatFailed)] = _t(_on_late_heartbeat)
 # The lost listener started on the way into FATAL still reports back.

@@ -29,7 +29,9 @@ __all__ = [
     "REQUEST_FAILURES",
     "ApplicationPolled",
     "AssignmentComputed",
+    "BrokerIncompatible",
     "CloseRequested",
+    "CommittedOffsetsUnavailable",
     "CoordinatorFound",
     "CoordinatorLookupFailed",
     "CoordinatorRequested",
@@ -47,6 +49,7 @@ __all__ = [
     "OffsetCommitResponseReceived",
     "OffsetFetchFailed",
     "RequestFailed",
+    "RoutineFailed",
     "SubscriptionChanged",
     "SyncGroupFailed",
     "SyncGroupResponseReceived",
@@ -113,6 +116,9 @@ class AssignmentComputed(Event):
 
     assignments: tuple[tuple[str, bytes], ...] = ()
     error: BaseException | None = None
+    #: Members whose subscription metadata could not be decoded (they got nothing):
+    #: (member id, the decoding error).
+    peer_errors: tuple[tuple[str, BaseException], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,6 +259,34 @@ class ApplicationPolled(Event):
     """The application called getone/getmany at loop time ``at`` (max_poll_interval_ms)."""
 
     at: float
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerIncompatible(Event):
+    """The broker speaks no version of ``api`` this client can use (sent nothing)."""
+
+    api: str
+    error: BaseException
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffsetsUnavailable(Event):
+    """Looking up the committed offsets that positions start from failed.
+
+    ``retriable``: asking again may succeed (the shell asks again after a backoff
+    either way); the machine decides whether the application hears of it.
+    """
+
+    error: BaseException
+    retriable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RoutineFailed(Event):
+    """The coordination routine failed (a bug): the member stops, the application hears."""
+
+    message: str
+    error: BaseException
 
 
 @dataclass(frozen=True, slots=True)

@@ -504,6 +504,11 @@ class Membership:
         return self.generation_id >= 0 and self.member_id != ""
 
     @property
+    def finished(self) -> bool:
+        """Nothing more will happen: closed, or failed."""
+        return self.state in _TERMINAL
+
+    @property
     def heartbeats_active(self) -> bool:
         return self.state in _HEARTBEATING and self.in_generation
 
@@ -700,6 +705,10 @@ class Membership:
             self.state = S.FATAL
             raise MembershipProtocolError("AssignmentComputed without ComputeAssignment")
         self._awaiting_assignment = False
+        for member_id, error in ev.peer_errors:
+            # One bad peer must not stop the group: it was assigned nothing; say so.
+            why = f"member {member_id} sent undecodable subscription metadata: {error}"
+            out.append(A.RaiseToApplication(why, exception=error))
         if self.closing or not self.subscribed or not self.in_generation:
             self.state = S.UNJOINED
             return
@@ -878,6 +887,26 @@ class Membership:
     def _on_offsets_request_failed(self, ev: E.Event, out: list[A.Action]) -> None:
         """A commit or offset fetch got no answer: look the coordinator up again."""
         self._coordinator_dead()
+
+    def _on_broker_incompatible(self, ev: E.Event, out: list[A.Action]) -> None:
+        """Reported, not fatal: the request's own failure event decides what follows."""
+        assert isinstance(ev, E.BrokerIncompatible)
+        why = f"{ev.api}: the broker does not support it: {ev.error}"
+        out.append(A.RaiseToApplication(why, exception=ev.error))
+
+    def _on_committed_unavailable(self, ev: E.Event, out: list[A.Action]) -> None:
+        """Only what asking again cannot cure reaches the application (the shell retries)."""
+        assert isinstance(ev, E.CommittedOffsetsUnavailable)
+        if not ev.retriable:
+            why = f"cannot fetch committed offsets: {ev.error!r}"
+            out.append(A.RaiseToApplication(why, exception=ev.error))
+
+    def _on_routine_failed(self, ev: E.Event, out: list[A.Action]) -> None:
+        assert isinstance(ev, E.RoutineFailed)
+        out.append(A.RaiseToApplication(ev.message, exception=ev.error, fatal=True))
+        if self.state not in _TERMINAL:
+            self.fatal = True
+            self.state = S.FATAL
 
     # -- reactions ----------------------------------------------------------------------------
 
@@ -1137,14 +1166,20 @@ _ANYWHERE: dict[type[E.Event], Handler] = {
     E.HeartbeatFailed: M._on_heartbeat_failed,
     E.OffsetCommitFailed: M._on_offsets_request_failed,
     E.OffsetFetchFailed: M._on_offsets_request_failed,
+    E.BrokerIncompatible: M._on_broker_incompatible,
+    E.CommittedOffsetsUnavailable: M._on_committed_unavailable,
 }
 for _s in _LIVE:
     for _ev, _handler in _ANYWHERE.items():
         TRANSITIONS[(_s, _ev)] = _t(_handler, _s)
-# Terminal states swallow late answers, failures and timers, nothing else.
+    # The shell's own failure ends the member wherever it is.
+    TRANSITIONS[(_s, E.RoutineFailed)] = _t(M._on_routine_failed, S.FATAL)
+# Terminal states swallow late answers, failures and timers, nothing else - except the
+# routine's failure, which the application still hears.
 for _s in _TERMINAL:
     for _ev in (*_ANYWHERE, E.JoinGroupFailed, E.SyncGroupFailed, E.LeaveGroupFailed):
         TRANSITIONS[(_s, _ev)] = _t(M._ignore, _s)
+    TRANSITIONS[(_s, E.RoutineFailed)] = _t(M._on_routine_failed, _s)
 # The request that a stage waits on ends it, answered or failed; its failure is legal
 # only in that stage (anywhere else the shell reported a request it never sent).
 TRANSITIONS[(S.PREPARING_REBALANCE, E.JoinGroupResponseReceived)] = _t(

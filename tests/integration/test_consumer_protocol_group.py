@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+import async_timeout
 import pytest
 from aiokafka import AIOKafkaClient, AIOKafkaProducer
 from aiokafka.client import CoordinationType
@@ -279,6 +280,59 @@ async def test_one_member_joins_consumes_and_leaves(
         await a.stop()
     assert a.state == "UNSUBSCRIBED"
     check_history(history.events()).assert_clean()
+
+
+async def test_no_record_of_a_new_partition_before_on_partitions_assigned_returns(
+    consumer_protocol_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str
+) -> None:
+    """Java runs the callback inside poll(): nothing of a new partition is returned
+    until it ended, and delivery starts at the offsets it chose.  The application here
+    polls while the callback is still running (an async listener lets it)."""
+    bootstrap = consumer_protocol_broker.bootstrap_servers
+    topic = await kafka_topic(partitions=2)
+    await produce(bootstrap, topic, 2, 10, HistoryRecorder())
+    entered, release = asyncio.Event(), asyncio.Event()
+    start = 4
+
+    class SlowAssign(AsyncConsumerRebalanceListener):
+        async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+            pass
+
+        async def on_partitions_assigned(
+            self, assigned: set[TopicPartition]
+        ) -> dict[TopicPartition, int] | None:
+            if not assigned:
+                return None  # the broker's first, empty target
+            entered.set()
+            await release.wait()
+            return {tp: start for tp in assigned}
+
+    consumer = GroupConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=group_id,
+        group_protocol="consumer",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    try:
+        consumer.subscribe([topic], listener=SlowAssign())
+        await asyncio.wait_for(entered.wait(), WAIT)
+        # The callback holds; a poll meanwhile (long enough for a fetch from the
+        # earliest offset to arrive) must hand out nothing of the new partitions.
+        during = await consumer.getmany(timeout_ms=1500)
+        assert not any(during.values()), f"delivered during the callback: {during}"
+        release.set()
+        first: dict[TopicPartition, int] = {}
+        async with async_timeout.timeout(WAIT):
+            while len(first) < 2:
+                for tp, records in (await consumer.getmany(timeout_ms=1000)).items():
+                    if records:
+                        first.setdefault(tp, records[0].offset)
+        assert first == {TopicPartition(topic, p): start for p in range(2)}
+    finally:
+        release.set()
+        await consumer.stop()
 
 
 async def started(*members_and_topics: tuple[ProtocolMember, list[str]]) -> None:

@@ -87,17 +87,21 @@ async def test_leader_gives_a_member_with_undecodable_metadata_nothing() -> None
     action = A.ComputeAssignment(
         3, "range", (member("a", ("t",)), JoinGroupMember("bad", None, b"\x00\x07garbage"))
     )
-    result = await coordinator._requests._assign(action)
+    peer_errors: list[tuple[str, BaseException]] = []
+    result = await coordinator._requests._assign(action, peer_errors)
     assert result["bad"].partitions == ()
     assert sorted(result["a"].partitions) == [TopicPartition("t", p) for p in range(4)]
-    assert isinstance(sub.pending_error, MalformedProtocolDataError)
+    # Said to the machine (it raises it to the application), not reported from here.
+    assert [member_id for member_id, _ in peer_errors] == ["bad"]
+    assert isinstance(peer_errors[0][1], MalformedProtocolDataError)
+    assert sub.pending_error is None
 
 
 async def test_leader_refuses_an_assignor_it_does_not_have() -> None:
     coordinator, _ = make_coordinator({"t": 1})
     with pytest.raises(KafkaError, match="roundrobin"):
         await coordinator._requests._assign(
-            A.ComputeAssignment(1, "roundrobin", (member("a", ("t",)),))
+            A.ComputeAssignment(1, "roundrobin", (member("a", ("t",)),)), []
         )
 
 
@@ -225,10 +229,10 @@ async def test_a_subscribed_topic_missing_from_metadata_is_asked_for_until_it_ap
     fed: list[object] = []
     coordinator._feed = fed.append  # type: ignore[method-assign]
     sub.subscribe(["late"])
-    coordinator._snapshot_partition_counts()
-    assert coordinator._partition_counts == {"late": None}
+    coordinator._topics.snapshot()
+    assert coordinator._topics.counts == {"late": None}
     await asyncio.wait_for(refreshed.wait(), timeout=10)
-    task = coordinator._missing_topics_task
+    task = coordinator._topics.missing_task
     assert task is not None
     await asyncio.wait_for(task, timeout=10)  # stops once the topic is known
     assert calls == 3
@@ -239,7 +243,7 @@ async def test_a_subscribed_topic_missing_from_metadata_is_asked_for_until_it_ap
     coordinator._on_metadata_poke()  # what the cluster listener triggers on the refresh
     assert fed == []
     # As leader, the assignment was made without the topic: rejoin.
-    coordinator._partition_counts = {"late": None}
+    coordinator._topics.counts = {"late": None}
     coordinator._membership.leader_id = "me"
     coordinator._on_metadata_poke()
     assert [type(e).__name__ for e in fed] == ["MetadataChanged"]
@@ -249,12 +253,12 @@ async def test_leader_snapshot_keeps_what_the_assignor_saw() -> None:
     """A metadata answer for an older topic list can drop a topic for a moment; the
     counts the assignment was made on stand, so its return is not a 'change'."""
     coordinator, sub = make_coordinator({"t": 2})
-    await coordinator._requests._assign(A.ComputeAssignment(1, "range", (member("a", ("t",)),)))
+    await coordinator._requests._assign(A.ComputeAssignment(1, "range", (member("a", ("t",)),)), [])
     coordinator._client.cluster._partitions.clear()  # type: ignore[attr-defined]
     sub.subscribe(["t"])
-    coordinator._snapshot_partition_counts()
-    assert coordinator._partition_counts == {"t": 2}
-    task = coordinator._missing_topics_task
+    coordinator._topics.snapshot()
+    assert coordinator._topics.counts == {"t": 2}
+    task = coordinator._topics.missing_task
     assert task is None or task.done()
 
 

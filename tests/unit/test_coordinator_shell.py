@@ -35,7 +35,7 @@ from aiogroup.assignors import resolve_assignors
 from aiogroup.config import ConsumerConfig
 from aiogroup.consumer_protocol import ConsumerAssignment, encode_assignment
 from aiogroup.coordinator import GroupCoordinator
-from aiogroup.errors import CommitFailedError, KafkaError
+from aiogroup.errors import CommitFailedError, KafkaError, MalformedProtocolDataError
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
 from aiogroup.subscription import FetchStatus, SubscriptionState
 from tests.unit.virtual_clock import run_virtual
@@ -84,6 +84,8 @@ class ScriptedBroker:
         self.hold_join: asyncio.Event | None = None
         self.generation = 0
         self.topics: list[str] = []
+        #: Other members the JoinGroup answer names (as raw JoinGroup member rows).
+        self.peers: list[dict[str, Any]] = []
 
     # -- the client surface the shell uses -------------------------------------------------
 
@@ -129,7 +131,7 @@ class ScriptedBroker:
             members = [
                 {"member_id": MEMBER, "group_instance_id": None, "metadata": p["metadata"]}
                 for p in fields["protocols"][:1]
-            ]
+            ] + self.peers
             return JOIN_GROUP.response(
                 version,
                 {
@@ -540,4 +542,112 @@ def test_the_assignment_reaches_the_sync_request() -> None:
         assert row["assignment"] == encode_assignment(ConsumerAssignment(partitions=(TP0, TP1)))
         await coordinator.close(timeout=5)
 
+    run_virtual(scenario())
+
+
+def test_a_broker_without_the_api_version_is_reported_through_the_machine() -> None:
+    async def scenario() -> None:
+        coordinator, sub, broker, _ = await joined()
+        broker.script["Heartbeat"] = [IncompatibleBrokerVersion("no Heartbeat v4")]
+        await broker.until(lambda: sub.pending_error is not None)
+        with pytest.raises(IncompatibleBrokerVersion, match="no Heartbeat v4"):
+            sub.raise_pending_error()
+        # Not fatal: the failed heartbeat is retried like a lost connection.
+        assert coordinator.state is not MemberState.FATAL
+        await coordinator.close(timeout=5)
+
+    run_virtual(scenario())
+
+
+def test_a_peer_with_undecodable_metadata_is_reported_and_gets_nothing() -> None:
+    async def scenario() -> None:
+        coordinator, sub, broker = make()
+        broker.peers = [{"member_id": "bad", "group_instance_id": None, "metadata": b"\x00\x07x"}]
+        sub.subscribe(["t"], Recorder())
+        await coordinator.start()
+        await broker.until(lambda: coordinator.state is MemberState.STABLE)
+        with pytest.raises(MalformedProtocolDataError):
+            sub.raise_pending_error()
+        sync = broker.of("SyncGroup")[0]
+        bad = [row for row in sync["assignments"] if row["member_id"] == "bad"]
+        assert bad and bad[0]["assignment"] == encode_assignment(ConsumerAssignment(()))
+        assert sub.assigned_partitions == {TP0, TP1}
+        await coordinator.close(timeout=5)
+
+    run_virtual(scenario())
+
+
+@pytest.mark.parametrize("cause", ["denied", "connection"])
+def test_a_committed_offset_lookup_failure_reaches_the_application_only_if_final(
+    cause: str,
+) -> None:
+    async def scenario() -> None:
+        coordinator, sub, broker = make()
+        failure: Answer = (
+            C.GROUP_AUTHORIZATION_FAILED if cause == "denied" else KafkaConnectionError()
+        )
+        broker.script["OffsetFetch"] = [failure]
+        sub.assign_from_user([TP0])
+        await coordinator.start()
+        assignment = sub.assignment
+        assert assignment is not None
+        await broker.until(
+            lambda: assignment.state(TP0).status is not FetchStatus.AWAITING_COMMITTED
+        )
+        if cause == "denied":  # asking again cannot cure it: the application hears
+            with pytest.raises(KafkaError, match="OffsetFetch"):
+                sub.raise_pending_error()
+        else:  # retried: the second lookup found nothing committed
+            assert sub.pending_error is None
+        assert len(broker.of("OffsetFetch")) == 2
+        assert assignment.state(TP0).status is FetchStatus.AWAITING_RESET
+        await coordinator.close(timeout=5)
+
+    run_virtual(scenario())
+
+
+def test_a_crashed_routine_leaves_the_machine_fatal() -> None:
+    async def scenario() -> None:
+        coordinator, sub, _, _ = await joined()
+        coordinator._inbox.put_nowait("not an event")  # the machine has no transition
+        routine = coordinator._routine
+        assert routine is not None
+        await asyncio.wait({routine})
+        assert coordinator.state is MemberState.FATAL
+        with pytest.raises(KafkaError, match="group coordination failed"):
+            sub.raise_pending_error()
+        await coordinator.close(timeout=5)
+
+    run_virtual(scenario())
+
+
+def test_a_generation_ends_its_children_before_the_next_ones_start() -> None:
+    """An auto-commit of generation 1 still running when generation 2 is assigned is
+    cancelled and finished before generation 2's on_partitions_assigned starts."""
+    seen: list[str] = []
+
+    class Watching(Recorder):
+        async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+            seen.append(f"assigned, old commit {'done' if old.done() else 'running'}")
+            await super().on_partitions_assigned(assigned)
+
+    async def stuck_commit() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            seen.append("old commit ended")
+
+    async def scenario() -> None:
+        nonlocal old
+        coordinator, _, broker, _ = await joined(Watching())
+        seen.clear()
+        old = coordinator._generation.spawn(stuck_commit(), "auto-commit")
+        broker.script["Heartbeat"] = [C.REBALANCE_IN_PROGRESS]
+        await broker.until(lambda: coordinator.generation_id == 2 and bool(seen))
+        await broker.until(lambda: coordinator.state is MemberState.STABLE)
+        assert seen == ["old commit ended", "assigned, old commit done"]
+        assert old.cancelled()
+        await coordinator.close(timeout=5)
+
+    old: asyncio.Task[Any] = None  # type: ignore[assignment]
     run_virtual(scenario())

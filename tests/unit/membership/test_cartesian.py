@@ -166,6 +166,9 @@ def sample(event_type: type[E.Event], m: Membership) -> E.Event:
         E.TimerFired: E.TimerFired(),
         E.ApplicationPolled: E.ApplicationPolled(0.5),
         E.CloseRequested: E.CloseRequested(),
+        E.BrokerIncompatible: E.BrokerIncompatible("JoinGroup", ValueError("no v9")),
+        E.CommittedOffsetsUnavailable: E.CommittedOffsetsUnavailable(ValueError("no"), False),
+        E.RoutineFailed: E.RoutineFailed("group coordination failed: bug", ValueError("bug")),
     }
     return samples[event_type]
 

@@ -164,6 +164,12 @@ SAMPLES: dict[type[cg.Event], list[cg.Event]] = {
     ApplicationPolled: [ApplicationPolled()],
     TimerFired: [TimerFired()],
     cg.SessionTimeoutLearned: [cg.SessionTimeoutLearned(6000), cg.SessionTimeoutLearned(0)],
+    cg.BrokerIncompatible: [cg.BrokerIncompatible("Metadata", ValueError("no v12"))],
+    cg.CommittedOffsetsUnavailable: [
+        cg.CommittedOffsetsUnavailable(ValueError("denied"), retriable=False),
+        cg.CommittedOffsetsUnavailable(ValueError("timeout"), retriable=True),
+    ],
+    cg.RoutineFailed: [cg.RoutineFailed("group coordination failed: bug", ValueError("bug"))],
 }
 assert set(SAMPLES) == set(EVENT_TYPES)
 PAIRS = [(state, event) for state in S for etype in EVENT_TYPES for event in SAMPLES[etype]]

@@ -27,6 +27,7 @@ from aiogroup._protocol.messages import (
 from aiogroup._protocol.schema import struct_to_dict
 from aiogroup.config import ConsumerConfig
 from aiogroup.consumer_group_routine import ConsumerGroupCoordinator
+from aiogroup.errors import KafkaError
 from aiogroup.structs import OffsetAndMetadata
 from aiogroup.subscription import SubscriptionState
 
@@ -292,4 +293,41 @@ async def test_commit_needs_v9() -> None:
             )
     finally:
         VERSIONS[8] = (0, 9)
+        await coord.abort()
+
+
+async def test_a_listener_error_reaches_the_application_as_raised() -> None:
+    class Raising(Recorder):
+        async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+            raise LookupError("boom in assigned")
+
+    broker = ScriptedBroker()
+    coord, sub = coordinator(broker)
+    await coord.start()
+    try:
+        sub.subscribe(["t"], Raising())
+        await broker.until(lambda: sub.pending_error is not None)
+        # Through the machine's RaiseToApplication, with the callback's own exception.
+        with pytest.raises(LookupError, match="boom in assigned"):
+            sub.raise_pending_error()
+        assert coord.state.value != "FATAL"
+    finally:
+        await coord.abort()
+
+
+async def test_a_crashed_routine_leaves_the_machine_fatal() -> None:
+    broker = ScriptedBroker()
+    coord, sub = coordinator(broker)
+    await coord.start()
+    try:
+        sub.subscribe(["t"])
+        await broker.until(lambda: coord.state.value == "STABLE")
+        coord._inbox.put_nowait("not an event")  # the machine has no transition for it
+        routine = coord._routine
+        assert routine is not None
+        await asyncio.wait({routine}, timeout=10)
+        assert routine.done() and coord.state.value == "FATAL"
+        with pytest.raises(KafkaError, match="group coordination failed"):
+            sub.raise_pending_error()
+    finally:
         await coord.abort()

@@ -1,0 +1,113 @@
+"""What a classic member watches of the cluster for its group.
+
+The topics its metadata must cover (the subscription's, and the group's when it led
+the assignment), a pattern's matches, and the partition counts the current
+assignment was made on.  Whether a change matters is decided by the pure diffs of
+:mod:`aiogroup._coordination.tracking` and then by the machine; this class only
+reads the client's metadata, asks for more, and hands on the event.  (The KIP-848
+broker matches patterns and counts partitions itself.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from aiokafka.client import AIOKafkaClient
+
+from aiogroup._coordination.tracking import partition_count_change, snapshot_counts
+from aiogroup._membership import events as E
+from aiogroup.subscription import SubscriptionState, SubscriptionType
+
+__all__ = ["TopicWatch"]
+
+#: Longest wait between metadata requests for a subscribed topic the cluster does not
+#: show yet (Java's retry.backoff.max.ms default).
+MISSING_TOPIC_BACKOFF_MAX = 1.0
+
+
+class TopicWatch:
+    """Metadata topics, pattern matches and partition counts for one classic member."""
+
+    def __init__(
+        self,
+        client: AIOKafkaClient,
+        subscription: SubscriptionState,
+        *,
+        exclude_internal_topics: bool,
+        retry_backoff: float,
+        group_topics: Callable[[], frozenset[str]],
+        assignor_counts: Callable[[], dict[str, int | None]],
+        spawn: Callable[[Awaitable[Any], str], asyncio.Task[Any]],
+    ) -> None:
+        self._client = client
+        self._subscription = subscription
+        self._exclude_internal = exclude_internal_topics
+        self._retry_backoff = retry_backoff
+        self._group_topics = group_topics
+        self._assignor_counts = assignor_counts
+        self._spawn = spawn
+        self._all_topics = False
+        #: Partition counts the current assignment was made on (None: topic unknown).
+        self.counts: dict[str, int | None] = {}
+        self.missing_task: asyncio.Task[Any] | None = None
+
+    def follow_subscription(self) -> None:
+        """Point the client's metadata at what a group subscription needs."""
+        sub = self._subscription.subscription
+        if sub.type is SubscriptionType.AUTO_PATTERN:
+            if not self._all_topics:
+                self._all_topics = True
+                self._client.set_topics([])  # a pattern needs every topic's metadata
+            self.match_pattern()
+        else:
+            self._client.set_topics(sorted(sub.topics | self._group_topics()))
+
+    def match_pattern(self) -> None:
+        sub = self._subscription.subscription
+        if sub.pattern is None:
+            return
+        topics = self._client.cluster.topics(self._exclude_internal)
+        self._subscription.set_matched_topics(t for t in topics if sub.pattern.match(t))
+
+    def _current(self, topics: Iterable[str]) -> dict[str, int | None]:
+        cluster = self._client.cluster
+        return {t: len(cluster.partitions_for_topic(t) or ()) or None for t in topics}
+
+    def metadata_changed(self, *, leader: bool) -> E.MetadataChanged | None:
+        """Metadata was refreshed: the event for the machine if the group must rebalance."""
+        if self._subscription.subscription.type is SubscriptionType.AUTO_PATTERN:
+            self.match_pattern()
+        if not self.counts:
+            return None
+        change = partition_count_change(self.counts, self._current(self.counts), leader=leader)
+        if change.resnapshot:
+            self.snapshot()
+        return change.event
+
+    def snapshot(self) -> None:
+        """A new assignment: remember the counts it was made on; chase missing topics."""
+        topics = self._group_topics() | self._subscription.subscription.effective_topics
+        self.counts = snapshot_counts(topics, self._current(topics), self._assignor_counts())
+        missing = sorted(t for t, n in self.counts.items() if n is None)
+        if missing and (self.missing_task is None or self.missing_task.done()):
+            self.missing_task = self._spawn(self._refresh_until_known(missing), "missing-topics")
+
+    async def _refresh_until_known(self, topics: list[str]) -> None:
+        """Ask for metadata again until every subscribed topic is known.
+
+        A topic created just before the group formed can be missing from the metadata
+        the assignment was computed on (the broker answering Metadata had not learnt
+        it yet).  The group is then stable with those partitions owned by nobody, and
+        the periodic refresh (``metadata_max_age_ms``, 5 minutes by default) would be
+        the first to notice.  As Java's client does for a subscribed topic it cannot
+        see, refresh with a capped backoff; once the topic appears the metadata
+        listener reports the partition-count change and the member rejoins.
+        """
+        delay = self._retry_backoff
+        cluster = self._client.cluster
+        while any(not cluster.partitions_for_topic(t) for t in topics):
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, MISSING_TOPIC_BACKOFF_MAX)
+            await self._client.force_metadata_update()
