@@ -482,6 +482,9 @@ class Membership:
         self._finding_coordinator = False
         self._coordinator_wanted = False
         self._prejoin_done = False
+        #: The generation was lost while a JoinGroup was in flight with partitions owned:
+        #: its answer must not turn what is owned from lost into revoked.
+        self._lost_during_join = False
         self._awaiting_assignment = False
         self._pending_assignment: frozenset[TopicPartition] | None = None
         self._revoking: frozenset[TopicPartition] = _NO_PARTITIONS
@@ -669,6 +672,7 @@ class Membership:
         assert isinstance(ev, E.JoinGroupResponseReceived)
         r = ev.result
         self.state = S.UNJOINED
+        lost_meanwhile, self._lost_during_join = self._lost_during_join, False
         if r.error_code != C.NONE:
             react = reaction("JoinGroup", r.error_code)
             if react is R.REJOIN_WITH_MEMBER_ID:
@@ -680,6 +684,16 @@ class Membership:
             )
             if self.rejoin_reason is None and react is not R.FATAL:
                 self.rejoin_reason = f"JoinGroup: {code_name(r.error_code)}"
+            return
+        if lost_meanwhile and self.owned:
+            # A commit (say) answered UNKNOWN_MEMBER_ID while this join was in flight:
+            # what is owned was lost with the old generation.  Taking this answer would
+            # make it look revocable; instead keep the broker's member id, let the "lost"
+            # rule run on_partitions_lost, and join again.
+            self.member_id = r.member_id
+            self.rejoin_reason = (
+                "the membership was lost while JoinGroup was in flight: partitions lost first"
+            )
             return
         self.generation_id = r.generation_id
         self.member_id = r.member_id
@@ -866,6 +880,7 @@ class Membership:
     def _on_join_or_sync_failed(self, ev: E.Event, out: list[A.Action]) -> None:
         assert isinstance(ev, E.JoinGroupFailed | E.SyncGroupFailed)
         why = _failure_reason(ev)
+        self._lost_during_join = False  # no answer is coming
         self._coordinator_dead()
         self.state = S.UNJOINED
         self.rejoin_reason = why
@@ -940,6 +955,8 @@ class Membership:
 
     def _lose(self, why: str) -> None:
         """Our generation is gone: forget it, so owned partitions are *lost*, and rejoin."""
+        if self.state is S.PREPARING_REBALANCE and self.owned:
+            self._lost_during_join = True
         self._reset_generation()
         self.rejoin_reason = why
         self._pending_assignment = None

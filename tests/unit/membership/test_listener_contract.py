@@ -273,3 +273,34 @@ class ListenerContract(RuleBasedStateMachine):
 # max_examples comes from the Hypothesis profile (tests/conftest.py).
 ListenerContract.TestCase.settings = settings(stateful_step_count=60, deadline=None)
 TestListenerContract = ListenerContract.TestCase
+
+
+def test_membership_lost_while_a_join_is_in_flight_means_lost_not_revoked() -> None:
+    """Found by the state machine above in a CI run (thorough profile), replayed here.
+
+    A cooperative member owns t-0 and rejoins (its subscription changed); while the
+    JoinGroup is in flight a commit answers UNKNOWN_MEMBER_ID, and the application
+    unsubscribes.  The join's answer then arrived: the machine took the new generation
+    and *revoked* t-0, although its membership had been lost - on_partitions_lost is
+    the callback owed.
+    """
+    run = ListenerContract()
+
+    def invariants() -> None:
+        run.not_joined_means_no_commits()
+        run.owned_matches_what_the_application_holds()
+
+    run.create(auto_commit=False, cooperative=True, static=False)
+    run.answer_find_coordinator(code=0)
+    run.answer_join(code=0, leader=False)
+    run.subscription_changes(die=0, subscribed=True)
+    run.answer_sync(code=0, parts={TopicPartition("t", 0)})
+    run.listener_done(error=False)  # on_partitions_assigned returned: the rejoin starts
+    invariants()
+    assert "SendJoinGroup" in run.pending
+    run.commit_answered(code=25)
+    assert run.must_lose
+    run.subscription_changes(die=0, subscribed=False)
+    run.answer_join(code=0, leader=False)  # the checker raises on a revoke here
+    assert run.listener == "lost" and not run.must_lose
+    invariants()
