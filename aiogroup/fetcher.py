@@ -23,6 +23,7 @@ Wake-ups, not polling
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Collection, Coroutine
 from typing import TYPE_CHECKING, Any
@@ -330,7 +331,7 @@ class Fetcher:
             key = (id(st), f"change-{st.epoch}")
             live.add(key)
             if key not in self._watchers:
-                self._spawn_watcher(key, st.wait_changed)
+                self._spawn_watcher(key, functools.partial(st.wait_changed, st.changes))
             if st.paused:
                 key = (id(st), "resumed")
                 live.add(key)

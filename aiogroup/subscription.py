@@ -93,6 +93,7 @@ class PartitionState:
         "_position_waiters",
         "_resumed_waiter",
         "assigning",
+        "changes",
         "epoch",
         "highwater",
         "last_stable_offset",
@@ -120,6 +121,8 @@ class PartitionState:
         #: inside poll().
         self.assigning = False
         self.epoch = 0
+        #: How many changes ``wait_changed`` has announced (see its ``seen``).
+        self.changes = 0
         self.highwater: int | None = None
         self.last_stable_offset: int | None = None
         self.log_start_offset: int | None = None
@@ -186,18 +189,25 @@ class PartitionState:
         self._position_waiters.append(fut)
         return await fut
 
-    async def wait_changed(self) -> None:
+    async def wait_changed(self, seen: int | None = None) -> None:
         """Wait until the position's status changes (a seek, a reset or a lookup asked for).
 
         The fetcher performs resets, so whoever asks for one (a seek_to_*, the
         commit-refresh task finding no committed offset) must wake it; waiting on this
-        keeps them from having to know the fetcher exists.
+        keeps them from having to know the fetcher exists.  ``seen``: the ``changes``
+        count the caller planned with; a change since then returns at once (a watcher
+        task starts a loop iteration after it is planned, and a change in between -
+        the committed-offset lookup answering "none" - was otherwise missed, leaving
+        the reset undone until something else woke the fetcher).
         """
+        if seen is not None and seen != self.changes:
+            return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._change_waiters.append(fut)
         await fut
 
     def _changed(self) -> None:
+        self.changes += 1
         waiters, self._change_waiters = self._change_waiters, []
         for fut in waiters:
             _resolve(fut, None)

@@ -105,6 +105,26 @@ async def test_change_waiter_resolves_on_every_seek_and_reset() -> None:
         await other
 
 
+async def test_a_change_between_planning_and_waiting_is_not_missed() -> None:
+    """The fetcher plans a watcher with the change count it saw; the watcher task runs a
+    loop iteration later.  A change in between (the committed-offset lookup answering
+    "none") used to be missed: the reset waited for some other wake-up (found in CI)."""
+    state = SubscriptionState()
+    asg = state.set_assignment([TP0])
+    assert asg is not None
+    st = asg.state(TP0)
+    seen = st.changes
+    watcher = asyncio.ensure_future(st.wait_changed(seen))  # not started yet
+    st.await_reset()  # happens before the watcher's first step
+    await asyncio.wait_for(watcher, 1)
+    # With no change since ``seen``, it waits as before.
+    later = asyncio.ensure_future(st.wait_changed(st.changes))
+    await asyncio.sleep(0)
+    assert not later.done()
+    st.seek(0)
+    await asyncio.wait_for(later, 1)
+
+
 async def test_resume_wakes_waiter() -> None:
     state = SubscriptionState()
     asg = state.set_assignment([TP0])
