@@ -472,9 +472,14 @@ impl BatchDecoder {
     /// Append every record of the v2 batch `data[start:end]`; returns how many.
     ///
     /// On any problem nothing of the batch is kept and `DecodeError` is raised.
+    /// The GIL is released while the batch is decoded (`data` is an immutable `bytes`),
+    /// so another thread - the worker writing the previous Arrow batch to Spark, or
+    /// `ingest()` handing one over - runs meanwhile.
     #[pyo3(signature = (data, start, end, topic, partition, check_crc=true))]
+    #[allow(clippy::too_many_arguments)]
     fn add_batch(
         &mut self,
+        py: Python<'_>,
         data: &[u8],
         start: usize,
         end: usize,
@@ -508,7 +513,9 @@ impl BatchDecoder {
         let header_rows = self.header_keys.len;
         let n_topics = self.topics.len();
         let ti = self.topic_index(topic);
-        match self.decode(&data[start..end], ti, partition, check_crc) {
+        let batch = &data[start..end];
+        let decoded = py.detach(|| self.decode(batch, ti, partition, check_crc));
+        match decoded {
             Ok(n) => Ok(n),
             Err(msg) => {
                 self.truncate(rows, header_rows);

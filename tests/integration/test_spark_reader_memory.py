@@ -8,6 +8,7 @@ budget, so a reader that ignored the budget would show it in its peak.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -19,6 +20,7 @@ from aiogroup.spark import partition_reader
 from aiogroup.spark.options import parse_options
 from aiogroup.spark.partition_reader import last_read_stats, read_range
 from aiogroup.spark.ranges import OffsetRange
+from aiogroup.structs import TopicPartition
 from aiogroup.testing import KafkaBroker
 from aiogroup.testing.broker import unique_name
 
@@ -122,3 +124,43 @@ def test_consecutive_ranges_reuse_the_worker_consumer_and_read_exactly_their_rec
     assert offsets(rest) == list(range(4_500, RECORDS))
     stats = last_read_stats()
     assert stats is not None and stats.seeked
+
+
+def test_an_idle_worker_consumer_leaves_no_request_hanging_and_does_not_poll(
+    kafka_broker: KafkaBroker, topic: str
+) -> None:
+    """Between tasks the worker's consumer idles: nothing outstanding, nothing fetched.
+
+    A request left unanswered across a long idle spell reads, at the next range, as a
+    broker that stopped answering (the consumer logs it as unreachable); and a
+    consumer that kept fetching at the log end would poll the broker every
+    ``fetch_max_wait_ms`` for as long as the worker idles.
+    """
+    opts = options(kafka_broker.bootstrap_servers, topic)
+    # Read to the log end: the consumer's next fetch would wait there.
+    assert offsets(list(read_range(opts, OffsetRange(topic, 0, 0, RECORDS)))) == list(  # type: ignore[arg-type]
+        range(RECORDS)
+    )
+    pooled = partition_reader._pooled
+    assert pooled is not None
+    consumer = pooled.consumer
+    deadline = time.monotonic() + 10
+    while consumer._metrics._outstanding:
+        assert time.monotonic() < deadline, (
+            f"requests still outstanding while the worker idles: {consumer._metrics._outstanding}"
+        )
+        time.sleep(0.05)
+
+    async def fetches_sent() -> int:
+        return consumer.metrics().fetch_latency.count  # reads the loop's clock: on the loop
+
+    fetches = pooled.run(fetches_sent(), 5)
+    time.sleep(1.0)  # the idle spell itself (fetch_max_wait_ms is 10 ms)
+    assert pooled.run(fetches_sent(), 5) == fetches
+    assert consumer.paused() == {TopicPartition(topic, 0)}
+    # The next range still continues where the last one ended, without a seek.
+    more = list(read_range(opts, OffsetRange(topic, 0, RECORDS, RECORDS)))  # type: ignore[arg-type]
+    assert more == []
+    again = list(read_range(opts, OffsetRange(topic, 0, 10, 20)))  # type: ignore[arg-type]
+    assert offsets(again) == list(range(10, 20))
+    assert consumer.paused() == {TopicPartition(topic, 0)}

@@ -376,3 +376,47 @@ def test_random_corruption_never_crashes(seed: int) -> None:
     from aiogroup._native import record_batch
 
     record_batch(dec.finish(), arrow_schema()).validate(full=True)
+
+
+def test_other_threads_run_while_a_batch_is_decoded() -> None:
+    """The GIL is released around a batch's decode.
+
+    The source's reader builds the next Arrow batch on its loop thread while the
+    worker's main thread writes the previous one to Spark; ``ingest()`` decodes on
+    its loop while another thread hands a batch to Spark.  A decoder that kept the
+    GIL would stall those threads for the whole batch.  Another thread's timestamps
+    can only fall well inside the call when the GIL was free during it (with the GIL
+    held it runs at most up to a switch interval after either edge of the call).
+    """
+    import sys
+    import threading
+    import time
+
+    data = build(0, [(i, 0, None, b"v" * 4096, []) for i in range(20_000)], CODECS["zstd"])
+    margin = 4 * sys.getswitchinterval()
+    stamps: list[float] = []
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            stamps.append(time.perf_counter())
+
+    spinner = threading.Thread(target=spin)
+    spinner.start()
+    inside = 0
+    windows = []
+    try:
+        for _ in range(5):
+            dec = native.BatchDecoder()
+            t0 = time.perf_counter()
+            dec.add_batch(data, 0, len(data), "t", 0)
+            t1 = time.perf_counter()
+            windows.append(t1 - t0)
+            inside += sum(1 for s in stamps if t0 + margin < s < t1 - margin)
+            stamps.clear()
+            del dec
+    finally:
+        stop.set()
+        spinner.join()
+    assert max(windows) > 3 * margin, f"the batch decodes too fast to tell: {windows}"
+    assert inside > 0, f"no other thread ran during {len(windows)} decodes of {windows} s"
