@@ -1,9 +1,9 @@
 """Records/s from Kafka into a parquet sink: aiogroup's Spark paths against Spark's own.
 
     .venv/bin/python -m benchmarks.spark_bench [--records 2000000] [--partitions 4]
-        [--variants 100:none,1024:lz4] [--reps 3] [--batch 100000]
-        [--modes source,ingest,kafka,arrow,parquet] [--kafka-jars DIR] [--json out.json]
-        [--plot out.png]
+        [--variants 100:none,1024:lz4] [--reps 3] [--warm-reps 1] [--batch 100000]
+        [--modes source,ingest,kafka,arrow,parquet] [--kafka-jars DIR] [--conf KEY=VALUE]
+        [--json out.json] [--plot out.png]
 
 Per variant (value size : producer compression) one topic is produced (outside every
 clock), then each repetition drains it once per mode, each into its own parquet
@@ -35,7 +35,10 @@ assignment to the last commit.  Targets are judged on steady records/s, as ratio
 within the run.  Every mode's parquet row count is checked against what was
 produced, and the ``source`` rows are compared with the ``kafka`` rows (same offset
 range, every column) so that a fast mode cannot be a wrong one.  The JVM and the
-Python workers are warmed before any clock starts.  Uses ``AIOGROUP_BOOTSTRAP`` when
+Python workers are warmed before any clock starts, and ``--warm-reps`` repetitions of
+every mode on the variant's own topic run first and are not counted: the first
+full-size repetition ran 10-40% slower than the next for every mode alike (the JIT
+warming to the shape), which made the ratios of short runs drift.  Uses ``AIOGROUP_BOOTSTRAP`` when
 set, else the embedded broker.
 """
 
@@ -69,6 +72,17 @@ DEFAULT_MODES = "source,ingest,kafka,arrow,arrow-batches,parquet"
 GROUP_TIMEOUTS = {"kafka.session.timeout.ms": "6000", "kafka.heartbeat.interval.ms": "1000"}
 # The columns both Kafka sources produce (format("kafka") with includeHeaders=true).
 COMPARED = COLUMNS
+
+
+def spark_confs(pairs: list[str]) -> list[tuple[str, str]]:
+    """``--conf KEY=VALUE`` arguments as pairs; a malformed one is an error naming it."""
+    confs = []
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.startswith("spark."):
+            raise SystemExit(f"--conf {pair!r}: expected spark.KEY=VALUE")
+        confs.append((key, value))
+    return confs
 
 
 async def produce(
@@ -368,10 +382,24 @@ def main() -> int:
     )
     parser.add_argument("--value-bytes", type=int, help="one variant of this size (no compression)")
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument(
+        "--warm-reps",
+        type=int,
+        default=1,
+        help="repetitions of every mode run first and not counted (JIT warm-up on the shape)",
+    )
     parser.add_argument("--batch", type=int, default=100_000, help="records per ingest() batch")
     parser.add_argument("--modes", default=DEFAULT_MODES)
     parser.add_argument("--kafka-jars", help="directory with spark-sql-kafka-0-10 and its deps")
     parser.add_argument("--driver-memory", default="6g")
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an extra Spark setting for the session (repeatable), e.g. "
+        "spark.python.unix.domain.socket.enabled=true",
+    )
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--plot", type=Path, help="also draw the medians here (PNG)")
     args = parser.parse_args()
@@ -418,6 +446,8 @@ def main() -> int:
     )
     if jars:
         builder = builder.config("spark.jars", ",".join(jars))
+    for key, value in spark_confs(args.conf):
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
@@ -454,7 +484,9 @@ def main() -> int:
                     m: {"total": [], "steady": []} for m in modes
                 }
                 checked: dict[str, Any] = {}
-                for rep in range(args.reps):
+                # Negative repetitions are warm-up: run and checked like the others, not
+                # counted (the JIT and the page cache reach steady state on this shape).
+                for rep in range(-args.warm_reps, args.reps):
                     for mode in modes:
                         out = tmp / f"{name}-{mode}-{rep}"
                         if mode == "source":
@@ -480,10 +512,12 @@ def main() -> int:
                             raise RuntimeError(
                                 f"{name} {mode}: {rows} rows in parquet, expected {args.records}"
                             )
-                        runs[mode]["total"].append(args.records / total)
-                        runs[mode]["steady"].append(args.records / steady)
+                        if rep >= 0:
+                            runs[mode]["total"].append(args.records / total)
+                            runs[mode]["steady"].append(args.records / steady)
                         print(
-                            f"{name} rep {rep} {mode:>8}: total {total:6.2f}s "
+                            f"{name} {'warm' if rep < 0 else 'rep'} {abs(rep) if rep < 0 else rep}"
+                            f" {mode:>8}: total {total:6.2f}s "
                             f"({args.records / total:9.0f}/s)  steady {steady:6.2f}s "
                             f"({args.records / steady:9.0f}/s)  load {os.getloadavg()[0]:.1f}",
                             flush=True,
