@@ -100,11 +100,16 @@ class ColumnBuilder:
         "takes_raw",
         "timestamps",
         "values",
+        "whole_batches",
     )
 
     require_pyarrow = staticmethod(require_pyarrow)
 
-    def __init__(self) -> None:
+    def __init__(self, *, whole_batches: bool = False) -> None:
+        #: Take a record batch whole even where that passes the walker's limit (by less
+        #: than one batch): a batch cut in two takes the per-record path for both of
+        #: its parts, and the parts must then be concatenated, a copy of the columns.
+        self.whole_batches = whole_batches
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
         self.timestamps: list[int] = []

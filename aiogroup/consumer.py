@@ -564,12 +564,19 @@ class GroupConsumer:
         *partitions: TopicPartition,
         timeout_ms: int = 0,
         max_records: int | None = None,
+        whole_batches: bool = False,
     ) -> pyarrow.RecordBatch | None:
         """Like getmany, but as one Arrow RecordBatch, with no per-record Python object.
 
         Columns: key, value, topic, partition, offset, timestamp, timestamp_type,
         headers.  Returns None when nothing arrived within ``timeout_ms``.
         Deserializers are not applied: the columns hold the raw bytes.
+
+        ``whole_batches=True`` lets ``max_records`` be passed by less than one Kafka
+        record batch rather than cut a batch in two: each part of a cut batch is
+        decoded record by record in Python, and the result then concatenated (a copy).
+        For bulk readers that bound memory by the batch, not the record (the Spark
+        source's executors).
         """
         if timeout_ms < 0:
             raise ValueError(f"timeout_ms must be >= 0, got {timeout_ms}")
@@ -577,7 +584,7 @@ class GroupConsumer:
             raise ValueError(f"max_records must be > 0 or None, got {max_records}")
         self._before_poll(partitions)
         batch = await self._fetcher_or_raise.fetched_arrow(
-            partitions, timeout_ms / 1000, max_records
+            partitions, timeout_ms / 1000, max_records, whole_batches=whole_batches
         )
         if batch is not None:
             nbytes = batch.column("key").nbytes + batch.column("value").nbytes

@@ -619,6 +619,8 @@ class Fetcher:
         partitions: Collection[TopicPartition],
         timeout: float,
         max_records: int | None = None,
+        *,
+        whole_batches: bool = False,
     ) -> pyarrow.RecordBatch | None:
         """Like fetched_records, as one Arrow RecordBatch (raw key/value bytes)."""
         from aiogroup.arrow import ColumnBuilder, require_pyarrow
@@ -627,7 +629,9 @@ class Fetcher:
             raise ValueError(f"max_records must be > 0 or None, got {max_records}")
         require_pyarrow()
         deadline = asyncio.get_running_loop().time() + max(0.0, timeout)
-        sink = await self._read(partitions, deadline, max_records, ColumnBuilder)
+        sink = await self._read(
+            partitions, deadline, max_records, lambda: ColumnBuilder(whole_batches=whole_batches)
+        )
         if sink is None:
             return None
         assert isinstance(sink, ColumnBuilder)

@@ -45,6 +45,10 @@ class Sink(Protocol):
 
     #: True when the sink decodes whole v2 batches from their bytes (``add_raw_batch``).
     takes_raw: bool
+    #: True when the sink would rather take a batch whole than stop exactly at the
+    #: walker's limit: the limit is then passed by less than one batch (never inside
+    #: the chunk's end, never splitting a batch that was already started).
+    whole_batches: bool
 
     def add_raw_batch(self, tp: TopicPartition, data: bytes, start: int, end: int) -> int:
         """Take every record of the v2 batch ``data[start:end]``; returns how many.
@@ -84,7 +88,7 @@ def walk(chunk: Chunk, limit: int, sink: Sink) -> int:
                 if (
                     base >= chunk.next_offset
                     and batch.next_offset <= end
-                    and batch.last_offset_delta + 1 <= limit - taken
+                    and (sink.whole_batches or batch.last_offset_delta + 1 <= limit - taken)
                 ):
                     if sink.takes_raw and (span := chunk.raw_span(chunk.batch_index - 1)):
                         # The native decoder reads the batch's bytes: no record objects.
@@ -160,6 +164,7 @@ class RecordSink:
     __slots__ = ("_kd", "_vd", "result")
 
     takes_raw = False
+    whole_batches = False
 
     def __init__(
         self, key_deserializer: Deserializer | None, value_deserializer: Deserializer | None

@@ -37,8 +37,11 @@ Memory
     (``kafka.max.buffered.bytes``; plus, as Kafka allows, one record batch larger
     than the limit), and it holds one range at a time.  An Arrow batch is at most
     ``_MAX_RECORDS_PER_CHUNK`` records and, after the first one, at most about
-    ``_TARGET_CHUNK_BYTES`` of decoded keys and values; a worker holds two of them
-    at most, the one Spark is taking and the next one.  See docs/spark.md, "Memory".
+    ``_TARGET_CHUNK_BYTES`` of decoded keys and values, plus less than one Kafka
+    record batch: the reader asks for whole batches (``getmany_arrow(...,
+    whole_batches=True)``), as a batch cut in two is decoded record by record in
+    Python and then copied.  A worker holds two Arrow batches at most, the one Spark
+    is taking and the next one.  See docs/spark.md, "Memory".
 """
 
 from __future__ import annotations
@@ -271,7 +274,9 @@ async def _chunks(
         while next_offset < rng.until_offset:
             wanted = _chunk_records(stats, rng.until_offset - next_offset)
             try:
-                chunk = await consumer.getmany_arrow(tp, timeout_ms=_POLL_MS, max_records=wanted)
+                chunk = await consumer.getmany_arrow(
+                    tp, timeout_ms=_POLL_MS, max_records=wanted, whole_batches=True
+                )
             except OffsetOutOfRangeError as exc:
                 raise OffsetOutOfRangeError(
                     f"aiogroup source: records of {rng.topic}-{rng.partition} from offset "
@@ -297,7 +302,12 @@ async def _chunks(
                     last_progress = loop.time()
                     yield inside
                 if inside.num_rows < chunk.num_rows:
-                    return  # read past the range: nothing more of it exists
+                    # Read past the range (a whole batch taken across its end): nothing
+                    # more of it exists.  Step the position back to the range's end so
+                    # that the next range of this partition continues from here.
+                    consumer.seek(tp, rng.until_offset)
+                    pooled.position = (tp, rng.until_offset)
+                    return
                 if next_offset == rng.until_offset:
                     pooled.position = (tp, next_offset)
                 continue

@@ -204,6 +204,45 @@ def test_partial_and_whole_batches_mix_in_walk_order(monkeypatch: pytest.MonkeyP
         assert_same(data, monkeypatch, limits)
 
 
+@pytest.mark.parametrize("native_on", [False, True])
+def test_whole_batches_passes_the_limit_rather_than_cut_a_batch(
+    native_on: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``whole_batches``: a limit inside a batch takes the batch whole (native path).
+
+    Without it the limit is exact and the cut batch goes record by record.  A batch
+    already started (a fetch from inside it) still stops exactly at the limit.
+    """
+    monkeypatch.setenv("AIOGROUP_NATIVE", "1" if native_on else "0")
+    rng = random.Random(5)
+    data = b"".join(
+        build(10 * i, random_records(rng, 10), codec) for i, codec in enumerate((0, 3, 4, 1, 2))
+    )
+
+    exact = ColumnBuilder()
+    assert walk(chunk_of(data), 15, exact) == 15
+
+    chunk = chunk_of(data)
+    sink = ColumnBuilder(whole_batches=True)
+    assert walk(chunk, 15, sink) == 20  # two whole batches, not one and a half
+    assert walk(chunk, 1, sink) == 10  # one record asked for: its whole batch
+    if native_on:
+        assert sink._rows == 0, "a batch went through the per-record path"
+    assert walk(chunk, 100, sink) == 20
+    assert chunk.done
+    got = sink.to_record_batch()
+    assert got.column("offset").to_pylist() == list(range(50))
+    reference = ColumnBuilder()
+    walk(chunk_of(data), 1 << 30, reference)
+    assert got.equals(reference.to_record_batch())
+
+    started = chunk_of(data, 4)  # the first batch is already started: exact limit
+    sink = ColumnBuilder(whole_batches=True)
+    assert walk(started, 3, sink) == 3
+    assert walk(started, 4, sink) == 13  # the rest of batch 0 (3), then batch 1 whole
+    assert sink.to_record_batch().column("offset").to_pylist() == list(range(4, 20))
+
+
 def test_fetch_starting_inside_a_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     data = build(0, random_records(random.Random(1), 10)) + build(
         10, random_records(random.Random(2), 10)
