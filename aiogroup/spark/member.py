@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import concurrent.futures
 import logging
 import os
 import signal
@@ -33,6 +32,7 @@ from aiogroup.errors import ConsumerStoppedError, KafkaError
 from aiogroup.listeners import AsyncConsumerRebalanceListener
 from aiogroup.spark import watermarks
 from aiogroup.spark._consumers import new_consumer, subscribe
+from aiogroup.spark._loop_thread import LoopThread
 from aiogroup.spark.options import EARLIEST, LATEST, SourceOptions
 from aiogroup.spark.ranges import BatchOffset
 from aiogroup.structs import TopicPartition
@@ -74,7 +74,7 @@ class SourceMember:
     def __init__(self, options: SourceOptions) -> None:
         self._options = options
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._loop_thread: LoopThread | None = None
         self._consumer: Any = None
         self._client: Any = None
         self._poller: asyncio.Task[None] | None = None
@@ -101,19 +101,8 @@ class SourceMember:
         """Start the loop thread, join the group, and leave it again on SIGTERM or exit."""
         if self._loop is not None:
             return
-        loop = asyncio.new_event_loop()
-        ready = threading.Event()
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            loop.call_soon(ready.set)
-            loop.run_forever()
-            loop.close()
-
-        self._thread = threading.Thread(target=run, name="aiogroup-spark-member", daemon=True)
-        self._thread.start()
-        ready.wait()
-        self._loop = loop
+        self._loop_thread = LoopThread("aiogroup-spark-member")
+        self._loop = self._loop_thread.loop
         try:
             self.call(self._start(), self._options.start_timeout_s, "joining the consumer group")
         except BaseException:
@@ -129,16 +118,13 @@ class SourceMember:
                 self._stopped = True
                 return
             self._stopped = True
-        loop = self._loop
+        assert self._loop_thread is not None
         try:
-            future = asyncio.run_coroutine_threadsafe(self._stop(), loop)
-            future.result(timeout)
+            self._loop_thread.call(self._stop(), timeout, "leaving the consumer group")
         except Exception as exc:  # the process is going away: report, do not mask
             log.warning("aiogroup source member did not stop cleanly: %r", exc)
         finally:
-            loop.call_soon_threadsafe(loop.stop)
-            if self._thread is not None:
-                self._thread.join(timeout)
+            self._loop_thread.stop(timeout)
 
     def _install_sigterm_handler(self) -> None:
         # Spark ends the streaming-source process with SIGTERM when a query stops; without
@@ -159,15 +145,10 @@ class SourceMember:
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float, what: str) -> T:
         """Run ``coro`` on the member's loop and wait at most ``timeout`` seconds."""
-        if self._loop is None or self._stopped:
+        if self._loop_thread is None or self._stopped:
             coro.close()
             raise ConsumerStoppedError("the aiogroup source member is not running")
-        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
-        try:
-            return future.result(timeout)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise TimeoutError(f"aiogroup source: {what} took longer than {timeout:.0f}s") from None
+        return self._loop_thread.call(coro, timeout, what)
 
     # -- operations (run on the loop) ----------------------------------------------------
 

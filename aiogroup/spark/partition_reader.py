@@ -50,7 +50,6 @@ import asyncio
 import atexit
 import concurrent.futures
 import logging
-import threading
 from collections.abc import AsyncGenerator, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -60,6 +59,7 @@ from aiokafka.errors import OffsetOutOfRangeError
 
 from aiogroup.consumer import GroupConsumer
 from aiogroup.spark._consumers import new_consumer
+from aiogroup.spark._loop_thread import LoopThread
 from aiogroup.spark.options import SourceOptions
 from aiogroup.spark.ranges import OffsetRange
 from aiogroup.spark.schema import conform
@@ -114,42 +114,26 @@ class _PooledConsumer:
 
     def __init__(self, key: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self.key = key
-        self.loop = asyncio.new_event_loop()
         self.consumer: GroupConsumer = new_consumer(**kwargs)
         self.started = False
         #: (partition, offset) when the consumer's position is exactly that.
         self.position: tuple[TopicPartition, int] | None = None
-        self._thread = threading.Thread(
-            target=self._serve, name="aiogroup-spark-reader", daemon=True
-        )
-        self._thread.start()
-
-    def _serve(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
+        self._loop_thread = LoopThread("aiogroup-spark-reader")
 
     def submit(self, coro: Coroutine[Any, Any, _T]) -> concurrent.futures.Future[_T]:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return self._loop_thread.submit(coro)
 
-    def run(self, coro: Coroutine[Any, Any, _T], timeout: float) -> _T:
-        future = self.submit(coro)
-        try:
-            return future.result(timeout)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise
+    def run(self, coro: Coroutine[Any, Any, _T], timeout: float, what: str) -> _T:
+        return self._loop_thread.call(coro, timeout, what)
 
     def close(self) -> None:
         try:
-            if self.started and self._thread.is_alive():
-                self.run(self.consumer.stop(), _CLOSE_TIMEOUT_S)
+            if self.started and self._loop_thread.alive:
+                self.run(self.consumer.stop(), _CLOSE_TIMEOUT_S, "closing a reader consumer")
         except BaseException as exc:  # closing after a failure: report, do not mask
             log.debug("aiogroup source: closing a reader consumer failed: %r", exc)
         finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(_CLOSE_TIMEOUT_S)
-            if not self._thread.is_alive():
-                self.loop.close()
+            self._loop_thread.stop(_CLOSE_TIMEOUT_S)
 
 
 class _RangeSteps:
@@ -190,7 +174,7 @@ class _RangeSteps:
         await self._chunks.aclose()
 
     def finish(self) -> None:
-        self._pooled.run(self._finish(), _CLOSE_TIMEOUT_S)
+        self._pooled.run(self._finish(), _CLOSE_TIMEOUT_S, "closing a range's reader")
 
 
 _pooled: _PooledConsumer | None = None

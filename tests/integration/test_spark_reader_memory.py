@@ -154,9 +154,9 @@ def test_an_idle_worker_consumer_leaves_no_request_hanging_and_does_not_poll(
     async def fetches_sent() -> int:
         return consumer.metrics().fetch_latency.count  # reads the loop's clock: on the loop
 
-    fetches = pooled.run(fetches_sent(), 5)
+    fetches = pooled.run(fetches_sent(), 5, "reading the metrics")
     time.sleep(1.0)  # the idle spell itself (fetch_max_wait_ms is 10 ms)
-    assert pooled.run(fetches_sent(), 5) == fetches
+    assert pooled.run(fetches_sent(), 5, "reading the metrics") == fetches
     assert consumer.paused() == {TopicPartition(topic, 0)}
     # The next range still continues where the last one ended, without a seek.
     more = list(read_range(opts, OffsetRange(topic, 0, RECORDS, RECORDS)))  # type: ignore[arg-type]
