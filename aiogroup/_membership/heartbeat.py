@@ -6,8 +6,13 @@ nothing reads a clock, so the machine and its tests decide time.
 
 Two session clocks, because they answer two questions:
 
-* ``session_deadline()`` - until when the membership is *proven*: the last answer
-  that proved it (``succeeded``, or a join/sync) plus ``session_timeout``.  The
+* ``session_deadline()`` - until when the membership is *proven*: when the request
+  whose answer proved it last was *sent* (``succeeded`` dates it from ``sent``; a
+  sync from its sending, a join from its answer) plus ``session_timeout``.  The send
+  time, because an answer proves only what the broker saw when it handled the request,
+  which is no earlier than the sending: an answer read late (a slow broker, or a
+  process stopped with the answer unread while the broker evicted it) must not
+  reopen the gate.  The
   coordinator publishes it as the delivery gate (``SubscriptionState
   .membership_valid_until``): past it, a broker may have evicted the member and
   handed its partitions on, so no record is handed out until an answer decides.
@@ -72,9 +77,12 @@ class HeartbeatTimers:
 
     # -- session -----------------------------------------------------------------------
 
-    def reset_session(self, now: float) -> None:
-        """A join/sync just succeeded: the session is fresh, the next beat is an interval away."""
-        self._last_ok = now
+    def reset_session(self, now: float, *, proven_at: float | None = None) -> None:
+        """A join/sync just succeeded: the session is fresh, the next beat is an interval away.
+
+        ``proven_at``: when the request that proved it was sent (default ``now``).
+        """
+        self._last_ok = now if proven_at is None else min(proven_at, now)
         self._check_from = now
         self._last_sent = now
         self._retry_at = None
@@ -86,15 +94,29 @@ class HeartbeatTimers:
         self.in_flight = True
 
     def succeeded(self, now: float) -> None:
-        """An answer that proves the coordinator still knows us: the session restarts."""
-        self._last_ok = now
+        """An answer that proves the coordinator still knows us: the session restarts.
+
+        The proof dates from the beat's sending (see the module docstring); the check
+        clock, which only decides when to suspect the coordinator, from the answer.
+        """
+        self._last_ok = max(self._last_ok, self._last_sent)
         self._check_from = now
         self.in_flight = False
+
+    @property
+    def last_sent(self) -> float:
+        """When the last beat was sent (or the session reset): what an answer proves."""
+        return self._last_sent
 
     def failed(self, now: float) -> None:
         """No usable answer: retry after the backoff rather than a whole interval."""
         self.in_flight = False
         self._retry_at = now + self.retry_backoff
+
+    def answer_is_current(self, now: float) -> bool:
+        """Whether an answer to the beat in flight, read at ``now``, still proves anything:
+        its proof (the beat's send time plus the session) must not have passed."""
+        return now < self._last_sent + self.session_timeout
 
     def answered(self) -> None:
         """An answer arrived that does not prove the session (stale, or an error)."""

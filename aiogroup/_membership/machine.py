@@ -498,6 +498,8 @@ class Membership:
         #: The session lapsed without a proving answer; ends with a proof, the lost
         #: listener, a new generation or the generation's end (see SESSION_ELAPSED).
         self._session_lapsed = False
+        #: When the last SyncGroup was sent: its success proves the session from then.
+        self._sync_sent_at = now
         self._now = now
 
     # -- queries ---------------------------------------------------------------------------
@@ -711,6 +713,7 @@ class Membership:
             self._awaiting_assignment = True
             out.append(A.ComputeAssignment(r.generation_id, r.protocol_name or "", r.members))
         else:
+            self._sync_sent_at = self._now
             out.append(A.SendSyncGroup(r.generation_id, r.member_id, r.protocol_name, ()))
 
     def _on_assignment_computed(self, ev: E.Event, out: list[A.Action]) -> None:
@@ -733,6 +736,7 @@ class Membership:
             self.rejoin_reason = why
             self._set_backoff(out, why)
             return
+        self._sync_sent_at = self._now
         out.append(
             A.SendSyncGroup(self.generation_id, self.member_id, self.protocol_name, ev.assignments)
         )
@@ -765,7 +769,12 @@ class Membership:
             return
         new = ev.partitions
         self._prejoin_done = False
-        self.timers.reset_session(self._now)
+        # The broker restarted the session when it received the SyncGroup, no earlier
+        # than its sending: an answer read late must not stretch the delivery gate.
+        self.timers.reset_session(self._now, proven_at=self._sync_sent_at)
+        # ... and heartbeating starts from this reset: the tick must not restart the
+        # session clock again at the answer's reading.
+        self._heartbeats_were_active = True
         self.timers.polled(self._now)
         self._stable_since = self._now
         revoked = self.owned - new
@@ -797,6 +806,13 @@ class Membership:
             return
         code = ev.result.error_code
         answer = heartbeat_answer(self.state, code)
+        if answer.keeps_session and not self.timers.answer_is_current(self._now):
+            # The beat left more than a session ago (its answer was read late: a slow
+            # broker, or this process stopped with the answer unread).  It proves the
+            # session only up to a deadline already past, so it is taken as no answer:
+            # the broker may have evicted us since, and the lapse rule decides.
+            self.timers.answered()
+            return
         if answer.keeps_session:
             self.timers.succeeded(self._now)
             self._session_lapsed = False

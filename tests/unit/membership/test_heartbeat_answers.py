@@ -270,13 +270,15 @@ def test_answer_in_state(setup: str, code: int) -> None:
     want = expected(state, code)
     now = m._now + 0.2
     deadline_before = m.timers.session_deadline()
+    sent_at = m.timers.last_sent  # the beat in flight, if any
     generation, member, owned = m.generation_id, m.member_id, m.owned
     listener = m.listener_kind
     out = m.handle(heartbeat(code, m.generation_id), now)
     raised = [a for a in out if isinstance(a, A.RaiseToApplication)]
 
     if want.keeps_session:
-        assert m.timers.session_deadline() == now + SESSION
+        # the proof dates from the beat's sending, not from its answer
+        assert m.timers.session_deadline() == sent_at + SESSION
         assert not m.timers.in_flight
         assert not m.session_unproven  # a proving answer reopens the delivery gate
     else:
@@ -402,9 +404,9 @@ def test_session_rule_fires_when_the_broker_stops_answering(failure: E.Event | N
     """``session_timeout`` after the last proof the session is unproven (delivery is
     gated); the coordinator is suspected, never the membership: the generation stays."""
     m = in_revoking_eager()
-    last_proof = 2.2
-    m.handle(heartbeat(C.REBALANCE_IN_PROGRESS, 1), last_proof)
-    now = last_proof
+    last_proof = m.timers.last_sent  # an answer proves the session from the beat's sending
+    now = 2.2
+    m.handle(heartbeat(C.REBALANCE_IN_PROGRESS, 1), now)
     unproven_at = None
     while unproven_at is None and now < last_proof + 2 * SESSION:
         now += BACKOFF

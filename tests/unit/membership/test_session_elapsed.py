@@ -75,8 +75,10 @@ def test_discovery_restarts_the_check_clock_not_the_proof_clock() -> None:
     assert t.session_deadline() == SESSION  # the gate: only an answer moves it
     assert t.session_check_deadline() == 4.0 + SESSION
     assert t.session_expired(SESSION) and not t.session_check_due(SESSION)
+    t.sent(4.5)
     t.succeeded(5.0)
-    assert t.session_deadline() == t.session_check_deadline() == 5.0 + SESSION
+    assert t.session_deadline() == 4.5 + SESSION  # the proof dates from the beat's sending
+    assert t.session_check_deadline() == 5.0 + SESSION
 
 
 @pytest.mark.parametrize("protocol", [EAGER, COOPERATIVE], ids=["eager", "cooperative"])
@@ -108,7 +110,7 @@ def test_the_broker_keeping_us_gives_the_assignment_back_in_the_same_generation(
     assert out == [A.SetAssignment(tps(0, 1)), A.InvokeOnPartitionsAssigned(tps(0, 1), 1)]
     m.handle(E.ListenerCompleted("assigned"), SESSION + 4)
     assert m.state is S.STABLE and m.commit_gate(tps(0)).allowed
-    assert m.timers.session_deadline() == SESSION + 4 + SESSION
+    assert m.timers.session_deadline() == SESSION + 3 + SESSION  # from the SyncGroup's sending
 
 
 def test_a_member_owning_nothing_keeps_heartbeating_gated() -> None:
@@ -132,7 +134,7 @@ def test_a_proving_answer_reopens_the_gate_with_a_fresh_deadline(code: int) -> N
     m.handle(E.CoordinatorFound(2), SESSION + 0.5)
     m.handle(heartbeat(code, 1), SESSION + 0.6)
     assert not m.session_unproven
-    assert m.timers.session_deadline() == SESSION + 0.6 + SESSION
+    assert m.timers.session_deadline() == SESSION + 0.5 + SESSION  # the beat left at +0.5
     assert (m.generation_id, m.member_id) == (1, "m1")
     assert m.state is (S.STABLE if code == C.NONE else S.REVOKING)  # eager: revoke, rejoin
 
@@ -221,4 +223,56 @@ def test_the_lapse_is_due_at_the_proof_deadline_without_a_coordinator() -> None:
     m.handle(E.HeartbeatFailed("connection", 1), 1.1)  # coordinator unknown, lookup sent
     assert m.coordinator_id is None and m.next_deadline() == SESSION
     out = m.handle(E.TimerFired(), SESSION)
+    assert out == [A.MarkRevoking(tps(0)), A.InvokeOnPartitionsLost(tps(0))]
+
+
+@pytest.mark.parametrize("protocol", [EAGER, COOPERATIVE], ids=["eager", "cooperative"])
+@pytest.mark.parametrize("code", [C.NONE, C.REBALANCE_IN_PROGRESS], ids=str)
+def test_an_answer_read_after_a_freeze_proves_nothing_and_the_session_lapses(
+    protocol: RebalanceProtocol, code: int
+) -> None:
+    """The process was stopped (SIGSTOP, a paused VM) with a beat's answer unread.  The
+    broker answered at once, evicted the member a session later and handed its partitions
+    on.  Read on waking, before any timer, the answer proves the session only up to the
+    beat's *sending* plus the session, long past: it counts as no answer, the gate stays
+    shut, and the partitions are lost rather than handed out again (a REBALANCE_IN_PROGRESS
+    read so must not start a cooperative rejoin that keeps delivering them).  Dated from
+    its reading, it reopened the gate: the chaos scenario "SIGSTOP for twice the session"
+    caught a zombie delivery on Apache Kafka."""
+    m = make(protocol)
+    to_stable(m, tps(0, 1))
+    assert m.handle(E.TimerFired(), 1.0) == [A.SendHeartbeat(1, "m1")]
+    woke = 1.0 + 2 * SESSION
+    out = m.handle(heartbeat(code, 1), woke)
+    assert m.timers.session_deadline() == SESSION  # still the sync's proof, at 0.0
+    # the lapse, as if no answer had come: lost, not revoked; no commit; same identity
+    assert out == [FIND, A.MarkRevoking(tps(0, 1)), A.InvokeOnPartitionsLost(tps(0, 1))]
+    assert m.session_unproven and not m.commit_gate(tps(0)).allowed
+    assert (m.state, m.generation_id, m.member_id) == (S.LOSING, 1, "m1")
+
+
+def test_a_proof_that_comes_late_still_dates_from_the_sending() -> None:
+    """A slow answer proves only what the broker can have seen: the beat left at 1.0."""
+    m = make()
+    to_stable(m, tps(0))
+    m.handle(E.TimerFired(), 1.0)
+    m.handle(heartbeat(C.NONE, 1), 1.0 + SESSION / 2)
+    assert m.timers.session_deadline() == 1.0 + SESSION
+    assert not m.session_unproven and m.commit_gate(tps(0)).allowed
+
+
+def test_a_sync_answer_read_after_a_freeze_proves_the_session_only_from_its_sending() -> None:
+    """The broker restarts the session when it receives SyncGroup, no earlier than its
+    sending: an assignment read a whole session later opens no gate."""
+    m = make()
+    m.handle(E.SubscriptionChanged(True), 0.0)
+    m.handle(E.CoordinatorFound(1), 0.0)
+    assert m.handle(join_ok(1), 0.0) == [A.SendSyncGroup(1, "m1", "range", ())]
+    woke = 2 * SESSION
+    out = m.handle(sync_ok(1, tps(0)), woke)
+    assert out[:2] == [A.SetAssignment(tps(0)), A.InvokeOnPartitionsAssigned(tps(0), 1)]
+    assert m.timers.session_deadline() == SESSION
+    assert m.session_unproven and not m.commit_gate(tps(0)).allowed
+    # the listener runs to its end; then what it was given is lost, not kept
+    out = m.handle(E.ListenerCompleted("assigned"), woke + 0.1)
     assert out == [A.MarkRevoking(tps(0)), A.InvokeOnPartitionsLost(tps(0))]
