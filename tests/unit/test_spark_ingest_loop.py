@@ -77,6 +77,13 @@ class Gate:
         self.loop.call_soon_threadsafe(self.started.set)
         assert self.release.wait(10)
 
+    async def until_called(self, count: int) -> None:
+        """Wait until the function was called ``count`` times (``started`` is set after
+        every call, through the loop)."""
+        while len(self.infos) < count:
+            await asyncio.wait_for(self.started.wait(), 5)
+            self.started.clear()
+
 
 SPARK = SimpleNamespace(createDataFrame=lambda table: table)
 
@@ -196,3 +203,116 @@ def test_auto_commit_consumers_are_refused() -> None:
     consumer.config.enable_auto_commit = True
     with pytest.raises(ConfigurationError, match="enable_auto_commit"):
         SparkIngest(consumer, SPARK, lambda df, info: None, topics=["t"])
+
+
+class BuildingSpark:
+    """createDataFrame returns the table itself and tells the test about every call."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fail_on: int | None = None) -> None:
+        self.loop = loop
+        self.fail_on = fail_on
+        self.built: list[list[tuple[int, int]]] = []
+        self.changed = asyncio.Event()
+
+    def createDataFrame(self, table: pa.Table) -> pa.Table:
+        columns = table.column("partition").to_pylist(), table.column("offset").to_pylist()
+        rows = list(zip(*columns, strict=True))
+        self.built.append(rows)
+        self.loop.call_soon_threadsafe(self.changed.set)
+        if self.fail_on is not None and len(self.built) == self.fail_on:
+            raise ValueError("cannot convert this table")
+        return table
+
+    async def until_built(self, count: int) -> None:
+        while len(self.built) < count:
+            await asyncio.wait_for(self.changed.wait(), 5)
+            self.changed.clear()
+
+
+async def test_the_next_batch_is_built_while_the_current_one_runs() -> None:
+    """createDataFrame of batch n+1 (the Arrow table's trip into the JVM) overlaps batch
+    n's function; it used to run only after it, in the same worker thread."""
+    loop = asyncio.get_running_loop()
+    consumer = FakeConsumer([chunk(T0, 0, 10), chunk(T1, 0, 10)])
+    spark = BuildingSpark(loop)
+    gate = Gate(loop)
+    ingestor = SparkIngest(consumer, spark, gate, topics=["t"], max_records=10, max_interval=0.05)
+    task = asyncio.create_task(ingestor.run())
+    await asyncio.wait_for(gate.started.wait(), 5)
+    await spark.until_built(2)
+    assert len(gate.infos) == 1 and consumer.commits == []  # batch 0 still runs
+    gate.release.set()
+    await gate.until_called(2)
+    ingestor.stop()
+    await asyncio.wait_for(task, 5)
+    assert consumer.commits == [{T0: 10}, {T1: 10}]
+
+
+@pytest.mark.parametrize("on_revoke", ["finish", "abandon"])
+async def test_a_revocation_drops_its_partitions_from_the_batch_being_built(
+    on_revoke: str,
+) -> None:
+    """The batch whose DataFrame is built while the previous one runs is still collected:
+    a revocation drops the revoked partitions from it, and it is built again without
+    them before its function starts."""
+    loop = asyncio.get_running_loop()
+    consumer = FakeConsumer([chunk(T0, 0, 5), chunk(T1, 0, 5), chunk(T0, 5, 5), chunk(T1, 5, 5)])
+    spark = BuildingSpark(loop)
+    gate = Gate(loop)
+    ingestor = SparkIngest(
+        consumer, spark, gate, topics=["t"], max_records=10, max_interval=5, on_revoke=on_revoke
+    )
+    task = asyncio.create_task(ingestor.run())
+    await asyncio.wait_for(gate.started.wait(), 5)
+    await spark.until_built(2)
+    revoke = asyncio.create_task(consumer.listener.on_partitions_revoked({T0}))
+    if on_revoke == "abandon":
+        await asyncio.wait_for(revoke, 5)  # returns at once
+    gate.release.set()
+    await asyncio.wait_for(revoke, 5)
+    consumer.owned.discard(T0)
+    await spark.until_built(3)
+    assert spark.built[2] == [(1, o) for o in range(5, 10)]
+    await gate.until_called(2)
+    ingestor.stop()
+    await asyncio.wait_for(task, 5)
+    assert gate.infos[1].ranges == {T1: (5, 10)}
+    assert gate.rows[10:] == list(range(5, 10))
+    committed = list(consumer.commits)
+    assert all(c.get(T0, 0) <= 5 for c in committed), committed  # T0 5..9 never committed
+    assert committed[-1] == {T1: 10}
+    assert (T0 in {tp for c in committed for tp in c}) == (on_revoke == "finish")
+
+
+async def test_a_batch_emptied_while_it_was_built_never_reaches_the_function() -> None:
+    loop = asyncio.get_running_loop()
+    consumer: FakeConsumer
+    consumer = FakeConsumer([chunk(T1, 0, 10), chunk(T0, 0, 10), chunk(T1, 10, 10)])
+    spark = BuildingSpark(loop)
+    gate = Gate(loop)
+    ingestor = SparkIngest(consumer, spark, gate, topics=["t"], max_records=10, max_interval=5)
+    task = asyncio.create_task(ingestor.run())
+    await asyncio.wait_for(gate.started.wait(), 5)
+    await spark.until_built(2)
+    await asyncio.wait_for(consumer.listener.on_partitions_lost({T0}), 5)
+    consumer.owned.discard(T0)
+    gate.release.set()
+    await gate.until_called(2)
+    ingestor.stop()
+    await asyncio.wait_for(task, 5)
+    assert [info.ranges for info in gate.infos] == [{T1: (0, 10)}, {T1: (10, 20)}]
+    assert len(spark.built) == 3  # nothing was built again for the emptied batch
+    assert consumer.commits == [{T1: 10}, {T1: 20}]
+
+
+async def test_a_batch_that_cannot_be_built_raises_after_the_one_in_flight_is_committed() -> None:
+    loop = asyncio.get_running_loop()
+    consumer = FakeConsumer([chunk(T0, 0, 10), chunk(T1, 0, 10)])
+    spark = BuildingSpark(loop, fail_on=2)
+    gate = Gate(loop)
+    gate.release.set()
+    ingestor = SparkIngest(consumer, spark, gate, topics=["t"], max_records=10, max_interval=5)
+    with pytest.raises(ValueError, match="cannot convert"):
+        await asyncio.wait_for(ingestor.run(), 5)
+    assert len(gate.infos) == 1
+    assert consumer.commits == [{T0: 10}]  # batch 1 was never handed over: uncommitted
