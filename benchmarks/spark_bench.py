@@ -74,15 +74,21 @@ GROUP_TIMEOUTS = {"kafka.session.timeout.ms": "6000", "kafka.heartbeat.interval.
 COMPARED = COLUMNS
 
 
-def spark_confs(pairs: list[str]) -> list[tuple[str, str]]:
+def spark_confs(
+    pairs: list[str], flag: str = "--conf", prefix: str = "spark."
+) -> list[tuple[str, str]]:
     """``--conf KEY=VALUE`` arguments as pairs; a malformed one is an error naming it."""
     confs = []
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep or not key.startswith("spark."):
-            raise SystemExit(f"--conf {pair!r}: expected spark.KEY=VALUE")
+        if not sep or not key.startswith(prefix):
+            raise SystemExit(f"{flag} {pair!r}: expected {prefix}KEY=VALUE")
         confs.append((key, value))
     return confs
+
+
+#: ``--source-option`` pairs, given to every ``format("aiogroup")`` query of the run.
+SOURCE_OPTIONS: dict[str, str] = {}
 
 
 async def produce(
@@ -173,7 +179,7 @@ def run_source(spark: Any, servers: str, topic: str, out: Path) -> tuple[float, 
         .option("kafka.group.id", unique_name("bench-source"))
         .option("startingOffsets", "earliest")
     )
-    for key, value in GROUP_TIMEOUTS.items():
+    for key, value in {**GROUP_TIMEOUTS, **SOURCE_OPTIONS}.items():
         reader = reader.option(key, value)
     query = (
         reader.load()
@@ -400,6 +406,14 @@ def main() -> int:
         help="an extra Spark setting for the session (repeatable), e.g. "
         "spark.python.unix.domain.socket.enabled=true",
     )
+    parser.add_argument(
+        "--source-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help='an extra option for format("aiogroup") (repeatable), e.g. '
+        "kafka.max.partition.fetch.bytes=8388608",
+    )
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--plot", type=Path, help="also draw the medians here (PNG)")
     args = parser.parse_args()
@@ -446,6 +460,7 @@ def main() -> int:
     )
     if jars:
         builder = builder.config("spark.jars", ",".join(jars))
+    SOURCE_OPTIONS.update(spark_confs(args.source_option, "--source-option", ""))
     for key, value in spark_confs(args.conf):
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
