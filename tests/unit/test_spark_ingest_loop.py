@@ -229,23 +229,39 @@ class BuildingSpark:
             self.changed.clear()
 
 
+class Building:
+    """An ingest() run of 10-record batches, entered once batch 0's function runs (held
+    by its gate) and batch 1's DataFrame has been built; leaving it stops the run."""
+
+    def __init__(self, chunks: list[pa.RecordBatch], **kwargs: Any) -> None:
+        loop = asyncio.get_running_loop()
+        self.consumer = FakeConsumer(list(chunks))
+        self.spark = BuildingSpark(loop)
+        self.gate = Gate(loop)
+        self.ingestor = SparkIngest(
+            self.consumer, self.spark, self.gate, topics=["t"], max_records=10, **kwargs
+        )
+
+    async def __aenter__(self) -> Building:
+        self.task = asyncio.create_task(self.ingestor.run())
+        await asyncio.wait_for(self.gate.started.wait(), 5)
+        await self.spark.until_built(2)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.gate.release.set()
+        self.ingestor.stop()
+        await asyncio.wait_for(self.task, 5)
+
+
 async def test_the_next_batch_is_built_while_the_current_one_runs() -> None:
     """createDataFrame of batch n+1 (the Arrow table's trip into the JVM) overlaps batch
     n's function; it used to run only after it, in the same worker thread."""
-    loop = asyncio.get_running_loop()
-    consumer = FakeConsumer([chunk(T0, 0, 10), chunk(T1, 0, 10)])
-    spark = BuildingSpark(loop)
-    gate = Gate(loop)
-    ingestor = SparkIngest(consumer, spark, gate, topics=["t"], max_records=10, max_interval=0.05)
-    task = asyncio.create_task(ingestor.run())
-    await asyncio.wait_for(gate.started.wait(), 5)
-    await spark.until_built(2)
-    assert len(gate.infos) == 1 and consumer.commits == []  # batch 0 still runs
-    gate.release.set()
-    await gate.until_called(2)
-    ingestor.stop()
-    await asyncio.wait_for(task, 5)
-    assert consumer.commits == [{T0: 10}, {T1: 10}]
+    async with Building([chunk(T0, 0, 10), chunk(T1, 0, 10)], max_interval=0.05) as run:
+        assert len(run.gate.infos) == 1 and run.consumer.commits == []  # batch 0 still runs
+        run.gate.release.set()
+        await run.gate.until_called(2)
+    assert run.consumer.commits == [{T0: 10}, {T1: 10}]
 
 
 @pytest.mark.parametrize("on_revoke", ["finish", "abandon"])
@@ -255,54 +271,35 @@ async def test_a_revocation_drops_its_partitions_from_the_batch_being_built(
     """The batch whose DataFrame is built while the previous one runs is still collected:
     a revocation drops the revoked partitions from it, and it is built again without
     them before its function starts."""
-    loop = asyncio.get_running_loop()
-    consumer = FakeConsumer([chunk(T0, 0, 5), chunk(T1, 0, 5), chunk(T0, 5, 5), chunk(T1, 5, 5)])
-    spark = BuildingSpark(loop)
-    gate = Gate(loop)
-    ingestor = SparkIngest(
-        consumer, spark, gate, topics=["t"], max_records=10, max_interval=5, on_revoke=on_revoke
-    )
-    task = asyncio.create_task(ingestor.run())
-    await asyncio.wait_for(gate.started.wait(), 5)
-    await spark.until_built(2)
-    revoke = asyncio.create_task(consumer.listener.on_partitions_revoked({T0}))
-    if on_revoke == "abandon":
-        await asyncio.wait_for(revoke, 5)  # returns at once
-    gate.release.set()
-    await asyncio.wait_for(revoke, 5)
-    consumer.owned.discard(T0)
-    await spark.until_built(3)
-    assert spark.built[2] == [(1, o) for o in range(5, 10)]
-    await gate.until_called(2)
-    ingestor.stop()
-    await asyncio.wait_for(task, 5)
-    assert gate.infos[1].ranges == {T1: (5, 10)}
-    assert gate.rows[10:] == list(range(5, 10))
-    committed = list(consumer.commits)
+    chunks = [chunk(T0, 0, 5), chunk(T1, 0, 5), chunk(T0, 5, 5), chunk(T1, 5, 5)]
+    async with Building(chunks, max_interval=5, on_revoke=on_revoke) as run:
+        revoke = asyncio.create_task(run.consumer.listener.on_partitions_revoked({T0}))
+        if on_revoke == "abandon":
+            await asyncio.wait_for(revoke, 5)  # returns at once
+        run.gate.release.set()
+        await asyncio.wait_for(revoke, 5)
+        run.consumer.owned.discard(T0)
+        await run.spark.until_built(3)
+        assert run.spark.built[2] == [(1, o) for o in range(5, 10)]
+        await run.gate.until_called(2)
+    assert run.gate.infos[1].ranges == {T1: (5, 10)}
+    assert run.gate.rows[10:] == list(range(5, 10))
+    committed = list(run.consumer.commits)
     assert all(c.get(T0, 0) <= 5 for c in committed), committed  # T0 5..9 never committed
     assert committed[-1] == {T1: 10}
     assert (T0 in {tp for c in committed for tp in c}) == (on_revoke == "finish")
 
 
 async def test_a_batch_emptied_while_it_was_built_never_reaches_the_function() -> None:
-    loop = asyncio.get_running_loop()
-    consumer: FakeConsumer
-    consumer = FakeConsumer([chunk(T1, 0, 10), chunk(T0, 0, 10), chunk(T1, 10, 10)])
-    spark = BuildingSpark(loop)
-    gate = Gate(loop)
-    ingestor = SparkIngest(consumer, spark, gate, topics=["t"], max_records=10, max_interval=5)
-    task = asyncio.create_task(ingestor.run())
-    await asyncio.wait_for(gate.started.wait(), 5)
-    await spark.until_built(2)
-    await asyncio.wait_for(consumer.listener.on_partitions_lost({T0}), 5)
-    consumer.owned.discard(T0)
-    gate.release.set()
-    await gate.until_called(2)
-    ingestor.stop()
-    await asyncio.wait_for(task, 5)
-    assert [info.ranges for info in gate.infos] == [{T1: (0, 10)}, {T1: (10, 20)}]
-    assert len(spark.built) == 3  # nothing was built again for the emptied batch
-    assert consumer.commits == [{T1: 10}, {T1: 20}]
+    chunks = [chunk(T1, 0, 10), chunk(T0, 0, 10), chunk(T1, 10, 10)]
+    async with Building(chunks, max_interval=5) as run:
+        await asyncio.wait_for(run.consumer.listener.on_partitions_lost({T0}), 5)
+        run.consumer.owned.discard(T0)
+        run.gate.release.set()
+        await run.gate.until_called(2)
+    assert [info.ranges for info in run.gate.infos] == [{T1: (0, 10)}, {T1: (10, 20)}]
+    assert len(run.spark.built) == 3  # nothing was built again for the emptied batch
+    assert run.consumer.commits == [{T1: 10}, {T1: 20}]
 
 
 async def test_a_batch_that_cannot_be_built_raises_after_the_one_in_flight_is_committed() -> None:
