@@ -26,6 +26,9 @@ directory (and, for the group modes, a fresh consumer group):
                 parquet: what Spark alone does with them;
 * ``baseline`` (not by default) - kafka-python in the driver, rows as tuples.
 
+``--payload random`` makes the values incompressible (the counter, then random bytes
+instead of ``x``s), to separate what compression costs each source.
+
 Two clocks per streaming mode.  ``total``: query start (or ``consumer.start()``) to
 the last row in parquet, joining the group included.  ``steady``: the part that
 scales with the records - for ``source``/``kafka`` the micro-batches' execution
@@ -92,8 +95,16 @@ SOURCE_OPTIONS: dict[str, str] = {}
 
 
 async def produce(
-    servers: str, topic: str, records: int, partitions: int, size: int, compression: str = "none"
+    servers: str,
+    topic: str,
+    records: int,
+    partitions: int,
+    size: int,
+    compression: str = "none",
+    payload: str = "pad",
 ) -> None:
+    """``records`` values of ``size`` bytes: a 12-digit counter, then ``x``s (``pad``,
+    compressing about 40 times at 1 KiB) or random bytes (``random``, incompressible)."""
     producer = AIOKafkaProducer(
         bootstrap_servers=servers,
         linger_ms=10,
@@ -106,9 +117,10 @@ async def produce(
         pad = b"x" * max(0, size - 12)
         futures = []
         for i in range(records):
+            tail = os.urandom(len(pad)) if payload == "random" else pad
             futures.append(
                 await producer.send(
-                    topic, b"%012d" % i + pad, key=b"%d" % i, partition=i % partitions
+                    topic, b"%012d" % i + tail, key=b"%d" % i, partition=i % partitions
                 )
             )
             if len(futures) >= 20_000:
@@ -387,6 +399,13 @@ def main() -> int:
         help="comma-separated value-bytes:compression[:records] (compression: none, lz4, ...)",
     )
     parser.add_argument("--value-bytes", type=int, help="one variant of this size (no compression)")
+    parser.add_argument(
+        "--payload",
+        choices=("pad", "random"),
+        default="pad",
+        help="what follows each value's 12-digit counter: x's (default; about 40x "
+        "compressible at 1 KiB) or random bytes (incompressible)",
+    )
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument(
         "--warm-reps",
@@ -473,7 +492,7 @@ def main() -> int:
             tmp = Path(tmp_name)
             warm_up(spark, broker, tmp)
             for size, codec, records in variants:
-                name = f"{size}B-{codec}"
+                name = f"{size}B-{codec}" + ("" if args.payload == "pad" else f"-{args.payload}")
                 args.records = records
 
                 async def make_topic(
@@ -481,7 +500,13 @@ def main() -> int:
                 ) -> str:
                     topic = await broker.create_topic(unique_name("spark-bench"), args.partitions)
                     await produce(
-                        broker.bootstrap_servers, topic, records, args.partitions, size, codec
+                        broker.bootstrap_servers,
+                        topic,
+                        records,
+                        args.partitions,
+                        size,
+                        codec,
+                        args.payload,
                     )
                     return topic
 
