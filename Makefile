@@ -11,7 +11,7 @@ KAFKA_JAR := .kafka/$(KAFKA_VERSION)/libs/kafka_2.13-$(KAFKA_VERSION).jar
 KAFKA_RAN := == Apache Kafka tier: integration tests on Apache Kafka $(KAFKA_VERSION)
 KAFKA_SKIPPED := == Apache Kafka tier SKIPPED
 
-.PHONY: install native kafka-jars test test-unit test-integration test-kafka chaos lint demo bench docs clean
+.PHONY: install native native-test kafka-jars test test-unit test-integration test-kafka chaos lint demo bench docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,15 @@ $(NATIVE_STAMP): $(STAMP) $(NATIVE_SRC)
 	  echo "== native decoder SKIPPED: no cargo on PATH (https://rustup.rs); the pure-Python path is used =="; \
 	fi
 
+# The crate's own tests (the LZ4 frame fast path against lz4_flex's FrameDecoder, damaged
+# frames, the buffer pool's bound); the Python tests check the module end to end.
+native-test:
+	@if command -v cargo >/dev/null 2>&1; then \
+	  cargo test --quiet --release --manifest-path native/Cargo.toml; \
+	else \
+	  echo "== native crate tests SKIPPED: no cargo on PATH (the module is not built either) =="; \
+	fi
+
 # Maven fetches Kafka's broker jars and spark-sql-kafka (skipped, with a message, without java/mvn).
 # A stamp per pom: a second `make test` does not ask Maven again; no stamp without the jars,
 # so installing Java later and rerunning fetches them.
@@ -47,7 +56,7 @@ $(KAFKA_STAMP): $(STAMP) maven/pom.xml maven/fetch.sh
 # thorough Hypothesis profile, tests/conftest.py), then the integration tier again on
 # Apache Kafka (single node, the 3-node failover and rack tests, and the bounded chaos subset)
 # when Java and the jars are here.
-test: install
+test: install native-test
 	HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest tests -p no:cacheprovider -q -m "not kafka_cluster" $(PYTEST_FLAGS)
 	@$(MAKE) --no-print-directory test-kafka
 
@@ -59,7 +68,7 @@ test-kafka: install
 	  echo "$(KAFKA_SKIPPED): $$(command -v java >/dev/null 2>&1 || echo 'no java on PATH; ')$$([ -f $(KAFKA_JAR) ] || echo 'no jars in .kafka/$(KAFKA_VERSION)/libs (make install needs java and mvn)') =="; \
 	fi
 
-test-unit: $(STAMP) native
+test-unit: $(STAMP) native native-test
 	$(BIN)/python -m pytest tests/unit -q -m 'not scale' $(PYTEST_FLAGS)
 
 # AIOGROUP_BROKER=kafka make test-integration runs the tier on Apache Kafka.

@@ -1,7 +1,7 @@
 """Records/s from Kafka into a parquet sink: aiogroup's Spark paths against Spark's own.
 
     .venv/bin/python -m benchmarks.spark_bench [--records 2000000] [--partitions 4]
-        [--variants 100:none,1024:lz4] [--reps 3] [--warm-reps 1] [--batch 100000]
+        [--variants 100:none,1024:lz4] [--reps 3] [--warm-reps 4] [--batch 100000]
         [--modes source,ingest,kafka,arrow,parquet] [--kafka-jars DIR] [--conf KEY=VALUE]
         [--json out.json] [--plot out.png]
 
@@ -41,7 +41,10 @@ range, every column) so that a fast mode cannot be a wrong one.  The JVM and the
 Python workers are warmed before any clock starts, and ``--warm-reps`` repetitions of
 every mode on the variant's own topic run first and are not counted: the first
 full-size repetition ran 10-40% slower than the next for every mode alike (the JIT
-warming to the shape), which made the ratios of short runs drift.  Uses ``AIOGROUP_BOOTSTRAP`` when
+warming to the shape), which made the ratios of short runs drift.  Four by default:
+at 1 KiB lz4 ``format("kafka")`` reached its steady speed by its fourth run and
+``format("aiogroup")`` (more JVM code on its path: the Python runner, Arrow) by about its
+fifth to sixth (docs/spark.md, run 11).  Uses ``AIOGROUP_BOOTSTRAP`` when
 set, else the embedded broker.
 """
 
@@ -410,7 +413,7 @@ def main() -> int:
     parser.add_argument(
         "--warm-reps",
         type=int,
-        default=1,
+        default=4,
         help="repetitions of every mode run first and not counted (JIT warm-up on the shape)",
     )
     parser.add_argument("--batch", type=int, default=100_000, help="records per ingest() batch")

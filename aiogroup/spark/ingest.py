@@ -164,6 +164,9 @@ class _Prepared:
     ranges: dict[TopicPartition, tuple[int, int]]
     frame: asyncio.Future[Any]
     dropped: set[TopicPartition] = field(default_factory=set)
+    #: ``table`` without the ``dropped`` partitions, once a revocation touched it (the
+    #: filter that counted the dropped rows, kept for the rebuild)
+    kept: pa.Table | None = None
 
 
 class SparkIngest:
@@ -361,7 +364,7 @@ class SparkIngest:
 
     async def _ready(
         self, prepared: _Prepared
-    ) -> tuple[Any, pa.Table, dict[TopicPartition, tuple[int, int]]] | None:
+    ) -> tuple[Any, int, dict[TopicPartition, tuple[int, int]]] | None:
         """The batch's DataFrame, built without whatever a revocation dropped meanwhile.
 
         Returns with nothing left to await: the caller hands the batch over at once, so
@@ -374,18 +377,18 @@ class SparkIngest:
             finally:
                 if self._prepared is prepared:
                     self._prepared = None
-            if not prepared.dropped:
-                return frame, prepared.table, prepared.ranges
-            kept = _without(prepared.table, prepared.dropped)
+            kept = prepared.kept
+            if kept is None:
+                return frame, prepared.table.num_rows, prepared.ranges
             if kept.num_rows == 0:
                 return None
             prepared = self._prepare(kept)
 
     def _start_batch(
-        self, frame: Any, table: pa.Table, ranges: dict[TopicPartition, tuple[int, int]]
+        self, frame: Any, num_records: int, ranges: dict[TopicPartition, tuple[int, int]]
     ) -> tuple[BatchInfo, asyncio.Future[Any]]:
         """Hand ``frame`` to the worker thread; the batch is in flight from this call."""
-        info = BatchInfo(batch_id=self._batches, ranges=ranges, num_records=table.num_rows)
+        info = BatchInfo(batch_id=self._batches, ranges=ranges, num_records=num_records)
         info.release_counts = {tp: self._releases.get(tp, 0) for tp in info.ranges}
         loop = asyncio.get_running_loop()
         self._batch_started = loop.time()
@@ -504,7 +507,9 @@ class SparkIngest:
             touched = (partitions & prepared.ranges.keys()) - prepared.dropped
             if touched:
                 # Its DataFrame is (being) built: _ready builds it again without them.
-                dropped += prepared.table.num_rows - _without(prepared.table, touched).num_rows
+                current = prepared.table if prepared.kept is None else prepared.kept
+                prepared.kept = _without(current, touched)
+                dropped += current.num_rows - prepared.kept.num_rows
                 prepared.dropped |= touched
         return dropped
 

@@ -16,6 +16,9 @@
 
 use std::io::Read;
 
+mod lz4_frame;
+mod pool;
+
 use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -135,9 +138,16 @@ impl BinCol {
         c
     }
 
+    /// A column whose data buffer comes from `pool` (the values: the big one).
+    fn pooled() -> Self {
+        let mut c = BinCol::new();
+        c.data = pool::take();
+        c
+    }
+
     fn push(&mut self, v: Option<&[u8]>) -> Res<()> {
         let bit = self.len;
-        if bit % 8 == 0 {
+        if bit.is_multiple_of(8) {
             self.validity.push(0);
         }
         match v {
@@ -162,6 +172,13 @@ struct Buffer {
     bytes: Vec<u8>,
     ints: Vec<i32>,
     longs: Vec<i64>,
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        // pyarrow released the last Arrow buffer over this memory: recycle it.
+        pool::give(std::mem::take(&mut self.bytes));
+    }
 }
 
 impl Buffer {
@@ -209,14 +226,19 @@ struct BatchDecoder {
     header_keys: BinCol,
     header_values: BinCol,
     topics: Vec<String>,
-    scratch: Vec<u8>,
+}
+
+thread_local! {
+    /// Decompressed batch bytes, reused from batch to batch on this thread (decoding
+    /// runs on the thread that called `add_batch`, with the GIL released).
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl BatchDecoder {
     fn fresh() -> Self {
         BatchDecoder {
             keys: BinCol::new(),
-            values: BinCol::new(),
+            values: BinCol::pooled(),
             offsets: Vec::new(),
             timestamps: Vec::new(),
             topic_idx: Vec::new(),
@@ -226,7 +248,6 @@ impl BatchDecoder {
             header_keys: BinCol::new(),
             header_values: BinCol::new(),
             topics: Vec::new(),
-            scratch: Vec::new(),
         }
     }
 
@@ -255,7 +276,7 @@ impl BatchDecoder {
             c.data.truncate(c.offsets[n] as usize);
             c.offsets.truncate(n + 1);
             c.validity.truncate(n.div_ceil(8));
-            if n % 8 != 0 {
+            if !n.is_multiple_of(8) {
                 let last = n / 8;
                 c.validity[last] &= (1u8 << (n % 8)) - 1;
             }
@@ -310,25 +331,26 @@ impl BatchDecoder {
         let ts_type = i32::from(log_append);
         let body = &batch[HEADER_LEN..];
         let codec = attrs & 0x07;
-        let mut scratch = std::mem::take(&mut self.scratch);
-        let result = (|| {
-            let records: &[u8] = if codec == 0 {
-                body
-            } else {
-                scratch.clear();
-                decompress(codec, body, &mut scratch)?;
-                &scratch
-            };
-            self.records(
-                records, count as usize, base_offset, first_ts, max_ts, log_append, ts_type,
-                topic_i, partition,
-            )
-        })();
-        // Keep the decompression buffer for the next batch, unless it grew huge.
-        if scratch.capacity() <= 64 << 20 {
-            self.scratch = scratch;
-        }
-        result
+        SCRATCH.with(|cell| {
+            let mut scratch = cell.take();
+            let result = (|| {
+                let records: &[u8] = if codec == 0 {
+                    body
+                } else {
+                    let n = decompress(codec, body, &mut scratch)?;
+                    &scratch[..n]
+                };
+                self.records(
+                    records, count as usize, base_offset, first_ts, max_ts, log_append, ts_type,
+                    topic_i, partition,
+                )
+            })();
+            // Keep the buffer for the next batch, unless it grew huge.
+            if scratch.capacity() <= 64 << 20 {
+                cell.replace(scratch);
+            }
+            result
+        })
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -409,8 +431,15 @@ impl BatchDecoder {
     }
 }
 
-fn decompress(codec: i16, data: &[u8], out: &mut Vec<u8>) -> Res<()> {
+/// Decompress a batch's records into `out[..n]`; returns n (bytes of `out` past n are stale).
+fn decompress(codec: i16, data: &[u8], out: &mut Vec<u8>) -> Res<usize> {
     let io = |name: &str, e: std::io::Error| format!("bad {name} payload: {e}");
+    if codec == 3 {
+        if let lz4_frame::Frame::Done(n) = lz4_frame::decompress(data, out)? {
+            return Ok(n);
+        }
+    }
+    out.clear();
     match codec {
         1 => {
             flate2::read::MultiGzDecoder::new(data)
@@ -443,9 +472,18 @@ fn decompress(codec: i16, data: &[u8], out: &mut Vec<u8>) -> Res<()> {
             }
         }
         3 => {
-            lz4_flex::frame::FrameDecoder::new(data)
-                .read_to_end(out)
-                .map_err(|e| io("lz4", e))?;
+            // Frames the fast path leaves (linked blocks, a dictionary id, several frames
+            // back to back): FrameDecoder reads one frame per call.
+            let mut rest = data;
+            while !rest.is_empty() {
+                let before = rest.len();
+                lz4_flex::frame::FrameDecoder::new(&mut rest)
+                    .read_to_end(out)
+                    .map_err(|e| io("lz4", e))?;
+                if rest.len() == before {
+                    return Err("bad lz4 payload: a frame of no bytes".to_string());
+                }
+            }
         }
         4 => {
             zstd::stream::read::Decoder::with_buffer(data)
@@ -455,7 +493,7 @@ fn decompress(codec: i16, data: &[u8], out: &mut Vec<u8>) -> Res<()> {
         }
         c => return Err(format!("unknown compression codec {c}")),
     }
-    Ok(())
+    Ok(out.len())
 }
 
 #[pymethods]
@@ -528,7 +566,6 @@ impl BatchDecoder {
     /// The columns so far as buffers (then empty again); see `aiogroup/_native.py`.
     fn finish<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let old = std::mem::replace(self, BatchDecoder::fresh());
-        self.scratch = old.scratch;
         let d = PyDict::new(py);
         d.set_item("rows", old.offsets.len())?;
         let bin = |c: BinCol| -> PyResult<Bound<'py, PyList>> {

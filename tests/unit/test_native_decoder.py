@@ -459,3 +459,199 @@ def test_other_threads_run_while_a_batch_is_decoded() -> None:
         spinner.join()
     assert max(windows) > 3 * margin, f"the batch decodes too fast to tell: {windows}"
     assert inside > 0, f"no other thread ran during {len(windows)} decodes of {windows} s"
+
+
+# -- LZ4 frames: the fast path (independent blocks) and what it leaves to FrameDecoder ------
+
+_P1, _P2, _P3, _P4, _P5 = 2654435761, 2246822519, 3266489917, 668265263, 374761393
+_M32 = 0xFFFFFFFF
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _M32
+
+
+def xxh32(data: bytes, seed: int = 0) -> int:
+    """XXH32 (the LZ4 frame format's checksum), from its specification."""
+    n, i = len(data), 0
+    if n >= 16:
+        v = [(seed + _P1 + _P2) & _M32, (seed + _P2) & _M32, seed, (seed - _P1) & _M32]
+        while i + 16 <= n:
+            for k in range(4):
+                lane = int.from_bytes(data[i : i + 4], "little")
+                v[k] = (_rotl((v[k] + lane * _P2) & _M32, 13) * _P1) & _M32
+                i += 4
+        h = (_rotl(v[0], 1) + _rotl(v[1], 7) + _rotl(v[2], 12) + _rotl(v[3], 18)) & _M32
+    else:
+        h = (seed + _P5) & _M32
+    h = (h + n) & _M32
+    while i + 4 <= n:
+        h = (_rotl((h + int.from_bytes(data[i : i + 4], "little") * _P3) & _M32, 17) * _P4) & _M32
+        i += 4
+    while i < n:
+        h = (_rotl((h + data[i] * _P5) & _M32, 11) * _P1) & _M32
+        i += 1
+    h ^= h >> 15
+    h = (h * _P2) & _M32
+    h ^= h >> 13
+    h = (h * _P3) & _M32
+    return h ^ (h >> 16)
+
+
+def lz4_frame(
+    content: bytes,
+    *,
+    block: int = 64 << 10,
+    block_sums: bool = False,
+    content_sum: bool = False,
+    sized: bool = False,
+    independent: bool = True,
+    raw_every: int = 0,
+) -> bytes:
+    """An LZ4 frame of ``content``; every ``raw_every``-th block stored uncompressed."""
+    import cramjam
+
+    flg = 0x40 | (0x20 if independent else 0) | (0x10 if block_sums else 0)
+    flg |= (0x08 if sized else 0) | (0x04 if content_sum else 0)
+    bd = {64 << 10: 4, 256 << 10: 5, 1 << 20: 6, 4 << 20: 7}[block] << 4
+    descriptor = bytes([flg, bd]) + (struct.pack("<Q", len(content)) if sized else b"")
+    out = bytearray(struct.pack("<I", 0x184D2204) + descriptor)
+    out.append((xxh32(descriptor) >> 8) & 0xFF)
+    for n, at in enumerate(range(0, len(content), block)):
+        part = content[at : at + block]
+        packed = bytes(cramjam.lz4.compress_block(part, store_size=False))
+        if raw_every and n % raw_every == 0:
+            out += struct.pack("<I", len(part) | 0x80000000) + part
+            stored = part
+        else:
+            out += struct.pack("<I", len(packed)) + packed
+            stored = packed
+        if block_sums:
+            out += struct.pack("<I", xxh32(stored))
+    out += b"\0\0\0\0"
+    if content_sum:
+        out += struct.pack("<I", xxh32(content))
+    return bytes(out)
+
+
+def with_lz4_records(frame_of: Any, n: int = 400, size: int = 1000) -> tuple[bytes, list[bytes]]:
+    """A batch of ``n`` records whose records section is ``frame_of(records section)``."""
+    values = [b"%06d" % i + b"v" * (size - 6) for i in range(n)]
+    plain = bytearray(
+        build(700, [(i, 1_700_000_000_000 + i, b"k%d" % i, v, []) for i, v in enumerate(values)])
+    )
+    records = bytes(plain[61:])
+    struct.pack_into(">h", plain, ATTR_POS, 3)  # lz4
+    data = plain[:61] + frame_of(records)
+    struct.pack_into(">i", data, 8, len(data) - 12)
+    return fix_crc(data), values
+
+
+def test_xxh32_helper_agrees_with_a_real_lz4_frame() -> None:
+    """The test's own XXH32 checks out against the frame cramjam writes (block checksums)."""
+    import cramjam
+
+    content = bytes(range(256)) * 700
+    c = cramjam.lz4.Compressor(content_checksum=True, block_linked=False)
+    c.compress(content)
+    frame = bytes(c.finish())
+    flg = frame[4]
+    assert flg & 0x04 and flg & 0x10  # this cramjam writes both checksums
+    assert frame[6] == (xxh32(frame[4:6]) >> 8) & 0xFF
+    assert struct.unpack("<I", frame[-4:])[0] == xxh32(content)
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        {},  # the Java producer's: independent 64 KiB blocks, no checksums
+        {"block_sums": True},  # aiokafka's (cramjam)
+        {"block_sums": True, "content_sum": True, "sized": True},
+        {"block": 256 << 10, "raw_every": 2},
+        {"block": 1 << 20, "sized": True},
+        {"block": 4 << 20},
+        {"independent": False},  # linked blocks: left to FrameDecoder
+    ],
+    ids=repr,
+)
+def test_lz4_frame_shapes_decode_to_the_records(
+    shape: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data, values = with_lz4_records(lambda records: lz4_frame(records, **shape))
+    batch = assert_same(data, monkeypatch)
+    assert batch.column("value").to_pylist() == values
+
+
+def test_two_lz4_frames_back_to_back_are_left_to_frame_decoder(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def two(records: bytes) -> bytes:
+        return lz4_frame(records[:5000]) + lz4_frame(records[5000:])
+
+    data, values = with_lz4_records(two, n=50)
+    assert assert_same(data, monkeypatch).column("value").to_pylist() == values
+
+
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        ("block_sum", "block checksum mismatch"),
+        ("content_sum", "content checksum mismatch"),
+        ("descriptor", "frame descriptor checksum mismatch"),
+        ("block_size", "a block of 2147483647 bytes|truncated"),
+        ("content_size", "the frame declares"),
+    ],
+)
+def test_damaged_lz4_frames_are_named(damage: str, problem: str) -> None:
+    def damaged(records: bytes) -> bytes:
+        frame = bytearray(lz4_frame(records, block_sums=True, content_sum=True, sized=True))
+        first_size = 7 + 8
+        if damage == "block_sum":
+            n = struct.unpack_from("<I", frame, first_size)[0] & 0x7FFFFFFF
+            frame[first_size + 4 + n] ^= 1
+        elif damage == "content_sum":
+            frame[-1] ^= 1
+        elif damage == "descriptor":
+            frame[4] ^= 0x08  # the content-size flag, under the header checksum
+        elif damage == "block_size":
+            struct.pack_into("<I", frame, first_size, 0x7FFFFFFF)
+        elif damage == "content_size":
+            struct.pack_into("<Q", frame, 6, len(records) + 1)
+            frame[14] = (xxh32(bytes(frame[4:14])) >> 8) & 0xFF
+        return bytes(frame)
+
+    data, _ = with_lz4_records(damaged)
+    # check_crc=False: the frame's own checks must catch it (the batch CRC was refitted anyway)
+    with pytest.raises(
+        native.DecodeError, match=f"events-3 at offset 700: bad lz4 payload: ({problem})"
+    ):
+        decode(data, check_crc=False)
+
+
+def test_recycled_value_buffers_never_touch_live_batches() -> None:
+    """Value buffers are recycled once pyarrow lets go of them, never before.
+
+    Chunks of 2 MiB of values (the pool keeps buffers of 1-64 MiB): some are kept alive
+    while many more are decoded after them, and must keep their bytes.
+    """
+    from aiogroup._native import record_batch
+
+    def chunk(i: int) -> Any:
+        dec = native.BatchDecoder()
+        rows = [(j, 0, None, bytes([i % 251]) * 4096, []) for j in range(512)]
+        data = build(i * 512, rows, CODECS["lz4"])
+        dec.add_batch(data, 0, len(data), "t", 0)
+        return record_batch(dec.finish(), arrow_schema())
+
+    kept = {i: chunk(i) for i in range(0, 60, 7)}
+    for i in range(60):
+        c = chunk(i)
+        assert c.column("value")[511].as_py() == bytes([i % 251]) * 4096
+        if i % 5 == 0:
+            kept[1000 + i] = c
+        del c
+    for i, c in kept.items():
+        want = bytes([(i if i < 1000 else i - 1000) % 251]) * 4096
+        values = c.column("value")
+        assert values[0].as_py() == want and values[511].as_py() == want, i
+        c.validate(full=True)
