@@ -138,13 +138,6 @@ impl BinCol {
         c
     }
 
-    /// A column whose data buffer comes from `pool` (the values: the big one).
-    fn pooled() -> Self {
-        let mut c = BinCol::new();
-        c.data = pool::take();
-        c
-    }
-
     fn push(&mut self, v: Option<&[u8]>) -> Res<()> {
         let bit = self.len;
         if bit.is_multiple_of(8) {
@@ -238,7 +231,7 @@ impl BatchDecoder {
     fn fresh() -> Self {
         BatchDecoder {
             keys: BinCol::new(),
-            values: BinCol::pooled(),
+            values: BinCol::new(),
             offsets: Vec::new(),
             timestamps: Vec::new(),
             topic_idx: Vec::new(),
@@ -366,6 +359,12 @@ impl BatchDecoder {
         topic_i: i32,
         partition: i32,
     ) -> Res<usize> {
+        if self.values.data.capacity() == 0 {
+            // The values, the big column, go into a recycled buffer (`pool`); taken at the
+            // first record, not with the decoder, so that a read that finds nothing does
+            // not drain the pool (a buffer goes back only with a finished batch).
+            self.values.data = pool::take();
+        }
         let mut cur = Cursor::new(records);
         // A record takes at least 7 bytes: do not trust `count` to reserve memory.
         let reserve = count.min(records.len() / 7 + 1);
@@ -616,12 +615,19 @@ fn crc_ok(data: &[u8], start: usize, end: usize) -> bool {
     be_u32(batch, 17) == ::crc32c::crc32c(&batch[CRC_START..])
 }
 
+/// Capacity of released value buffers waiting for reuse (for tests; see `pool`).
+#[pyfunction(name = "_pooled_bytes")]
+fn pooled_bytes() -> usize {
+    pool::pooled_bytes()
+}
+
 #[pymodule]
 fn aiogroup_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<BatchDecoder>()?;
     m.add_class::<Buffer>()?;
     m.add_function(wrap_pyfunction!(crc32c_of, m)?)?;
     m.add_function(wrap_pyfunction!(crc_ok, m)?)?;
+    m.add_function(wrap_pyfunction!(pooled_bytes, m)?)?;
     m.add("DecodeError", m.py().get_type::<DecodeError>())?;
     Ok(())
 }

@@ -46,7 +46,6 @@ pub(crate) fn give(buffer: Vec<u8>) {
 }
 
 /// Capacity held by the pool now (for tests).
-#[cfg(test)]
 pub(crate) fn pooled_bytes() -> usize {
     POOL.lock().map(|pool| pool.iter().map(Vec::capacity).sum()).unwrap_or(0)
 }

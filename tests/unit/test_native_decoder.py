@@ -655,3 +655,29 @@ def test_recycled_value_buffers_never_touch_live_batches() -> None:
         values = c.column("value")
         assert values[0].as_py() == want and values[511].as_py() == want, i
         c.validate(full=True)
+
+
+def test_a_read_that_finds_nothing_leaves_the_pool_alone() -> None:
+    """Decoders made and dropped without a record (idle polls) take no pooled buffer;
+    the next batch with records reuses one that a released RecordBatch gave back."""
+    from aiogroup._native import record_batch
+
+    def chunk() -> Any:
+        dec = native.BatchDecoder()
+        rows = [(j, 0, None, b"v" * 4096, []) for j in range(512)]
+        data = build(0, rows)
+        dec.add_batch(data, 0, len(data), "t", 0)
+        return record_batch(dec.finish(), arrow_schema())
+
+    batch = chunk()
+    before = native._pooled_bytes()
+    del batch  # pyarrow lets go of the values: the 2 MiB buffer goes to the pool
+    released = native._pooled_bytes()
+    assert released > before
+    for _ in range(20):
+        native.BatchDecoder()  # created and dropped, nothing decoded
+        native.BatchDecoder().finish()
+    assert native._pooled_bytes() == released
+    kept = chunk()
+    assert native._pooled_bytes() < released  # taken by the batch with records
+    assert kept.column("value")[0].as_py() == b"v" * 4096
