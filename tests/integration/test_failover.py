@@ -192,7 +192,9 @@ class Scenario:
                     )
                     self.members.append(m)
                     await m.start()
-                await self.progress_since(time.monotonic(), "the group to form and commit")
+                await self.progress_beyond(
+                    self.produced_so_far(load), "the group to form and commit"
+                )
                 yield load
             # Production stopped: drain to the final ends, then leave cleanly.
             await self.committed_up_to(load.end, "every acknowledged record to be committed")
@@ -205,21 +207,41 @@ class Scenario:
             await observer.stop()
         self.judge(load)
 
-    async def progress_since(self, t: float, what: str) -> None:
-        """Until every partition was delivered and committed again after ``t``."""
+    def produced_so_far(self, load: SteadyLoad) -> dict[int, int]:
+        """Per partition, the offset after the last record acknowledged so far."""
+        return dict(load.end)
 
-        def done() -> bool:
-            delivered, committed = set(), set()
+    async def progress_beyond(self, ends: dict[int, int], what: str) -> None:
+        """Until, for every partition, a record at or past ``ends`` was delivered and
+        a commit past it accepted.
+
+        Judged by offsets, not by the clock: with ``ends`` taken once the fault is in
+        place (the node reaped), those records were produced after it, so delivering
+        them needs a live leader and committing them a live coordinator.  (Measured by
+        time, records read ahead before a kill and delivered just after it, or a commit
+        answered in the instant before the process died, passed for recovery.)
+        """
+
+        def missing() -> list[int]:
+            delivered: dict[int, int] = {}
+            committed: dict[int, int] = {}
             for e in self.history.events():
-                if e.t <= t:
-                    continue
                 if e.kind == "delivered":
-                    delivered |= {s[1] for s in e.spans}
+                    for _, p, _, last in e.spans:
+                        delivered[p] = max(delivered.get(p, -1), last)
                 elif e.kind == "committed":
-                    committed |= {o[1] for o in e.offsets}
-            return delivered >= set(range(PARTITIONS)) <= committed
+                    for _, p, offset in e.offsets:
+                        committed[p] = max(committed.get(p, -1), offset)
+            return [
+                p
+                for p in range(PARTITIONS)
+                if delivered.get(p, -1) < ends.get(p, 0) or committed.get(p, -1) <= ends.get(p, 0)
+            ]
 
-        await poll_until(done, RECOVERY, what, self.describe)
+        def describe() -> str:
+            return f"partitions without progress {missing()} past {ends}; {self.describe()}"
+
+        await poll_until(lambda: not missing(), RECOVERY, what, describe)
 
     async def committed_up_to(self, ends: dict[int, int], what: str) -> None:
         async def reached() -> bool:
@@ -335,12 +357,13 @@ async def poll_until(condition, timeout: float, what: str, describe) -> None:  #
 async def test_coordinator_then_partition_leaders_killed(cluster: KafkaCluster) -> None:
     s = Scenario(cluster)
     internal = "__consumer_offsets"
-    async with s.running():
+    async with s.running() as load:
         # 1. SIGKILL the group's coordinator: members find the new one, commits resume.
         coordinator = await s.coordinator()
-        killed_at = time.monotonic()
-        await cluster.kill_node(coordinator)
-        await s.progress_since(killed_at, f"progress after killing coordinator {coordinator}")
+        await cluster.kill_node(coordinator)  # returns once the process is reaped
+        await s.progress_beyond(
+            s.produced_so_far(load), f"progress after killing coordinator {coordinator}"
+        )
         assert await s.coordinator() != coordinator
         await cluster.start_node(coordinator)
         await wait_full_isr(s.bootstrap, [s.topic, internal])
@@ -351,24 +374,26 @@ async def test_coordinator_then_partition_leaders_killed(cluster: KafkaCluster) 
         leaders = {leader for leader, _ in state.values()}
         victim = min(leaders - {now_coordinator} or leaders)
         moved = sorted(p for (_, p), (leader, _) in state.items() if leader == victim)
-        killed_at = time.monotonic()
         await cluster.kill_node(victim)
-        await s.progress_since(killed_at, f"progress after killing leader {victim} of {moved}")
+        await s.progress_beyond(
+            s.produced_so_far(load), f"progress after killing leader {victim} of {moved}"
+        )
         after = await partition_state(s.bootstrap, [s.topic])
         assert all(after[(s.topic, p)][0] not in (victim, -1, None) for p in moved), after
         await cluster.start_node(victim)
         await wait_full_isr(s.bootstrap, [s.topic, internal])
-        await s.progress_since(time.monotonic(), "progress with every node back")
+        await s.progress_beyond(s.produced_so_far(load), "progress with every node back")
 
 
 async def test_rolling_restart_of_all_three_brokers(cluster: KafkaCluster) -> None:
     s = Scenario(cluster)
-    async with s.running():
+    async with s.running() as load:
         for node in cluster.nodes:
             await wait_full_isr(s.bootstrap, [s.topic, "__consumer_offsets"])
-            stopped_at = time.monotonic()
             await cluster.stop_node(node.node_id)  # SIGTERM: controlled shutdown
-            await s.progress_since(stopped_at, f"progress while node {node.node_id} is down")
+            await s.progress_beyond(
+                s.produced_so_far(load), f"progress while node {node.node_id} is down"
+            )
             await cluster.start_node(node.node_id)
         await wait_full_isr(s.bootstrap, [s.topic, "__consumer_offsets"])
-        await s.progress_since(time.monotonic(), "progress after the rolling restart")
+        await s.progress_beyond(s.produced_so_far(load), "progress after the rolling restart")
