@@ -158,8 +158,7 @@ class GroupCoordinator(CoordinationRoutine[E.Event, A.Action]):
 
     def _after_step(self) -> None:
         m = self._membership
-        valid_until = m.timers.session_deadline() if m.heartbeats_active else None
-        self._subscription.set_membership_valid_until(valid_until)
+        self._subscription.set_membership_valid_until(m.membership_valid_until())
         if m.coordinator_id is None:
             self._coordinator_known.clear()
         else:

@@ -301,6 +301,32 @@ SESSION_PROVING_CODES = frozenset({C.NONE, C.REBALANCE_IN_PROGRESS})
 #: own timeout.
 SESSION_ELAPSED = R.FIND_COORDINATOR
 
+#: States in which a cooperative member may own partitions with no heartbeat running:
+#: its JoinGroup or SyncGroup is in flight (KIP-429 keeps consuming through them).
+_JOIN_PHASE = frozenset({S.PREPARING_REBALANCE, S.COMPLETING_REBALANCE})
+
+#: The fraction of the session the event loop may go unseen, in the join phase with
+#: partitions owned, before the membership is in doubt (the *loop watch*).
+#:
+#: While its JoinGroup or SyncGroup is pending, the broker keeps the member (Kafka
+#: expires neither a member awaiting its join nor one awaiting its sync); once the
+#: answer is sent, the member has a session to act on it.  A running loop reads that
+#: answer within milliseconds, so the member is safe - unless the process stood still
+#: (SIGSTOP, a long GC or a blocking call on the loop) while the answer waited: then
+#: the session may have run out, the broker removed the member and gave its
+#: partitions to others, and on waking the fetcher would still hand them out until
+#: the stale answer was read and the SyncGroup failed.  No heartbeat runs here to
+#: prove anything.  So the machine watches its own loop: it asks to be woken every
+#: ``min(heartbeat_interval, limit / 3)`` and publishes ``last step + limit`` as the
+#: delivery gate; a step that finds the loop unseen for ``limit`` or more latches the
+#: gate shut and loses the generation (``_lose``): the stale answer is not taken, the
+#: partitions owned are *lost* to the application when the join phase ends (as for a
+#: lapsed session), and the member joins again.  Only a broker can tell whether it
+#: was removed, and a broker that readmits a removed member (Tansu) would otherwise
+#: let it resume its old partitions from old positions.  The fetcher checks the gate
+#: before the first delivery after waking, before any stale answer is read.
+LOOP_WATCH_FRACTION = 0.5
+
 
 def _heartbeat_answer(state: MemberState, code: int) -> HeartbeatAnswer:
     if state not in _HEARTBEATING:
@@ -500,6 +526,9 @@ class Membership:
         self._session_lapsed = False
         #: When the last SyncGroup was sent: its success proves the session from then.
         self._sync_sent_at = now
+        #: The loop stood still in the join phase (see LOOP_WATCH_FRACTION): the
+        #: delivery gate stays shut until the join phase ends.
+        self._loop_stalled = False
         self._now = now
 
     # -- queries ---------------------------------------------------------------------------
@@ -523,6 +552,28 @@ class Membership:
         return self._session_lapsed or (
             self.heartbeats_active and self.timers.session_expired(self._now)
         )
+
+    @property
+    def loop_watched(self) -> bool:
+        """Partitions owned in the join phase, no heartbeat running: the loop watch is on."""
+        return self._cooperative and bool(self.owned) and self.state in _JOIN_PHASE
+
+    @property
+    def loop_watch_limit(self) -> float:
+        return self.timers.session_timeout * LOOP_WATCH_FRACTION
+
+    def membership_valid_until(self) -> float | None:
+        """Until when records of owned partitions may be handed out (the delivery gate).
+
+        Heartbeating: the proof deadline (see SESSION_ELAPSED).  In the join phase with
+        partitions owned: the loop watch's (see LOOP_WATCH_FRACTION) - already past when
+        the loop was seen standing still.  Otherwise None: nothing to bound.
+        """
+        if self.heartbeats_active:
+            return self.timers.session_deadline()
+        if self.loop_watched:
+            return self._now if self._loop_stalled else self._now + self.loop_watch_limit
+        return None
 
     def commit_gate(self, partitions: Iterable[TopicPartition]) -> CommitGate:
         """May offsets for ``partitions`` be committed now, and under which generation?"""
@@ -586,6 +637,9 @@ class Membership:
             deadlines.append(self._now + self.timers.heartbeat_interval)
         if self._auto_commit_active() and self._next_auto_commit is not None:
             deadlines.append(self._next_auto_commit)
+        if self.loop_watched and not self._loop_stalled:
+            tick = min(self.timers.heartbeat_interval, self.loop_watch_limit / 3)
+            deadlines.append(self._now + tick)
         return min(deadlines) if deadlines else None
 
     # -- the one entry point ----------------------------------------------------------------
@@ -600,6 +654,18 @@ class Membership:
             raise MembershipProtocolError(
                 f"{type(event).__name__} is not valid in state {previous.value}"
             )
+        if self.loop_watched and not self._loop_stalled:
+            stood_still = now - self._now
+            if stood_still >= self.loop_watch_limit:
+                # An answer may have waited past the session (see LOOP_WATCH_FRACTION):
+                # latched, and what is owned is lost, before the event is read.
+                self._loop_stalled = True
+                self._lose(
+                    f"the event loop stood still for {stood_still:.1f}s while "
+                    f"{'JoinGroup' if self.state is S.PREPARING_REBALANCE else 'SyncGroup'}"
+                    " was in flight: the broker may have removed this member and handed "
+                    "its partitions on"
+                )
         self._now = max(self._now, now)
         out: list[A.Action] = []
         tr.handler(self, event, out)
@@ -612,6 +678,8 @@ class Membership:
         self._advance(out)
         self._tick(out)
         self._advance(out)
+        if not self.loop_watched:
+            self._loop_stalled = False  # the join phase is over: proofs take over
         return out
 
     # -- handlers ---------------------------------------------------------------------------

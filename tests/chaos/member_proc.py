@@ -10,12 +10,41 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import sys
 
 from group_harness import Member
 
 from aiogroup.testing.history import HistoryRecorder
+
+
+def freeze_after_rejoin_sent(history: HistoryRecorder, client_id: str, member: Member) -> None:
+    """Once armed (SIGUSR1), SIGSTOP this process the instant its next JoinGroup *while
+    it owns partitions* is written to the socket (a cooperative rejoin, KIP-429): the
+    answer then arrives while it is frozen, the case a harness-timed SIGSTOP hits only
+    by chance."""
+    from aiokafka.conn import AIOKafkaConnection
+
+    original = AIOKafkaConnection.send
+    armed = False
+
+    def arm() -> None:
+        nonlocal armed
+        armed = True
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, arm)
+
+    def send(self: AIOKafkaConnection, request: object, expect_response: bool = True) -> object:
+        nonlocal armed
+        result = original(self, request, expect_response)  # the bytes are written here
+        if armed and type(request).__name__ == "JoinGroupRequest" and member.consumer.assignment():
+            armed = False
+            history.add(client_id, "frozen")
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return result
+
+    AIOKafkaConnection.send = send  # type: ignore[method-assign]
 
 
 async def run(spec: dict[str, object]) -> None:
@@ -40,6 +69,8 @@ async def run(spec: dict[str, object]) -> None:
         process_delay=float(spec.get("process_delay", 0.0)),  # type: ignore[arg-type]
         **options,
     )
+    if spec.get("freeze_after_rejoin_sent"):
+        freeze_after_rejoin_sent(history, str(spec["client_id"]), member)
     await member.start()
     try:
         await stop.wait()

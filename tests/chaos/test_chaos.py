@@ -8,6 +8,7 @@ one history.  The seed picks the victim and the moment of the fault.
 from __future__ import annotations
 
 import asyncio
+import signal
 import struct
 from pathlib import Path
 
@@ -181,6 +182,63 @@ async def test_sigstop_for_twice_the_session_then_sigcont(
         # assignment.  A revoke of what it no longer held is not learning of the fence.
         # A commit sent before the freeze and answered after waking is no act of the woken
         # member (the checker judges it by its send time).
+        after = [
+            e.kind
+            for e in run.events()
+            if e.member == frozen
+            and e.t > woke
+            and e.kind in ("lost", "assigned", "revoke_started", "delivered", "committed")
+            and not (e.kind == "committed" and e.since is not None and e.since < frozen_at)
+        ]
+        assert after and after[0] in ("lost", "assigned"), f"after waking: {after[:6]}"
+
+
+async def test_sigstop_right_after_a_cooperative_rejoin_was_sent(
+    kafka_broker: KafkaBroker, tmp_path: Path, seed: int
+) -> None:
+    """A cooperative member keeps consuming what it owns while it rejoins (KIP-429).
+    Frozen the instant its JoinGroup is written, it is answered while frozen; the
+    broker then waits a session for its SyncGroup, removes it, and the others take
+    its partitions.  On waking it finds that old answer and records from before (or
+    fetched after) the freeze: it must learn it is out before it hands the application
+    another record of what it held (no zombie, no overlap).
+
+    The member stops itself (``freeze_after_rejoin_sent``, armed once the group is
+    settled): a harness-timed SIGSTOP lands in the join phase only by chance."""
+    async with ChaosRun(kafka_broker, tmp_path, "sigstop-in-join", seed) as run:
+        frozen = await run.process("Z", COOPERATIVE[0], freeze_after_rejoin_sent=True)
+        await run.member("C", COOPERATIVE)
+        await run.owners(2, timeout=90)
+        await run.consuming(frozen)
+        await asyncio.sleep(run.rng.uniform(0.0, 2.0))  # seeded moment of the join
+        run.faults += 1  # the freeze, set off by D's join
+        run.procs[frozen].send_signal(signal.SIGUSR1)  # arm it: freeze at the next rejoin
+        await run.member("D", COOPERATIVE)
+        await run.until(
+            "Z to freeze itself right after sending its JoinGroup",
+            lambda evs: any(e.member == frozen and e.kind == "frozen" for e in evs),
+            timeout=60,
+        )
+        frozen_at = next(e.t for e in run.events() if e.member == frozen and e.kind == "frozen")
+        await run.until(
+            "the broker to remove the frozen member",
+            lambda evs: any(e.member == frozen and e.kind == "gone" for e in evs),
+            timeout=SESSION_S * 4,
+        )
+        # Frozen for 2x the session in all (the fault's length, not synchronisation).
+        await asyncio.sleep(max(0.0, frozen_at + 2 * SESSION_S - run.history.now()))
+        run.thaw(frozen)
+        woke = run.history.now()
+        await run.until(
+            "the woken member to consume again",
+            lambda evs: any(
+                e.member == frozen and e.kind == "delivered" and e.t > woke for e in evs
+            ),
+            timeout=90,
+        )
+        report = await run.judge()
+        assert report.ok, report.summary()
+        assert report.zombie_deliveries == [] and report.zombie_commits == []
         after = [
             e.kind
             for e in run.events()

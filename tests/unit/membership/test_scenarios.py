@@ -555,7 +555,12 @@ def test_session_clock_restarts_when_heartbeating_resumes() -> None:
     to_stable(m, tps(0))
     m.handle(E.MetadataChanged("more partitions"), 0.5)  # cooperative: rejoin keeping p0
     assert m.state is S.PREPARING_REBALANCE
-    m.handle(join_error(14), SESSION + 1)  # no heartbeats while joining
+    # No heartbeats while joining; the routine still wakes at every deadline (the loop
+    # watch's among them: a loop that stood still would lose p0, see test_loop_watch).
+    while (due := m.next_deadline()) is not None and due < SESSION + 1:
+        m.handle(E.TimerFired(), due)
+    assert m.state is S.PREPARING_REBALANCE
+    m.handle(join_error(14), SESSION + 1)
     out = m.handle(E.SubscriptionChanged(False, "unsubscribed"), SESSION + 1)
     # still generation 1: revoked (not lost), and heartbeats start over from now
     assert out == [A.MarkRevoking(tps(0)), A.InvokeOnPartitionsRevoked(tps(0), False)]
