@@ -128,6 +128,45 @@ async def test_kill_9_of_a_member_mid_batch(
         assert [m for m, _ in report.fences] == [victim]
 
 
+async def fenced_then_woken(run: ChaosRun, frozen: str, frozen_at: float, owners: int) -> None:
+    """The rest of a SIGSTOP scenario: until the broker removes the frozen member, keep
+    it stopped for 2x the session in all, wake it, and judge it once it consumes again.
+
+    On waking it must learn of the fence (lost) or be given partitions anew before it
+    hands the application another record or commits: the checker rules out acting on
+    the old assignment (no zombie), and its first act after waking must be one of
+    those two.  A revoke of what it no longer held is not learning of the fence; a
+    commit sent before the freeze and answered after waking is no act of the woken
+    member (the checker judges it by its send time)."""
+    await run.until(
+        "the broker to remove the frozen member",
+        lambda evs: any(e.member == frozen and e.kind == "gone" for e in evs),
+        timeout=SESSION_S * 4,
+    )
+    # Frozen for 2x the session in all (the fault's length, not synchronisation).
+    await asyncio.sleep(max(0.0, frozen_at + 2 * SESSION_S - run.history.now()))
+    run.thaw(frozen)
+    woke = run.history.now()
+    await run.owners(owners, timeout=90)
+    await run.until(
+        "the woken member to consume again",
+        lambda evs: any(e.member == frozen and e.kind == "delivered" and e.t > woke for e in evs),
+        timeout=60,
+    )
+    report = await run.judge()
+    assert report.ok, report.summary()
+    assert report.zombie_deliveries == [] and report.zombie_commits == []
+    after = [
+        e.kind
+        for e in run.events()
+        if e.member == frozen
+        and e.t > woke
+        and e.kind in ("lost", "assigned", "revoke_started", "delivered", "committed")
+        and not (e.kind == "committed" and e.since is not None and e.since < frozen_at)
+    ]
+    assert after and after[0] in ("lost", "assigned"), f"after waking: {after[:6]}"
+
+
 @pytest.mark.parametrize(
     "protocol", [pytest.param("eager", marks=pytest.mark.chaos_long), "cooperative", "consumer"]
 )
@@ -156,41 +195,7 @@ async def test_sigstop_for_twice_the_session_then_sigcont(
         await run.consuming(frozen)
         await asyncio.sleep(run.rng.uniform(0.0, 2.0))
         run.freeze(frozen)
-        frozen_at = run.history.now()
-        await run.until(
-            "the broker to fence the frozen member",
-            lambda evs: any(e.member == frozen and e.kind == "gone" for e in evs),
-            timeout=SESSION_S * 4,
-        )
-        # Frozen for 2x the session in all (the fault's length, not synchronisation).
-        await asyncio.sleep(max(0.0, frozen_at + 2 * SESSION_S - run.history.now()))
-        run.thaw(frozen)
-        woke = run.history.now()
-        await run.owners(2, timeout=90)
-        await run.until(
-            "the woken member to consume again",
-            lambda evs: any(
-                e.member == frozen and e.kind == "delivered" and e.t > woke for e in evs
-            ),
-            timeout=60,
-        )
-        report = await run.judge()
-        assert report.ok, report.summary()
-        assert report.zombie_deliveries == [] and report.zombie_commits == []
-        # Before it acted again it learned of the fence (lost) or was given partitions
-        # anew by the broker; the checker above already ruled out acting on the old
-        # assignment.  A revoke of what it no longer held is not learning of the fence.
-        # A commit sent before the freeze and answered after waking is no act of the woken
-        # member (the checker judges it by its send time).
-        after = [
-            e.kind
-            for e in run.events()
-            if e.member == frozen
-            and e.t > woke
-            and e.kind in ("lost", "assigned", "revoke_started", "delivered", "committed")
-            and not (e.kind == "committed" and e.since is not None and e.since < frozen_at)
-        ]
-        assert after and after[0] in ("lost", "assigned"), f"after waking: {after[:6]}"
+        await fenced_then_woken(run, frozen, run.history.now(), owners=2)
 
 
 async def test_sigstop_right_after_a_cooperative_rejoin_was_sent(
@@ -220,34 +225,7 @@ async def test_sigstop_right_after_a_cooperative_rejoin_was_sent(
             timeout=60,
         )
         frozen_at = next(e.t for e in run.events() if e.member == frozen and e.kind == "frozen")
-        await run.until(
-            "the broker to remove the frozen member",
-            lambda evs: any(e.member == frozen and e.kind == "gone" for e in evs),
-            timeout=SESSION_S * 4,
-        )
-        # Frozen for 2x the session in all (the fault's length, not synchronisation).
-        await asyncio.sleep(max(0.0, frozen_at + 2 * SESSION_S - run.history.now()))
-        run.thaw(frozen)
-        woke = run.history.now()
-        await run.until(
-            "the woken member to consume again",
-            lambda evs: any(
-                e.member == frozen and e.kind == "delivered" and e.t > woke for e in evs
-            ),
-            timeout=90,
-        )
-        report = await run.judge()
-        assert report.ok, report.summary()
-        assert report.zombie_deliveries == [] and report.zombie_commits == []
-        after = [
-            e.kind
-            for e in run.events()
-            if e.member == frozen
-            and e.t > woke
-            and e.kind in ("lost", "assigned", "revoke_started", "delivered", "committed")
-            and not (e.kind == "committed" and e.since is not None and e.since < frozen_at)
-        ]
-        assert after and after[0] in ("lost", "assigned"), f"after waking: {after[:6]}"
+        await fenced_then_woken(run, frozen, frozen_at, owners=3)
 
 
 # -- network faults through a proxy ------------------------------------------------------
