@@ -183,6 +183,10 @@ class SteadyLoad:
                 self.end[result.partition] = max(self.end[result.partition], result.offset + 1)
             await asyncio.sleep(0.05)  # the pace of the load, not synchronisation
 
+    def acknowledged(self) -> dict[int, int]:
+        """Per partition, the offset after the last record acknowledged so far."""
+        return dict(self.end)
+
     async def __aexit__(self, *exc: object) -> None:
         self._stop.set()
         if self._task is not None:
@@ -215,9 +219,7 @@ class Scenario:
                     )
                     self.members.append(m)
                     await m.start()
-                await self.progress_beyond(
-                    self.produced_so_far(load), "the group to form and commit"
-                )
+                await self.progress_beyond(load.acknowledged(), "the group to form and commit")
                 yield load
             # Production stopped: drain to the final ends, then leave cleanly.
             await self.committed_up_to(load.end, "every acknowledged record to be committed")
@@ -229,10 +231,6 @@ class Scenario:
                     await m.consumer.abort()
             await observer.stop()
         self.judge(load)
-
-    def produced_so_far(self, load: SteadyLoad) -> dict[int, int]:
-        """Per partition, the offset after the last record acknowledged so far."""
-        return dict(load.end)
 
     async def progress_beyond(self, ends: dict[int, int], what: str) -> None:
         """Until, for every partition, a record at or past ``ends`` was delivered and
@@ -385,7 +383,7 @@ async def test_coordinator_then_partition_leaders_killed(cluster: KafkaCluster) 
         coordinator = await s.coordinator()
         await cluster.kill_node(coordinator)  # returns once the process is reaped
         await s.progress_beyond(
-            s.produced_so_far(load), f"progress after killing coordinator {coordinator}"
+            load.acknowledged(), f"progress after killing coordinator {coordinator}"
         )
         assert await s.coordinator() != coordinator
         await cluster.start_node(coordinator)
@@ -399,13 +397,13 @@ async def test_coordinator_then_partition_leaders_killed(cluster: KafkaCluster) 
         moved = sorted(p for (_, p), (leader, _) in state.items() if leader == victim)
         await cluster.kill_node(victim)
         await s.progress_beyond(
-            s.produced_so_far(load), f"progress after killing leader {victim} of {moved}"
+            load.acknowledged(), f"progress after killing leader {victim} of {moved}"
         )
         after = await partition_state(s.bootstrap, [s.topic])
         assert all(after[(s.topic, p)][0] not in (victim, -1, None) for p in moved), after
         await cluster.start_node(victim)
         await wait_full_isr(s.bootstrap, [s.topic, internal])
-        await s.progress_beyond(s.produced_so_far(load), "progress with every node back")
+        await s.progress_beyond(load.acknowledged(), "progress with every node back")
 
 
 async def test_rolling_restart_of_all_three_brokers(cluster: KafkaCluster) -> None:
@@ -415,8 +413,8 @@ async def test_rolling_restart_of_all_three_brokers(cluster: KafkaCluster) -> No
             await wait_full_isr(s.bootstrap, [s.topic, "__consumer_offsets"])
             await cluster.stop_node(node.node_id)  # SIGTERM: controlled shutdown
             await s.progress_beyond(
-                s.produced_so_far(load), f"progress while node {node.node_id} is down"
+                load.acknowledged(), f"progress while node {node.node_id} is down"
             )
             await cluster.start_node(node.node_id)
         await wait_full_isr(s.bootstrap, [s.topic, "__consumer_offsets"])
-        await s.progress_beyond(s.produced_so_far(load), "progress after the rolling restart")
+        await s.progress_beyond(load.acknowledged(), "progress after the rolling restart")
