@@ -520,20 +520,37 @@ class GroupConsumer:
 
     # -- consuming ----------------------------------------------------------------------
 
-    def _before_poll(self, partitions: Collection[TopicPartition]) -> SubscriptionState:
+    def _poll_started(self, partitions: Collection[TopicPartition]) -> SubscriptionState:
+        """A poll begins: from now until ``_poll_ended`` the application is polling.
+
+        A poll that waits for records keeps its member in the group however long it
+        waits (max_poll_interval_ms counts the time *between* polls, as Java and
+        aiokafka do); every caller pairs this with ``_poll_ended`` in a ``finally``.
+        """
         sub = self._require_started()
-        sub.raise_pending_error()
-        sub.note_poll(asyncio.get_running_loop().time())
-        self._metrics.check_broker()
-        for tp in partitions:
-            if tp not in sub.assigned_partitions:
-                raise IllegalStateError(f"partition {tp} is not assigned to this consumer")
+        sub.poll_started(asyncio.get_running_loop().time())
+        try:
+            sub.raise_pending_error()
+            self._metrics.check_broker()
+            for tp in partitions:
+                if tp not in sub.assigned_partitions:
+                    raise IllegalStateError(f"partition {tp} is not assigned to this consumer")
+        except BaseException:
+            self._poll_ended(sub)
+            raise
         return sub
+
+    @staticmethod
+    def _poll_ended(sub: SubscriptionState) -> None:
+        sub.poll_ended(asyncio.get_running_loop().time())
 
     async def getone(self, *partitions: TopicPartition) -> ConsumerRecord:
         """The next record (of ``partitions`` if given); waits until there is one or stop()."""
-        self._before_poll(partitions)
-        record = await self._fetcher_or_raise.next_record(partitions)
+        sub = self._poll_started(partitions)
+        try:
+            record = await self._fetcher_or_raise.next_record(partitions)
+        finally:
+            self._poll_ended(sub)
         self._metrics.delivered(1, _record_bytes(record))
         return record
 
@@ -548,12 +565,15 @@ class GroupConsumer:
             raise ValueError(f"timeout_ms must be >= 0, got {timeout_ms}")
         if max_records is not None and max_records <= 0:
             raise ValueError(f"max_records must be > 0 or None, got {max_records}")
-        self._before_poll(partitions)
         if max_records is None:
             max_records = self._config.max_poll_records
-        result = await self._fetcher_or_raise.fetched_records(
-            partitions, timeout_ms / 1000, max_records
-        )
+        sub = self._poll_started(partitions)
+        try:
+            result = await self._fetcher_or_raise.fetched_records(
+                partitions, timeout_ms / 1000, max_records
+            )
+        finally:
+            self._poll_ended(sub)
         if result:
             records = [r for batch in result.values() for r in batch]
             self._metrics.delivered(len(records), sum(map(_record_bytes, records)))
@@ -582,10 +602,13 @@ class GroupConsumer:
             raise ValueError(f"timeout_ms must be >= 0, got {timeout_ms}")
         if max_records is not None and max_records <= 0:
             raise ValueError(f"max_records must be > 0 or None, got {max_records}")
-        self._before_poll(partitions)
-        batch = await self._fetcher_or_raise.fetched_arrow(
-            partitions, timeout_ms / 1000, max_records, whole_batches=whole_batches
-        )
+        sub = self._poll_started(partitions)
+        try:
+            batch = await self._fetcher_or_raise.fetched_arrow(
+                partitions, timeout_ms / 1000, max_records, whole_batches=whole_batches
+            )
+        finally:
+            self._poll_ended(sub)
         if batch is not None:
             nbytes = batch.column("key").nbytes + batch.column("value").nbytes
             self._metrics.delivered(batch.num_rows, nbytes)
@@ -953,4 +976,6 @@ class GroupConsumer:
         sub = self._subscription
         if sub is None or sub.last_poll is None:
             return None
+        if sub.polls_waiting:
+            return 0.0  # waiting for records is polling (max_poll_interval_ms)
         return asyncio.get_running_loop().time() - sub.last_poll

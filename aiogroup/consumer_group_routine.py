@@ -112,7 +112,7 @@ _LISTENERS = {
 #: The events the routine builds, in the consumer-protocol machine's vocabulary.
 _EVENTS = MachineEvents(
     cg.TimerFired,
-    lambda at: cg.ApplicationPolled(),
+    lambda at, waiting: cg.ApplicationPolled(waiting),
     cg.CloseRequested,
     lambda kind, error: cg.ListenerCompleted(
         _LISTENERS[kind], None if error is None else repr(error), error
@@ -479,4 +479,5 @@ _PERFORMERS: dict[type[cg.Action], Callable[[ConsumerGroupCoordinator, Any], Non
     cg.InvokeOnPartitionsLost: ConsumerGroupCoordinator._lost,
     cg.RequestMetadata: ConsumerGroupCoordinator._request_metadata,
     cg.RaiseToApplication: ConsumerGroupCoordinator._perform_raise,
+    cg.LogWarning: lambda c, a: log.warning("group %s: %s", c._group_id, a.message),
 }

@@ -369,4 +369,5 @@ _PERFORMERS: dict[type[A.Action], Callable[[GroupCoordinator, Any], object]] = {
     A.AutoCommit: lambda c, a: c._generation.spawn(c._auto_commit(None, a.reason), "auto-commit"),
     A.Backoff: GroupCoordinator._backoff,
     A.RaiseToApplication: GroupCoordinator._perform_raise,
+    A.LogWarning: lambda c, a: log.warning("group %s: %s", c._group_id, a.message),
 }
