@@ -1,8 +1,8 @@
 """max_poll_interval_ms counts the time *between* polls, judged by the broker (issue 24).
 
-A getone() / getmany() / ``async for`` that is waiting for records on a quiet topic
-is the application polling (Java and aiokafka count it so): the member stays in its
-group however long the topic stays quiet.  Only an application that stops asking
+A getone() / getmany() / getmany_arrow() / ``async for`` that is waiting for records
+on a quiet topic is the application polling (Java and aiokafka count it so): the
+member stays in its group however long the topic stays quiet.  Only an application that stops asking
 for records for longer than ``max_poll_interval_ms`` is taken out - with a WARNING -
 and it rejoins, with a WARNING, as soon as it asks again.
 
@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import async_timeout
 import pytest
 from aiokafka import AIOKafkaClient
 from aiokafka.client import CoordinationType
@@ -110,13 +111,13 @@ async def until_view(
     """Ask the broker until ``predicate(state, members)`` holds (bounded by WAIT)."""
     last: tuple[str, dict[str, Seen]] | None = None
     try:
-        async with asyncio.timeout(WAIT):
+        async with async_timeout.timeout(WAIT):
             while True:
                 last = await broker_view(client, group, protocol)
                 if predicate(*last):
                     return last[1]
                 await asyncio.sleep(SAMPLE_S / 5)
-    except TimeoutError:
+    except asyncio.TimeoutError:
         pytest.fail(f"group {group}: the broker never showed {what}; last view: {last}")
 
 
@@ -151,12 +152,13 @@ async def first_record(consumer: GroupConsumer) -> object:
     return None
 
 
-#: The three ways an application waits for records, each one call that never returns
-#: on a quiet topic.
+#: The ways an application waits for records, each one call that never returns on a
+#: quiet topic.
 WAITS: dict[str, Callable[[GroupConsumer], Awaitable[object]]] = {
     "async for": first_record,
     "getone": lambda c: c.getone(),
     "getmany": lambda c: c.getmany(timeout_ms=100 * MAX_POLL_MS),
+    "getmany_arrow": lambda c: c.getmany_arrow(timeout_ms=100 * MAX_POLL_MS),
 }
 
 
