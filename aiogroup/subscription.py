@@ -285,19 +285,18 @@ class Assignment:
     def fetchable(self) -> list[TopicPartition]:
         return [tp for tp, st in self._states.items() if st.is_fetchable]
 
+    # A partition whose revoke (or lost) callback runs is still in the assignment until
+    # the callback returns: nothing of it is fetched or delivered, but its position is
+    # still looked up, so position() awaited inside the callback answers (as Java's
+    # does during onPartitionsRevoked) instead of waiting for the callback to end.
+
     def needing_committed(self) -> list[TopicPartition]:
         return [
-            tp
-            for tp, st in self._states.items()
-            if st.status is FetchStatus.AWAITING_COMMITTED and not st.revoking
+            tp for tp, st in self._states.items() if st.status is FetchStatus.AWAITING_COMMITTED
         ]
 
     def needing_reset(self) -> list[TopicPartition]:
-        return [
-            tp
-            for tp, st in self._states.items()
-            if st.status is FetchStatus.AWAITING_RESET and not st.revoking
-        ]
+        return [tp for tp, st in self._states.items() if st.status is FetchStatus.AWAITING_RESET]
 
 
 class SubscriptionType(enum.Enum):

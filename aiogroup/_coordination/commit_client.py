@@ -189,8 +189,8 @@ async def refresh_committed(
             continue
         for tp, oam in committed.items():
             st = assignment.get(tp)
-            if st is None or st.revoking or st.status is not FetchStatus.AWAITING_COMMITTED:
-                continue  # moved on meanwhile (seek, revoke, new assignment)
+            if st is None or st.status is not FetchStatus.AWAITING_COMMITTED:
+                continue  # moved on meanwhile (seek, new assignment)
             if oam is not None:
                 st.seek(oam.offset)
             else:
