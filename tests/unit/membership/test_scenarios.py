@@ -456,7 +456,7 @@ def test_max_poll_interval_leaves_and_rejoins_on_next_poll() -> None:
         ),
         A.SendJoinGroup(
             "the application polled again after max_poll_interval_ms", "", -1, frozenset()
-        )
+        ),
     ]
 
 
