@@ -57,8 +57,9 @@ class Sample:
 def java_string_hash(s: str) -> int:
     """``String.hashCode()`` of Java: which ``__consumer_offsets`` partition holds a group."""
     h = 0
-    for ch in s.encode("utf-16-be").decode("utf-16-be"):
-        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    units = s.encode("utf-16-be")  # Java hashes UTF-16 code units
+    for i in range(0, len(units), 2):
+        h = (31 * h + int.from_bytes(units[i : i + 2], "big")) & 0xFFFFFFFF
     return h - (1 << 32) if h & 0x80000000 else h
 
 
