@@ -297,6 +297,9 @@ def member_spec(
         "session_timeout_ms": ctx.plan.session_timeout_ms,
         "heartbeat_interval_ms": ctx.plan.heartbeat_interval_ms,
         "revoke_delay": revoke_delay,
+        # Group requests traced in every member (aiokafka-based clients only): the
+        # join's timeline shows what the existing members did, not only the joiner.
+        "timeline": True,
     }
 
 
@@ -309,6 +312,16 @@ async def gather_limited(factories: Sequence[Callable[[], Awaitable[T]]], limit:
             return await f()
 
     return list(await asyncio.gather(*(one(f) for f in factories)))
+
+
+def first_callback(members: Iterable[Member], since: float) -> float | None:
+    """When the first of ``members`` heard of a rebalance after ``since``: its first
+    revoked/assigned/lost callback.  A join's time after this moment leaves out the
+    wait for the existing members' next heartbeat (a random share of an interval)."""
+    times = [
+        e["t"] for m in members for e in m.of("revoked", "assigned", "lost") if e["t"] >= since
+    ]
+    return min(times) if times else None
 
 
 def config_label(client: str, variant: str, cooperative: bool) -> str:

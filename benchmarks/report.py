@@ -412,6 +412,7 @@ REBALANCE_JOIN_COLUMNS = (
     ("baseline gap", "baseline_gap_s", 2),
     ("join: B assigned", "join_assigned_s", 2),
     ("join: B first record", "join_first_record_s", 2),
+    ("join: B assigned after A heard", "join_after_a_s", 2),
     ("join: settled (broker)", "join_settle_s", 2),
     ("join: rebalances (broker)", "join_rebalances", 0),
     ("join: A gap", "join_gap_a_s", 2),
@@ -433,7 +434,10 @@ JOIN_CLOCK = (
     "(construct, `start()`, `subscribe()`; the `starting` event of `benchmarks/member.py`), "
     "measured in the member process, after its interpreter and the client's modules are "
     "loaded, to its first non-empty assignment (*assigned*) or first record (*first "
-    "record*), on the same clock for every client.  The member is loaded first and told "
+    "record*), on the same clock for every client.  *After A heard*: from the existing "
+    "members' first rebalance callback (A's revoke, as a rule) to the joiner's first "
+    "partitions - the join without the wait for the existing members' next heartbeat.  "
+    "The member is loaded first and told "
     "to start at a random moment within one heartbeat interval: a join waits for the "
     "existing members' next heartbeat, and a start time fixed relative to their "
     "heartbeats would add the same share of an interval to every repetition of one "
@@ -552,6 +556,7 @@ JOIN_FOURTH_COLUMNS = (
     ("baseline gap", "baseline_gap_s", 2),
     ("D assigned", "d_assigned_s", 2),
     ("D first record", "d_first_record_s", 2),
+    ("D assigned after A/B/C heard", "d_after_trio_s", 2),
     ("settled (broker)", "settle_s", 2),
     ("rebalances (broker)", "rebalances", 0),
     ("A/B/C gap", "gap_any_s", 2),

@@ -26,6 +26,7 @@ from benchmarks.group import (
     MemberGone,
     SteadyProducer,
     failed_run,
+    first_callback,
     member_spec,
     run_group_configs,
     settled,
@@ -65,6 +66,7 @@ METRICS: dict[str, Callable[[dict[str, Any]], float]] = {
         "unmoved_partitions",
         "unmoved_revoked",
         "settle_s",
+        "d_after_trio_s",
         "rebalances",
         "d_load_s",
     )
@@ -176,6 +178,7 @@ async def one_rep(ctx: Context, client: str, variant: str, cooperative: bool) ->
             "baseline_gap_s": baseline,
             "d_assigned_s": t_d_assigned - t_d_start,
             "d_first_record_s": t_d_record - t_d_start,
+            "d_after_trio_s": t_d_assigned - (first_callback(trio, t_d_start) or float("nan")),
             "d_load_s": (d.first("loaded") or t_spawn) - t_spawn,
             "gap_any_s": max(longest_gap(m.batch_times(), t_join, t_end) for m in trio),
             # NaN when there is no such partition (Outcome.summarize leaves those runs out).
