@@ -3,13 +3,16 @@
 Issue 24: the join rows of docs/benchmarks.md and a direct measurement from outside
 disagreed.  This script times one join several ways in the same repetition, so the
 part that differs can be named: A consumes an 8-partition topic fed at 1000 records/s
-(session 6 s, heartbeat 1 s); B starts; from B's own event stream
+(session 6 s, heartbeat 1 s); B starts (loaded first, then started at a random point
+of one heartbeat interval, as in the scenarios: :func:`benchmarks.group.spawn_joiner`);
+from B's own event stream
 
-* ``spawn->assigned``: from the orchestrator's spawn of B's process (the old clock of
-  the rebalance scenario: interpreter start and imports included),
-* ``spawn->start``: interpreter start, imports and adapter construction alone,
+* ``spawn->loaded``: interpreter start, imports and adapter construction - what the
+  old clock (from the orchestrator's spawn of B's process) counted on top of the join,
 * ``start->assigned``: from the member's call into its client (construct, ``start()``,
   ``subscribe()``) to its first non-empty assignment, in the member process,
+* ``after A heard``: from A's first rebalance callback to B's first partitions - the
+  join without the wait for A's next heartbeat (a random share of an interval),
 * ``settle``: from the same start until the broker (an outside observer's
   DescribeGroups / ConsumerGroupDescribe) shows the group Stable with both members
   holding their share,
@@ -17,8 +20,8 @@ part that differs can be named: A consumes an 8-partition topic fed at 1000 reco
   through, read from the broker, not the callbacks.
 
 Configurations run interleaved (every one once, then again) with ``--parallel`` groups
-at a time (the benchmark runs 4; 1 keeps the machine quiet).  B's group requests are
-traced (:mod:`benchmarks.timeline`) and printed with ``--timeline``.
+at a time (the benchmark runs 4; 1 keeps the machine quiet).  Every member's group
+requests are traced (:mod:`benchmarks.timeline`) and printed with ``--timeline``.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import time
@@ -34,7 +38,15 @@ from typing import Any
 
 from benchmarks import timeline
 from benchmarks.broker_view import GroupWatch, rebalance_count
-from benchmarks.group import Member, SteadyProducer, gather_limited, settled, wait_until
+from benchmarks.group import (
+    Member,
+    SteadyProducer,
+    first_callback,
+    gather_limited,
+    settled,
+    spawn_joiner,
+    wait_until,
+)
 
 PARTITIONS = 8
 RATE = 1000
@@ -82,7 +94,7 @@ async def one(broker: Any, client: str, variant: str, coop: bool) -> dict[str, A
         await asyncio.sleep(0.3)  # a few samples of the settled group
         gen_before = None if watch.protocol == "consumer" else await watch.generation()
         t_spawn = time.monotonic()
-        b = await Member.spawn("B", _spec(bs, client, variant, coop, topic, group, "B"))
+        b, _go = await spawn_joiner("B", _spec(bs, client, variant, coop, topic, group, "B"), 1000)
         members.append(b)
         t_members = await wait_until(
             members, lambda: settled([a, b], PARTITIONS, t_spawn), 60, "A+B settled"
@@ -96,9 +108,9 @@ async def one(broker: Any, client: str, variant: str, coop: bool) -> dict[str, A
         count, how = await rebalance_count(watch, t_spawn, time.monotonic(), gen_before)
         return {
             "ok": True,
-            "spawn_assigned": t_assigned - t_spawn,
-            "spawn_start": t_start - t_spawn,
+            "spawn_loaded": (b.first("loaded") or t_spawn) - t_spawn,
             "start_assigned": t_assigned - t_start,
+            "after_a": t_assigned - (first_callback([a], t_start) or float("nan")),
             "settle": (t_settle - t_start) if t_settle else float("nan"),
             "members_settled": t_members - t_start,
             "rebalances": count,
@@ -140,15 +152,20 @@ async def main_async(args: argparse.Namespace) -> None:
 
                 jobs.append(job)
         await gather_limited(jobs, args.parallel)
-        print(f"\nmedians (s), broker {broker.mode}, {args.reps} reps, {args.parallel} at a time")
-        keys = ("spawn_assigned", "spawn_start", "start_assigned", "settle", "rebalances")
+        print(
+            f"\nmedian/mean (s), broker {broker.mode}, {args.reps} reps, "
+            f"{args.parallel} at a time, load average {os.getloadavg()[0]:.1f} at the end"
+        )
+        keys = ("spawn_loaded", "start_assigned", "after_a", "settle", "rebalances")
         print("config".ljust(34) + "".join(k.rjust(16) for k in keys))
         for name, runs in results.items():
             ok = [r for r in runs if r.get("ok")]
             cells = []
             for k in keys:
                 vals = [r[k] for r in ok if r[k] == r[k]]
-                cells.append(f"{statistics.median(vals):.2f}" if vals else "-")
+                cells.append(
+                    f"{statistics.median(vals):.2f}/{statistics.mean(vals):.2f}" if vals else "-"
+                )
             print(name.ljust(34) + "".join(c.rjust(16) for c in cells))
 
 
