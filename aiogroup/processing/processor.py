@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from aiogroup.errors import ConfigurationError, ConsumerStoppedError
+from aiogroup.errors import CommitFailedError, ConfigurationError, ConsumerStoppedError
 from aiogroup.processing import offset_metadata
 from aiogroup.processing.dead_letter import DeadLetter, as_bytes, dead_letter_headers
 from aiogroup.processing.errors import DeadLetterTopicError, ProcessingError
@@ -551,6 +551,11 @@ class Processor:
             return
         try:
             await self._consumer.commit(offsets)
+        except CommitFailedError as exc:
+            # A rebalance in progress or a generation gone: the revoke (or the next
+            # interval) commits again, the lost path does not.
+            log.info("processor commit of %s refused: %s", sorted(offsets), exc)
+            return
         except Exception as exc:
             log.warning("processor commit of %s failed: %r", sorted(offsets), exc)
             return
