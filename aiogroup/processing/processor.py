@@ -181,6 +181,7 @@ class Processor:
             consumer._require_started()
             await self._open_dead_letter()
             hooks.add(self)
+            consumer._metrics.processing = self.metrics
             await self._adopt(consumer.assignment())
             committer = loop.create_task(self._commit_loop(), name="aiogroup-processor-commit")
             try:
@@ -191,6 +192,8 @@ class Processor:
                 await self._shutdown()
         finally:
             hooks.remove(self)
+            if consumer._metrics.processing == self.metrics:
+                consumer._metrics.processing = None
             self._running = False
             await self._close_dead_letter()
             if self._executor is not None:

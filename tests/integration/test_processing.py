@@ -223,7 +223,15 @@ async def test_commit_stays_at_a_blocked_record_and_a_restart_skips_the_finished
             offset, metadata = (await committed(bootstrap_servers, group_id, topic))[tp]
             assert offset == 5  # the blocked record, never past it
             assert decode(offset, metadata) == ([(6, 20)] if keeps_metadata else [])
-            assert processor.metrics()["in_flight"] == 1
+            snapshot = consumer.metrics().processing  # folded into the consumer's metrics
+            assert snapshot is not None and snapshot["in_flight"] == 1
+            assert snapshot["oldest_in_flight_age_s"] > 0.3
+            assert snapshot["partitions"][f"{topic}[0]"] == {
+                "finished_offset": 5,
+                "committed_offset": 5,
+                "gap": 0,
+                "unfinished": 1,
+            }
     finally:
         await consumer.stop()  # the revoke: drains 300 ms, cancels offset 5, commits
     assert not release.is_set()
@@ -431,3 +439,42 @@ async def test_stop_mode_raises_and_commits_nothing_past_the_failure(
     assert processed == [0, 1, 2]  # null keys: partition order, nothing after 3 started
     offset, _ = (await committed(bootstrap_servers, group_id, topic))[tp]
     assert offset == 3
+
+
+async def test_a_record_that_overruns_its_timeout_is_retried(
+    bootstrap_servers: str, kafka_topic: TopicFactory, group_id: str
+) -> None:
+    topic = await kafka_topic(partitions=1)
+    await produce(bootstrap_servers, topic, [(0, b"k", b"%d" % i) for i in range(4)])
+    tp = TopicPartition(topic, 0)
+    attempts: dict[int, int] = defaultdict(int)
+    hung = asyncio.Event()
+
+    async def hangs_once_at_1(record: Any) -> None:
+        attempts[record.offset] += 1
+        if record.offset == 1 and attempts[1] == 1:
+            await hung.wait()  # never set: only the timeout ends this attempt
+
+    consumer = make_consumer(bootstrap_servers, group_id, topic)
+    await consumer.start()
+    processor = Processor(
+        consumer,
+        hangs_once_at_1,
+        record_timeout_ms=200,
+        retry=RetryPolicy(attempts=2, backoff_ms=10),
+        commit_interval_ms=100,
+    )
+    try:
+        async with running(processor):
+
+            async def all_committed() -> bool:
+                return (await committed(bootstrap_servers, group_id, topic)).get(tp, (0, ""))[
+                    0
+                ] == 4
+
+            await until(all_committed, "the commit to pass the timed-out record")
+    finally:
+        await consumer.stop()
+    assert attempts == {0: 1, 1: 2, 2: 1, 3: 1}
+    assert processor.metrics()["retried"] == 1
+    assert consumer.metrics().processing is None  # the processor's figures left with it
