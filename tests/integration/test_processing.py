@@ -18,6 +18,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from aiogroup import (
+    AsyncConsumerRebalanceListener,
     DeadLetter,
     DeadLetterTopicError,
     GroupConsumer,
@@ -478,3 +479,44 @@ async def test_a_record_that_overruns_its_timeout_is_retried(
     assert attempts == {0: 1, 1: 2, 2: 1, 3: 1}
     assert processor.metrics()["retried"] == 1
     assert consumer.metrics().processing is None  # the processor's figures left with it
+
+
+async def test_lost_partitions_cancel_handlers_at_once_and_commit_nothing(
+    bootstrap_servers: str, kafka_topic: TopicFactory, group_id: str
+) -> None:
+    """The member's loop freezes past its session: its partitions are lost, not revoked.
+
+    The processor cancels their handlers before the application's ``on_partitions_lost``
+    runs, and commits nothing for them (the interval is longer than the test).
+    """
+    topic = await kafka_topic(partitions=1)
+    await produce(bootstrap_servers, topic, [(0, b"k%d" % i, b"%d" % i) for i in range(10)])
+    events: list[str] = []
+    finished: set[int] = set()
+
+    class Listener(AsyncConsumerRebalanceListener):
+        async def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
+            events.append("lost")
+
+    async def blocks_at_3(record: Any) -> None:
+        if record.offset == 3 and "cancelled-3" not in events:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                events.append("cancelled-3")
+                raise
+        finished.add(record.offset)
+
+    consumer = make_consumer(bootstrap_servers, group_id, topic, listener=Listener())
+    await consumer.start()
+    processor = Processor(consumer, blocks_at_3, commit_interval_ms=600_000)
+    try:
+        async with running(processor):
+            await until(lambda: len(finished) == 9, "the nine records other than 3")
+            # The whole loop freezes on purpose: no heartbeat for more than the session.
+            time.sleep(8)  # noqa: ASYNC251
+            await until(lambda: "lost" in events, "on_partitions_lost")
+            assert events[:2] == ["cancelled-3", "lost"]
+            assert await committed(bootstrap_servers, group_id, topic) == {}
+    finally:
+        await consumer.stop()
