@@ -31,6 +31,7 @@ from aiogroup.processing.dead_letter import HEADER_PREFIX
 from aiogroup.processing.offset_metadata import decode
 from aiogroup.testing import KafkaBroker
 from aiogroup.testing.broker import unique_name
+from aiogroup.testing.history import HistoryRecorder, MemberRecorder, check_history
 from aiogroup.testing.plugin import TopicFactory
 
 pytestmark = pytest.mark.integration
@@ -112,6 +113,24 @@ async def running(processor: Processor) -> AsyncIterator[asyncio.Task[None]]:
             task.exception()  # retrieved; the test asserts on it where it matters
 
 
+class Ownership(AsyncConsumerRebalanceListener):
+    """Writes a member's ownership to the history; runs after the processor's hook, so a
+    revocation's window ends once the processor has drained and committed."""
+
+    def __init__(self, rec: MemberRecorder) -> None:
+        self.rec = rec
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.rec.assigned(assigned)
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        self.rec.revoke_started(revoked)
+        self.rec.revoke_ended(revoked)
+
+    async def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
+        self.rec.lost(lost)
+
+
 class Log:
     """What the handlers saw: start/finish times per record, the peak in flight."""
 
@@ -125,10 +144,17 @@ class Log:
     def first_start(self, member: str) -> float:
         return min(t for t, m, *_ in self.started if m == member)
 
-    def handler(self, member: str, delay: Callable[[Any], float] = lambda r: 0.005) -> Any:
+    def handler(
+        self,
+        member: str,
+        delay: Callable[[Any], float] = lambda r: 0.005,
+        rec: MemberRecorder | None = None,
+    ) -> Any:
         async def handle(record: Any) -> None:
             tp = TopicPartition(record.topic, record.partition)
             self.started.append((time.monotonic(), member, tp, record.offset, record.key))
+            if rec is not None:  # processing start = handed to the application
+                rec.delivered(record.topic, record.partition, [record.offset])
             self.in_flight += 1
             self.peak = max(self.peak, self.in_flight)
             try:
@@ -285,14 +311,20 @@ async def test_a_joining_member_never_processes_a_partition_at_once_with_the_fir
     total = 400
     half = [(i % 4, b"k%d" % (i % 13), b"x") for i in range(total // 2)]
     await produce(bootstrap_servers, topic, half)
+    history = HistoryRecorder()
     log = Log()
     members = []
     processors = []
+    recorders = []
     for name in ("a", "b"):
-        consumer = make_consumer(bootstrap_servers, group_id, topic, **group_options)
+        rec = history.member(name)
+        recorders.append(rec)
+        consumer = make_consumer(
+            bootstrap_servers, group_id, topic, listener=Ownership(rec), **group_options
+        )
         processor = Processor(
             consumer,
-            log.handler(name, lambda r: 0.02),
+            log.handler(name, lambda r: 0.02, rec),
             concurrency=4,
             ordering="key",
             commit_interval_ms=200,
@@ -309,6 +341,8 @@ async def test_a_joining_member_never_processes_a_partition_at_once_with_the_fir
         await members[1].start()
         tasks.append(loop.create_task(processors[1].run()))
         await produce(bootstrap_servers, topic, half)  # work for both after the handoff
+        for p in range(4):
+            history.produced(topic, p, 0, total // 4 - 1)
         await until(
             lambda: len({(tp, o) for _, _, tp, o, _ in log.started}) == total,
             "every record processed",
@@ -319,10 +353,15 @@ async def test_a_joining_member_never_processes_a_partition_at_once_with_the_fir
     finally:
         for p in processors:
             await asyncio.wait_for(p.stop(), WAIT)
-        for c in members:
+        for c, rec in zip(members, recorders, strict=True):
+            rec.leaving()
             await c.stop()
     for task in tasks:
         assert task.done() and task.exception() is None
+    # The ownership-history checker: no partition held by both members at once (a
+    # holding ends when the revoke - drain and commit included - returned), every
+    # record processed, nothing processed twice (no crash excuses a duplicate).
+    check_history(history.events()).assert_clean()
     # Processing windows per partition: [start, finish] of each record, by member.
     windows: dict[TopicPartition, list[tuple[float, float, str]]] = defaultdict(list)
     for t, member, tp, offset, _ in log.started:
