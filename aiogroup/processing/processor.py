@@ -128,6 +128,13 @@ class Processor:
             )
         if consumer.config.group_id is None:
             raise ConfigurationError("Processor needs a consumer with a group_id (it commits)")
+        rebalance_ms = consumer.config.effective_rebalance_timeout_ms
+        if drain_timeout_ms >= rebalance_ms:
+            raise ConfigurationError(
+                f"drain_timeout_ms ({drain_timeout_ms}) must be below the consumer's "
+                f"rebalance timeout ({rebalance_ms} ms): the revocation (drain, then commit) "
+                "runs inside the rebalance listener, which the rebalance timeout bounds"
+            )
         self._consumer = consumer
         self._handler = handler
         self._async = _is_async(handler)

@@ -56,6 +56,11 @@ def test_auto_commit_is_refused() -> None:
         Processor(consumer(enable_auto_commit=True), handler)
 
 
+def test_drain_must_fit_in_the_rebalance_timeout() -> None:
+    with pytest.raises(ConfigurationError, match="rebalance timeout"):
+        Processor(consumer(max_poll_interval_ms=20_000), handler, drain_timeout_ms=20_000)
+
+
 def test_good_options_build() -> None:
     p = Processor(consumer(), lambda r: None, ordering="unordered", retry=RetryPolicy(attempts=1))
     assert p is not None
