@@ -448,7 +448,10 @@ async def test_a_missing_dead_letter_topic_is_an_error_at_start(
 
 
 async def test_stop_mode_raises_and_commits_nothing_past_the_failure(
-    bootstrap_servers: str, kafka_topic: TopicFactory, group_id: str
+    bootstrap_servers: str,
+    kafka_topic: TopicFactory,
+    group_id: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     topic = await kafka_topic(partitions=1)
     await produce(bootstrap_servers, topic, [(0, None, b"%d" % i) for i in range(10)])
@@ -477,6 +480,8 @@ async def test_stop_mode_raises_and_commits_nothing_past_the_failure(
     finally:
         await consumer.stop()
     assert processed == [0, 1, 2]  # null keys: partition order, nothing after 3 started
+    fallback = [r for r in caplog.records if "records without a key" in r.getMessage()]
+    assert len(fallback) == 1  # said once in the log
     offset, _ = (await committed(bootstrap_servers, group_id, topic))[tp]
     assert offset == 3
 
