@@ -290,8 +290,11 @@ class Processor:
         consumer = self._consumer
         while not self._stop_event.is_set() and self._failure is None:
             self._update_pauses()
+            # One batch is at most max_unfinished_per_partition records, so a partition
+            # paused at the bound never holds more than twice it.
+            room = max(1, min(self._queue_limit - self._sched.queued, self._max_unfinished))
             try:
-                batch = await consumer.getmany(timeout_ms=100, max_records=self._queue_limit)
+                batch = await consumer.getmany(timeout_ms=100, max_records=room)
             except ConsumerStoppedError:
                 return
             if batch:

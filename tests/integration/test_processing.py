@@ -564,3 +564,36 @@ async def test_lost_partitions_cancel_handlers_at_once_and_commit_nothing(
             assert await committed(bootstrap_servers, group_id, topic) == {}
     finally:
         await consumer.stop()
+
+
+async def test_a_partition_past_its_unfinished_bound_is_paused(
+    bootstrap_servers: str, kafka_topic: TopicFactory, group_id: str
+) -> None:
+    topic = await kafka_topic(partitions=1)
+    await produce(bootstrap_servers, topic, [(0, b"k", b"%d" % i) for i in range(200)])
+    tp = TopicPartition(topic, 0)
+    release = asyncio.Event()
+    done: list[int] = []
+
+    async def blocks_first(record: Any) -> None:
+        if record.offset == 0:
+            await release.wait()
+        done.append(record.offset)
+
+    consumer = make_consumer(bootstrap_servers, group_id, topic)
+    await consumer.start()
+    processor = Processor(
+        consumer, blocks_first, ordering="partition", max_unfinished_per_partition=10
+    )
+    try:
+        async with running(processor):
+            await until(lambda: tp in consumer.paused(), "the partition to be paused")
+            await asyncio.sleep(0.5)  # five more reads' worth: the window does not grow
+            unfinished = processor.metrics()["partitions"][f"{topic}[0]"]["unfinished"]
+            assert 10 < unfinished <= 20
+            release.set()
+            await until(lambda: len(done) == 200, "all 200 records, once resumed")
+            await until(lambda: tp not in consumer.paused(), "the partition to be resumed")
+    finally:
+        await consumer.stop()
+    assert done == list(range(200))
