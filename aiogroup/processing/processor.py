@@ -159,6 +159,8 @@ class Processor:
         self._own_producer = False
         self._failure: ProcessingError | None = None
         self._stop_event = asyncio.Event()
+        #: Set when the waiting records fell to half the queue bound (or on stop).
+        self._room = asyncio.Event()
         self._running = False
         self._done: asyncio.Future[None] | None = None
         self._warned_null_key = False
@@ -213,6 +215,7 @@ class Processor:
         Before ``run()``: that ``run()`` then returns at once.
         """
         self._stop_event.set()
+        self._room.set()
         if self._done is not None:
             await asyncio.shield(self._done)
 
@@ -290,11 +293,23 @@ class Processor:
         consumer = self._consumer
         while not self._stop_event.is_set() and self._failure is None:
             self._update_pauses()
+            timeout_ms = 100
+            if self._full():
+                # Wait for the handlers to take half the queue (woken at once, not at the
+                # end of a poll of paused partitions), then poll anyway so the member
+                # stays alive (max_poll_interval_ms).
+                self._room.clear()
+                try:
+                    await asyncio.wait_for(self._room.wait(), 1.0)
+                except asyncio.TimeoutError:
+                    pass
+                self._update_pauses()
+                timeout_ms = 0
             # One batch is at most max_unfinished_per_partition records, so a partition
             # paused at the bound never holds more than twice it.
             room = max(1, min(self._queue_limit - self._sched.queued, self._max_unfinished))
             try:
-                batch = await consumer.getmany(timeout_ms=100, max_records=room)
+                batch = await consumer.getmany(timeout_ms=timeout_ms, max_records=room)
             except ConsumerStoppedError:
                 return
             if batch:
@@ -337,12 +352,15 @@ class Processor:
                 self._handle(work), name=f"aiogroup-handler-{work.tp.partition}@{work.offset}"
             )
 
-    def _update_pauses(self) -> None:
-        """Pause partitions past the unfinished bound (or all when the queue is full)."""
-        full = (
+    def _full(self) -> bool:
+        return (
             self._sched.queued >= self._queue_limit
             or self._sched.queued_bytes >= self._buffer_limit
         )
+
+    def _update_pauses(self) -> None:
+        """Pause partitions past the unfinished bound (or all when the queue is full)."""
+        full = self._full()
         for tp, tracker in self._trackers.items():
             want = full or tracker.unfinished > self._max_unfinished
             if want and tp not in self._paused:
@@ -421,6 +439,11 @@ class Processor:
             self._sched.done(work)
             if not self._stop_event.is_set():
                 self._dispatch()
+            if (
+                self._sched.queued <= self._queue_limit // 2
+                and self._sched.queued_bytes <= self._buffer_limit // 2
+            ):
+                self._room.set()
 
     async def _failed_record(self, work: Work, exc: Exception, attempts: int) -> None:
         self._failed += 1
@@ -450,6 +473,7 @@ class Processor:
             log.error("%s; stopping the processor", failure)
             self._sched.drop(set(self._trackers))
             self._stop_event.set()
+            self._room.set()
 
     def _finish(self, work: Work) -> None:
         self._finished += 1
