@@ -294,10 +294,10 @@ class Processor:
         while not self._stop_event.is_set() and self._failure is None:
             self._update_pauses()
             timeout_ms = 100
-            if self._full():
-                # Wait for the handlers to take half the queue (woken at once, not at the
-                # end of a poll of paused partitions), then poll anyway so the member
-                # stays alive (max_poll_interval_ms).
+            if self._trackers and self._paused >= set(self._trackers):
+                # Every partition paused: wait for the handlers to take half the queue
+                # (woken at once, not at the end of a poll of paused partitions), then
+                # poll anyway so the member stays alive (max_poll_interval_ms).
                 self._room.clear()
                 try:
                     await asyncio.wait_for(self._room.wait(), 1.0)
@@ -305,9 +305,13 @@ class Processor:
                     pass
                 self._update_pauses()
                 timeout_ms = 0
-            # One batch is at most max_unfinished_per_partition records, so a partition
-            # paused at the bound never holds more than twice it.
-            room = max(1, min(self._queue_limit - self._sched.queued, self._max_unfinished))
+            # A read brings at most max_unfinished_per_partition records (a partition
+            # paused at that bound never holds more than twice it) and at most a quarter
+            # of the queue bound beyond it.
+            room = min(
+                self._max_unfinished,
+                max(self._queue_limit - self._sched.queued, self._queue_limit // 4),
+            )
             try:
                 batch = await consumer.getmany(timeout_ms=timeout_ms, max_records=room)
             except ConsumerStoppedError:
@@ -359,10 +363,22 @@ class Processor:
         )
 
     def _update_pauses(self) -> None:
-        """Pause partitions past the unfinished bound (or all when the queue is full)."""
+        """Pause partitions past the unfinished bound and, while the queue is full, the
+        partitions holding more than their share of it.
+
+        Only the fullest partitions stop: a hot key's backlog pauses its own partition,
+        and the others keep being read (one hot key never stalls the rest).
+        """
         full = self._full()
+        n = max(1, len(self._trackers))
+        share = max(1, self._queue_limit // n)
+        byte_share = max(1, self._buffer_limit // n)
+        waiting = self._sched.waiting_by_tp
         for tp, tracker in self._trackers.items():
-            want = full or tracker.unfinished > self._max_unfinished
+            want = tracker.unfinished > self._max_unfinished or (
+                full
+                and (waiting.get(tp, 0) >= share or self._sched.waiting_bytes(tp) >= byte_share)
+            )
             if want and tp not in self._paused:
                 self._set_paused(tp, True)
             elif not want and tp in self._paused:

@@ -71,6 +71,9 @@ class Scheduler:
         self.in_flight: set[Work] = set()
         self.queued = 0
         self.queued_bytes = 0
+        #: Waiting records per partition (the processor pauses the fullest when full).
+        self.waiting_by_tp: dict[TopicPartition, int] = {}
+        self._bytes_by_tp: dict[TopicPartition, int] = {}
 
     def add(self, work: Work) -> None:
         """A received record waits in its lane."""
@@ -82,6 +85,8 @@ class Scheduler:
         lane.append(work)
         self.queued += 1
         self.queued_bytes += work.nbytes
+        self.waiting_by_tp[work.tp] = self.waiting_by_tp.get(work.tp, 0) + 1
+        self._bytes_by_tp[work.tp] = self._bytes_by_tp.get(work.tp, 0) + work.nbytes
 
     def take(self) -> list[Work]:
         """The records to start now (their lanes become busy), up to the concurrency."""
@@ -96,6 +101,7 @@ class Scheduler:
             self.in_flight.add(work)
             self.queued -= 1
             self.queued_bytes -= work.nbytes
+            self._unwait(work)
             started.append(work)
         return started
 
@@ -115,6 +121,7 @@ class Scheduler:
             for work in self._lanes.pop(key):
                 self.queued -= 1
                 self.queued_bytes -= work.nbytes
+                self._unwait(work)
         self._ready = deque(k for k in self._ready if k in self._lanes)
         return [w for w in self.in_flight if w.tp in partitions]
 
@@ -122,4 +129,18 @@ class Scheduler:
         """Records waiting (all, or of one partition)."""
         if tp is None:
             return self.queued
-        return sum(1 for lane in self._lanes.values() for w in lane if w.tp == tp)
+        return self.waiting_by_tp.get(tp, 0)
+
+    def waiting_bytes(self, tp: TopicPartition) -> int:
+        """Key+value bytes of the records of ``tp`` waiting."""
+        return self._bytes_by_tp.get(tp, 0)
+
+    def _unwait(self, work: Work) -> None:
+        tp = work.tp
+        left = self.waiting_by_tp[tp] - 1
+        if left:
+            self.waiting_by_tp[tp] = left
+            self._bytes_by_tp[tp] -= work.nbytes
+        else:
+            del self.waiting_by_tp[tp]
+            del self._bytes_by_tp[tp]

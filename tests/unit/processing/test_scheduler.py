@@ -47,6 +47,10 @@ def test_invariants(ordering: str, concurrency: int, steps: list[tuple[str, int,
         for w in s.take():
             started[w.lane].append(w.offset)
         lanes = [w.lane for w in s.in_flight]
+        assert sum(s.waiting_by_tp.values()) == s.waiting() == sum(map(len, s._lanes.values()))
+        for tp, n in s.waiting_by_tp.items():
+            assert n == sum(1 for lane in s._lanes.values() for w in lane if w.tp == tp) > 0
+            assert s.waiting_bytes(tp) == 10 * n
         assert len(s.in_flight) <= concurrency
         assert len(lanes) == len(set(lanes))  # one record per lane at a time
         # Work conserving: a free slot and a startable lane never coexist.
