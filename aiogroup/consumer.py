@@ -39,7 +39,7 @@ from aiogroup.consumer_group_routine import (
 from aiogroup.coordinator import GroupCoordinator
 from aiogroup.errors import CommitFailedError, ConfigurationError, KafkaError
 from aiogroup.fetcher import Fetcher
-from aiogroup.listeners import as_async_listener
+from aiogroup.listeners import HookedListener, RebalanceHooks, as_async_listener
 from aiogroup.metrics import ConsumerMetrics, Health, MetricsSnapshot, PartitionMetrics
 from aiogroup.structs import (
     ConsumerRecord,
@@ -223,6 +223,8 @@ class GroupConsumer:
         #: know a topic ``topics()`` has just listed (Java's ``partitionsFor`` does).
         self._listed: ClusterMetadata | None = None
         self._metrics = ConsumerMetrics(self._config.session_timeout_ms / 1000)
+        #: Internal parties run before the application's listener (the processor).
+        self._rebalance_hooks = RebalanceHooks()
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -423,7 +425,7 @@ class GroupConsumer:
                 "subscribe() after assign(): call unsubscribe() first; a consumer either uses "
                 "group-managed or manually assigned partitions"
             )
-        normalized = as_async_listener(listener)
+        normalized = HookedListener(listener, self._rebalance_hooks)
         if pattern is not None:
             try:
                 compiled = re.compile(pattern)
@@ -690,6 +692,26 @@ class GroupConsumer:
         )
         oam = result.get(partition)
         return None if oam is None else int(oam.offset)
+
+    async def _fetch_committed(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """Committed offsets *with their metadata* (the processor reads its runs there)."""
+        self._require_started()
+        assert self._coordinator is not None
+        return await self._coordinator.fetch_committed_offsets(
+            partitions, timeout=self._config.request_timeout_ms / 1000
+        )
+
+    @property
+    def _lifecycle_started(self) -> bool:
+        return self._lifecycle is _Lifecycle.STARTED
+
+    async def process(self, handler: Any, **options: Any) -> None:
+        """``await Processor(self, handler, **options).run()``: see aiogroup.processing."""
+        from aiogroup.processing import Processor
+
+        await Processor(self, handler, **options).run()
 
     # -- positions ------------------------------------------------------------------------
 
