@@ -928,42 +928,54 @@ def _attempts(
                     a.end, a.outcome = e.t, e.kind
                 if e.kind == "finished":
                     finishes[((topic, p), o)].append((e.t, e.member))
-    stops = defaultdict(list)
+    stops: dict[str, list[Event]] = defaultdict(list)
     for e in history:
         if e.kind in ("crashed", "frozen"):
             stops[e.member].append(e)
+    activity = _Activity(history)
     for a in attempts:
         if a.outcome != "open":
             continue
         stop = next((s for s in stops.get(a.member, ()) if s.t >= a.start), None)
-        if stop is not None and not _woke(history, a.member, stop.t):
+        if stop is not None and activity.woke(a.member, stop.t) is None:
             a.end, a.outcome = stop.t, "crash" if stop.kind == "crashed" else "frozen"
     return attempts, finishes
 
 
-def _woke(history: list[Event], member: str, after: float) -> float | None:
-    """When ``member`` was next seen acting on its own after ``after`` (None: never)."""
-    for e in history:
-        if e.t > after and e.member == member and e.kind in _SELF_WRITTEN:
-            return e.t
-    return None
+class _Activity:
+    """When each member was seen acting on its own, and when it was frozen: the index
+    the processing rules use to tell a stopped process from a running one."""
 
+    def __init__(self, history: list[Event]) -> None:
+        self._acts: dict[str, list[float]] = defaultdict(list)
+        self.freezes: dict[str, list[float]] = defaultdict(list)
+        for e in history:
+            if e.kind in _SELF_WRITTEN:
+                self._acts[e.member].append(e.t)
+            elif e.kind == "frozen":
+                self.freezes[e.member].append(e.t)
 
-def _running_pieces(history: list[Event], a: _Attempt) -> list[tuple[float, float]]:
-    """The parts of an attempt during which its member's process was running: a freeze
-    (SIGSTOP) cuts it until the member is next seen acting."""
-    pieces: list[tuple[float, float]] = []
-    start = a.start
-    for e in history:
-        if e.member != a.member or e.kind != "frozen" or not (start < e.t < a.end):
-            continue
-        pieces.append((start, e.t))
-        woke = _woke(history, a.member, e.t)
-        if woke is None or woke >= a.end:
-            return pieces
-        start = woke
-    pieces.append((start, a.end))
-    return pieces
+    def woke(self, member: str, after: float) -> float | None:
+        """When ``member`` was next seen acting on its own after ``after`` (None: never)."""
+        acts = self._acts.get(member, [])
+        i = bisect.bisect_right(acts, after)
+        return acts[i] if i < len(acts) else None
+
+    def running_pieces(self, a: _Attempt) -> list[tuple[float, float]]:
+        """The parts of an attempt during which its member's process was running: a
+        freeze (SIGSTOP) cuts it until the member is next seen acting."""
+        pieces: list[tuple[float, float]] = []
+        start = a.start
+        for frozen in self.freezes.get(a.member, ()):
+            if not start < frozen < a.end:
+                continue
+            pieces.append((start, frozen))
+            woke = self.woke(a.member, frozen)
+            if woke is None or woke >= a.end:
+                return pieces
+            start = woke
+        pieces.append((start, a.end))
+        return pieces
 
 
 def _check_processing(
@@ -1020,8 +1032,9 @@ def _check_processing_overlaps(
     pieces: dict[Partition, dict[str, list[tuple[float, float]]]] = defaultdict(
         lambda: defaultdict(list)
     )
+    activity = _Activity(history)
     for a in attempts:
-        pieces[a.part][a.member] += _running_pieces(history, a)
+        pieces[a.part][a.member] += activity.running_pieces(a)
     for (topic, p), by_member in sorted(pieces.items()):
         merged = {m: _merge(ps) for m, ps in by_member.items()}
         members = sorted(merged)
