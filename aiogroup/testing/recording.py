@@ -34,8 +34,10 @@ import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.client import AIOKafkaClient, CoordinationType
 
+from aiogroup._protocol.group import OffsetFetchRequest, parse_offset_fetch
+from aiogroup.errors import error_for_code
 from aiogroup.listeners import (
     AsyncConsumerRebalanceListener,
     ConsumerRebalanceListener,
@@ -44,7 +46,13 @@ from aiogroup.listeners import (
 from aiogroup.structs import TopicPartition
 from aiogroup.testing.history import Commit, HistoryRecorder, MemberRecorder
 
-__all__ = ["CommitObserver", "RecordingListener", "RecordingSyncListener", "recording_handler"]
+__all__ = [
+    "CommitObserver",
+    "RecordingListener",
+    "RecordingSyncListener",
+    "fetch_committed",
+    "recording_handler",
+]
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -166,9 +174,19 @@ def recording_handler(
     return recorded_sync
 
 
+async def fetch_committed(client: AIOKafkaClient, group: str) -> dict[tuple[str, int], int]:
+    """Every committed offset of ``group``, asked of its coordinator (OffsetFetch for all
+    partitions; aiogroup's request class, which both test brokers answer)."""
+    node = await client.coordinator_lookup(CoordinationType.GROUP, group)
+    result = parse_offset_fetch(await client.send(node, OffsetFetchRequest(group, None)))
+    if result.error_code:
+        raise error_for_code(result.error_code)(f"OffsetFetch for group {group!r}")
+    return {tp: row[0] for tp, row in result.partitions.items() if row[0] >= 0 and not row[3]}
+
+
 class CommitObserver:
-    """Reads a group's committed offsets from outside every member (OffsetFetch through
-    an admin client) every ``interval`` seconds, and records each change as a
+    """Reads a group's committed offsets from outside every member (OffsetFetch over
+    its own connection) every ``interval`` seconds, and records each change as a
     "broker_committed" event - the commits the checker judges as the broker saw them.
 
     ``async with CommitObserver(bootstrap, group, recorder):`` - leaving takes a last read.
@@ -191,24 +209,21 @@ class CommitObserver:
         self.reads = 0
         self.failures = 0
         self.last: dict[tuple[str, int], int] = {}
-        self._admin: AIOKafkaAdminClient | None = None
+        self._client: AIOKafkaClient | None = None
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> CommitObserver:
-        self._admin = AIOKafkaAdminClient(
+        self._client = AIOKafkaClient(
             bootstrap_servers=self.bootstrap_servers, client_id="aiogroup-commit-observer"
         )
-        await self._admin.start()
+        await self._client.bootstrap()
         self._task = asyncio.create_task(self._run(), name=f"observe-commits-{self.group}")
         return self
 
     async def read(self) -> dict[tuple[str, int], int]:
         """One read: record what changed, and return the committed offsets."""
-        assert self._admin is not None, "CommitObserver.start() first"
-        offsets = await asyncio.wait_for(
-            self._admin.list_consumer_group_offsets(self.group), timeout=10.0
-        )
-        now = {(tp.topic, tp.partition): om.offset for tp, om in offsets.items() if om.offset >= 0}
+        assert self._client is not None, "CommitObserver.start() first"
+        now = await asyncio.wait_for(fetch_committed(self._client, self.group), timeout=10.0)
         changed: list[Commit] = [
             (t, p, o) for (t, p), o in now.items() if self.last.get((t, p)) != o
         ]
@@ -224,11 +239,11 @@ class CommitObserver:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        if self._admin is not None:
+        if self._client is not None:
             with contextlib.suppress(Exception):
                 await self.read()
-            await self._admin.close()
-            self._admin = None
+            await self._client.close()
+            self._client = None
 
     async def __aenter__(self) -> CommitObserver:
         return await self.start()
