@@ -180,7 +180,7 @@ def _recorder(spec: dict[str, Any]) -> Any:
 
 async def run_aiogroup(spec: dict[str, Any], tally: Tally, handle: Any) -> None:
     from aiogroup import GroupConsumer, Processor
-    from aiogroup.testing.recording import RecordingListener, recording_handler
+    from aiogroup.testing.recording import RecordingListener, record_commits, recording_handler
 
     me = _recorder(spec)
     consumer = GroupConsumer(
@@ -205,6 +205,7 @@ async def run_aiogroup(spec: dict[str, Any], tally: Tally, handle: Any) -> None:
             return
         if me is not None:
             handle = recording_handler(me, handle)
+            record_commits(consumer, me)
         processor = Processor(
             consumer,
             handle,
@@ -225,7 +226,7 @@ async def run_aiogroup(spec: dict[str, Any], tally: Tally, handle: Any) -> None:
 async def run_aiokafka(spec: dict[str, Any], tally: Tally, handle: Any) -> None:
     from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 
-    from aiogroup.testing.recording import recording_handler
+    from aiogroup.testing.recording import record_commits, recording_handler
 
     me = _recorder(spec)
     gather = spec["client"] == "aiokafka-gather"
@@ -253,6 +254,7 @@ async def run_aiokafka(spec: dict[str, Any], tally: Tally, handle: Any) -> None:
     await consumer.start()
     if me is not None:
         handle = recording_handler(me, handle)
+        record_commits(consumer, me)
     try:
         if not gather:
 
@@ -274,7 +276,7 @@ async def run_aiokafka(spec: dict[str, Any], tally: Tally, handle: Any) -> None:
             records = [r for rs in batch.values() for r in rs]
             if records:
                 await asyncio.gather(*(handle(r) for r in records))
-                await consumer.commit()
+                await consumer.commit({tp: rs[-1].offset + 1 for tp, rs in batch.items() if rs})
             if spec.get("until_end") and await _at_end(consumer, spec):
                 return
     finally:

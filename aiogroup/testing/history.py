@@ -1180,12 +1180,17 @@ def _check_reprocessing(
     committed (the finisher crashed or lost the partition first): a commit sent after
     a finish carries it (in its offset or its metadata), so a new owner must skip it."""
     commits: dict[tuple[str, Partition], list[tuple[float, float]]] = defaultdict(list)
+    #: partition -> (time seen, offset) of the group's committed offset, read from outside
+    seen: dict[Partition, list[tuple[float, int]]] = defaultdict(list)
     for e in history:
         if e.kind == "committed":
             for topic, p, _ in e.offsets:
                 commits[(e.member, (topic, p))].append(
                     (e.since if e.since is not None else e.t, e.t)
                 )
+        elif e.kind == "broker_committed":
+            for topic, p, offset in e.offsets:
+                seen[(topic, p)].append((e.t, offset))
     by_record: dict[tuple[Partition, int], list[_Attempt]] = defaultdict(list)
     for a in attempts:
         by_record[(a.part, a.offset)].append(a)
@@ -1198,6 +1203,18 @@ def _check_reprocessing(
             else:
                 owner = (a.member, id(a.hold))
                 report.reprocessed += 1
+            passed = next((t for t, c in seen.get((topic, p), ()) if c > offset), None)
+            if passed is not None and passed < a.start:
+                report.disallowed_reprocessing.append(
+                    Violation(
+                        "reprocessed a committed record",
+                        a.member,
+                        a.start,
+                        f"{topic}[{p}]@{offset}: the broker showed the group's offset past "
+                        f"it at t={passed:.3f}",
+                    )
+                )
+                continue
             for done, finisher in finishes.get(record, ()):
                 if done >= a.start:
                     break

@@ -51,6 +51,7 @@ __all__ = [
     "RecordingListener",
     "RecordingSyncListener",
     "fetch_committed",
+    "record_commits",
     "recording_handler",
 ]
 
@@ -172,6 +173,24 @@ def recording_handler(
         return result
 
     return recorded_sync
+
+
+def record_commits(consumer: Any, member: MemberRecorder) -> None:
+    """Record every commit ``consumer`` makes that the broker accepts, stamped with
+    when it was sent (wraps the instance's ``commit``): the commits a processor makes
+    on its own, which the checker then judges from the moment they left."""
+    commit = consumer.commit
+
+    @functools.wraps(commit)
+    async def recorded(offsets: Any = None, *args: Any, **kwargs: Any) -> Any:
+        sent = member.recorder.now()
+        result = await commit(offsets, *args, **kwargs)
+        if offsets is not None:
+            rows = {tp: getattr(o, "offset", o) for tp, o in dict(offsets).items()}
+            member.committed(rows, sent_at=sent)
+        return result
+
+    consumer.commit = recorded
 
 
 async def fetch_committed(client: AIOKafkaClient, group: str) -> dict[tuple[str, int], int]:

@@ -20,7 +20,7 @@ from typing import Any
 
 from aiogroup import ConsumerRecord, DeadLetter, GroupConsumer, Processor, RetryPolicy
 from aiogroup.testing.history import HistoryRecorder
-from aiogroup.testing.recording import RecordingListener, recording_handler
+from aiogroup.testing.recording import RecordingListener, record_commits, recording_handler
 
 
 class Poison(Exception):
@@ -56,6 +56,7 @@ async def run(spec: dict[str, Any]) -> None:
         heartbeat_interval_ms=int(spec["session_timeout_ms"]) // 3,
     )
     consumer.subscribe([spec["topic"]], listener=RecordingListener(me))
+    record_commits(consumer, me)  # the processor's commits, stamped when sent
     await consumer.start()
     processor = Processor(
         consumer,

@@ -901,3 +901,52 @@ def test_recording_handler_keeps_a_sync_handler_sync_and_refuses_bad_input() -> 
         recording_handler(rec.member("A"), "nope")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="dead_letter_after"):
         recording_handler(rec.member("A"), lambda r: r, dead_letter_after=0)
+
+
+def test_reprocessing_below_the_offset_the_broker_showed_is_reported() -> None:
+    # No member commit in the history (the processor's own), only what the broker showed:
+    # the group's offset passed 2 at 2.45, yet B processes 2 again.
+    s = kill_mid_processing(3)
+    s.events = [e for e in s.events if e.kind != "committed"]
+    assert s.check().ok, s.check().summary()
+    report = s.broker(2.45, 3).check()
+    assert report.ok, report.summary()
+    s = kill_mid_processing(2)
+    s.events = [e for e in s.events if e.kind != "committed"]
+    report = s.broker(2.45, 3).check()
+    assert [v.rule for v in report.disallowed_reprocessing] == ["reprocessed a committed record"]
+    assert (
+        "the broker showed the group's offset past it" in report.disallowed_reprocessing[0].detail
+    )
+
+
+async def test_record_commits_records_accepted_commits_with_their_send_time() -> None:
+    from aiogroup import OffsetAndMetadata
+    from aiogroup.testing.recording import record_commits
+
+    clock = iter([1.0, 2.0, 3.0, 4.0])
+    rec = HistoryRecorder(clock=lambda: next(clock))
+
+    class Consumer:
+        def __init__(self) -> None:
+            self.fail = False
+
+        async def commit(self, offsets: object = None) -> None:
+            if self.fail:
+                raise RuntimeError("commit refused")
+
+    consumer = Consumer()
+    record_commits(consumer, rec.member("A"))
+    await consumer.commit({TopicPartition(T, 0): OffsetAndMetadata(7, "meta")})
+    consumer.fail = True
+    with pytest.raises(RuntimeError):
+        await consumer.commit({TopicPartition(T, 1): 3})
+    consumer.fail = False
+    await consumer.commit()  # the consumer's own positions: nothing to name
+    (event,) = rec.events()
+    assert (event.kind, event.offsets, event.since, event.t) == (
+        "committed",
+        ((T, 0, 7),),
+        1.0,
+        2.0,
+    )
