@@ -152,6 +152,8 @@ class Event:
     key: str | None = None
     #: Wall-clock time (``time.time()``), for lining a history up with logs.
     wall: float | None = None
+    #: For commits: (topic, partition, the commit's metadata string) where it had one.
+    metadata: tuple[tuple[str, int, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -178,6 +180,8 @@ class Event:
             doc["key"] = self.key
         if self.wall is not None:
             doc["w"] = self.wall
+        if self.metadata:
+            doc["md"] = [list(m) for m in self.metadata]
         return json.dumps(doc, separators=(",", ":"))
 
     @classmethod
@@ -195,6 +199,7 @@ class Event:
                 detail=str(doc.get("d", "")),
                 key=None if doc.get("key") is None else str(doc["key"]),
                 wall=None if doc.get("w") is None else float(doc["w"]),
+                metadata=tuple((str(m[0]), int(m[1]), str(m[2])) for m in doc.get("md", ())),
             )
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise HistoryError(f"not a history event: {line[:200]!r} ({exc})") from None
@@ -310,6 +315,7 @@ class MemberRecorder:
         offsets: Mapping[TopicPartition, int] | Iterable[Commit],
         *,
         sent_at: float | None = None,
+        metadata: Mapping[TopicPartition, str] | None = None,
     ) -> None:
         """A commit the broker accepted: partition -> next offset to read.
 
@@ -319,8 +325,9 @@ class MemberRecorder:
         where one was acknowledged before the other was sent.
         """
         rows = _commit_rows(offsets)
+        md = tuple(sorted((tp.topic, tp.partition, m) for tp, m in (metadata or {}).items() if m))
         if rows:
-            self.recorder.add(self.name, "committed", offsets=rows, since=sent_at)
+            self.recorder.add(self.name, "committed", offsets=rows, since=sent_at, metadata=md)
 
     def started(self, topic: str, partition: int, offset: int, key: object = None) -> None:
         """A handler attempt began for one record (``key`` as the record carries it)."""
@@ -468,6 +475,8 @@ class HistoryReport:
     retries: int = 0
     #: At each crash: records the member had started and not ended.
     in_flight_at_crash: int = 0
+    #: Handlers frozen mid-record that finished on waking (see _check_processing_owned).
+    finished_after_wake: int = 0
     #: At each crash: records the member had finished after its last commit was sent.
     finished_uncommitted_at_crash: int = 0
     order_violations: list[Violation] = field(default_factory=list)
@@ -529,6 +538,7 @@ class HistoryReport:
             "reprocessed": self.reprocessed,
             "retries": self.retries,
             "in_flight_at_crash": self.in_flight_at_crash,
+            "finished_after_wake": self.finished_after_wake,
             "finished_uncommitted_at_crash": self.finished_uncommitted_at_crash,
             "order_violations": len(self.order_violations),
             "commits_past_unfinished": len(self.commits_past_unfinished),
@@ -885,6 +895,9 @@ class _Attempt:
     #: "finished", "abandoned", or what cut it: "crash", "frozen", "open".
     outcome: str = "open"
     hold: _Window | None = None
+    #: Started before its member was frozen and ended after it woke: the handler's
+    #: tail, run on waking before the member could learn it had been fenced.
+    tail: bool = False
 
 
 def _expected(
@@ -963,13 +976,16 @@ class _Activity:
 
     def running_pieces(self, a: _Attempt) -> list[tuple[float, float]]:
         """The parts of an attempt during which its member's process was running: a
-        freeze (SIGSTOP) cuts it until the member is next seen acting."""
+        freeze (SIGSTOP) cuts it until the member is next seen acting; a handler's tail
+        after waking is not counted (see :func:`_check_processing`)."""
         pieces: list[tuple[float, float]] = []
         start = a.start
         for frozen in self.freezes.get(a.member, ()):
             if not start < frozen < a.end:
                 continue
             pieces.append((start, frozen))
+            if a.tail:
+                return pieces
             woke = self.woke(a.member, frozen)
             if woke is None or woke >= a.end:
                 return pieces
@@ -986,13 +1002,18 @@ def _check_processing(
     ordering: Ordering,
 ) -> None:
     attempts, finishes = _attempts(history)
+    activity = _Activity(history)
     for a in attempts:
         a.hold = _held(windows.get(a.part, ()), a.member, a.start)
+        a.tail = a.outcome in ("finished", "abandoned") and any(
+            a.start < f < a.end for f in activity.freezes.get(a.member, ())
+        )
     report.processing_starts = len(attempts)
     report.records_finished = len(finishes)
+    report.finished_after_wake = sum(1 for a in attempts if a.tail and a.outcome == "finished")
     report.records_checked = max(report.records_checked, len(expected))
-    _check_processing_owned(history, windows, report)
-    _check_processing_overlaps(history, attempts, report)
+    _check_processing_owned(attempts, windows, report)
+    _check_processing_overlaps(activity, attempts, report)
     if ordering != "unordered":
         _check_order(attempts, ordering, report)
     _check_commits_cover_finished(history, attempts, finishes, expected, report)
@@ -1002,17 +1023,27 @@ def _check_processing(
 
 
 def _check_processing_owned(
-    history: list[Event], windows: Mapping[Partition, list[_Window]], report: HistoryReport
+    attempts: list[_Attempt], windows: Mapping[Partition, list[_Window]], report: HistoryReport
 ) -> None:
-    """A record is started or finished only while its member holds the partition."""
-    for e in history:
-        if e.kind not in ("started", "finished"):
-            continue
-        for topic, p, first, _last in e.spans:
-            ws = windows.get((topic, p), ())
-            if _held(ws, e.member, e.t) is not None:
+    """A record is started, or finished, only while its member holds the partition.
+
+    One exception: a handler's tail after a freeze.  A member stopped (SIGSTOP) with a
+    handler awaiting I/O resumes that handler the instant it wakes, before any answer
+    from the broker can tell it that it was fenced; the record then finishes on the old
+    owner as well as on the new one (at least once).  Such finishes are counted
+    (``finished_after_wake``), not reported as violations; starting a record after the
+    fence is one.
+    """
+    for a in attempts:
+        moments = [("started", a.start)]
+        if a.outcome == "finished" and not a.tail:
+            moments.append(("finished", a.end))
+        topic, p = a.part
+        ws = windows.get(a.part, ())
+        for kind, t in moments:
+            if _held(ws, a.member, t) is not None:
                 continue
-            before = [w for w in ws if w.member == e.member and w.end < e.t]
+            before = [w for w in ws if w.member == a.member and w.end < t]
             cut = max(before, key=lambda w: w.end).cut if before else ""
             rule = {
                 "revoke": "processed after revoke",
@@ -1021,18 +1052,17 @@ def _check_processing_owned(
                 "crash": "processed after crash",
             }.get(cut, "processed unowned")
             report.processed_unowned.append(
-                Violation(rule, e.member, e.t, f"{e.kind} {topic}[{p}]@{first}")
+                Violation(rule, a.member, t, f"{kind} {topic}[{p}]@{a.offset}")
             )
 
 
 def _check_processing_overlaps(
-    history: list[Event], attempts: list[_Attempt], report: HistoryReport
+    activity: _Activity, attempts: list[_Attempt], report: HistoryReport
 ) -> None:
     """No two members run records of one partition at the same instant."""
     pieces: dict[Partition, dict[str, list[tuple[float, float]]]] = defaultdict(
         lambda: defaultdict(list)
     )
-    activity = _Activity(history)
     for a in attempts:
         pieces[a.part][a.member] += activity.running_pieces(a)
     for (topic, p), by_member in sorted(pieces.items()):
@@ -1177,16 +1207,20 @@ def _check_reprocessing(
     report: HistoryReport,
 ) -> None:
     """A record is started again only if it was not finished - or its finish was never
-    committed (the finisher crashed or lost the partition first): a commit sent after
-    a finish carries it (in its offset or its metadata), so a new owner must skip it."""
-    commits: dict[tuple[str, Partition], list[tuple[float, float]]] = defaultdict(list)
+    committed (the finisher crashed or lost the partition first).  A commit carries a
+    finished record when its offset is past it, or when its metadata lists it (the
+    processor's finished-beyond runs, :mod:`aiogroup.processing.offset_metadata`; runs
+    dropped to bound the metadata's size carry nothing, and those records may be redone)."""
+    # (member, partition) -> (sent, acknowledged, committed offset, metadata)
+    commits: dict[tuple[str, Partition], list[tuple[float, float, int, str]]] = defaultdict(list)
     #: partition -> (time seen, offset) of the group's committed offset, read from outside
     seen: dict[Partition, list[tuple[float, int]]] = defaultdict(list)
     for e in history:
         if e.kind == "committed":
-            for topic, p, _ in e.offsets:
+            md = {(t, p): m for t, p, m in e.metadata}
+            for topic, p, offset in e.offsets:
                 commits[(e.member, (topic, p))].append(
-                    (e.since if e.since is not None else e.t, e.t)
+                    (e.since if e.since is not None else e.t, e.t, offset, md.get((topic, p), ""))
                 )
         elif e.kind == "broker_committed":
             for topic, p, offset in e.offsets:
@@ -1220,8 +1254,8 @@ def _check_reprocessing(
                     break
                 same_owner = finisher == a.member and a.hold is not None and a.hold.start <= done
                 carried = any(
-                    sent >= done and acked <= a.start
-                    for sent, acked in commits.get((finisher, (topic, p)), ())
+                    sent >= done and acked <= a.start and _carries(committed, md, offset)
+                    for sent, acked, committed, md in commits.get((finisher, (topic, p)), ())
                 )
                 if same_owner or carried:
                     why = "by its owner" if same_owner else f"and {finisher} committed it"
@@ -1234,6 +1268,17 @@ def _check_reprocessing(
                         )
                     )
                     break
+
+
+def _carries(committed: int, metadata: str, offset: int) -> bool:
+    """Whether a commit at ``committed`` with ``metadata`` marks ``offset`` finished."""
+    if offset < committed:
+        return True
+    if not metadata:
+        return False
+    from aiogroup.processing.offset_metadata import decode
+
+    return any(first <= offset < end for first, end in decode(committed, metadata))
 
 
 def _count_crashes(

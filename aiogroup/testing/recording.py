@@ -186,8 +186,10 @@ def record_commits(consumer: Any, member: MemberRecorder) -> None:
         sent = member.recorder.now()
         result = await commit(offsets, *args, **kwargs)
         if offsets is not None:
-            rows = {tp: getattr(o, "offset", o) for tp, o in dict(offsets).items()}
-            member.committed(rows, sent_at=sent)
+            given = dict(offsets)
+            rows = {tp: getattr(o, "offset", o) for tp, o in given.items()}
+            metadata = {tp: str(getattr(o, "metadata", "") or "") for tp, o in given.items()}
+            member.committed(rows, sent_at=sent, metadata=metadata)
         return result
 
     consumer.commit = recorded

@@ -231,15 +231,29 @@ async def test_processor_kill_9_mid_processing(
 async def test_processor_slow_handler_during_a_concurrent_join(
     kafka_broker: KafkaBroker, tmp_path: Path, seed: int, strategy: str
 ) -> None:
-    """A's handlers for one key take 1.5 s; B joins meanwhile.  A's revoke waits for
-    them (heartbeats go on), so B never runs a record of a partition A still runs."""
+    """A's handler for one key takes 1 s (one record in 150 has it); B joins while
+    one of them runs.  A's revoke waits for it (heartbeats go on), so B never runs a
+    record of a partition A still runs, and nobody is evicted."""
     async with ProcessingRun(
-        kafka_broker, tmp_path, f"processor-slow-join-{strategy}", seed, every=7, special="slow"
+        kafka_broker, tmp_path, f"processor-slow-join-{strategy}", seed, every=150, special="slow"
     ) as run:
-        a = await run.processor("A", strategy, slow_key="slow", slow_ms=1500, handler_ms=5)
+        a = await run.processor("A", strategy, slow_key="slow", slow_ms=1000, handler_ms=5)
         await run.owners(1, timeout=90)
         await run.processing(a)
         await asyncio.sleep(run.rng.uniform(0.0, 1.0))  # seeded moment of the join
+
+        def slow_running(evs: list[Any]) -> bool:
+            running: set[tuple[int, int]] = set()
+            for e in evs:
+                if e.member == a and e.key == "slow":
+                    for _t, p, o, _ in e.spans:
+                        if e.kind == "started":
+                            running.add((p, o))
+                        else:
+                            running.discard((p, o))
+            return bool(running)
+
+        await run.until("A running a slow record", slow_running, timeout=60)
         run.faults += 1
         joined = run.history.now()
         b = await run.processor("B", strategy, handler_ms=5)
