@@ -613,18 +613,21 @@ def markdown(sections: list[tuple[str, dict[str, Any]]]) -> str:
             f"\n**{broker}** ({s['records']:,} records, cap {s['max_seconds']:.0f} s; "
             f"getmany rate {_f(s.get('getmany_rate'))} records/s)\n\n"
         )
-        out.append("| client | records/s | finished | s | CPU s | bound | / bound |\n")
-        out.append("|---|---:|---:|---:|---:|---:|---:|\n")
+        out.append(
+            "| client | records/s | finished | s | CPU s | CPU µs/record | bound | / bound |\n"
+        )
+        out.append("|---|---:|---:|---:|---:|---:|---:|---:|\n")
         for name, cfg in s["configs"].items():
             if cfg["status"] != "ok":
-                out.append(f"| {name} | {cfg['status']}: {cfg['error'][:80]} | | | | | |\n")
+                out.append(f"| {name} | {cfg['status']}: {cfg['error'][:80]} | | | | | | |\n")
                 continue
             r = cfg["runs"][0]
             b = cfg["info"].get("bound")
             ratio = f"{r['rate'] / b:.2f}" if b else "-"
+            per_record = r["cpu_total_s"] / max(1, r["finished"]) * 1e6
             out.append(
                 f"| {name} | {_f(r['rate'])} | {r['finished']:,} | {r['seconds']:.1f} | "
-                f"{r['cpu_total_s']:.1f} | {_f(b)} | {ratio} |\n"
+                f"{r['cpu_total_s']:.1f} | {per_record:.0f} | {_f(b)} | {ratio} |\n"
             )
         if s.get("hot"):
             out.append(

@@ -24,7 +24,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from chaos_run import ROOT, SESSION_S, ChaosRun
 
 from aiogroup.testing.broker import KafkaBroker, unique_name
-from aiogroup.testing.history import HistoryReport, check_history
+from aiogroup.testing.history import HistoryReport, check_history, key_text
 from aiogroup.testing.observer import GroupObserver
 from aiogroup.testing.recording import CommitObserver
 
@@ -245,7 +245,7 @@ async def test_processor_slow_handler_during_a_concurrent_join(
         def slow_running(evs: list[Any]) -> bool:
             running: set[tuple[int, int]] = set()
             for e in evs:
-                if e.member == a and e.key == "slow":
+                if e.member == a and e.key == key_text(b"slow"):
                     for _t, p, o, _ in e.spans:
                         if e.kind == "started":
                             running.add((p, o))
@@ -325,7 +325,7 @@ async def test_processor_poison_record_goes_to_the_dead_letter_topic(
         poisoned = {
             (p, o)
             for e in run.events()
-            if e.kind == "started" and e.key == POISON_KEY
+            if e.kind == "started" and e.key == key_text(POISON_KEY.encode())
             for _t, p, o, _ in e.spans
         }
         assert poisoned
