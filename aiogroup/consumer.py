@@ -907,6 +907,7 @@ class GroupConsumer:
             generation=self.generation,
             group_requests={api: replace(st) for api, st in m.request_latency.items()},
             partitions=partitions,
+            processing=None if m.processing is None else m.processing(),
         )
 
     def health(self) -> Health:

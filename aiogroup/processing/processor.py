@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from aiogroup.errors import ConfigurationError, ConsumerStoppedError
+from aiogroup.errors import CommitFailedError, ConfigurationError, ConsumerStoppedError
 from aiogroup.processing import offset_metadata
 from aiogroup.processing.dead_letter import DeadLetter, as_bytes, dead_letter_headers
 from aiogroup.processing.errors import DeadLetterTopicError, ProcessingError
@@ -128,6 +128,13 @@ class Processor:
             )
         if consumer.config.group_id is None:
             raise ConfigurationError("Processor needs a consumer with a group_id (it commits)")
+        rebalance_ms = consumer.config.effective_rebalance_timeout_ms
+        if drain_timeout_ms >= rebalance_ms:
+            raise ConfigurationError(
+                f"drain_timeout_ms ({drain_timeout_ms}) must be below the consumer's "
+                f"rebalance timeout ({rebalance_ms} ms): the revocation (drain, then commit) "
+                "runs inside the rebalance listener, which the rebalance timeout bounds"
+            )
         self._consumer = consumer
         self._handler = handler
         self._async = _is_async(handler)
@@ -151,8 +158,7 @@ class Processor:
         self._producer: Any = None
         self._own_producer = False
         self._failure: ProcessingError | None = None
-        self._stop_event: asyncio.Event | None = None
-        self._space: asyncio.Event | None = None
+        self._stop_event = asyncio.Event()
         self._running = False
         self._done: asyncio.Future[None] | None = None
         self._warned_null_key = False
@@ -173,14 +179,13 @@ class Processor:
         self._running = True
         loop = asyncio.get_running_loop()
         self._done = loop.create_future()
-        self._stop_event = asyncio.Event()
-        self._space = asyncio.Event()
         consumer = self._consumer
         hooks = consumer._rebalance_hooks
         try:
             consumer._require_started()
             await self._open_dead_letter()
             hooks.add(self)
+            consumer._metrics.processing = self.metrics
             await self._adopt(consumer.assignment())
             committer = loop.create_task(self._commit_loop(), name="aiogroup-processor-commit")
             try:
@@ -191,6 +196,8 @@ class Processor:
                 await self._shutdown()
         finally:
             hooks.remove(self)
+            if consumer._metrics.processing == self.metrics:
+                consumer._metrics.processing = None
             self._running = False
             await self._close_dead_letter()
             if self._executor is not None:
@@ -201,9 +208,11 @@ class Processor:
             raise self._failure
 
     async def stop(self) -> None:
-        """Stop dispatching, wait for in-flight handlers (drain timeout), commit, return."""
-        if self._stop_event is not None:
-            self._stop_event.set()
+        """Stop dispatching, wait for in-flight handlers (drain timeout), commit, return.
+
+        Before ``run()``: that ``run()`` then returns at once.
+        """
+        self._stop_event.set()
         if self._done is not None:
             await asyncio.shield(self._done)
 
@@ -278,7 +287,6 @@ class Processor:
     # -- reading and dispatching ---------------------------------------------------------
 
     async def _read_loop(self) -> None:
-        assert self._stop_event is not None
         consumer = self._consumer
         while not self._stop_event.is_set() and self._failure is None:
             self._update_pauses()
@@ -293,7 +301,10 @@ class Processor:
         for tp, records in batch.items():
             tracker = self._trackers.get(tp)
             if tracker is None or tp in self._revoking:
-                continue  # revoked meanwhile: its next owner reads it
+                # Revoked meanwhile: its next owner reads it.  This processor commits
+                # nothing of it past its first unfinished record, so nothing is lost.
+                log.debug("dropping %d record(s) of %s: not (or no longer) ours", len(records), tp)
+                continue
             for record in records:
                 if not tracker.received(record.offset):
                     self._skipped += 1
@@ -405,9 +416,7 @@ class Processor:
         finally:
             self._tasks.pop(work, None)
             self._sched.done(work)
-            assert self._space is not None
-            self._space.set()
-            if self._stop_event is not None and not self._stop_event.is_set():
+            if not self._stop_event.is_set():
                 self._dispatch()
 
     async def _failed_record(self, work: Work, exc: Exception, attempts: int) -> None:
@@ -437,7 +446,6 @@ class Processor:
             self._failure = failure
             log.error("%s; stopping the processor", failure)
             self._sched.drop(set(self._trackers))
-            assert self._stop_event is not None
             self._stop_event.set()
 
     def _finish(self, work: Work) -> None:
@@ -551,6 +559,11 @@ class Processor:
             return
         try:
             await self._consumer.commit(offsets)
+        except CommitFailedError as exc:
+            # A rebalance in progress or a generation gone: the revoke (or the next
+            # interval) commits again, the lost path does not.
+            log.info("processor commit of %s refused: %s", sorted(offsets), exc)
+            return
         except Exception as exc:
             log.warning("processor commit of %s failed: %r", sorted(offsets), exc)
             return
@@ -575,12 +588,18 @@ class Processor:
             for task in pending:
                 task.cancel()
             # A cancelled handler ends at its next await (a sync handler's thread
-            # cannot be stopped: its task ends at once, the thread runs on).
-            await asyncio.wait(pending)
+            # cannot be stopped: its task ends at once, the thread runs on).  One that
+            # swallows the cancellation is not waited for beyond another drain timeout.
+            _, stuck = await asyncio.wait(pending, timeout=max(self._drain_timeout, 0.001))
+            if stuck:
+                log.error(
+                    "%s: %d handler(s) ignored cancellation; going on without them",
+                    why,
+                    len(stuck),
+                )
 
     async def _shutdown(self) -> None:
         """Stop dispatching, drain everything, commit, and leave positions at the commits."""
-        assert self._stop_event is not None
         self._stop_event.set()
         in_flight = self._sched.drop(set(self._trackers) | {w.tp for w in self._sched.in_flight})
         await self._drain(in_flight, self._drain_timeout, "stop")
