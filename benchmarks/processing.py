@@ -629,6 +629,14 @@ def markdown(sections: list[tuple[str, dict[str, Any]]]) -> str:
                 f"| {name} | {_f(r['rate'])} | {r['finished']:,} | {r['seconds']:.1f} | "
                 f"{r['cpu_total_s']:.1f} | {per_record:.0f} | {_f(b)} | {ratio} |\n"
             )
+        verdicts = []
+        for name, cfg in s["configs"].items():
+            b = cfg.get("info", {}).get("bound")
+            if cfg["status"] == "ok" and b:
+                ok = cfg["runs"][0]["rate"] >= 0.8 * b
+                verdicts.append(f"{name.split('-')[-1]} {'met' if ok else 'not met'}")
+        if verdicts:
+            out.append(f"\nTarget >= 0.8 x bound: {', '.join(verdicts)}.\n")
         if s.get("hot"):
             out.append(
                 "\n| hot key: client | others/s | others finished | all/s "
