@@ -269,6 +269,13 @@ async def test_processor_slow_handler_during_a_concurrent_join(
 
 
 @pytest.mark.chaos_long
+@pytest.mark.xfail(
+    strict=True,
+    reason="processor defect found by this scenario: on waking from SIGSTOP the frozen "
+    "member's handlers finish, and the processor dispatches the next buffered records of "
+    "a partition it has already lost (started after the fence, below the new owner's "
+    "committed offset) before its consumer reports the loss and they are cancelled",
+)
 async def test_processor_sigstop_past_the_session(
     kafka_broker: KafkaBroker, tmp_path: Path, seed: int
 ) -> None:
@@ -303,6 +310,7 @@ async def test_processor_sigstop_past_the_session(
 # -- a poison record -----------------------------------------------------------------------
 
 
+@pytest.mark.chaos_long
 async def test_processor_poison_record_goes_to_the_dead_letter_topic(
     kafka_broker: KafkaBroker, tmp_path: Path, seed: int
 ) -> None:
