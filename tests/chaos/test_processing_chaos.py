@@ -167,7 +167,11 @@ class ProcessingRun(ChaosRun):
         assert self.commits is not None
         await self.commits.stop()  # a last read of the committed offsets
         self.commits = None
-        report = check_history(self.events(), ordering="key")
+        report = check_history(
+            self.events(),
+            ordering="key",
+            metadata_kept=self.broker.caps.keeps_commit_metadata,
+        )
         self._publish(report)
         return report
 
