@@ -274,6 +274,9 @@ async def test_processor_slow_handler_during_a_concurrent_join(
 
 @pytest.mark.chaos_long
 @pytest.mark.xfail(
+    # Failed in 3 of 3 runs on Tansu; passed on Apache Kafka, which told the woken
+    # member of its loss before it dispatched (the race is the processor's).
+    not os.environ.get("AIOGROUP_BROKER", "").startswith("kafka"),
     strict=True,
     reason="processor defect found by this scenario: on waking from SIGSTOP the frozen "
     "member's handlers finish, and the processor dispatches the next buffered records of "
