@@ -602,7 +602,11 @@ def markdown(sections: list[tuple[str, dict[str, Any]]]) -> str:
         "is killed (-9) a quarter of the way through, member B finishes; counted from "
         "the recorded history (`aiogroup.testing.history`); a record finished after the "
         "member's last commit is processed again, so the processor ran with its default "
-        "commit interval (5 s) and with 200 ms. One repetition of each.\n\n",
+        "commit interval (5 s) and with 200 ms. One repetition of each. The machine was "
+        "shared and loaded (see each run's load average): at a load of 13-22 on 2 cores a "
+        "worker gets a small share of a core, so the rates here are bound by CPU share; "
+        "CPU µs/record (the whole worker process, start-up included) is the figure the "
+        "load disturbs least.\n\n",
         run_lines,
     ]
     for broker, s in sections:
