@@ -644,18 +644,21 @@ def markdown(sections: list[tuple[str, dict[str, Any]]]) -> str:
         if s.get("hot"):
             out.append(
                 "\n| hot key: client | others/s | others finished | all/s "
-                "| others / (0.9 x bound) |\n"
+                "| others / (0.9 x bound) | others / (0.9 x same client, no hot key) |\n"
             )
-            out.append("|---|---:|---:|---:|---:|\n")
+            out.append("|---|---:|---:|---:|---:|---:|\n")
             for name, r in s["hot"].items():
                 if not r.get("ok"):
-                    out.append(f"| {name} | failed: {str(r.get('error'))[:80]} | | | |\n")
+                    out.append(f"| {name} | failed: {str(r.get('error'))[:80]} | | | | |\n")
                     continue
-                b = s["configs"].get(name, {}).get("info", {}).get("bound")
+                cfg = s["configs"].get(name, {})
+                b = cfg.get("info", {}).get("bound")
                 ratio = f"{r['others_rate'] / (0.9 * b):.2f}" if b else "-"
+                plain = cfg["runs"][0]["rate"] if cfg.get("status") == "ok" else None
+                vs_plain = f"{r['others_rate'] / (0.9 * plain):.2f}" if plain else "-"
                 out.append(
                     f"| {name} | {_f(r['others_rate'])} | {r['others']:,} | {_f(r['rate'])} "
-                    f"| {ratio} |\n"
+                    f"| {ratio} | {vs_plain} |\n"
                 )
         if s.get("kill"):
             out.append(
