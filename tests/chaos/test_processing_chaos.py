@@ -205,12 +205,23 @@ async def test_processor_kill_9_mid_processing(
     """Two processor members; one is killed while its handlers run.  Only what it had
     not committed as finished is processed again, by the survivor, after the fence."""
     async with ProcessingRun(kafka_broker, tmp_path, "processor-kill9", seed) as run:
-        members = [await run.processor(f"P{i}", handler_ms=50) for i in range(2)]
+        members = [await run.processor(f"P{i}", handler_ms=100) for i in range(2)]
         await run.owners(2, timeout=90)
         victim = run.rng.choice(members)
         survivor = next(m for m in members if m != victim)
         await run.processing(victim)
         await asyncio.sleep(run.rng.uniform(0.2, 1.5))  # seeded: somewhere mid-stream
+
+        def busy(evs: list[Any]) -> bool:
+            running: set[tuple[int, int]] = set()
+            for e in evs:
+                if e.member == victim and e.kind in ("started", "finished", "abandoned"):
+                    for _t, p, o, _ in e.spans:
+                        (running.add if e.kind == "started" else running.discard)((p, o))
+            return bool(running)
+
+        # The kill must land mid-processing: at a moment the victim has handlers running.
+        await run.until("the victim to have handlers running", busy, timeout=60)
         run.kill(victim)
         await run.until(
             "the broker to fence the killed member",
