@@ -1075,6 +1075,10 @@ def write(results: dict[str, Any], docs_dir: Path) -> Path:
         parts.append(memory_md(sc["memory"]))
     if "scale" in sc:
         parts.append(scale_md(sc["scale"], pics))
+    if "processing" in sc:
+        from benchmarks import processing
+
+        parts.append(processing.markdown(sections_of(results, "processing")))
     parts.append(problems_md(results))
     # Hand-written findings (profiles, before/after of a fix) live next to the results
     # so that regenerating the tables from a new run keeps them.
