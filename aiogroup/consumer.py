@@ -41,6 +41,7 @@ from aiogroup.errors import CommitFailedError, ConfigurationError, KafkaError
 from aiogroup.fetcher import Fetcher
 from aiogroup.listeners import as_async_listener
 from aiogroup.metrics import ConsumerMetrics, Health, MetricsSnapshot, PartitionMetrics
+from aiogroup.redaction import install_log_redaction
 from aiogroup.structs import (
     ConsumerRecord,
     OffsetAndMetadata,
@@ -242,6 +243,7 @@ class GroupConsumer:
         if self._lifecycle is _Lifecycle.STOPPED:
             raise ConsumerStoppedError()
         cfg = self._config
+        install_log_redaction()  # aiokafka's DEBUG log prints SASL bytes otherwise
         self._client = AIOKafkaClient(
             bootstrap_servers=cfg.bootstrap_servers,
             client_id=cfg.client_id,
