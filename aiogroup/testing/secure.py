@@ -251,10 +251,13 @@ class UnsecuredJwtProvider(AbstractTokenProvider):  # type: ignore[misc]
         self.subject = subject
         self.lifetime_s = lifetime_s
         self.issued = 0
+        #: The last token handed out (a test scans logs for it).
+        self.last: str | None = None
 
     async def token(self) -> str:
         self.issued += 1
-        return unsecured_jwt(self.subject, self.lifetime_s)
+        self.last = unsecured_jwt(self.subject, self.lifetime_s)
+        return self.last
 
     def extensions(self) -> dict[str, str]:
         return {}
