@@ -10,8 +10,9 @@ and what a test needs to reach it:
 - SCRAM-SHA-512 users with random passwords, written at format time
   (``kafka-storage format --add-scram``), ``admin`` a super user;
 - the listeners: ``SECURE`` (SASL_SSL: SCRAM-SHA-512, and PLAIN for the same users)
-  and ``OAUTH`` (SASL_PLAINTEXT,
-  OAUTHBEARER with Kafka's unsecured JWT validator, as Kafka's own tests use);
+  and ``OAUTH`` (SASL_PLAINTEXT, OAUTHBEARER with Kafka's unsecured JWT validator, as
+  Kafka's own tests use; sessions end after :data:`OAUTH_REAUTH_MS` or at the token's
+  expiry);
 - KRaft's ``StandardAuthorizer``; tests grant and revoke ACLs with :func:`grant` and
   :func:`revoke`.
 
@@ -56,6 +57,8 @@ SCRAM_USERS = ("admin", "alice", "bob")
 #: OAUTHBEARER principals need no credentials (unsecured JWTs): any ``sub`` works.
 OAUTHBEARER_USERS = ("admin", "carol")
 SCRAM_MECHANISM = "SCRAM-SHA-512"
+#: The OAUTHBEARER listener's longest session before a client must authenticate again.
+OAUTH_REAUTH_MS = 2000
 
 
 class ResourceType:
@@ -206,6 +209,11 @@ class SecureSetup:
             "listener.name.secure.ssl.keystore.type": "PEM",
             "listener.name.secure.ssl.keystore.location": str(self.keystore_path),
             "listener.name.oauth.sasl.enabled.mechanisms": "OAUTHBEARER",
+            # KIP-368: the broker ends an OAUTHBEARER session at the token's expiry or
+            # after this long; a client that does not re-authenticate (aiokafka) is
+            # disconnected and must reconnect with a fresh token - token refresh, tested
+            # in seconds.
+            "listener.name.oauth.oauthbearer.connections.max.reauth.ms": str(OAUTH_REAUTH_MS),
             # The broker side of unsecured JWTs: Kafka's default OAUTHBEARER server
             # callback is the unsecured validator; the login module needs a subject.
             "listener.name.oauth.oauthbearer.sasl.jaas.config": (

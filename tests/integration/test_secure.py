@@ -252,6 +252,57 @@ async def test_oauthbearer_member_consumes_and_its_token_is_not_logged(
     _scan(provider.last, caplog.text, config_text)
 
 
+async def test_oauth_tokens_expire_under_a_long_lived_member_and_nothing_is_lost(
+    secured: Secured,
+) -> None:
+    """Tokens live 2 s and the broker ends OAUTHBEARER sessions after 2 s (KIP-368);
+    aiokafka does not re-authenticate, so the broker closes its connections and it
+    reconnects with a fresh token.  Over ~6 s the member stays in the group, no error
+    reaches the application, and every record produced meanwhile is delivered once, in
+    order."""
+    topic = await secured.cluster.create_topic(unique_name("sec-token"), 1)
+    group = unique_name("ok-token")
+    await grant(secured.admin, "User:carol", ResourceType.TOPIC, topic, AclOperation.READ)
+    provider = UnsecuredJwtProvider("carol", lifetime_s=2.0)
+    member = GroupConsumer(
+        topic,
+        bootstrap_servers=secured.cluster.oauth_bootstrap_servers,
+        group_id=group,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=500,
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="OAUTHBEARER",
+        sasl_oauth_token_provider=provider,
+    )
+    producer = AIOKafkaProducer(bootstrap_servers=secured.admin, linger_ms=0)
+    await producer.start()
+    produced = 0
+    offsets: list[int] = []
+    try:
+        await member.start()
+        began = time.monotonic()
+        while time.monotonic() - began < 6.0:
+            await producer.send_and_wait(topic, str(produced).encode())
+            produced += 1
+            batch = await member.getmany(timeout_ms=100)
+            offsets += [r.offset for records in batch.values() for r in records]
+            await asyncio.sleep(0.05)
+        deadline = time.monotonic() + PROMPT_S
+        while len(offsets) < produced and time.monotonic() < deadline:
+            batch = await member.getmany(timeout_ms=200)
+            offsets += [r.offset for records in batch.values() for r in records]
+        await member.commit()
+        assert member.health().joined
+    finally:
+        await member.stop()
+        await producer.stop()
+    assert offsets == list(range(produced)), (produced, offsets[:5], len(offsets))
+    assert provider.issued >= 3, provider.issued  # reconnected with fresh tokens
+    assert await _committed(secured, group) == {TopicPartition(topic, 0): produced}
+
+
 async def test_cli_with_command_config_describes_the_group(
     secured: Secured, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
