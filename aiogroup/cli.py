@@ -42,8 +42,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaConnectionError
 
 from aiogroup import offsets as _offsets
+from aiogroup._bootstrap import explain_bootstrap_failure
 from aiogroup._protocol.group import (
     OffsetCommitRequest,
     OffsetFetchRequest,
@@ -106,9 +108,14 @@ class Admin:
         self.admin = AIOKafkaAdminClient(
             bootstrap_servers=bootstrap, request_timeout_ms=20_000, **options
         )
+        self._bootstrap = bootstrap
+        self._security = {k: v for k, v in client_options.items() if k != "client_id"}
 
     async def __aenter__(self) -> Admin:
-        await self.admin.start()
+        try:
+            await self.admin.start()
+        except KafkaConnectionError as exc:  # "Unable to bootstrap": say why
+            raise await explain_bootstrap_failure(self._bootstrap, self._security, exc) from exc
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -602,6 +609,9 @@ async def run(argv: Sequence[str], out: TextIO | None = None) -> int:
             )
     except CliError as exc:
         print(f"aiogroup: {exc}", file=sys.stderr)
+        return 1
+    except KafkaConnectionError as exc:
+        print(f"aiogroup: {args.command} failed: {exc}", file=sys.stderr)
         return 1
     except (KafkaError, OSError, asyncio.TimeoutError) as exc:
         print(f"aiogroup: {args.command} failed: {exc!r}", file=sys.stderr)

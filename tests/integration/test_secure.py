@@ -330,6 +330,25 @@ async def test_cli_with_command_config_describes_the_group(
     _scan(secured.password("alice"), out.getvalue(), captured.out, captured.err)
 
 
+async def test_cli_with_a_wrong_password_says_so(
+    secured: Secured, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert secured.cluster.security is not None
+    properties = tmp_path / "client.properties"
+    right = secured.password("alice")
+    properties.write_text(
+        secured.cluster.security.client_properties("alice").replace(right, "wrong-pw-123")
+    )
+    argv = ["-b", secured.cluster.secure_bootstrap_servers, "--command-config", str(properties)]
+    began = time.monotonic()
+    assert await run([*argv, "groups"], out=io.StringIO()) == 1
+    assert time.monotonic() - began < PROMPT_S
+    err = capsys.readouterr().err
+    assert "authentication failed for user 'alice'" in err
+    _scan("wrong-pw-123", err)
+    _scan(right, err)
+
+
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_member_without_read_on_its_group_is_refused_at_start(
     secured: Secured, protocol: str
