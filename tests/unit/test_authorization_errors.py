@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 
+import pytest
 from aiokafka.errors import (
     GroupAuthorizationFailedError,
     KafkaConnectionError,
@@ -51,3 +52,45 @@ def test_bootstrap_reasons_name_the_cause_never_the_password() -> None:
     verify.verify_message = "unable to get local issuer certificate"
     assert "must trust the CA" in _reason(verify, "SSL", {})
     assert "no answer within" in _reason(asyncio.TimeoutError(), "SSL", {})
+
+
+# -- the classic member's shell, over the scripted broker of test_coordinator_shell ------
+
+
+def test_a_subscribed_topic_metadata_marks_unauthorized_is_reported_once() -> None:
+    """Was a silent empty assignment: the topic is just absent from metadata."""
+    from tests.unit.test_coordinator_shell import joined, run_virtual
+
+    async def scenario() -> None:
+        coordinator, sub, broker, _ = await joined()
+        broker.cluster.unauthorized_topics = {"t", "other"}  # type: ignore[attr-defined]
+        broker.cluster.changed()
+        error = sub.pending_error
+        assert isinstance(error, TopicAuthorizationFailedError)
+        assert "topic 't'" in str(error) and "'other'" not in str(error)
+        assert "READ" in str(error) and "group 'g'" in str(error)
+        with pytest.raises(TopicAuthorizationFailedError):
+            sub.raise_pending_error()
+        broker.cluster.changed()  # the same refusal again: not reported twice
+        assert sub.pending_error is None
+        broker.cluster.unauthorized_topics = set()  # type: ignore[attr-defined]
+        broker.cluster.changed()
+        assert sub.pending_error is None
+        await coordinator.close(timeout=5)
+
+    run_virtual(scenario())
+
+
+def test_a_commit_the_authorizer_refuses_names_the_group_and_read() -> None:
+    from aiogroup.structs import OffsetAndMetadata
+    from tests.unit.test_coordinator_shell import TP0, C, joined, run_virtual
+
+    async def scenario() -> None:
+        coordinator, _, broker, _ = await joined()
+        broker.script["OffsetCommit"] = [C.GROUP_AUTHORIZATION_FAILED]
+        with pytest.raises(GroupAuthorizationFailedError, match=r"group 'g'.*READ"):
+            await coordinator.commit_offsets({TP0: OffsetAndMetadata(4, "")}, timeout=30)
+        assert ("t", 0) not in broker.committed
+        await coordinator.close(timeout=5)
+
+    run_virtual(scenario())
