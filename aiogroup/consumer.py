@@ -23,10 +23,12 @@ from aiokafka.errors import (
     ConsumerStoppedError,
     IllegalOperation,
     IllegalStateError,
+    KafkaConnectionError,
     KafkaTimeoutError,
 )
 
 from aiogroup import offsets as _offsets
+from aiogroup._bootstrap import explain_bootstrap_failure
 from aiogroup._membership.machine import MemberState
 from aiogroup._timeouts import wait_for
 from aiogroup.assignors import resolve_assignors
@@ -37,10 +39,16 @@ from aiogroup.consumer_group_routine import (
     check_group_protocol_options,
 )
 from aiogroup.coordinator import GroupCoordinator
-from aiogroup.errors import CommitFailedError, ConfigurationError, KafkaError
+from aiogroup.errors import (
+    CommitFailedError,
+    ConfigurationError,
+    KafkaError,
+    is_authorization_error,
+)
 from aiogroup.fetcher import Fetcher
 from aiogroup.listeners import HookedListener, RebalanceHooks, as_async_listener
 from aiogroup.metrics import ConsumerMetrics, Health, MetricsSnapshot, PartitionMetrics
+from aiogroup.redaction import install_log_redaction
 from aiogroup.structs import (
     ConsumerRecord,
     OffsetAndMetadata,
@@ -244,6 +252,7 @@ class GroupConsumer:
         if self._lifecycle is _Lifecycle.STOPPED:
             raise ConsumerStoppedError()
         cfg = self._config
+        install_log_redaction()  # aiokafka's DEBUG log prints SASL bytes otherwise
         self._client = AIOKafkaClient(
             bootstrap_servers=cfg.bootstrap_servers,
             client_id=cfg.client_id,
@@ -255,7 +264,12 @@ class GroupConsumer:
         )
         self._subscription = SubscriptionState(cfg.reset_strategy)
         try:
-            await self._client.bootstrap()
+            try:
+                await self._client.bootstrap()
+            except KafkaConnectionError as exc:  # aiokafka's "Unable to bootstrap": say why
+                raise await explain_bootstrap_failure(
+                    cfg.bootstrap_servers, cfg.client_options, exc
+                ) from exc
             self._fetcher = Fetcher(self._client, self._subscription, cfg)
             self._fetcher.metrics = self._metrics
             await self._fetcher.start()
@@ -311,6 +325,9 @@ class GroupConsumer:
                 if coordinator.state.value == MemberState.FATAL.value:  # either protocol
                     sub.raise_pending_error()  # what made it fatal
                     raise KafkaError(f"group {cfg.group_id!r}: coordination failed")
+                pending = sub.pending_error
+                if pending is not None and is_authorization_error(pending):
+                    sub.raise_pending_error()  # an ACL is missing: waiting cannot help
                 if not reported.is_set():
                     raise KafkaTimeoutError(
                         f"start(): no assignment for group {cfg.group_id!r} within "

@@ -47,7 +47,13 @@ from aiogroup._protocol.group import (
 )
 from aiogroup._protocol.group_configs import parse_session_timeout, session_timeout_request
 from aiogroup.config import REMOTE_ASSIGNORS, ConsumerConfig
-from aiogroup.errors import CommitFailedError, ConfigurationError, KafkaError, error_for_code
+from aiogroup.errors import (
+    CommitFailedError,
+    ConfigurationError,
+    KafkaError,
+    error_for_code,
+    is_authorization_error,
+)
 from aiogroup.listeners import as_async_listener
 from aiogroup.metrics import ConsumerMetrics
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
@@ -299,6 +305,14 @@ class ConsumerGroupCoordinator(CoordinationRoutine[cg.Event, cg.Action]):
                 await self._client.send(node, FindCoordinatorRequest(self._group_id))
             )
             if result.error_code != 0:
+                if is_authorization_error(error_for_code(result.error_code)()):
+                    # As the classic member: the application hears it (start() and the
+                    # next poll raise it) while the lookup keeps retrying.
+                    self._raise_to_application(
+                        error_for_code(result.error_code)("FindCoordinator"),
+                        "FindCoordinator: GROUP_AUTHORIZATION_FAILED",
+                        False,
+                    )
                 event = cg.CoordinatorLookupFailed(f"error code {result.error_code}")
             elif await self._client.ready(result.node_id, group=ConnectionGroup.COORDINATION):
                 log.info("group %s: coordinator is node %d", self._group_id, result.node_id)

@@ -42,7 +42,14 @@ from aiogroup._coordination.supervision import GenerationScopes, TaskScope
 from aiogroup._coordination.watch import watch_subscription
 from aiogroup._timeouts import wait_for
 from aiogroup.config import ConsumerConfig
-from aiogroup.errors import ConfigurationError, IllegalStateError, KafkaError, is_retriable
+from aiogroup.errors import (
+    ConfigurationError,
+    IllegalStateError,
+    KafkaError,
+    authorization_error,
+    is_authorization_error,
+    is_retriable,
+)
 from aiogroup.listeners import AsyncConsumerRebalanceListener, ListenerThread
 from aiogroup.metrics import ConsumerMetrics
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
@@ -371,6 +378,15 @@ class CoordinationRoutine(ABC, Generic[Ev, Act]):
 
     def _raise_to_application(self, exc: BaseException, message: str, fatal: bool) -> None:
         """Perform a ``RaiseToApplication``: the next poll raises ``exc``."""
+        if is_authorization_error(exc) and not getattr(exc, "explained", False):
+            # Name the group (or topics) and the missing ACL.
+            exc = authorization_error(
+                getattr(exc, "errno", 0),
+                group_id=self._group_id,
+                topics=self._subscription.subscription.effective_topics,
+                during=message,
+            )
+            message = str(exc)
         if fatal:
             log.error("group %s: fatal: %s", self._group_id, message)
         else:
