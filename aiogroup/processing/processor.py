@@ -318,6 +318,8 @@ class Processor:
                 return
             if batch:
                 self._accept(batch)
+            else:
+                self._dispatch()
 
     def _accept(self, batch: Mapping[TopicPartition, list[ConsumerRecord]]) -> None:
         for tp, records in batch.items():
@@ -350,6 +352,15 @@ class Processor:
         if self._failure is not None:
             return
         loop = asyncio.get_running_loop()
+        subscription = self._consumer._subscription
+        if subscription is not None and not subscription.membership_current(loop.time()):
+            # Past the client-side session deadline (a process frozen by SIGSTOP, a long
+            # GC or swap just woke): the membership may already be lost and the routine
+            # has not judged it yet.  Start nothing until it has - the fetcher holds its
+            # records back by the same rule; the read loop dispatches again after its
+            # next poll, which returns once the routine moved the deadline or reported
+            # the loss (and the lost hook dropped the partitions' queued records).
+            return
         for work in self._sched.take():
             work.started = loop.time()
             self._tasks[work] = loop.create_task(

@@ -283,19 +283,7 @@ async def test_processor_slow_handler_during_a_concurrent_join(
 # -- SIGSTOP past the session -------------------------------------------------------------
 
 
-_ON_KAFKA = os.environ.get("AIOGROUP_BROKER", "").startswith("kafka")
-
-
 @pytest.mark.chaos_long
-@pytest.mark.xfail(
-    # Failed 4 of 4 runs on Tansu: strict.  On Apache Kafka it is a race the processor
-    # loses 1 run in 3 (seeds 1-3: it passed 2), so strict there would be a coin toss.
-    strict=not _ON_KAFKA,
-    reason="processor defect found by this scenario: on waking from SIGSTOP the frozen "
-    "member's handlers finish, and the processor dispatches the next buffered records of "
-    "a partition it has already lost (started after the fence, below the new owner's "
-    "committed offset) before its consumer reports the loss and they are cancelled",
-)
 async def test_processor_sigstop_past_the_session(
     kafka_broker: KafkaBroker, tmp_path: Path, seed: int
 ) -> None:
