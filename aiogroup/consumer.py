@@ -141,7 +141,7 @@ class GroupConsumer:
         auto_commit_interval_ms: int = 5_000,
         check_crcs: bool = True,
         metadata_max_age_ms: int = 300_000,
-        partition_assignment_strategy: Any = ("range",),
+        partition_assignment_strategy: Any = ("range", "roundrobin"),
         max_poll_interval_ms: int = 300_000,
         rebalance_timeout_ms: int | None = None,
         session_timeout_ms: int = 10_000,

@@ -30,6 +30,7 @@ from aiogroup._coordination.watch import subscription_view
 from aiogroup._membership import actions as A
 from aiogroup._membership import events as E
 from aiogroup._membership.machine import (
+    ErrorCode,
     Membership,
     MemberState,
     code_name,
@@ -38,7 +39,7 @@ from aiogroup._membership.machine import (
 )
 from aiogroup._protocol.group import OffsetCommitRequest, OffsetFetchRequest
 from aiogroup._timeouts import wait_for
-from aiogroup.assignors import select_rebalance_protocol
+from aiogroup.assignors import inconsistent_protocol_hint, select_rebalance_protocol
 from aiogroup.assignors.abc import ConsumerPartitionAssignor
 from aiogroup.config import ConsumerConfig
 from aiogroup.errors import CommitFailedError, ConfigurationError, KafkaError, error_for_code
@@ -80,6 +81,7 @@ class GroupCoordinator(CoordinationRoutine[E.Event, A.Action]):
         if not assignors:
             raise ConfigurationError("GroupCoordinator needs at least one partition assignor")
         self._protocol = select_rebalance_protocol(assignors)
+        self._assignor_names = tuple(a.name for a in assignors)
         self._membership = Membership(
             protocol=self._protocol,
             session_timeout=config.session_timeout_ms / 1000,
@@ -265,7 +267,10 @@ class GroupCoordinator(CoordinationRoutine[E.Event, A.Action]):
         if action.exception is not None:
             exc = action.exception
         elif action.error_code is not None:
-            exc = error_for_code(action.error_code)(action.message)
+            message = action.message
+            if action.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL:
+                message += inconsistent_protocol_hint(self._assignor_names)
+            exc = error_for_code(action.error_code)(message)
         else:
             exc = KafkaError(action.message)
         self._raise_to_application(exc, action.message, action.fatal)
