@@ -24,6 +24,7 @@ from aiokafka.errors import (
     IllegalOperation,
     IllegalStateError,
     KafkaTimeoutError,
+    UnknownTopicOrPartitionError,
 )
 
 from aiogroup import offsets as _offsets
@@ -496,6 +497,12 @@ class GroupConsumer:
         parts = list(partitions)
         for tp in parts:
             _check_partition(tp)
+        if sub.subscription.type is SubscriptionType.NONE and sub.assignment is not None:
+            # unsubscribe() left the group's partitions waiting for their revocation.  A
+            # manual assignment is a new start, as in aiokafka and Java: each partition
+            # starts from the group's committed offset, not from the position it had
+            # under the group (the revoke listener still runs, with no positions to read).
+            sub.set_assignment(None)
         sub.assign_from_user(parts)
         assignment = sub.assignment
         assert assignment is not None
@@ -514,7 +521,14 @@ class GroupConsumer:
         sub.unsubscribe()
 
     def assignment(self) -> set[TopicPartition]:
+        """The partitions this consumer reads now.
+
+        Empty at once after ``unsubscribe()``, as in aiokafka and Java, although the
+        group's partitions are revoked (their listener run) in the background.
+        """
         if self._subscription is None:
+            return set()
+        if self._subscription.subscription.type is SubscriptionType.NONE:
             return set()
         return set(self._subscription.assigned_partitions)
 
@@ -637,7 +651,41 @@ class GroupConsumer:
                 raise CommitFailedError(
                     f"cannot commit partitions not assigned to this member: {unassigned}"
                 )
+        elif sub.subscription.type is SubscriptionType.USER_ASSIGNED:
+            # aiokafka raises IllegalStateError here; CommitFailedError is what the
+            # group-managed case raises, and both are KafkaErrors.
+            unassigned = sorted(set(result) - sub.assigned_partitions)
+            if unassigned:
+                raise CommitFailedError(
+                    f"cannot commit partitions not in this consumer's assign(): {unassigned}; "
+                    "assign() them first"
+                )
         return result
+
+    async def _check_commit_topics(self, offsets: Collection[TopicPartition]) -> None:
+        """Refuse at once a commit to a topic or partition the cluster does not have.
+
+        The broker answers UNKNOWN_TOPIC_OR_PARTITION, which is retriable (the topic
+        may be being created), so the commit would retry until its timeout and end in
+        a bare timeout.  Only topics missing from the client's metadata cost a lookup.
+        """
+        client = self._client_or_raise
+        cluster: Any = client.cluster
+        topics = {tp.topic for tp in offsets}
+        if any(cluster.partitions_for_topic(t) is None for t in topics):
+            cluster = await wait_for(
+                client.fetch_all_metadata(), self._config.request_timeout_ms / 1000
+            )
+        missing = sorted(
+            tp
+            for tp in offsets
+            if tp.partition not in (cluster.partitions_for_topic(tp.topic) or ())
+        )
+        if missing:
+            raise UnknownTopicOrPartitionError(
+                f"UNKNOWN_TOPIC_OR_PARTITION: cannot commit {missing}: the cluster has no "
+                f"such topic or partition"
+            )
 
     async def commit(
         self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None
@@ -647,6 +695,7 @@ class GroupConsumer:
         if not normalized:
             return
         assert self._coordinator is not None
+        await self._check_commit_topics(normalized)
         await self._coordinator.commit_offsets(
             normalized, timeout=self._config.request_timeout_ms / 1000
         )
@@ -668,6 +717,7 @@ class GroupConsumer:
             try:
                 if normalized:
                     assert self._coordinator is not None
+                    await self._check_commit_topics(normalized)
                     await self._coordinator.commit_offsets(
                         normalized, timeout=self._config.request_timeout_ms / 1000
                     )
@@ -714,13 +764,20 @@ class GroupConsumer:
             self._state(tp)
         return list(partitions)
 
-    async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+    async def seek_to_beginning(self, *partitions: TopicPartition) -> bool:
+        """Consume ``partitions`` (default: all assigned) from their first offset next.
+
+        Returns True, as aiokafka does (code written for it may check the result).
+        """
         for tp in self._partitions_or_all(partitions):
             self._state(tp).await_reset(OffsetResetStrategy.EARLIEST)
+        return True
 
-    async def seek_to_end(self, *partitions: TopicPartition) -> None:
+    async def seek_to_end(self, *partitions: TopicPartition) -> bool:
+        """Consume ``partitions`` (default: all assigned) from the log end next; True."""
         for tp in self._partitions_or_all(partitions):
             self._state(tp).await_reset(OffsetResetStrategy.LATEST)
+        return True
 
     async def seek_to_committed(self, *partitions: TopicPartition) -> dict[TopicPartition, int]:
         """Seek to the committed offsets; partitions with none are left where they are."""

@@ -254,6 +254,13 @@ class GroupCoordinator(CoordinationRoutine[E.Event, A.Action]):
     def _backoff(self, action: A.Backoff) -> None:
         log.debug("group %s: backing off %.3fs: %s", self._group_id, action.seconds, action.reason)
 
+    def _perform_mark_revoking(self, action: A.MarkRevoking) -> None:
+        if self._subscription.subscription.type is SubscriptionType.USER_ASSIGNED:
+            # unsubscribe() then assign(): the group's partitions are revoked after the
+            # application took partitions by hand; those are not the group's to stop.
+            return
+        self._subscription.mark_revoking(action.partitions)
+
     def _perform_set_assignment(self, action: A.SetAssignment) -> None:
         sub = self._subscription
         if sub.subscription.type is SubscriptionType.USER_ASSIGNED:
@@ -364,7 +371,7 @@ _PERFORMERS: dict[type[A.Action], Callable[[GroupCoordinator, Any], object]] = {
     A.SendSyncGroup: lambda c, a: c._children.spawn(c._requests.sync_group(a), "SyncGroup"),
     A.SendHeartbeat: lambda c, a: c._children.spawn(c._requests.heartbeat(a), "Heartbeat"),
     A.SendLeaveGroup: GroupCoordinator._leave_group,
-    A.MarkRevoking: lambda c, a: c._subscription.mark_revoking(a.partitions),
+    A.MarkRevoking: GroupCoordinator._perform_mark_revoking,
     A.InvokeOnPartitionsRevoked: lambda c, a: c._start_revoke(a.partitions, a.commit_first),
     A.InvokeOnPartitionsAssigned: GroupCoordinator._assigned,
     A.InvokeOnPartitionsLost: lambda c, a: c._start_lost(a.partitions),
