@@ -40,7 +40,7 @@ from aiogroup.consumer_group_routine import (
 from aiogroup.coordinator import GroupCoordinator
 from aiogroup.errors import CommitFailedError, ConfigurationError, KafkaError
 from aiogroup.fetcher import Fetcher
-from aiogroup.listeners import as_async_listener
+from aiogroup.listeners import as_async_listener, loop_bound
 from aiogroup.metrics import ConsumerMetrics, Health, MetricsSnapshot, PartitionMetrics
 from aiogroup.structs import (
     ConsumerRecord,
@@ -395,6 +395,7 @@ class GroupConsumer:
 
     # -- subscription ---------------------------------------------------------------------
 
+    @loop_bound
     def subscribe(
         self,
         topics: Iterable[str] = (),
@@ -465,12 +466,14 @@ class GroupConsumer:
         self._initial_pattern = pattern
         self._initial_listener = listener
 
+    @loop_bound
     def subscription(self) -> frozenset[str]:
         """Topics currently subscribed to (pattern matches included)."""
         if self._subscription is None:
             return self._initial_topics or frozenset()
         return self._subscription.subscription.effective_topics
 
+    @loop_bound
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Consume exactly these partitions, without group management.
 
@@ -512,6 +515,7 @@ class GroupConsumer:
                 if st.status is FetchStatus.AWAITING_COMMITTED:
                     st.await_reset()
 
+    @loop_bound
     def unsubscribe(self) -> None:
         """Leave the group (revoking first) or drop the manual assignment."""
         if self._lifecycle is _Lifecycle.NEW:
@@ -520,6 +524,7 @@ class GroupConsumer:
         sub = self._require_started()
         sub.unsubscribe()
 
+    @loop_bound
     def assignment(self) -> set[TopicPartition]:
         """The partitions this consumer reads now.
 
@@ -700,6 +705,7 @@ class GroupConsumer:
             normalized, timeout=self._config.request_timeout_ms / 1000
         )
 
+    @loop_bound
     def commit_async(
         self,
         offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None,
@@ -750,6 +756,7 @@ class GroupConsumer:
             raise IllegalStateError(f"partition {partition} is not assigned to this consumer")
         return assignment.state(partition)
 
+    @loop_bound
     def seek(self, partition: TopicPartition, offset: int) -> None:
         """Consume ``partition`` from ``offset`` next."""
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
@@ -808,12 +815,15 @@ class GroupConsumer:
         timeout = None if timeout_ms is None else timeout_ms / 1000
         return await wait_for(sub.wait_position(partition), timeout)
 
+    @loop_bound
     def highwater(self, partition: TopicPartition) -> int | None:
         return self._state(partition).highwater
 
+    @loop_bound
     def last_stable_offset(self, partition: TopicPartition) -> int | None:
         return self._state(partition).last_stable_offset
 
+    @loop_bound
     def last_poll_timestamp(self, partition: TopicPartition) -> int | None:
         """Wall-clock ms of the last Fetch response for ``partition`` (as aiokafka).
 
@@ -823,6 +833,7 @@ class GroupConsumer:
         self._state(partition)
         return self._metrics.partition_fetch_ms.get(partition)
 
+    @loop_bound
     def lag(self, partition: TopicPartition) -> int | None:
         """Records between the position and the high watermark (None until both are known)."""
         st = self._state(partition)
@@ -830,14 +841,17 @@ class GroupConsumer:
             return None
         return max(0, st.highwater - st.position)
 
+    @loop_bound
     def pause(self, *partitions: TopicPartition) -> None:
         for tp in partitions:
             self._state(tp).pause()
 
+    @loop_bound
     def resume(self, *partitions: TopicPartition) -> None:
         for tp in partitions:
             self._state(tp).resume()
 
+    @loop_bound
     def paused(self) -> set[TopicPartition]:
         sub = self._require_started()
         if sub.assignment is None:
@@ -879,6 +893,7 @@ class GroupConsumer:
         self._listed = cluster
         return set(cluster.topics())
 
+    @loop_bound
     def partitions_for_topic(self, topic: str) -> set[int] | None:
         """The partitions of ``topic`` from the client's metadata, else from the last
         ``topics()``; None when neither knows it."""
