@@ -667,6 +667,27 @@ class GroupConsumer:
                 )
         return result
 
+    def _warn_beyond_highwater(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
+        """Warn of a commit past the partition's high watermark (where it is known).
+
+        The broker accepts it, and the group would then skip every record up to that
+        offset once they are written; it is almost always a bug (a timestamp or a
+        wrong variable committed as an offset), so it is said, not refused.
+        """
+        assignment = self._subscription.assignment if self._subscription is not None else None
+        if assignment is None:
+            return
+        for tp, oam in offsets.items():
+            st = assignment.get(tp)
+            if st is not None and st.highwater is not None and oam.offset > st.highwater:
+                log.warning(
+                    "commit of offset %d for %s is beyond its high watermark %d: the group "
+                    "will skip every record up to it",
+                    oam.offset,
+                    tp,
+                    st.highwater,
+                )
+
     async def _check_commit_topics(self, offsets: Collection[TopicPartition]) -> None:
         """Refuse at once a commit to a topic or partition the cluster does not have.
 
@@ -701,6 +722,7 @@ class GroupConsumer:
             return
         assert self._coordinator is not None
         await self._check_commit_topics(normalized)
+        self._warn_beyond_highwater(normalized)
         await self._coordinator.commit_offsets(
             normalized, timeout=self._config.request_timeout_ms / 1000
         )
@@ -724,6 +746,7 @@ class GroupConsumer:
                 if normalized:
                     assert self._coordinator is not None
                     await self._check_commit_topics(normalized)
+                    self._warn_beyond_highwater(normalized)
                     await self._coordinator.commit_offsets(
                         normalized, timeout=self._config.request_timeout_ms / 1000
                     )
