@@ -89,8 +89,17 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check aiogroup tests benchmarks
 	$(BIN)/mypy --strict aiogroup
 
-demo: $(STAMP)
-	$(BIN)/python -m aiogroup.demo
+# The demo needs aiogroup, aiokafka and the embedded broker only: its own small venv
+# (about 80 MB, seconds to install), not the full one with pyspark and the benchmarks.
+DEMO_VENV := .venv-demo
+DEMO_STAMP := $(DEMO_VENV)/.installed
+$(DEMO_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/python -m pip install --quiet -e '.[broker]'
+	touch $@
+
+demo: $(DEMO_STAMP)
+	$(DEMO_VENV)/bin/python -m aiogroup.demo
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
@@ -100,4 +109,4 @@ docs: $(STAMP)
 	$(BIN)/python -m benchmarks --report-only
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .kafka native/target
+	rm -rf $(VENV) $(DEMO_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .kafka native/target
