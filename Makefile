@@ -104,9 +104,17 @@ demo: $(DEMO_STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
-docs: $(STAMP)
+# The API reference: Sphinx autodoc over the docstrings, warnings as errors (-W), into
+# build/api/index.html.  Sphinx comes from the docs extra, installed on first use.
+DOCS_STAMP := $(VENV)/.docs-installed
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[docs]'
+	touch $@
+
+docs: $(STAMP) $(DOCS_STAMP)
 	$(BIN)/python docs/generate.py
 	$(BIN)/python -m benchmarks --report-only
+	$(BIN)/python -m sphinx -W --keep-going -q -b html docs/api build/api
 
 clean:
 	rm -rf $(VENV) $(DEMO_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .kafka native/target
