@@ -278,10 +278,13 @@ class Member(AsyncConsumerRebalanceListener):
                 if self.process_delay:
                     await asyncio.sleep(self.process_delay)  # the application's work
                 if self.history is not None:
+                    # A partition revoked meanwhile (during process_delay) was committed
+                    # by the revoke listener and its position dropped: not again here.
                     await self._commit(
                         {
                             TopicPartition(self.topic, p): self.positions[p]
                             for p in batches_parts(batches)
+                            if p in self.positions
                         }
                     )
 
