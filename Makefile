@@ -89,15 +89,32 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check aiogroup tests benchmarks
 	$(BIN)/mypy --strict aiogroup
 
-demo: $(STAMP)
-	$(BIN)/python -m aiogroup.demo
+# The demo needs aiogroup, aiokafka and the embedded broker only: its own small venv
+# (about 80 MB, seconds to install), not the full one with pyspark and the benchmarks.
+DEMO_VENV := .venv-demo
+DEMO_STAMP := $(DEMO_VENV)/.installed
+$(DEMO_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/python -m pip install --quiet -e '.[broker]'
+	touch $@
+
+demo: $(DEMO_STAMP)
+	$(DEMO_VENV)/bin/python -m aiogroup.demo
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
-docs: $(STAMP)
+# The API reference: Sphinx autodoc over the docstrings, warnings as errors (-W), into
+# build/api/index.html.  Sphinx comes from the docs extra, installed on first use.
+DOCS_STAMP := $(VENV)/.docs-installed
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[docs]'
+	touch $@
+
+docs: $(STAMP) $(DOCS_STAMP)
 	$(BIN)/python docs/generate.py
 	$(BIN)/python -m benchmarks --report-only
+	$(BIN)/python -m sphinx -W --keep-going -q -b html docs/api build/api
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .kafka native/target
+	rm -rf $(VENV) $(DEMO_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .kafka native/target

@@ -416,9 +416,12 @@ async def lag_rows(admin: Admin, group: str) -> list[PartitionLag]:
     rows = []
     for tp in tps:
         c, h = committed.get(tp), hw.get(tp)
-        rows.append(
-            PartitionLag(tp.topic, tp.partition, c, h, None if c is None or h is None else h - c)
-        )
+        # Never negative: a commit past the high watermark (a bad commit, or Tansu's
+        # ListOffsets answering below the log end) means nothing is left to read.
+        # Kafka's kafka-consumer-groups prints the negative difference; 0 is what a
+        # lag alert can use, and consumer.lag() says the same.
+        lag = None if c is None or h is None else max(0, h - c)
+        rows.append(PartitionLag(tp.topic, tp.partition, c, h, lag))
     return rows
 
 

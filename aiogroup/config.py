@@ -151,7 +151,8 @@ class ConsumerConfig:
     auto_offset_reset: str = "latest"
     enable_auto_commit: bool = True
     auto_commit_interval_ms: int = 5_000
-    partition_assignment_strategy: tuple[Any, ...] = ("range",)
+    #: aiogroup.assignors.DEFAULT_ASSIGNORS (range first, roundrobin for aiokafka peers).
+    partition_assignment_strategy: tuple[Any, ...] = ("range", "roundrobin")
     isolation_level: str = "read_uncommitted"
     client_rack: str | None = None
     fetch_max_wait_ms: int = 500

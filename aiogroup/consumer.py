@@ -25,6 +25,7 @@ from aiokafka.errors import (
     IllegalStateError,
     KafkaConnectionError,
     KafkaTimeoutError,
+    UnknownTopicOrPartitionError,
 )
 
 from aiogroup import offsets as _offsets
@@ -46,7 +47,7 @@ from aiogroup.errors import (
     is_authorization_error,
 )
 from aiogroup.fetcher import Fetcher
-from aiogroup.listeners import HookedListener, RebalanceHooks, as_async_listener
+from aiogroup.listeners import HookedListener, RebalanceHooks, as_async_listener, loop_bound
 from aiogroup.metrics import ConsumerMetrics, Health, MetricsSnapshot, PartitionMetrics
 from aiogroup.redaction import install_log_redaction
 from aiogroup.structs import (
@@ -149,7 +150,7 @@ class GroupConsumer:
         auto_commit_interval_ms: int = 5_000,
         check_crcs: bool = True,
         metadata_max_age_ms: int = 300_000,
-        partition_assignment_strategy: Any = ("range",),
+        partition_assignment_strategy: Any = ("range", "roundrobin"),
         max_poll_interval_ms: int = 300_000,
         rebalance_timeout_ms: int | None = None,
         session_timeout_ms: int = 10_000,
@@ -413,6 +414,7 @@ class GroupConsumer:
 
     # -- subscription ---------------------------------------------------------------------
 
+    @loop_bound
     def subscribe(
         self,
         topics: Iterable[str] = (),
@@ -483,12 +485,14 @@ class GroupConsumer:
         self._initial_pattern = pattern
         self._initial_listener = listener
 
+    @loop_bound
     def subscription(self) -> frozenset[str]:
         """Topics currently subscribed to (pattern matches included)."""
         if self._subscription is None:
             return self._initial_topics or frozenset()
         return self._subscription.subscription.effective_topics
 
+    @loop_bound
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Consume exactly these partitions, without group management.
 
@@ -515,6 +519,12 @@ class GroupConsumer:
         parts = list(partitions)
         for tp in parts:
             _check_partition(tp)
+        if sub.subscription.type is SubscriptionType.NONE and sub.assignment is not None:
+            # unsubscribe() left the group's partitions waiting for their revocation.  A
+            # manual assignment is a new start, as in aiokafka and Java: each partition
+            # starts from the group's committed offset, not from the position it had
+            # under the group (the revoke listener still runs, with no positions to read).
+            sub.set_assignment(None)
         sub.assign_from_user(parts)
         assignment = sub.assignment
         assert assignment is not None
@@ -524,6 +534,7 @@ class GroupConsumer:
                 if st.status is FetchStatus.AWAITING_COMMITTED:
                     st.await_reset()
 
+    @loop_bound
     def unsubscribe(self) -> None:
         """Leave the group (revoking first) or drop the manual assignment."""
         if self._lifecycle is _Lifecycle.NEW:
@@ -532,8 +543,16 @@ class GroupConsumer:
         sub = self._require_started()
         sub.unsubscribe()
 
+    @loop_bound
     def assignment(self) -> set[TopicPartition]:
+        """The partitions this consumer reads now.
+
+        Empty at once after ``unsubscribe()``, as in aiokafka and Java, although the
+        group's partitions are revoked (their listener run) in the background.
+        """
         if self._subscription is None:
+            return set()
+        if self._subscription.subscription.type is SubscriptionType.NONE:
             return set()
         return set(self._subscription.assigned_partitions)
 
@@ -679,7 +698,62 @@ class GroupConsumer:
                 raise CommitFailedError(
                     f"cannot commit partitions not assigned to this member: {unassigned}"
                 )
+        elif sub.subscription.type is SubscriptionType.USER_ASSIGNED:
+            # aiokafka raises IllegalStateError here; CommitFailedError is what the
+            # group-managed case raises, and both are KafkaErrors.
+            unassigned = sorted(set(result) - sub.assigned_partitions)
+            if unassigned:
+                raise CommitFailedError(
+                    f"cannot commit partitions not in this consumer's assign(): {unassigned}; "
+                    "assign() them first"
+                )
         return result
+
+    def _warn_beyond_highwater(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
+        """Warn of a commit past the partition's high watermark (where it is known).
+
+        The broker accepts it, and the group would then skip every record up to that
+        offset once they are written; it is almost always a bug (a timestamp or a
+        wrong variable committed as an offset), so it is said, not refused.
+        """
+        assignment = self._subscription.assignment if self._subscription is not None else None
+        if assignment is None:
+            return
+        for tp, oam in offsets.items():
+            st = assignment.get(tp)
+            if st is not None and st.highwater is not None and oam.offset > st.highwater:
+                log.warning(
+                    "commit of offset %d for %s is beyond its high watermark %d: the group "
+                    "will skip every record up to it",
+                    oam.offset,
+                    tp,
+                    st.highwater,
+                )
+
+    async def _check_commit_topics(self, offsets: Collection[TopicPartition]) -> None:
+        """Refuse at once a commit to a topic or partition the cluster does not have.
+
+        The broker answers UNKNOWN_TOPIC_OR_PARTITION, which is retriable (the topic
+        may be being created), so the commit would retry until its timeout and end in
+        a bare timeout.  Only topics missing from the client's metadata cost a lookup.
+        """
+        client = self._client_or_raise
+        cluster: Any = client.cluster
+        topics = {tp.topic for tp in offsets}
+        if any(cluster.partitions_for_topic(t) is None for t in topics):
+            cluster = await wait_for(
+                client.fetch_all_metadata(), self._config.request_timeout_ms / 1000
+            )
+        missing = sorted(
+            tp
+            for tp in offsets
+            if tp.partition not in (cluster.partitions_for_topic(tp.topic) or ())
+        )
+        if missing:
+            raise UnknownTopicOrPartitionError(
+                f"UNKNOWN_TOPIC_OR_PARTITION: cannot commit {missing}: the cluster has no "
+                f"such topic or partition"
+            )
 
     async def commit(
         self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None
@@ -689,10 +763,13 @@ class GroupConsumer:
         if not normalized:
             return
         assert self._coordinator is not None
+        await self._check_commit_topics(normalized)
+        self._warn_beyond_highwater(normalized)
         await self._coordinator.commit_offsets(
             normalized, timeout=self._config.request_timeout_ms / 1000
         )
 
+    @loop_bound
     def commit_async(
         self,
         offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None,
@@ -710,6 +787,8 @@ class GroupConsumer:
             try:
                 if normalized:
                     assert self._coordinator is not None
+                    await self._check_commit_topics(normalized)
+                    self._warn_beyond_highwater(normalized)
                     await self._coordinator.commit_offsets(
                         normalized, timeout=self._config.request_timeout_ms / 1000
                     )
@@ -762,6 +841,7 @@ class GroupConsumer:
             raise IllegalStateError(f"partition {partition} is not assigned to this consumer")
         return assignment.state(partition)
 
+    @loop_bound
     def seek(self, partition: TopicPartition, offset: int) -> None:
         """Consume ``partition`` from ``offset`` next."""
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
@@ -776,13 +856,20 @@ class GroupConsumer:
             self._state(tp)
         return list(partitions)
 
-    async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+    async def seek_to_beginning(self, *partitions: TopicPartition) -> bool:
+        """Consume ``partitions`` (default: all assigned) from their first offset next.
+
+        Returns True, as aiokafka does (code written for it may check the result).
+        """
         for tp in self._partitions_or_all(partitions):
             self._state(tp).await_reset(OffsetResetStrategy.EARLIEST)
+        return True
 
-    async def seek_to_end(self, *partitions: TopicPartition) -> None:
+    async def seek_to_end(self, *partitions: TopicPartition) -> bool:
+        """Consume ``partitions`` (default: all assigned) from the log end next; True."""
         for tp in self._partitions_or_all(partitions):
             self._state(tp).await_reset(OffsetResetStrategy.LATEST)
+        return True
 
     async def seek_to_committed(self, *partitions: TopicPartition) -> dict[TopicPartition, int]:
         """Seek to the committed offsets; partitions with none are left where they are."""
@@ -813,12 +900,15 @@ class GroupConsumer:
         timeout = None if timeout_ms is None else timeout_ms / 1000
         return await wait_for(sub.wait_position(partition), timeout)
 
+    @loop_bound
     def highwater(self, partition: TopicPartition) -> int | None:
         return self._state(partition).highwater
 
+    @loop_bound
     def last_stable_offset(self, partition: TopicPartition) -> int | None:
         return self._state(partition).last_stable_offset
 
+    @loop_bound
     def last_poll_timestamp(self, partition: TopicPartition) -> int | None:
         """Wall-clock ms of the last Fetch response for ``partition`` (as aiokafka).
 
@@ -828,6 +918,7 @@ class GroupConsumer:
         self._state(partition)
         return self._metrics.partition_fetch_ms.get(partition)
 
+    @loop_bound
     def lag(self, partition: TopicPartition) -> int | None:
         """Records between the position and the high watermark (None until both are known)."""
         st = self._state(partition)
@@ -835,14 +926,17 @@ class GroupConsumer:
             return None
         return max(0, st.highwater - st.position)
 
+    @loop_bound
     def pause(self, *partitions: TopicPartition) -> None:
         for tp in partitions:
             self._state(tp).pause()
 
+    @loop_bound
     def resume(self, *partitions: TopicPartition) -> None:
         for tp in partitions:
             self._state(tp).resume()
 
+    @loop_bound
     def paused(self) -> set[TopicPartition]:
         sub = self._require_started()
         if sub.assignment is None:
@@ -884,6 +978,7 @@ class GroupConsumer:
         self._listed = cluster
         return set(cluster.topics())
 
+    @loop_bound
     def partitions_for_topic(self, topic: str) -> set[int] | None:
         """The partitions of ``topic`` from the client's metadata, else from the last
         ``topics()``; None when neither knows it."""

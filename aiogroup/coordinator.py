@@ -30,6 +30,7 @@ from aiogroup._coordination.watch import subscription_view
 from aiogroup._membership import actions as A
 from aiogroup._membership import events as E
 from aiogroup._membership.machine import (
+    ErrorCode,
     Membership,
     MemberState,
     code_name,
@@ -38,7 +39,7 @@ from aiogroup._membership.machine import (
 )
 from aiogroup._protocol.group import OffsetCommitRequest, OffsetFetchRequest
 from aiogroup._timeouts import wait_for
-from aiogroup.assignors import select_rebalance_protocol
+from aiogroup.assignors import inconsistent_protocol_hint, select_rebalance_protocol
 from aiogroup.assignors.abc import ConsumerPartitionAssignor
 from aiogroup.config import ConsumerConfig
 from aiogroup.errors import (
@@ -88,6 +89,7 @@ class GroupCoordinator(CoordinationRoutine[E.Event, A.Action]):
         self._protocol = select_rebalance_protocol(assignors)
         #: Subscribed topics the last metadata said this principal may not read.
         self._denied_topics: frozenset[str] = frozenset()
+        self._assignor_names = tuple(a.name for a in assignors)
         self._membership = Membership(
             protocol=self._protocol,
             session_timeout=config.session_timeout_ms / 1000,
@@ -260,6 +262,13 @@ class GroupCoordinator(CoordinationRoutine[E.Event, A.Action]):
     def _backoff(self, action: A.Backoff) -> None:
         log.debug("group %s: backing off %.3fs: %s", self._group_id, action.seconds, action.reason)
 
+    def _perform_mark_revoking(self, action: A.MarkRevoking) -> None:
+        if self._subscription.subscription.type is SubscriptionType.USER_ASSIGNED:
+            # unsubscribe() then assign(): the group's partitions are revoked after the
+            # application took partitions by hand; those are not the group's to stop.
+            return
+        self._subscription.mark_revoking(action.partitions)
+
     def _perform_set_assignment(self, action: A.SetAssignment) -> None:
         sub = self._subscription
         if sub.subscription.type is SubscriptionType.USER_ASSIGNED:
@@ -273,7 +282,10 @@ class GroupCoordinator(CoordinationRoutine[E.Event, A.Action]):
         if action.exception is not None:
             exc = action.exception
         elif action.error_code is not None:
-            exc = error_for_code(action.error_code)(action.message)
+            message = action.message
+            if action.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL:
+                message += inconsistent_protocol_hint(self._assignor_names)
+            exc = error_for_code(action.error_code)(message)
         else:
             exc = KafkaError(action.message)
         self._raise_to_application(exc, action.message, action.fatal)
@@ -382,7 +394,7 @@ _PERFORMERS: dict[type[A.Action], Callable[[GroupCoordinator, Any], object]] = {
     A.SendSyncGroup: lambda c, a: c._children.spawn(c._requests.sync_group(a), "SyncGroup"),
     A.SendHeartbeat: lambda c, a: c._children.spawn(c._requests.heartbeat(a), "Heartbeat"),
     A.SendLeaveGroup: GroupCoordinator._leave_group,
-    A.MarkRevoking: lambda c, a: c._subscription.mark_revoking(a.partitions),
+    A.MarkRevoking: GroupCoordinator._perform_mark_revoking,
     A.InvokeOnPartitionsRevoked: lambda c, a: c._start_revoke(a.partitions, a.commit_first),
     A.InvokeOnPartitionsAssigned: GroupCoordinator._assigned,
     A.InvokeOnPartitionsLost: lambda c, a: c._start_lost(a.partitions),

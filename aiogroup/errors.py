@@ -169,22 +169,103 @@ class RecordDeserializationError(KafkaError):
     this record, so every read of the partition raises this again until the
     application seeks past it (``seek(tp, offset + 1)``) or elsewhere.  Nothing is
     skipped silently.  The deserializer's own exception is ``__cause__``.
+
+    The error is also an instance of the deserializer's exception class: built with a
+    ``json.JSONDecodeError`` cause it is a ``RecordDeserializationError`` *and* a
+    ``json.JSONDecodeError`` (so a ``ValueError``), carrying that exception's
+    attributes (``msg``, ``pos``, ...).  aiokafka lets the deserializer's exception out
+    of ``getmany()`` unchanged, so code written for it that catches ``ValueError``
+    keeps catching it, and code written for aiogroup that catches this class (or
+    ``KafkaError``) does too.  The class is made once per deserializer exception
+    class (see :func:`_with_cause_type`); where Python cannot combine the two (a
+    conflicting C layout, a ``BaseException`` that is not an ``Exception``) the
+    nearest base class that can be combined is used, at worst none.
     """
 
+    #: The deserializer exception class this error is also an instance of (None: none).
+    cause_type: type[BaseException] | None = None
+
+    def __new__(
+        cls, tp: TopicPartition, offset: int, origin: str, cause: BaseException
+    ) -> RecordDeserializationError:
+        if cls is RecordDeserializationError:
+            cls = _with_cause_type(type(cause))
+        base = cls.cause_type
+        if base is not None:
+            try:
+                # The cause class's allocator: a C-level one (OSError's) must make it.
+                made: RecordDeserializationError = base.__new__(cls)
+                return made
+            except TypeError:
+                cls = RecordDeserializationError
+        return Exception.__new__(cls)
+
     def __init__(self, tp: TopicPartition, offset: int, origin: str, cause: BaseException) -> None:
-        super().__init__(
+        message = (
             f"the {origin} deserializer rejected the record of {tp.topic}-{tp.partition} at "
             f"offset {offset} ({type(cause).__name__}: {cause}); the position stays there: "
             f"seek({tp.topic}-{tp.partition}, {offset + 1}) to skip it"
         )
+        base = self.cause_type
+        if base is not None:
+            # The cause's own state, so its handlers find what they read (a C-level
+            # exception's fields through its __init__, a Python one's through __dict__).
+            try:
+                base.__init__(self, *cause.args)
+            except Exception:  # an __init__ wanting other arguments: __dict__ below
+                pass
+            self.__dict__.update(getattr(cause, "__dict__", {}))
+        super().__init__(message)
+        self.args = (message,)
         #: The record's partition and offset, and which deserializer failed.
         self.tp = tp
         self.offset = offset
         self.origin = origin
         self.__cause__ = cause
 
+    def __str__(self) -> str:
+        # KafkaError's "<class>: <message>", without the cause class's own __str__
+        # (UnicodeDecodeError's would describe the cause's fields, not this message).
+        return f"RecordDeserializationError: {BaseException.__str__(self)}"
+
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.tp, self.offset, self.origin, self.__cause__))
+        return (RecordDeserializationError, (self.tp, self.offset, self.origin, self.__cause__))
+
+
+_WITH_CAUSE_TYPE: dict[type[BaseException], type[RecordDeserializationError]] = {}
+
+
+def _with_cause_type(cause_type: type[BaseException]) -> type[RecordDeserializationError]:
+    """The subclass of RecordDeserializationError and ``cause_type`` (made once, cached).
+
+    Walks ``cause_type``'s MRO to the first class Python can combine with this one;
+    ``Exception`` and above add nothing and are not used.
+    """
+    made = _WITH_CAUSE_TYPE.get(cause_type)
+    if made is not None:
+        return made
+    made = RecordDeserializationError
+    for base in cause_type.__mro__:
+        if base in (Exception, BaseException, object) or not issubclass(base, Exception):
+            break
+        if issubclass(RecordDeserializationError, base) or issubclass(base, KafkaError):
+            break  # already one (a KafkaError cause): nothing to add
+        try:
+            made = type(
+                "RecordDeserializationError",
+                (RecordDeserializationError, base),
+                {
+                    "__module__": __name__,
+                    "__qualname__": "RecordDeserializationError",
+                    "cause_type": base,
+                },
+            )
+        except TypeError:
+            continue  # layout conflict: try the next base
+        break
+    if len(_WITH_CAUSE_TYPE) < 1024:  # bounded: deserializers raise few distinct classes
+        _WITH_CAUSE_TYPE[cause_type] = made
+    return made
 
 
 #: Partition-level codes that stale metadata explains (Kafka's InvalidMetadataException

@@ -38,11 +38,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import functools
 import inspect
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 from aiogroup.structs import TopicPartition
 
@@ -55,10 +56,17 @@ __all__ = [
     "RebalanceHooks",
     "StartOffsets",
     "as_async_listener",
+    "loop_bound",
     "run_on_loop",
 ]
 
 T = TypeVar("T")
+P = ParamSpec("P")
+
+#: How long a consumer method called from a sync listener waits for the loop to run it.
+#: The loop is free while the callback runs, so it is at once unless the loop is
+#: blocked; the bound turns a blocked loop into an error instead of a hang.
+LOOP_CALL_TIMEOUT = 30.0
 
 StartOffsets = Mapping[TopicPartition, int] | None
 
@@ -202,6 +210,47 @@ def run_on_loop(awaitable: Awaitable[T], *, timeout: float) -> T:
         raise TimeoutError(
             f"run_on_loop: the awaitable did not finish within {timeout:g}s; cancelled"
         ) from None
+
+
+def loop_bound(method: Callable[P, T]) -> Callable[P, T]:
+    """Make a plain consumer method safe to call from a sync listener's thread.
+
+    The consumer's state belongs to its event loop and is not locked.  A sync
+    listener runs in the listener thread (so it may block), and calling, say,
+    ``consumer.seek()`` there used to mutate that state from the wrong thread.  Now
+    such a call is run on the loop (which is free while the callback runs) and its
+    result or exception comes back to the thread.  Called from the loop's own thread,
+    the method runs directly, as before (as it does from any other thread: metrics
+    exporters read ``metrics()`` from theirs; the consumer is not thread-safe beyond
+    that).
+    """
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        loop: asyncio.AbstractEventLoop | None = getattr(_thread_state, "loop", None)
+        if loop is None:
+            return method(*args, **kwargs)
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def call() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                future.set_result(method(*args, **kwargs))
+            except BaseException as exc:
+                future.set_exception(exc)
+
+        loop.call_soon_threadsafe(call)
+        try:
+            return future.result(LOOP_CALL_TIMEOUT)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError(
+                f"{method.__qualname__}() from a sync listener: the event loop did not run it "
+                f"within {LOOP_CALL_TIMEOUT:g}s (is the loop blocked?)"
+            ) from None
+
+    return wrapper
 
 
 def _is_async(method: Callable[..., Any]) -> bool:

@@ -14,6 +14,7 @@ from aiogroup.errors import ConfigurationError
 from aiogroup.structs import RebalanceProtocol
 
 __all__ = [
+    "DEFAULT_ASSIGNORS",
     "AiokafkaAssignorAdapter",
     "ClusterView",
     "ConsumerPartitionAssignor",
@@ -22,9 +23,24 @@ __all__ = [
     "RangeAssignor",
     "RoundRobinAssignor",
     "StickyAssignor",
+    "inconsistent_protocol_hint",
     "resolve_assignors",
     "select_rebalance_protocol",
 ]
+
+#: ``partition_assignment_strategy``'s default, in preference order.  ``range`` first:
+#: the Java client's first choice, so an all-aiogroup group (and one with Java or
+#: librdkafka members on their defaults) uses it.  ``roundrobin`` also: aiokafka's only
+#: default, so an aiogroup member joins a group of aiokafka members left on theirs
+#: (the broker picks a protocol every member lists; among several, the one most
+#: members prefer).  Both are eager, so the rebalance protocol stays eager.
+DEFAULT_ASSIGNORS: tuple[str, ...] = ("range", "roundrobin")
+
+#: What other clients list by default, for the INCONSISTENT_GROUP_PROTOCOL hint.
+_CLIENT_DEFAULTS = (
+    "aiokafka: roundrobin; Java: range, cooperative-sticky; "
+    "librdkafka/confluent-kafka: range, roundrobin"
+)
 
 ASSIGNORS_BY_NAME: dict[str, type[ConsumerPartitionAssignor]] = {
     cls.name: cls
@@ -92,3 +108,17 @@ def select_rebalance_protocol(assignors: Iterable[ConsumerPartitionAssignor]) ->
     if all(RebalanceProtocol.COOPERATIVE in a.supported_protocols for a in assignors):
         return RebalanceProtocol.COOPERATIVE
     return RebalanceProtocol.EAGER
+
+
+def inconsistent_protocol_hint(offered: Iterable[str]) -> str:
+    """The advice appended to a JoinGroup refused with INCONSISTENT_GROUP_PROTOCOL.
+
+    The broker refuses a member that shares no assignor with the group's members; the
+    bare error names neither side.  This says what this member offered and which
+    setting to change (the group's own protocol is not in the answer).
+    """
+    return (
+        f" - this member offered the assignors {', '.join(offered)} and the group's members "
+        "list none of them: add one they use to partition_assignment_strategy (defaults: "
+        f"{_CLIENT_DEFAULTS})"
+    )

@@ -68,7 +68,7 @@ class Member(AsyncConsumerRebalanceListener):
         bootstrap: str,
         group: str,
         topic: str,
-        strategy: Iterable[str],
+        strategy: Iterable[str] | None,
         progress: asyncio.Event,
         *,
         history: HistoryRecorder | None = None,
@@ -92,12 +92,13 @@ class Member(AsyncConsumerRebalanceListener):
             bootstrap_servers=bootstrap,
             group_id=group,
             client_id=f"{name}-{unique_name('client')}",
-            partition_assignment_strategy=tuple(strategy),
             auto_offset_reset="earliest",
             session_timeout_ms=SESSION_MS,
             heartbeat_interval_ms=HEARTBEAT_MS,
             auto_commit_interval_ms=500,
         )
+        if strategy is not None:  # None: the consumer's default assignors
+            opts["partition_assignment_strategy"] = tuple(strategy)
         if history is not None:
             opts["enable_auto_commit"] = False  # every commit explicit, so in the history
         opts.update(options)
@@ -108,7 +109,7 @@ class Member(AsyncConsumerRebalanceListener):
                 "session_timeout_ms",
                 "heartbeat_interval_ms",
             ):
-                opts.pop(key)
+                opts.pop(key, None)
         self.client_id: str = opts["client_id"]
         self.history: MemberRecorder | None = (
             None if history is None else history.member(self.client_id)
@@ -173,6 +174,10 @@ class Member(AsyncConsumerRebalanceListener):
 
     def _revoke_end(self, revoked: set[TopicPartition]) -> None:
         self.owned -= {tp.partition for tp in revoked}
+        # Handed on: a later assignment of it starts from the group's commit, and a
+        # revoke then must not re-commit this member's old (now stale) position.
+        for tp in revoked:
+            self.positions.pop(tp.partition, None)
         if self.history is not None:
             self.history.revoke_ended(revoked)
         self._wake()
@@ -273,10 +278,13 @@ class Member(AsyncConsumerRebalanceListener):
                 if self.process_delay:
                     await asyncio.sleep(self.process_delay)  # the application's work
                 if self.history is not None:
+                    # A partition revoked meanwhile (during process_delay) was committed
+                    # by the revoke listener and its position dropped: not again here.
                     await self._commit(
                         {
                             TopicPartition(self.topic, p): self.positions[p]
                             for p in batches_parts(batches)
+                            if p in self.positions
                         }
                     )
 

@@ -195,3 +195,30 @@ async def test_console_script_and_python_m(
     stdout, _ = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0
     assert f"group {group_id}: state Empty" in stdout.decode()
+
+
+async def test_commit_beyond_the_high_watermark_warns_and_lag_is_never_negative(
+    bootstrap_servers: str, kafka_topic: TopicFactory, group_id: str, caplog: Any
+) -> None:
+    """A commit of 10**12 on a 5-record partition is accepted by the broker; the
+    consumer warns at the commit, and ``aiogroup lag`` shows 0, not -999,999,999,995."""
+    topic = await kafka_topic(partitions=1)
+    await produce(bootstrap_servers, topic, 5, 1)
+    tp = TopicPartition(topic, 0)
+    async with GroupConsumer(
+        bootstrap_servers=bootstrap_servers, group_id=group_id, auto_offset_reset="earliest"
+    ) as consumer:
+        consumer.assign([tp])
+        got = 0
+        while got < 5:
+            batch = await asyncio.wait_for(consumer.getmany(timeout_ms=1000), 30)
+            got += sum(len(v) for v in batch.values())
+        assert consumer.highwater(tp) is not None
+        with caplog.at_level("WARNING", logger="aiogroup.consumer"):
+            await consumer.commit({tp: 10**12})
+        assert await consumer.committed(tp) == 10**12
+    warned = [r.getMessage() for r in caplog.records if "beyond its high watermark" in r.message]
+    assert warned and str(10**12) in warned[0] and topic in warned[0], caplog.text
+    code, rows = await cli(bootstrap_servers, "lag", group_id)
+    assert code == 0
+    assert [(r["partition"], r["committed"], r["lag"]) for r in rows] == [(0, 10**12, 0)]

@@ -26,6 +26,9 @@ async def test_demo_runs_and_every_check_holds() -> None:
     ]
     assert proc.returncode == 0, text
     assert len(verdicts) == CHECKS and all(v[0] == "ok" for v in verdicts), text
+    # A newcomer reads the verdict in one line, and the refused commits are explained.
+    assert f"demo result: PASS - {CHECKS} of {CHECKS} checks hold" in text, text
+    assert "expected, not a failure" in text, text
     # The slow listener does not cost alpha its partitions; the frozen charlie is told
     # lost (once, for what it held), never revoked, for the partitions taken from it.
     assert "alpha: on_partitions_lost" not in text, text

@@ -29,13 +29,32 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
-from group_harness import Load, Member, committed_offsets, exactly_once_cover, wait_until
+from aiokafka import AIOKafkaConsumer
+from aiokafka import ConsumerRebalanceListener as AiokafkaListener
+from aiokafka.client import AIOKafkaClient, CoordinationType
+from aiokafka.errors import InconsistentGroupProtocolError
+from aiokafka.errors import KafkaError as AiokafkaError
+from aiokafka.protocol.admin import DescribeGroupsRequest
+from group_harness import (
+    HALT_TIMEOUT,
+    Load,
+    Member,
+    committed_offsets,
+    exactly_once_cover,
+    wait_until,
+)
 from peers import PeerMember, confluent_member, kafka_python_member
 
+from aiogroup import TopicPartition
+from aiogroup.testing.broker import KafkaBroker, unique_name
+from aiogroup.testing.history import HistoryRecorder, MemberRecorder, check_history
+from aiogroup.testing.observer import GroupObserver
 from aiogroup.testing.plugin import TopicFactory
 
 pytestmark = pytest.mark.integration
@@ -284,3 +303,297 @@ async def test_eager_mixed_group(
 ) -> None:
     topic = await kafka_topic(partitions=PARTITIONS)
     await run_mixed_group(bootstrap_servers, group_id, topic, strategy, "aiogroup")
+
+
+# --- a rolling migration between aiokafka and aiogroup, defaults on both sides (issue 31) ---
+
+MIGRATION_PARTITIONS = 4
+MIGRATION_HEARTBEAT_MS = 500
+
+
+class AiokafkaMember(AiokafkaListener):
+    """An ``AIOKafkaConsumer`` member with aiokafka's defaults (``roundrobin``), writing
+    its ownership history: its callbacks, every batch handed to it, every accepted commit.
+
+    It commits after every batch and, in its revoke callback, what it consumed of the
+    revoked partitions.  A lock keeps the batch-and-commit step and the revoke callback
+    apart, and a batch is only handed to the "application" for partitions the member
+    still owns, as a careful aiokafka application does.  aiokafka calls no revoke
+    callback when it stops, so :meth:`stop` marks the end of processing itself (after
+    the consuming task ended and its last commit returned) before the consumer leaves.
+    """
+
+    def __init__(
+        self, name: str, bootstrap: str, group: str, topic: str, history: HistoryRecorder
+    ) -> None:
+        self.client_id = f"{name}-{unique_name('client')}"
+        self.name = name
+        self.topic = topic
+        self.rec: MemberRecorder = history.member(self.client_id)
+        self.owned: set[int] = set()
+        self.positions: dict[int, int] = {}
+        self.errors: list[BaseException] = []
+        self.commit_failures: list[BaseException] = []
+        self._lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+        self.consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap,
+            group_id=group,
+            client_id=self.client_id,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            session_timeout_ms=SESSION_MS,
+            heartbeat_interval_ms=MIGRATION_HEARTBEAT_MS,
+        )
+
+    async def on_partitions_revoked(self, revoked: set[Any]) -> None:
+        self.rec.revoke_started(revoked)
+        try:
+            async with self._lock:
+                await self._commit(
+                    {p for p in self.owned if TopicPartition(self.topic, p) in revoked}
+                )
+        finally:
+            self.owned -= {tp.partition for tp in revoked}
+            for tp in revoked:  # a later assignment starts from the group's commit
+                self.positions.pop(tp.partition, None)
+            self.rec.revoke_ended(revoked)
+
+    async def on_partitions_assigned(self, assigned: set[Any]) -> None:
+        self.rec.assigned(assigned)
+        self.owned |= {tp.partition for tp in assigned}
+
+    async def _commit(self, partitions: set[int]) -> None:
+        offsets = {
+            TopicPartition(self.topic, p): self.positions[p]
+            for p in partitions
+            if p in self.positions
+        }
+        if not offsets:
+            return
+        sent = time.monotonic()
+        try:
+            await self.consumer.commit(offsets)
+        except AiokafkaError as exc:  # refused during a rebalance: a Kafka-level fact
+            self.commit_failures.append(exc)
+            return
+        self.rec.committed(offsets, sent_at=sent)
+
+    async def start(self) -> None:
+        await self.consumer.start()
+        self.consumer.subscribe([self.topic], listener=self)
+        self._task = asyncio.create_task(self._consume(), name=f"consume-{self.name}")
+
+    async def _consume(self) -> None:
+        while True:
+            try:
+                batches = await self.consumer.getmany(timeout_ms=100)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.errors.append(exc)
+                await asyncio.sleep(0.1)  # back off after an error, not synchronisation
+                continue
+            async with self._lock:
+                handed: set[int] = set()
+                for tp, records in batches.items():
+                    if records and tp.partition in self.owned:
+                        self.rec.delivered(tp.topic, tp.partition, [r.offset for r in records])
+                        self.positions[tp.partition] = records[-1].offset + 1
+                        handed.add(tp.partition)
+                await self._commit(handed)
+
+    async def stop(self) -> None:
+        self.rec.leaving()
+        if self._task is not None:
+            self._task.cancel()
+            done, _ = await asyncio.wait({self._task}, timeout=HALT_TIMEOUT)
+            assert done, f"{self.name}: the consuming task ignored its cancellation"
+        parts = {TopicPartition(self.topic, p) for p in self.owned}
+        self.rec.revoke_started(parts)
+        self.rec.revoke_ended(parts)
+        self.owned.clear()
+        await self.consumer.stop()
+
+
+async def group_protocol(bootstrap: str, group: str) -> tuple[str, str]:
+    """(state, protocol name) as the coordinator reports them in DescribeGroups."""
+    client = AIOKafkaClient(bootstrap_servers=bootstrap)
+    await client.bootstrap()
+    try:
+        node = await client.coordinator_lookup(CoordinationType.GROUP, group)
+        response: Any = await client.send(node, DescribeGroupsRequest([group]))
+        _error, _group, state, _ptype, protocol = response.groups[0][:5]
+        return str(state), str(protocol)
+    finally:
+        await client.close()
+
+
+async def test_rolling_migration_aiokafka_to_aiogroup_and_back(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str
+) -> None:
+    """A live group of aiokafka members is replaced one member at a time by aiogroup
+    members and then back, every client with its default assignors.  aiogroup's default
+    list (``range``, ``roundrobin``) shares ``roundrobin`` with aiokafka's, so every
+    mixed generation uses it and the all-aiogroup one ``range`` (Tansu keeps the
+    protocol the group was born with: ``roundrobin``); the coordinator's DescribeGroups
+    says which (Tansu leaves it empty there: then the JoinGroup answers the aiogroup
+    members got).  The whole run is judged by the ownership-history checker
+    (no partition held twice, nothing lost, no duplicate, commits never backwards) and
+    the committed offsets end at the log end."""
+    bootstrap = kafka_broker.bootstrap_servers
+    caps = kafka_broker.caps
+    all_aiogroup = "roundrobin" if caps.pins_group_assignor else "range"
+    topic = await kafka_topic(partitions=MIGRATION_PARTITIONS)
+    history = HistoryRecorder()
+    progress = asyncio.Event()
+    everyone: list[AiokafkaMember | Member] = []
+    live: list[AiokafkaMember | Member] = []
+
+    def aiokafka_member(name: str) -> AiokafkaMember:
+        return AiokafkaMember(name, bootstrap, group_id, topic, history)
+
+    def aiogroup_member(name: str) -> Member:
+        return Member(
+            name,
+            bootstrap,
+            group_id,
+            topic,
+            None,  # the default assignors
+            progress,
+            history=history,
+            heartbeat_interval_ms=MIGRATION_HEARTBEAT_MS,
+        )
+
+    def owned(m: AiokafkaMember | Member) -> set[int]:
+        return m.owned
+
+    def describe() -> object:
+        return {getattr(m, "name", "?"): sorted(owned(m)) for m in live}
+
+    def covered() -> bool:
+        failed = [(m.name, m.errors) for m in live if m.errors]
+        assert not failed, failed  # e.g. INCONSISTENT_GROUP_PROTOCOL: fail now, not at timeout
+        return exactly_once_cover([owned(m) for m in live], MIGRATION_PARTITIONS)
+
+    async def settled(protocol: str, what: str) -> None:
+        await wait_until(
+            covered,
+            progress,
+            CONVERGE,
+            what,
+            poll=POLL,  # aiokafka members cannot set the event
+            describe=describe,
+        )
+        if caps.describe_groups_reports_assignment:
+            state, chosen = await group_protocol(bootstrap, group_id)
+            assert (state, chosen) == ("Stable", protocol), (what, state, chosen)
+        for m in live:
+            if isinstance(m, Member):
+                assert m.protocol_name == protocol, (what, m.name, m.protocol_name)
+
+    async def join(member: AiokafkaMember | Member) -> None:
+        everyone.append(member)
+        await member.start()
+        live.append(member)
+
+    async def leave(member: AiokafkaMember | Member) -> None:
+        live.remove(member)
+        await member.stop()
+
+    try:
+        async with GroupObserver(bootstrap, group_id, history, interval=0.2):
+            async with Load(bootstrap, topic, MIGRATION_PARTITIONS, history) as load:
+                k1, k2 = aiokafka_member("aiokafka-1"), aiokafka_member("aiokafka-2")
+                await join(k1)
+                await join(k2)
+                await settled("roundrobin", "the aiokafka group to form")
+                # aiokafka -> aiogroup, one member at a time.
+                g1 = aiogroup_member("aiogroup-1")
+                await join(g1)
+                await settled("roundrobin", "aiogroup-1 to join the aiokafka members")
+                await leave(k1)
+                await settled("roundrobin", "aiokafka-1 to hand over")
+                g2 = aiogroup_member("aiogroup-2")
+                await join(g2)
+                await settled("roundrobin", "aiogroup-2 to join")
+                await leave(k2)
+                await settled(all_aiogroup, "the group to be all aiogroup (its first choice)")
+                # ... and back.
+                k3 = aiokafka_member("aiokafka-3")
+                await join(k3)
+                await settled("roundrobin", "aiokafka-3 to join the aiogroup members")
+                await leave(g1)
+                await settled("roundrobin", "aiogroup-1 to hand over")
+                k4 = aiokafka_member("aiokafka-4")
+                await join(k4)
+                await settled("roundrobin", "aiokafka-4 to join")
+                await leave(g2)
+                await settled("roundrobin", "the group to be all aiokafka again")
+                await load.stop()
+                expected = load.expected()
+
+                def consumed() -> set[tuple[int, int]]:
+                    return {
+                        (p, o)
+                        for e in history.events()
+                        if e.kind == "delivered"
+                        for (_t, p, first, last) in e.spans
+                        for o in range(first, last + 1)
+                    }
+
+                await wait_until(
+                    lambda: expected <= consumed(),
+                    progress,
+                    WAIT,
+                    "every produced record to be consumed",
+                    poll=POLL,
+                    describe=lambda: len(expected - consumed()),
+                )
+                for member in list(live):
+                    await leave(member)
+    finally:
+        for member in live:
+            with contextlib.suppress(Exception):
+                await member.stop()
+    report = check_history(history.events())
+    report.assert_clean()
+    committed = await committed_offsets(bootstrap, group_id, topic, MIGRATION_PARTITIONS)
+    assert committed == {p: load.end[p] for p in range(MIGRATION_PARTITIONS)}
+    for member in everyone:
+        assert member.errors == [], (member.name, member.errors)
+
+
+async def test_no_shared_assignor_fails_naming_the_setting(
+    bootstrap_servers: str, kafka_topic: TopicFactory, group_id: str
+) -> None:
+    """An aiogroup member told to use only ``range`` cannot join a group of aiokafka
+    members (``roundrobin``): the error it raises names the setting to change."""
+    topic = await kafka_topic(partitions=2)
+    history = HistoryRecorder()
+    peer = AiokafkaMember("aiokafka", bootstrap_servers, group_id, topic, history)
+    member = Member(
+        "aiogroup",
+        bootstrap_servers,
+        group_id,
+        topic,
+        ["range"],
+        asyncio.Event(),
+        heartbeat_interval_ms=MIGRATION_HEARTBEAT_MS,
+    )
+    await peer.start()
+    try:
+        await wait_until(
+            lambda: peer.owned == {0, 1}, asyncio.Event(), CONVERGE, "the group", poll=POLL
+        )
+        await member.start()
+        try:
+            await wait_until(lambda: bool(member.errors), member.progress, WAIT, "the refused join")
+        finally:
+            await member.abort()
+    finally:
+        await peer.stop()
+    error = member.errors[0]
+    assert isinstance(error, InconsistentGroupProtocolError), member.errors
+    assert "partition_assignment_strategy" in str(error)
+    assert "offered the assignors range" in str(error)
