@@ -35,6 +35,7 @@ __all__ = [
     "HEARTBEAT_ANSWERS",
     "HEARTBEAT_REACTIONS",
     "JOIN_GROUP_REACTIONS",
+    "JOIN_GROUP_TIMEOUT_LAPSE",
     "LEAVE_GROUP_REACTIONS",
     "OFFSET_COMMIT_REACTIONS",
     "OFFSET_FETCH_OUTCOMES",
@@ -327,6 +328,22 @@ _JOIN_PHASE = frozenset({S.PREPARING_REBALANCE, S.COMPLETING_REBALANCE})
 #: before the first delivery after waking, before any stale answer is read.
 LOOP_WATCH_FRACTION = 0.5
 
+#: How much longer than the rebalance timeout a JoinGroup is awaited (seconds; Java's
+#: ``JOIN_GROUP_TIMEOUT_LAPSE``, 5 s).
+#:
+#: The coordinator answers a JoinGroup only when every member of the last generation
+#: has rejoined, or the rebalance timeout (the largest any member sent;
+#: ``max_poll_interval_ms`` by default) has passed - so a joiner waits as long as the
+#: slowest member's revoke listener.  Awaited for only ``request_timeout_ms`` (40 s),
+#: a join held behind a longer listener failed on the client: the connection was
+#: closed, the health check called the broker unreachable, the coordinator was looked
+#: up again and the join re-sent while the group was forming - a race with the
+#: slow member's own rejoin (docs/reliability.md, "A slow listener costs one
+#: rebalance").  Java awaits its JoinGroup for max(request timeout, rebalance timeout
+#: + 5 s) and so never gives up before the broker does; the machine decides the same
+#: and puts it on :class:`~aiogroup._membership.actions.SendJoinGroup`.
+JOIN_GROUP_TIMEOUT_LAPSE = 5.0
+
 
 def _heartbeat_answer(state: MemberState, code: int) -> HeartbeatAnswer:
     if state not in _HEARTBEATING:
@@ -473,10 +490,13 @@ class Membership:
         retry_backoff: float,
         auto_commit_interval: float | None = None,
         static_member: bool = False,
+        request_timeout: float | None = None,
         now: float = 0.0,
     ) -> None:
         if rebalance_timeout <= 0:
             raise ValueError(f"rebalance_timeout must be > 0, got {rebalance_timeout}")
+        if request_timeout is not None and request_timeout <= 0:
+            raise ValueError(f"request_timeout must be > 0 or None, got {request_timeout}")
         if auto_commit_interval is not None and auto_commit_interval <= 0:
             raise ValueError("auto_commit_interval must be > 0 or None (disabled)")
         self.protocol = protocol
@@ -491,6 +511,10 @@ class Membership:
         self.retry_backoff = retry_backoff
         self.auto_commit_interval = auto_commit_interval
         self.static_member = static_member
+        #: How long a JoinGroup is awaited (see JOIN_GROUP_TIMEOUT_LAPSE).
+        self.join_group_timeout = max(
+            request_timeout or 0.0, rebalance_timeout + JOIN_GROUP_TIMEOUT_LAPSE
+        )
 
         self.state = S.UNJOINED
         self.generation_id = -1
@@ -1093,7 +1117,11 @@ class Membership:
         why = self.rejoin_reason or "joining the group"
         self.rejoin_reason = None
         self.state = S.PREPARING_REBALANCE
-        out.append(A.SendJoinGroup(why, self.member_id, self.generation_id, self.owned))
+        out.append(
+            A.SendJoinGroup(
+                why, self.member_id, self.generation_id, self.owned, self.join_group_timeout
+            )
+        )
 
     # -- state-triggered rules ----------------------------------------------------------------
 
