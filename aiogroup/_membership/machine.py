@@ -43,6 +43,7 @@ __all__ = [
     "SESSION_PROVING_CODES",
     "STATE_RULES",
     "SYNC_GROUP_REACTIONS",
+    "SYNC_WAIT_HEARTBEATS",
     "TRANSITIONS",
     "CallerOutcome",
     "CommitGate",
@@ -328,6 +329,20 @@ _JOIN_PHASE = frozenset({S.PREPARING_REBALANCE, S.COMPLETING_REBALANCE})
 #: before the first delivery after waking, before any stale answer is read.
 LOOP_WATCH_FRACTION = 0.5
 
+#: The SyncGroup wait: a member whose JoinGroup was answered heartbeats while its
+#: SyncGroup is held (Java enables its heartbeat thread on the JoinGroup answer, for
+#: the same reason).  A follower's SyncGroup is held until the leader has synced; a
+#: SyncGroup answer proves the session only from its *sending* (a frozen process must
+#: not reopen the gate with a stale answer), so a SyncGroup held for a session or more
+#: arrived already lapsed: the member declared its new partitions lost a heartbeat
+#: later and rejoined under its generation - with changed subscription metadata, so
+#: Kafka rebalanced the whole group again and an eager slow member revoked again
+#: (docs/reliability.md, "A slow listener costs one rebalance").  The beats' answers
+#: do nothing to the membership - the SyncGroup's answer decides - except that one
+#: proving the session (:data:`SESSION_PROVING_CODES`, and current) dates the SyncGroup's
+#: proof from that beat's sending instead.
+SYNC_WAIT_HEARTBEATS = True
+
 #: How much longer than the rebalance timeout a JoinGroup is awaited (seconds; Java's
 #: ``JOIN_GROUP_TIMEOUT_LAPSE``, 5 s).
 #:
@@ -548,7 +563,8 @@ class Membership:
         #: The session lapsed without a proving answer; ends with a proof, the lost
         #: listener, a new generation or the generation's end (see SESSION_ELAPSED).
         self._session_lapsed = False
-        #: When the last SyncGroup was sent: its success proves the session from then.
+        #: When the last SyncGroup was sent - or a later beat of the SyncGroup wait that
+        #: proved the session (SYNC_WAIT_HEARTBEATS): its success proves it from then.
         self._sync_sent_at = now
         #: The loop stood still in the join phase (see LOOP_WATCH_FRACTION): the
         #: delivery gate stays shut until the join phase ends.
@@ -569,6 +585,16 @@ class Membership:
     @property
     def heartbeats_active(self) -> bool:
         return self.state in _HEARTBEATING and self.in_generation
+
+    @property
+    def sync_wait_heartbeats(self) -> bool:
+        """Joined, SyncGroup pending: heartbeats keep the session (see SYNC_WAIT_HEARTBEATS)."""
+        return (
+            SYNC_WAIT_HEARTBEATS
+            and self.state is S.COMPLETING_REBALANCE
+            and self.in_generation
+            and self.coordinator_id is not None
+        )
 
     @property
     def session_unproven(self) -> bool:
@@ -652,6 +678,8 @@ class Membership:
             deadlines.append(self.timers.session_check_deadline())
             if not self.timers.in_flight:
                 deadlines.append(self.timers.next_heartbeat_at())
+        if self.sync_wait_heartbeats and not self.timers.in_flight:
+            deadlines.append(self.timers.next_heartbeat_at())
         if self._listener_deadline is not None:
             deadlines.append(self._listener_deadline)
         if self._poll_watch_active():
@@ -889,6 +917,18 @@ class Membership:
 
     def _on_heartbeat_response(self, ev: E.Event, out: list[A.Action]) -> None:
         assert isinstance(ev, E.HeartbeatResponseReceived)
+        if (
+            self.sync_wait_heartbeats
+            and ev.generation_id == self.generation_id
+            and self.timers.in_flight
+        ):
+            # A beat of the SyncGroup wait: it only moves the SyncGroup's proof.
+            if ev.result.error_code in SESSION_PROVING_CODES and self.timers.answer_is_current(
+                self._now
+            ):
+                self._sync_sent_at = max(self._sync_sent_at, self.timers.last_sent)
+            self.timers.answered()
+            return
         if (
             ev.generation_id != self.generation_id
             or not self.heartbeats_active
@@ -1213,6 +1253,13 @@ class Membership:
             ):
                 self.timers.sent(now)
                 out.append(A.SendHeartbeat(self.generation_id, self.member_id))
+        if (
+            self.sync_wait_heartbeats
+            and not self.timers.in_flight
+            and now >= self.timers.next_heartbeat_at()
+        ):
+            self.timers.sent(now)
+            out.append(A.SendHeartbeat(self.generation_id, self.member_id))
         if self._poll_watch_active() and now >= self._poll_deadline():
             self._poll_expired_at = now
         if self._auto_commit_active() and self._next_auto_commit is not None:
