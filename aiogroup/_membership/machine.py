@@ -43,7 +43,7 @@ __all__ = [
     "SESSION_PROVING_CODES",
     "STATE_RULES",
     "SYNC_GROUP_REACTIONS",
-    "SYNC_WAIT_HEARTBEATS",
+    "SYNC_WAIT_WATCH",
     "TRANSITIONS",
     "CallerOutcome",
     "CommitGate",
@@ -329,19 +329,24 @@ _JOIN_PHASE = frozenset({S.PREPARING_REBALANCE, S.COMPLETING_REBALANCE})
 #: before the first delivery after waking, before any stale answer is read.
 LOOP_WATCH_FRACTION = 0.5
 
-#: The SyncGroup wait: a member whose JoinGroup was answered heartbeats while its
-#: SyncGroup is held (Java enables its heartbeat thread on the JoinGroup answer, for
-#: the same reason).  A follower's SyncGroup is held until the leader has synced; a
-#: SyncGroup answer proves the session only from its *sending* (a frozen process must
-#: not reopen the gate with a stale answer), so a SyncGroup held for a session or more
-#: arrived already lapsed: the member declared its new partitions lost a heartbeat
-#: later and rejoined under its generation - with changed subscription metadata, so
-#: Kafka rebalanced the whole group again and an eager slow member revoked again
-#: (docs/reliability.md, "A slow listener costs one rebalance").  The beats' answers
-#: do nothing to the membership - the SyncGroup's answer decides - except that one
-#: proving the session (:data:`SESSION_PROVING_CODES`, and current) dates the SyncGroup's
-#: proof from that beat's sending instead.
-SYNC_WAIT_HEARTBEATS = True
+#: The SyncGroup wait.  A follower's SyncGroup is held until the leader has synced;
+#: Kafka keeps a member awaiting its sync alive (it does not expire its session) and
+#: restarts its session when it sends the answer.  The machine used to date a
+#: SyncGroup's proof from its *sending* (so a frozen process could not reopen the
+#: delivery gate with a stale answer), so an answer held for a session or more
+#: arrived already lapsed: a heartbeat later the member declared its new partitions
+#: lost and rejoined under its generation - with changed subscription metadata, which
+#: by Kafka's join rule rebalances the whole group, and an eager slow member revokes
+#: again (docs/reliability.md, "A slow listener costs one rebalance").  Heartbeats
+#: cannot prove anything meanwhile: a broker answers one request per connection at a
+#: time, so a beat waits behind the held SyncGroup (seen on Tansu).  Instead the
+#: machine watches its own loop while the SyncGroup is pending, as in the join phase
+#: (LOOP_WATCH_FRACTION): woken every ``min(heartbeat_interval, limit / 3)``, and when
+#: the answer is read with the loop seen running less than ``limit`` before, the
+#: answer cannot have waited unread longer than that step: its proof dates from the
+#: previous step less one tick (never earlier than the sending).  A loop that stood
+#: still keeps the old dating - a stale answer still proves nothing new.
+SYNC_WAIT_WATCH = True
 
 #: How much longer than the rebalance timeout a JoinGroup is awaited (seconds; Java's
 #: ``JOIN_GROUP_TIMEOUT_LAPSE``, 5 s).
@@ -563,9 +568,11 @@ class Membership:
         #: The session lapsed without a proving answer; ends with a proof, the lost
         #: listener, a new generation or the generation's end (see SESSION_ELAPSED).
         self._session_lapsed = False
-        #: When the last SyncGroup was sent - or a later beat of the SyncGroup wait that
-        #: proved the session (SYNC_WAIT_HEARTBEATS): its success proves it from then.
+        #: When the last SyncGroup was sent: its success proves the session from then
+        #: (or later, see SYNC_WAIT_WATCH).
         self._sync_sent_at = now
+        #: The loop time of the step before the one being handled (SYNC_WAIT_WATCH).
+        self._step_before = now
         #: The loop stood still in the join phase (see LOOP_WATCH_FRACTION): the
         #: delivery gate stays shut until the join phase ends.
         self._loop_stalled = False
@@ -587,14 +594,13 @@ class Membership:
         return self.state in _HEARTBEATING and self.in_generation
 
     @property
-    def sync_wait_heartbeats(self) -> bool:
-        """Joined, SyncGroup pending: heartbeats keep the session (see SYNC_WAIT_HEARTBEATS)."""
-        return (
-            SYNC_WAIT_HEARTBEATS
-            and self.state is S.COMPLETING_REBALANCE
-            and self.in_generation
-            and self.coordinator_id is not None
-        )
+    def sync_wait_watched(self) -> bool:
+        """Joined, SyncGroup pending: the loop is watched (see SYNC_WAIT_WATCH)."""
+        return SYNC_WAIT_WATCH and self.state is S.COMPLETING_REBALANCE and self.in_generation
+
+    @property
+    def _watch_tick(self) -> float:
+        return min(self.timers.heartbeat_interval, self.loop_watch_limit / 3)
 
     @property
     def session_unproven(self) -> bool:
@@ -678,8 +684,8 @@ class Membership:
             deadlines.append(self.timers.session_check_deadline())
             if not self.timers.in_flight:
                 deadlines.append(self.timers.next_heartbeat_at())
-        if self.sync_wait_heartbeats and not self.timers.in_flight:
-            deadlines.append(self.timers.next_heartbeat_at())
+        if self.sync_wait_watched and not self.loop_watched:
+            deadlines.append(self._now + self._watch_tick)
         if self._listener_deadline is not None:
             deadlines.append(self._listener_deadline)
         if self._poll_watch_active():
@@ -718,6 +724,7 @@ class Membership:
                     " was in flight: the broker may have removed this member and handed "
                     "its partitions on"
                 )
+        self._step_before = self._now
         self._now = max(self._now, now)
         out: list[A.Action] = []
         tr.handler(self, event, out)
@@ -891,7 +898,11 @@ class Membership:
         self._prejoin_done = False
         # The broker restarted the session when it received the SyncGroup, no earlier
         # than its sending: an answer read late must not stretch the delivery gate.
-        self.timers.reset_session(self._now, proven_at=self._sync_sent_at)
+        proven_at = self._sync_sent_at
+        if SYNC_WAIT_WATCH and self._now - self._step_before < self.loop_watch_limit:
+            # The loop ran a step ago: the answer was read within a step of its coming.
+            proven_at = max(proven_at, self._step_before - self._watch_tick)
+        self.timers.reset_session(self._now, proven_at=proven_at)
         # ... and heartbeating starts from this reset: the tick must not restart the
         # session clock again at the answer's reading.
         self._heartbeats_were_active = True
@@ -917,18 +928,6 @@ class Membership:
 
     def _on_heartbeat_response(self, ev: E.Event, out: list[A.Action]) -> None:
         assert isinstance(ev, E.HeartbeatResponseReceived)
-        if (
-            self.sync_wait_heartbeats
-            and ev.generation_id == self.generation_id
-            and self.timers.in_flight
-        ):
-            # A beat of the SyncGroup wait: it only moves the SyncGroup's proof.
-            if ev.result.error_code in SESSION_PROVING_CODES and self.timers.answer_is_current(
-                self._now
-            ):
-                self._sync_sent_at = max(self._sync_sent_at, self.timers.last_sent)
-            self.timers.answered()
-            return
         if (
             ev.generation_id != self.generation_id
             or not self.heartbeats_active
@@ -1253,13 +1252,6 @@ class Membership:
             ):
                 self.timers.sent(now)
                 out.append(A.SendHeartbeat(self.generation_id, self.member_id))
-        if (
-            self.sync_wait_heartbeats
-            and not self.timers.in_flight
-            and now >= self.timers.next_heartbeat_at()
-        ):
-            self.timers.sent(now)
-            out.append(A.SendHeartbeat(self.generation_id, self.member_id))
         if self._poll_watch_active() and now >= self._poll_deadline():
             self._poll_expired_at = now
         if self._auto_commit_active() and self._next_auto_commit is not None:

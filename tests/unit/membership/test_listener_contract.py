@@ -105,13 +105,7 @@ class ListenerContract(RuleBasedStateMachine):
             self.listener = "lost"
         elif isinstance(action, A.SendHeartbeat):
             assert m.member_id and action.generation_id >= 0
-            # Heartbeating states, and the SyncGroup wait (SYNC_WAIT_HEARTBEATS).
-            assert m.state in (
-                S.STABLE,
-                S.ASSIGNING,
-                S.REVOKING,
-                S.COMPLETING_REBALANCE,
-            ), m.state
+            assert m.state in (S.STABLE, S.ASSIGNING, S.REVOKING), m.state
         elif isinstance(
             action,
             A.SendJoinGroup
