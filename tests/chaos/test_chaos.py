@@ -75,9 +75,10 @@ async def slow_listener_scenario(
 
     Must hold: the ownership checker clean (nobody handed A's partitions before A's
     revoke returned), A never evicted, no member's partitions lost, at most
-    EXPECTED_REBALANCES broker rebalances from B's start to the end, a stable split within the listener's duration plus a
-    few heartbeat intervals (plus the join hold of a broker that holds joins), and no
-    further rebalance or ownership change for QUIET_HEARTBEATS heartbeats after it."""
+    EXPECTED_REBALANCES broker rebalances from B's start to the end, a stable split
+    within the listener's duration plus a few heartbeat intervals (plus the join hold
+    of a broker that holds joins), and no further rebalance or ownership change for
+    QUIET_HEARTBEATS heartbeats after it."""
     group_protocol = "consumer" if protocol == "consumer" else "classic"
     if group_protocol == "consumer":
         if not broker.caps.supports_consumer_protocol:
