@@ -52,6 +52,12 @@ EXPECTED_REBALANCES = {"eager": 1, "cooperative": 2, "consumer": 1}
 QUIET_HEARTBEATS = 5
 
 
+def _broker_stable(events: list[Any]) -> bool:
+    """The observer's last sample showed the group at rest (no rebalance under way)."""
+    states = [e.detail for e in events if e.kind == "group_state"]
+    return bool(states) and states[-1].split(" ")[0] == "Stable"
+
+
 def _settled_at(events: list[Any], since: float) -> float:
     """The last ownership change (assigned, revoke returned, lost) after ``since``."""
     changes = [
@@ -105,6 +111,9 @@ async def slow_listener_scenario(
         a = await run.member("A", strategy, sync_listener=sync, **opts, **options)
         await run.owners(1)
         await run.consuming(a.client_id)
+        # B's join must be the broker's next rebalance: wait until it shows A's group
+        # stable (Tansu may still report the first rebalance after A was assigned).
+        await run.until("the broker to show A's group stable", _broker_stable, timeout=30)
         if where == "assign":
             # The slow assignment is the one B's join sets off in A.
             a.assign_delay = delay
