@@ -18,6 +18,13 @@ from aiogroup.errors import (
     RecordDeserializationError,
 )
 from aiogroup.listeners import AsyncConsumerRebalanceListener, ConsumerRebalanceListener
+from aiogroup.processing import (
+    DeadLetter,
+    DeadLetterTopicError,
+    ProcessingError,
+    Processor,
+    RetryPolicy,
+)
 from aiogroup.structs import (
     ConsumerRecord,
     OffsetAndMetadata,
@@ -35,6 +42,8 @@ __all__ = [
     "ConsumerRebalanceListener",
     "ConsumerRecord",
     "ConsumerStoppedError",
+    "DeadLetter",
+    "DeadLetterTopicError",
     "FencedInstanceIdError",
     "GroupConsumer",
     "IllegalStateError",
@@ -44,7 +53,10 @@ __all__ = [
     "NoOffsetForPartitionError",
     "OffsetAndMetadata",
     "OffsetAndTimestamp",
+    "ProcessingError",
+    "Processor",
     "RebalanceProtocol",
     "RecordDeserializationError",
+    "RetryPolicy",
     "TopicPartition",
 ]

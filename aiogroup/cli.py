@@ -1,6 +1,6 @@
 """``aiogroup``: a consumer-group admin CLI (as ``kafka-consumer-groups.sh``).
 
-    aiogroup [--bootstrap-servers HOST:PORT] [--json] groups
+    aiogroup [--bootstrap-servers HOST:PORT] [--command-config FILE] [--json] groups
     aiogroup ... describe GROUP
     aiogroup ... lag GROUP [--watch SECONDS] [--iterations N]
     aiogroup ... reset GROUP [--topic T ...] (--to-earliest | --to-latest |
@@ -15,6 +15,14 @@ batch.
 ``reset`` is a dry run unless ``--execute`` is given, and refuses while the group
 has members (their commits would race the reset, as the Java tool refuses too).
 Exit status: 0 on success, 1 on a refused or failed operation, 2 on bad usage.
+
+Secure clusters: ``--command-config client.properties`` takes the Java-style client
+properties Kafka's own tools take (:data:`SUPPORTED_PROPERTIES`; a key outside it is
+refused by name), or the equivalent flags (``--security-protocol``,
+``--sasl-mechanism``, ``--sasl-username``, ``--ssl-ca-location``; the password only
+from the file or ``$AIOGROUP_SASL_PASSWORD``, never a flag, which ``ps`` would show).
+Trust is PEM (``ssl.ca.location`` as librdkafka names it, or a PEM truststore): a JKS
+or PKCS12 truststore is refused with the command that converts it.
 """
 
 from __future__ import annotations
@@ -25,14 +33,19 @@ import datetime as dt
 import json
 import logging
 import os
+import re
+import ssl
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, TextIO
 
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaConnectionError
 
 from aiogroup import offsets as _offsets
+from aiogroup._bootstrap import explain_bootstrap_failure
 from aiogroup._protocol.group import (
     OffsetCommitRequest,
     OffsetFetchRequest,
@@ -41,6 +54,7 @@ from aiogroup._protocol.group import (
 )
 from aiogroup.consumer_protocol import decode_assignment
 from aiogroup.errors import KafkaError, error_for_code
+from aiogroup.redaction import install_log_redaction
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
 
 __all__ = ["main", "run"]
@@ -86,13 +100,22 @@ class PartitionLag:
 class Admin:
     """The few group operations the CLI needs, over aiokafka's admin client."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, **client_options: Any) -> None:
+        # Every request below goes through this one client (the admin's, the
+        # coordinator's OffsetFetch/OffsetCommit, ListOffsets and Fetch for watermarks),
+        # so the security options reach every connection the CLI opens.
+        options = {"client_id": "aiogroup-cli", **client_options}
         self.admin = AIOKafkaAdminClient(
-            bootstrap_servers=bootstrap, client_id="aiogroup-cli", request_timeout_ms=20_000
+            bootstrap_servers=bootstrap, request_timeout_ms=20_000, **options
         )
+        self._bootstrap = bootstrap
+        self._security = {k: v for k, v in client_options.items() if k != "client_id"}
 
     async def __aenter__(self) -> Admin:
-        await self.admin.start()
+        try:
+            await self.admin.start()
+        except KafkaConnectionError as exc:  # "Unable to bootstrap": say why
+            raise await explain_bootstrap_failure(self._bootstrap, self._security, exc) from exc
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -198,6 +221,174 @@ def _pick(obj: dict[str, Any], *names: str) -> Any:
         if name in obj:
             return obj[name]
     raise KeyError(names[0])
+
+
+# -- client properties (--command-config) ------------------------------------------------
+
+#: The Java client properties ``--command-config`` understands, and what each does.
+SUPPORTED_PROPERTIES: dict[str, str] = {
+    "security.protocol": "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
+    "sasl.mechanism": "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
+    "sasl.jaas.config": "PlainLoginModule or ScramLoginModule with username=... password=...",
+    "sasl.username": "librdkafka's name; instead of sasl.jaas.config",
+    "sasl.password": "librdkafka's name; instead of sasl.jaas.config",
+    "ssl.ca.location": "PEM file of the CA(s) to trust (librdkafka's name)",
+    "ssl.truststore.location": "PEM file of the CA(s) to trust; needs ssl.truststore.type=PEM",
+    "ssl.truststore.type": "PEM (JKS and PKCS12 are Java-only: convert them)",
+    "ssl.truststore.password": "ignored (a PEM truststore has none)",
+    "ssl.certificate.location": "PEM client certificate (mutual TLS)",
+    "ssl.key.location": "PEM private key of the client certificate",
+    "ssl.key.password": "the private key's password",
+    "ssl.endpoint.identification.algorithm": "https (the default) or empty: no hostname check",
+    "client.id": "the client id the broker logs",
+}
+
+_SECRET_PROPERTIES = ("sasl.jaas.config", "sasl.password", "ssl.key.password")
+_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+_JAAS_MODULES = ("PlainLoginModule", "ScramLoginModule")
+_JAAS_OPTION = re.compile(r'(\w+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s;"]+))')
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java ``.properties`` lines: ``key=value``, ``key: value`` or ``key value``;
+    ``#``/``!`` comments; a trailing backslash continues a line."""
+    props: dict[str, str] = {}
+    logical = ""
+    for raw in text.splitlines():
+        line = raw.strip() if not logical else raw.lstrip()
+        if not logical and (not line or line[0] in "#!"):
+            continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            logical += line[:-1]
+            continue
+        logical += line
+        match = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", logical)
+        if match:
+            props[match.group(1)] = match.group(2).strip()
+        elif logical:
+            props[logical] = ""
+        logical = ""
+    return props
+
+
+def _jaas_credentials(text: str) -> tuple[str, str]:
+    """``username``/``password`` of a PLAIN or SCRAM ``sasl.jaas.config``.
+
+    Errors name the problem, never the value (it holds the password).
+    """
+    module = text.split(None, 1)[0] if text.strip() else ""
+    if not module.endswith(_JAAS_MODULES):
+        shown = module if "=" not in module else "(unreadable)"
+        raise CliError(
+            f"sasl.jaas.config: login module {shown!r} is not supported; use "
+            "org.apache.kafka.common.security.plain.PlainLoginModule or "
+            "org.apache.kafka.common.security.scram.ScramLoginModule"
+        )
+    options = {
+        m.group(1): (m.group(2) if m.group(2) is not None else m.group(3))
+        for m in _JAAS_OPTION.finditer(text)
+    }
+    missing = [k for k in ("username", "password") if k not in options]
+    if missing:
+        raise CliError(f"sasl.jaas.config has no {' or '.join(missing)}")
+    return options["username"].replace('\\"', '"'), options["password"].replace('\\"', '"')
+
+
+def client_options_from_properties(props: dict[str, str]) -> dict[str, Any]:
+    """aiokafka client keyword arguments for Java-style client ``props``.
+
+    An unsupported key is refused by name (a silently ignored security setting
+    would connect with less security than the file asks for).
+    """
+    unknown = sorted(set(props) - set(SUPPORTED_PROPERTIES))
+    if unknown:
+        raise CliError(
+            f"unsupported client propert{'y' if len(unknown) == 1 else 'ies'}: "
+            f"{', '.join(unknown)} (supported: {', '.join(SUPPORTED_PROPERTIES)})"
+        )
+    opts: dict[str, Any] = {}
+    protocol = props.get("security.protocol", "PLAINTEXT").upper()
+    if protocol not in _PROTOCOLS:
+        raise CliError(f"security.protocol {protocol!r} is not one of {', '.join(_PROTOCOLS)}")
+    opts["security_protocol"] = protocol
+    if "client.id" in props:
+        opts["client_id"] = props["client.id"]
+    if protocol.startswith("SASL_"):
+        mechanism = props.get("sasl.mechanism", "PLAIN").upper()
+        if mechanism not in _SASL_MECHANISMS:
+            raise CliError(
+                f"sasl.mechanism {mechanism!r} is not supported by the CLI (supported: "
+                f"{', '.join(_SASL_MECHANISMS)})"
+            )
+        opts["sasl_mechanism"] = mechanism
+        if "sasl.jaas.config" in props:
+            user, password = _jaas_credentials(props["sasl.jaas.config"])
+        else:
+            user = props.get("sasl.username", "")
+            password = props.get("sasl.password", os.environ.get("AIOGROUP_SASL_PASSWORD", ""))
+        if not user or not password:
+            raise CliError(
+                f"security.protocol {protocol} needs a username and password "
+                "(sasl.jaas.config, or sasl.username and sasl.password)"
+            )
+        opts["sasl_plain_username"] = user
+        opts["sasl_plain_password"] = password
+    if protocol.endswith("SSL"):
+        opts["ssl_context"] = _ssl_context(props)
+    return opts
+
+
+def _ssl_context(props: dict[str, str]) -> ssl.SSLContext:
+    cafile = props.get("ssl.ca.location")
+    if "ssl.truststore.location" in props:
+        kind = props.get("ssl.truststore.type", "JKS").upper()
+        if kind != "PEM":
+            raise CliError(
+                f"ssl.truststore.type {kind} is Java-only; export the CA as PEM (keytool "
+                "-exportcert -rfc -keystore TRUSTSTORE -alias CA -file ca.pem) and set "
+                "ssl.ca.location=ca.pem (or ssl.truststore.type=PEM)"
+            )
+        cafile = props["ssl.truststore.location"]
+    try:
+        context = ssl.create_default_context(cafile=cafile)
+        if "ssl.certificate.location" in props:
+            context.load_cert_chain(
+                props["ssl.certificate.location"],
+                props.get("ssl.key.location"),
+                props.get("ssl.key.password"),
+            )
+    except (OSError, ssl.SSLError) as exc:
+        # The exception text names a file and the failure, not a password.
+        raise CliError(f"TLS setup failed: {type(exc).__name__}: {exc.strerror or exc}") from None
+    if props.get("ssl.endpoint.identification.algorithm", "https").strip() == "":
+        context.check_hostname = False
+    return context
+
+
+def client_options_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The file's properties, overridden by the flags given."""
+    props: dict[str, str] = {}
+    if args.command_config:
+        try:
+            text = Path(args.command_config).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise CliError(f"--command-config {args.command_config}: {exc.strerror}") from None
+        props = parse_properties(text)
+    for flag, key in (
+        ("security_protocol", "security.protocol"),
+        ("sasl_mechanism", "sasl.mechanism"),
+        ("sasl_username", "sasl.username"),
+        ("ssl_ca_location", "ssl.ca.location"),
+    ):
+        value = getattr(args, flag, None)
+        if value is not None:
+            props[key] = value
+    if "sasl.username" in props and "sasl.jaas.config" in props:
+        raise CliError("give either --sasl-username or sasl.jaas.config, not both")
+    if not props:
+        return {}
+    return client_options_from_properties(props)
 
 
 # -- commands ---------------------------------------------------------------------------
@@ -366,6 +557,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="host:port[,host:port] (default: $AIOGROUP_BOOTSTRAP or localhost:9092)",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="Java-style client properties (security.protocol, sasl.*, ssl.*) for a secure "
+        "cluster, as Kafka's own tools take",
+    )
+    parser.add_argument("--security-protocol", choices=_PROTOCOLS)
+    parser.add_argument("--sasl-mechanism", choices=_SASL_MECHANISMS)
+    parser.add_argument(
+        "--sasl-username", help="the password comes from $AIOGROUP_SASL_PASSWORD or the file"
+    )
+    parser.add_argument("--ssl-ca-location", metavar="PEM", help="CA certificate(s) to trust")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("groups", help="list consumer groups")
     p = sub.add_parser("describe", help="state, protocol, members and their assignment")
@@ -396,14 +599,19 @@ async def run(argv: Sequence[str], out: TextIO | None = None) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     args.out = out
+    install_log_redaction()
     try:
-        async with Admin(args.bootstrap_servers) as admin:
+        client_options = client_options_from_args(args)
+        async with Admin(args.bootstrap_servers, **client_options) as admin:
             result = await asyncio.wait_for(
                 COMMANDS[args.command](admin, args),
                 None if args.command == "lag" and args.watch else TIMEOUT_S * 2,
             )
     except CliError as exc:
         print(f"aiogroup: {exc}", file=sys.stderr)
+        return 1
+    except KafkaConnectionError as exc:
+        print(f"aiogroup: {args.command} failed: {exc}", file=sys.stderr)
         return 1
     except (KafkaError, OSError, asyncio.TimeoutError) as exc:
         print(f"aiogroup: {args.command} failed: {exc!r}", file=sys.stderr)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiogroup.errors import ConfigurationError, InvalidTopicNameError
+from aiogroup.redaction import redact
 from aiogroup.structs import OffsetResetStrategy
 
 __all__ = ["REMOTE_ASSIGNORS", "ConsumerConfig", "check_bootstrap_servers", "validate_topic_name"]
@@ -103,7 +104,9 @@ _CLIENT_CHOICES: dict[str, tuple[str, ...]] = {
 
 
 def _bad(name: str, value: object, wanted: str) -> ConfigurationError:
-    return ConfigurationError(f"{name} must be {wanted}, got {value!r} ({type(value).__name__})")
+    return ConfigurationError(
+        f"{name} must be {wanted}, got {redact(name, value)} ({type(value).__name__})"
+    )
 
 
 def _is_int(value: object) -> bool:
@@ -129,7 +132,7 @@ def check_bootstrap_servers(value: object) -> None:
             raise ConfigurationError(f"bootstrap_servers entry {host!r} has an invalid port")
 
 
-@dataclass
+@dataclass(repr=False)
 class ConsumerConfig:
     """Every option of ``GroupConsumer``; names and defaults follow aiokafka.
 
@@ -182,6 +185,18 @@ class ConsumerConfig:
     def __post_init__(self) -> None:
         self._check_types()
         self._check_combinations()
+
+    def __repr__(self) -> str:
+        """Every option, with secrets (:data:`SECRET_OPTIONS`) redacted."""
+        parts = []
+        for name in self.__dataclass_fields__:
+            value = getattr(self, name)
+            if name == "client_options":
+                inner = ", ".join(f"{k!r}: {redact(k, v)}" for k, v in value.items())
+                parts.append(f"client_options={{{inner}}}")
+            else:
+                parts.append(f"{name}={redact(name, value)}")
+        return f"ConsumerConfig({', '.join(parts)})"
 
     def _check_types(self) -> None:
         check_bootstrap_servers(self.bootstrap_servers)

@@ -23,10 +23,12 @@ from aiokafka.errors import (
     ConsumerStoppedError,
     IllegalOperation,
     IllegalStateError,
+    KafkaConnectionError,
     KafkaTimeoutError,
 )
 
 from aiogroup import offsets as _offsets
+from aiogroup._bootstrap import explain_bootstrap_failure
 from aiogroup._membership.machine import MemberState
 from aiogroup._timeouts import wait_for
 from aiogroup.assignors import resolve_assignors
@@ -37,10 +39,16 @@ from aiogroup.consumer_group_routine import (
     check_group_protocol_options,
 )
 from aiogroup.coordinator import GroupCoordinator
-from aiogroup.errors import CommitFailedError, ConfigurationError, KafkaError
+from aiogroup.errors import (
+    CommitFailedError,
+    ConfigurationError,
+    KafkaError,
+    is_authorization_error,
+)
 from aiogroup.fetcher import Fetcher
-from aiogroup.listeners import as_async_listener
+from aiogroup.listeners import HookedListener, RebalanceHooks, as_async_listener
 from aiogroup.metrics import ConsumerMetrics, Health, MetricsSnapshot, PartitionMetrics
+from aiogroup.redaction import install_log_redaction
 from aiogroup.structs import (
     ConsumerRecord,
     OffsetAndMetadata,
@@ -223,6 +231,8 @@ class GroupConsumer:
         #: know a topic ``topics()`` has just listed (Java's ``partitionsFor`` does).
         self._listed: ClusterMetadata | None = None
         self._metrics = ConsumerMetrics(self._config.session_timeout_ms / 1000)
+        #: Internal parties run before the application's listener (the processor).
+        self._rebalance_hooks = RebalanceHooks()
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -242,6 +252,7 @@ class GroupConsumer:
         if self._lifecycle is _Lifecycle.STOPPED:
             raise ConsumerStoppedError()
         cfg = self._config
+        install_log_redaction()  # aiokafka's DEBUG log prints SASL bytes otherwise
         self._client = AIOKafkaClient(
             bootstrap_servers=cfg.bootstrap_servers,
             client_id=cfg.client_id,
@@ -253,7 +264,12 @@ class GroupConsumer:
         )
         self._subscription = SubscriptionState(cfg.reset_strategy)
         try:
-            await self._client.bootstrap()
+            try:
+                await self._client.bootstrap()
+            except KafkaConnectionError as exc:  # aiokafka's "Unable to bootstrap": say why
+                raise await explain_bootstrap_failure(
+                    cfg.bootstrap_servers, cfg.client_options, exc
+                ) from exc
             self._fetcher = Fetcher(self._client, self._subscription, cfg)
             self._fetcher.metrics = self._metrics
             await self._fetcher.start()
@@ -309,6 +325,9 @@ class GroupConsumer:
                 if coordinator.state.value == MemberState.FATAL.value:  # either protocol
                     sub.raise_pending_error()  # what made it fatal
                     raise KafkaError(f"group {cfg.group_id!r}: coordination failed")
+                pending = sub.pending_error
+                if pending is not None and is_authorization_error(pending):
+                    sub.raise_pending_error()  # an ACL is missing: waiting cannot help
                 if not reported.is_set():
                     raise KafkaTimeoutError(
                         f"start(): no assignment for group {cfg.group_id!r} within "
@@ -423,7 +442,7 @@ class GroupConsumer:
                 "subscribe() after assign(): call unsubscribe() first; a consumer either uses "
                 "group-managed or manually assigned partitions"
             )
-        normalized = as_async_listener(listener)
+        normalized = HookedListener(listener, self._rebalance_hooks)
         if pattern is not None:
             try:
                 compiled = re.compile(pattern)
@@ -520,20 +539,37 @@ class GroupConsumer:
 
     # -- consuming ----------------------------------------------------------------------
 
-    def _before_poll(self, partitions: Collection[TopicPartition]) -> SubscriptionState:
+    def _poll_started(self, partitions: Collection[TopicPartition]) -> SubscriptionState:
+        """A poll begins: from now until ``_poll_ended`` the application is polling.
+
+        A poll that waits for records keeps its member in the group however long it
+        waits (max_poll_interval_ms counts the time *between* polls, as Java and
+        aiokafka do); every caller pairs this with ``_poll_ended`` in a ``finally``.
+        """
         sub = self._require_started()
-        sub.raise_pending_error()
-        sub.note_poll(asyncio.get_running_loop().time())
-        self._metrics.check_broker()
-        for tp in partitions:
-            if tp not in sub.assigned_partitions:
-                raise IllegalStateError(f"partition {tp} is not assigned to this consumer")
+        sub.poll_started(asyncio.get_running_loop().time())
+        try:
+            sub.raise_pending_error()
+            self._metrics.check_broker()
+            for tp in partitions:
+                if tp not in sub.assigned_partitions:
+                    raise IllegalStateError(f"partition {tp} is not assigned to this consumer")
+        except BaseException:
+            self._poll_ended(sub)
+            raise
         return sub
+
+    @staticmethod
+    def _poll_ended(sub: SubscriptionState) -> None:
+        sub.poll_ended(asyncio.get_running_loop().time())
 
     async def getone(self, *partitions: TopicPartition) -> ConsumerRecord:
         """The next record (of ``partitions`` if given); waits until there is one or stop()."""
-        self._before_poll(partitions)
-        record = await self._fetcher_or_raise.next_record(partitions)
+        sub = self._poll_started(partitions)
+        try:
+            record = await self._fetcher_or_raise.next_record(partitions)
+        finally:
+            self._poll_ended(sub)
         self._metrics.delivered(1, _record_bytes(record))
         return record
 
@@ -548,12 +584,15 @@ class GroupConsumer:
             raise ValueError(f"timeout_ms must be >= 0, got {timeout_ms}")
         if max_records is not None and max_records <= 0:
             raise ValueError(f"max_records must be > 0 or None, got {max_records}")
-        self._before_poll(partitions)
         if max_records is None:
             max_records = self._config.max_poll_records
-        result = await self._fetcher_or_raise.fetched_records(
-            partitions, timeout_ms / 1000, max_records
-        )
+        sub = self._poll_started(partitions)
+        try:
+            result = await self._fetcher_or_raise.fetched_records(
+                partitions, timeout_ms / 1000, max_records
+            )
+        finally:
+            self._poll_ended(sub)
         if result:
             records = [r for batch in result.values() for r in batch]
             self._metrics.delivered(len(records), sum(map(_record_bytes, records)))
@@ -582,10 +621,13 @@ class GroupConsumer:
             raise ValueError(f"timeout_ms must be >= 0, got {timeout_ms}")
         if max_records is not None and max_records <= 0:
             raise ValueError(f"max_records must be > 0 or None, got {max_records}")
-        self._before_poll(partitions)
-        batch = await self._fetcher_or_raise.fetched_arrow(
-            partitions, timeout_ms / 1000, max_records, whole_batches=whole_batches
-        )
+        sub = self._poll_started(partitions)
+        try:
+            batch = await self._fetcher_or_raise.fetched_arrow(
+                partitions, timeout_ms / 1000, max_records, whole_batches=whole_batches
+            )
+        finally:
+            self._poll_ended(sub)
         if batch is not None:
             nbytes = batch.column("key").nbytes + batch.column("value").nbytes
             self._metrics.delivered(batch.num_rows, nbytes)
@@ -690,6 +732,26 @@ class GroupConsumer:
         )
         oam = result.get(partition)
         return None if oam is None else int(oam.offset)
+
+    async def _fetch_committed(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """Committed offsets *with their metadata* (the processor reads its runs there)."""
+        self._require_started()
+        assert self._coordinator is not None
+        return await self._coordinator.fetch_committed_offsets(
+            partitions, timeout=self._config.request_timeout_ms / 1000
+        )
+
+    @property
+    def _lifecycle_started(self) -> bool:
+        return self._lifecycle is _Lifecycle.STARTED
+
+    async def process(self, handler: Any, **options: Any) -> None:
+        """``await Processor(self, handler, **options).run()``: see aiogroup.processing."""
+        from aiogroup.processing import Processor
+
+        await Processor(self, handler, **options).run()
 
     # -- positions ------------------------------------------------------------------------
 
@@ -885,6 +947,7 @@ class GroupConsumer:
             generation=self.generation,
             group_requests={api: replace(st) for api, st in m.request_latency.items()},
             partitions=partitions,
+            processing=None if m.processing is None else m.processing(),
         )
 
     def health(self) -> Health:
@@ -953,4 +1016,6 @@ class GroupConsumer:
         sub = self._subscription
         if sub is None or sub.last_poll is None:
             return None
+        if sub.polls_waiting:
+            return 0.0  # waiting for records is polling (max_poll_interval_ms)
         return asyncio.get_running_loop().time() - sub.last_poll

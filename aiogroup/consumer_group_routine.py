@@ -47,7 +47,13 @@ from aiogroup._protocol.group import (
 )
 from aiogroup._protocol.group_configs import parse_session_timeout, session_timeout_request
 from aiogroup.config import REMOTE_ASSIGNORS, ConsumerConfig
-from aiogroup.errors import CommitFailedError, ConfigurationError, KafkaError, error_for_code
+from aiogroup.errors import (
+    CommitFailedError,
+    ConfigurationError,
+    KafkaError,
+    error_for_code,
+    is_authorization_error,
+)
 from aiogroup.listeners import as_async_listener
 from aiogroup.metrics import ConsumerMetrics
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
@@ -112,7 +118,7 @@ _LISTENERS = {
 #: The events the routine builds, in the consumer-protocol machine's vocabulary.
 _EVENTS = MachineEvents(
     cg.TimerFired,
-    lambda at: cg.ApplicationPolled(),
+    lambda at, waiting: cg.ApplicationPolled(waiting),
     cg.CloseRequested,
     lambda kind, error: cg.ListenerCompleted(
         _LISTENERS[kind], None if error is None else repr(error), error
@@ -299,6 +305,14 @@ class ConsumerGroupCoordinator(CoordinationRoutine[cg.Event, cg.Action]):
                 await self._client.send(node, FindCoordinatorRequest(self._group_id))
             )
             if result.error_code != 0:
+                if is_authorization_error(error_for_code(result.error_code)()):
+                    # As the classic member: the application hears it (start() and the
+                    # next poll raise it) while the lookup keeps retrying.
+                    self._raise_to_application(
+                        error_for_code(result.error_code)("FindCoordinator"),
+                        "FindCoordinator: GROUP_AUTHORIZATION_FAILED",
+                        False,
+                    )
                 event = cg.CoordinatorLookupFailed(f"error code {result.error_code}")
             elif await self._client.ready(result.node_id, group=ConnectionGroup.COORDINATION):
                 log.info("group %s: coordinator is node %d", self._group_id, result.node_id)
@@ -479,4 +493,5 @@ _PERFORMERS: dict[type[cg.Action], Callable[[ConsumerGroupCoordinator, Any], Non
     cg.InvokeOnPartitionsLost: ConsumerGroupCoordinator._lost,
     cg.RequestMetadata: ConsumerGroupCoordinator._request_metadata,
     cg.RaiseToApplication: ConsumerGroupCoordinator._perform_raise,
+    cg.LogWarning: lambda c, a: log.warning("group %s: %s", c._group_id, a.message),
 }

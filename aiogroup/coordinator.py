@@ -41,7 +41,13 @@ from aiogroup._timeouts import wait_for
 from aiogroup.assignors import select_rebalance_protocol
 from aiogroup.assignors.abc import ConsumerPartitionAssignor
 from aiogroup.config import ConsumerConfig
-from aiogroup.errors import CommitFailedError, ConfigurationError, KafkaError, error_for_code
+from aiogroup.errors import (
+    CommitFailedError,
+    ConfigurationError,
+    KafkaError,
+    authorization_error,
+    error_for_code,
+)
 from aiogroup.listeners import as_async_listener
 from aiogroup.metrics import ConsumerMetrics
 from aiogroup.structs import OffsetAndMetadata, RebalanceProtocol, TopicPartition
@@ -80,6 +86,8 @@ class GroupCoordinator(CoordinationRoutine[E.Event, A.Action]):
         if not assignors:
             raise ConfigurationError("GroupCoordinator needs at least one partition assignor")
         self._protocol = select_rebalance_protocol(assignors)
+        #: Subscribed topics the last metadata said this principal may not read.
+        self._denied_topics: frozenset[str] = frozenset()
         self._membership = Membership(
             protocol=self._protocol,
             session_timeout=config.session_timeout_ms / 1000,
@@ -274,7 +282,22 @@ class GroupCoordinator(CoordinationRoutine[E.Event, A.Action]):
     # -- subscription and metadata --------------------------------------------------------
 
     def _on_metadata(self, cluster: Any) -> None:
+        self._report_unauthorized_topics(cluster)
         self._inbox.put_nowait(_MetadataPoke())
+
+    def _report_unauthorized_topics(self, cluster: Any) -> None:
+        """A subscribed topic the principal may not read: the next poll (and start())
+        raises TopicAuthorizationFailedError naming it, as Java's poll does.  Without
+        this the topic is merely absent from metadata, and the member gets a silent
+        empty assignment.  Reported once per change of the refused set."""
+        subscribed = self._subscription.subscription.effective_topics
+        denied = frozenset(getattr(cluster, "unauthorized_topics", ())) & subscribed
+        if denied and denied != self._denied_topics:
+            error = authorization_error(
+                29, group_id=self._group_id, topics=denied, during="Metadata"
+            )
+            self._raise_to_application(error, str(error), False)
+        self._denied_topics = denied
 
     def _on_subscription_poke(self) -> None:
         sub = self._subscription.subscription
@@ -370,4 +393,5 @@ _PERFORMERS: dict[type[A.Action], Callable[[GroupCoordinator, Any], object]] = {
     A.AutoCommit: lambda c, a: c._generation.spawn(c._auto_commit(None, a.reason), "auto-commit"),
     A.Backoff: GroupCoordinator._backoff,
     A.RaiseToApplication: GroupCoordinator._perform_raise,
+    A.LogWarning: lambda c, a: log.warning("group %s: %s", c._group_id, a.message),
 }

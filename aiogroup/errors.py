@@ -6,6 +6,7 @@ catching them keeps working; the classes below cover what aiokafka has no name f
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from aiokafka.errors import (
@@ -26,6 +27,7 @@ from aiokafka.errors import CommitFailedError as _AIOKafkaCommitFailedError
 from aiogroup.structs import TopicPartition
 
 __all__ = [
+    "AUTHORIZATION_CODES",
     "RETRIABLE_CODES",
     "STALE_METADATA_CODES",
     "TRANSPORT_ERRORS",
@@ -42,7 +44,9 @@ __all__ = [
     "NoOffsetForPartitionError",
     "RebalanceListenerError",
     "RecordDeserializationError",
+    "authorization_error",
     "error_for_code",
+    "is_authorization_error",
     "is_retriable",
 ]
 
@@ -102,6 +106,60 @@ def error_for_code(code: int) -> type[BrokerResponseError]:
         return FencedInstanceIdError
     cls: type[BrokerResponseError] = for_code(code)
     return cls
+
+
+#: Kafka's authorization codes and the ACL resource each one is about.
+AUTHORIZATION_CODES: dict[int, str] = {
+    29: "topic",  # TOPIC_AUTHORIZATION_FAILED
+    30: "group",  # GROUP_AUTHORIZATION_FAILED
+    31: "cluster",  # CLUSTER_AUTHORIZATION_FAILED
+}
+
+
+def is_authorization_error(exc: BaseException) -> bool:
+    """A refusal by the broker's authorizer (an ACL is missing), not a transient fault."""
+    return getattr(exc, "errno", None) in AUTHORIZATION_CODES
+
+
+def authorization_error(
+    code: int,
+    *,
+    group_id: str | None = None,
+    topics: Iterable[str] = (),
+    during: str = "",
+) -> BrokerResponseError:
+    """The exception for an authorization code, its message naming the resource and the
+    ACL that is missing (the class stays aiokafka's, so ``except
+    GroupAuthorizationFailedError`` keeps working).
+
+    Why: the broker answers only a code; "GroupAuthorizationFailedError: Heartbeat"
+    sends an operator looking in the wrong place.  What a consumer needs is fixed
+    (Kafka's consumer ACLs): READ on its group, READ on each topic it reads (which
+    implies DESCRIBE).
+    """
+    cls = error_for_code(code)
+    name = cls.message if isinstance(getattr(cls, "message", None), str) else str(code)
+    where = f" ({name}{'; ' + during if during and during != name else ''})"
+    kind = AUTHORIZATION_CODES.get(code)
+    names = sorted(set(topics))
+    if kind == "group":
+        text = (
+            f"not authorized for group {group_id!r}{where}: the principal needs READ on "
+            f"group {group_id!r} (an ACL: resource GROUP, operation READ)"
+        )
+    elif kind == "topic":
+        shown = ", ".join(repr(t) for t in names) if names else "a topic it reads"
+        text = (
+            f"not authorized for topic {shown}{where}: the principal needs READ on each "
+            f"topic it consumes (an ACL: resource TOPIC, operation READ; READ implies DESCRIBE)"
+        )
+        if group_id is not None:
+            text += f"; group {group_id!r}"
+    else:
+        text = f"not authorized for the cluster{where}"
+    error = cls(text)
+    error.explained = True  # not explained twice
+    return error
 
 
 class RecordDeserializationError(KafkaError):

@@ -323,15 +323,16 @@ class Fetcher:
         """Make sure the routine wakes when a partition's position changes or it is resumed."""
         live: set[tuple[int, str]] = set()
         for st in assignment.states():
-            if st.revoking:
-                continue
             # Any seek or reset, not just a position arriving: a reset asked for while
             # we sleep (seek_to_end, no committed offset found) is ours to perform, and
-            # a seek must drop the read-ahead now, not at the next poll.
+            # a seek must drop the read-ahead now, not at the next poll.  Revoking
+            # partitions too: a seek_to_* inside their callback is answered by position().
             key = (id(st), f"change-{st.epoch}")
             live.add(key)
             if key not in self._watchers:
                 self._spawn_watcher(key, functools.partial(st.wait_changed, st.changes))
+            if st.revoking:
+                continue
             if st.paused:
                 key = (id(st), "resumed")
                 live.add(key)

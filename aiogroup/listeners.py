@@ -42,14 +42,17 @@ import inspect
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from aiogroup.structs import TopicPartition
 
 __all__ = [
     "AsyncConsumerRebalanceListener",
     "ConsumerRebalanceListener",
+    "HookedListener",
     "ListenerThread",
+    "RebalanceHook",
+    "RebalanceHooks",
     "StartOffsets",
     "as_async_listener",
     "run_on_loop",
@@ -250,6 +253,10 @@ def as_async_listener(
     the adapter starts its own thread on first use).  Raises TypeError naming the
     missing method when the object is not a listener.
     """
+    if isinstance(listener, HookedListener):
+        return (
+            listener if thread is None else HookedListener(listener.inner, listener.hooks, thread)
+        )
     if listener is None:
         return AsyncConsumerRebalanceListener()
     if isinstance(listener, _Adapter):
@@ -263,3 +270,76 @@ def as_async_listener(
                 "aiogroup.AsyncConsumerRebalanceListener or ConsumerRebalanceListener"
             )
     return _Adapter(listener, thread)
+
+
+class RebalanceHook(Protocol):
+    """An internal party that must act on partition movement before the application.
+
+    The processor (aiogroup.processing) is one: it drains and commits revoked
+    partitions before the application's ``on_partitions_revoked`` runs, so the
+    application's listener sees work on them finished.
+    """
+
+    async def partitions_revoked(self, revoked: set[TopicPartition]) -> None: ...
+
+    async def partitions_assigned(self, assigned: set[TopicPartition]) -> None: ...
+
+    async def partitions_lost(self, lost: set[TopicPartition]) -> None: ...
+
+
+class RebalanceHooks:
+    """A consumer's hooks; read at each callback, so one added after subscribe() counts."""
+
+    def __init__(self) -> None:
+        self._hooks: list[RebalanceHook] = []
+
+    def add(self, hook: RebalanceHook) -> None:
+        if hook not in self._hooks:
+            self._hooks.append(hook)
+
+    def remove(self, hook: RebalanceHook) -> None:
+        if hook in self._hooks:
+            self._hooks.remove(hook)
+
+    def __len__(self) -> int:
+        return len(self._hooks)
+
+    async def revoked(self, partitions: set[TopicPartition]) -> None:
+        for hook in list(self._hooks):
+            await hook.partitions_revoked(set(partitions))
+
+    async def assigned(self, partitions: set[TopicPartition]) -> None:
+        for hook in list(self._hooks):
+            await hook.partitions_assigned(set(partitions))
+
+    async def lost(self, partitions: set[TopicPartition]) -> None:
+        for hook in list(self._hooks):
+            await hook.partitions_lost(set(partitions))
+
+
+class HookedListener(AsyncConsumerRebalanceListener):
+    """The application's listener with the consumer's :class:`RebalanceHooks` run first.
+
+    ``GroupConsumer.subscribe`` stores this; the coordination routine calls it like
+    any listener (``as_async_listener`` re-wraps ``inner`` with the consumer's
+    listener thread), so the hooks run inside the listener step, heartbeats going on.
+    """
+
+    def __init__(
+        self, inner: object | None, hooks: RebalanceHooks, thread: ListenerThread | None = None
+    ) -> None:
+        self.inner = inner
+        self.hooks = hooks
+        self.listener = as_async_listener(inner, thread=thread)
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self.hooks.revoked(revoked)
+        await self.listener.on_partitions_revoked(revoked)
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> StartOffsets:
+        await self.hooks.assigned(assigned)
+        return await self.listener.on_partitions_assigned(assigned)
+
+    async def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
+        await self.hooks.lost(lost)
+        await self.listener.on_partitions_lost(lost)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
@@ -111,6 +111,8 @@ class MetricsSnapshot:
     #: Latency of every group request by API (FindCoordinator, JoinGroup, SyncGroup, ...).
     group_requests: dict[str, LatencyStats] = field(default_factory=dict)
     partitions: dict[TopicPartition, PartitionMetrics] = field(default_factory=dict)
+    #: ``Processor.metrics()`` of the processor running on this consumer (None: none).
+    processing: dict[str, Any] | None = None
 
     @property
     def total_lag(self) -> int:
@@ -191,6 +193,8 @@ class ConsumerMetrics:
         #: token -> (API, start) of requests awaiting an answer.
         self._outstanding: dict[int, tuple[str, float]] = {}
         self._next_token = 0
+        #: Set by a running ``Processor``: its ``metrics()`` (aiogroup.processing).
+        self.processing: Callable[[], dict[str, Any]] | None = None
 
     # -- hooks --------------------------------------------------------------------------
 

@@ -285,19 +285,18 @@ class Assignment:
     def fetchable(self) -> list[TopicPartition]:
         return [tp for tp, st in self._states.items() if st.is_fetchable]
 
+    # A partition whose revoke (or lost) callback runs is still in the assignment until
+    # the callback returns: nothing of it is fetched or delivered, but its position is
+    # still looked up, so position() awaited inside the callback answers (as Java's
+    # does during onPartitionsRevoked) instead of waiting for the callback to end.
+
     def needing_committed(self) -> list[TopicPartition]:
         return [
-            tp
-            for tp, st in self._states.items()
-            if st.status is FetchStatus.AWAITING_COMMITTED and not st.revoking
+            tp for tp, st in self._states.items() if st.status is FetchStatus.AWAITING_COMMITTED
         ]
 
     def needing_reset(self) -> list[TopicPartition]:
-        return [
-            tp
-            for tp, st in self._states.items()
-            if st.status is FetchStatus.AWAITING_RESET and not st.revoking
-        ]
+        return [tp for tp, st in self._states.items() if st.status is FetchStatus.AWAITING_RESET]
 
 
 class SubscriptionType(enum.Enum):
@@ -354,11 +353,15 @@ class SubscriptionState:
         self._pending_error: BaseException | None = None
         self._error_callbacks: list[Callable[[], None]] = []
         self._closed: BaseException | None = None
-        #: Loop time of the application's last getone/getmany (max_poll_interval_ms).
+        #: Loop time the application's last getone/getmany/getmany_arrow started or
+        #: returned (max_poll_interval_ms).
         self.last_poll: float | None = None
-        #: Set at every poll; the coordinator waits on it to rejoin after leaving the
-        #: group because the application stopped polling (max_poll_interval_ms).
-        self.polled: asyncio.Event = asyncio.Event()
+        #: How many of those are in progress now, waiting for records.  A waiting poll
+        #: is the application polling (as in Java and aiokafka): the membership
+        #: machine reads it, through the routine, as "polling now".
+        self.polls_waiting = 0
+        #: Called when a poll starts (the routine wakes when its machine waits for one).
+        self._poll_callbacks: list[Callable[[], None]] = []
         #: Loop time until which the group membership is known to hold (the client-side
         #: session deadline while heartbeating), written by the coordination routine;
         #: None when no session bounds delivery (no group, or joining).  A process that
@@ -618,10 +621,24 @@ class SubscriptionState:
         until = self.membership_valid_until
         return until is None or now < until
 
-    def note_poll(self, now: float) -> None:
+    def poll_started(self, now: float) -> None:
         """The application called getone/getmany/getmany_arrow at loop time ``now``."""
+        self.polls_waiting += 1
         self.last_poll = now
-        self.polled.set()
+        for callback in list(self._poll_callbacks):
+            callback()
+
+    def poll_ended(self, now: float) -> None:
+        """That call returned (or raised) at loop time ``now``: the idle time starts here."""
+        self.polls_waiting = max(0, self.polls_waiting - 1)
+        self.last_poll = now
+
+    def add_poll_callback(self, callback: Callable[[], None]) -> None:
+        self._poll_callbacks.append(callback)
+
+    def remove_poll_callback(self, callback: Callable[[], None]) -> None:
+        with contextlib.suppress(ValueError):
+            self._poll_callbacks.remove(callback)
 
     # -- application-facing errors ------------------------------------------------------
 

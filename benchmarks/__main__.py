@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import datetime
 import json
 import os
@@ -61,12 +62,24 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="run nothing: rewrite benchmarks.md and the plots from results.json "
         "(after editing docs/benchmarks/profile.md, say)",
     )
+    parser.add_argument(
+        "--processing-records",
+        type=int,
+        default=None,
+        help="records in the processing scenario (default 200,000, quick 20,000)",
+    )
     args = parser.parse_args(argv)
     args.argv = list(argv)
     if args.parallel is not None and args.parallel < 1:
         parser.error("--parallel must be >= 1")
     try:
         args.plan = Plan.make(args.quick, args.reps)
+        if args.processing_records is not None:
+            if args.processing_records < 100:
+                raise ValueError(
+                    f"--processing-records must be >= 100, got {args.processing_records}"
+                )
+            args.plan = dataclasses.replace(args.plan, processing_records=args.processing_records)
     except ValueError as exc:
         parser.error(str(exc))
     return args

@@ -7,6 +7,7 @@ import contextlib
 import functools
 import itertools
 import json
+import random
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -121,6 +122,15 @@ class Member:
             await self.proc.wait()
         if self.reader is not None:
             await self.reader
+
+    async def go(self, timeout: float = 30.0) -> float:
+        """Start a member spawned with ``wait_go`` once it has loaded its modules; returns
+        the time ``go`` was sent.  The join clock starts at the member's own ``starting``."""
+        await wait_until([self], lambda: bool(self.of("loaded")), timeout, f"{self.name} loaded")
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(b"go\n")
+        await self.proc.stdin.drain()
+        return time.monotonic()
 
     async def kill(self) -> None:
         """SIGKILL: no LeaveGroup, no commit - the crash case."""
@@ -244,6 +254,27 @@ class SteadyProducer:
             await self._producer.stop()
 
 
+async def spawn_joiner(
+    name: str, spec: dict[str, Any], heartbeat_interval_ms: int
+) -> tuple[Member, float]:
+    """Spawn a member that joins a running group, and start its join at a random moment.
+
+    Two things kept the old join figures from measuring the join (issue 24).  Their clock
+    started at the process spawn, so interpreter start and the client's imports were
+    counted.  And with every repetition timed the same way from the group's last
+    rebalance, the moment B's JoinGroup reached the coordinator fell at the same point
+    of A's heartbeat cycle every time, and an eager or cooperative join waits for A's
+    next heartbeat: a client whose process started 0.3 s slower missed that heartbeat
+    in every repetition and paid one whole heartbeat interval more.  So the member
+    loads first, then waits a uniformly random part of one heartbeat interval, and its
+    own ``starting`` event (just before construct, ``start()``, ``subscribe()``) is the
+    clock.  Returns the member and the time its ``go`` was sent."""
+    member = await Member.spawn(name, {**spec, "wait_go": True, "timeline": True})
+    await wait_until([member], lambda: bool(member.of("loaded")), 60, f"{name} loaded")
+    await asyncio.sleep(random.uniform(0.0, heartbeat_interval_ms / 1000))
+    return member, await member.go()
+
+
 def member_spec(
     ctx: Context,
     client: str,
@@ -266,6 +297,9 @@ def member_spec(
         "session_timeout_ms": ctx.plan.session_timeout_ms,
         "heartbeat_interval_ms": ctx.plan.heartbeat_interval_ms,
         "revoke_delay": revoke_delay,
+        # Group requests traced in every member (aiokafka-based clients only): the
+        # join's timeline shows what the existing members did, not only the joiner.
+        "timeline": True,
     }
 
 
@@ -278,6 +312,16 @@ async def gather_limited(factories: Sequence[Callable[[], Awaitable[T]]], limit:
             return await f()
 
     return list(await asyncio.gather(*(one(f) for f in factories)))
+
+
+def first_callback(members: Iterable[Member], since: float) -> float | None:
+    """When the first of ``members`` heard of a rebalance after ``since``: its first
+    revoked/assigned/lost callback.  A join's time after this moment leaves out the
+    wait for the existing members' next heartbeat (a random share of an interval)."""
+    times = [
+        e["t"] for m in members for e in m.of("revoked", "assigned", "lost") if e["t"] >= since
+    ]
+    return min(times) if times else None
 
 
 def config_label(client: str, variant: str, cooperative: bool) -> str:

@@ -39,6 +39,9 @@ class Plan:
     scale_members: tuple[int, ...] = (1, 2, 4, 8)
     scale_partitions: int = 64
     scale_records: int = 2_000_000
+    processing_records: int = 200_000
+    processing_max_seconds: float = 30.0
+    processing_kill_records: int = 20_000
 
     @classmethod
     def make(cls, quick: bool, reps: int | None = None) -> Plan:
@@ -57,6 +60,9 @@ class Plan:
                 stall_seconds=5.0,
                 scale_members=(1, 2, 4),
                 scale_records=300_000,
+                processing_records=20_000,
+                processing_max_seconds=10.0,
+                processing_kill_records=5_000,
             )
         return cls(quick=False, reps=reps or 3)
 

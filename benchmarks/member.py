@@ -6,9 +6,15 @@ group only notices when the session expires).  Every event is one JSON line on
 stdout stamped with ``time.monotonic()``, which on Linux is one clock for every
 process, so the orchestrator can line up events from several members.
 
-Events: ``ready``, ``assigned``/``revoked``/``lost``/``revoke_done`` (partitions),
+Events: ``loaded`` (with ``"wait_go": true``: modules loaded, waiting for ``go`` on
+stdin), ``starting`` (the member is about to call into its client: construct, ``start()``,
+``subscribe()`` - the clock of every join figure starts here, after the interpreter and
+the client's modules are loaded), ``ready``,
+``assigned``/``revoked``/``lost``/``revoke_done`` (partitions),
 ``batch`` (per partition: first and last offset delivered), ``commit_error``,
-``error``, ``closed``.
+``error``, ``closed``; with ``"timeline": true`` in the spec, ``req`` for every group
+request an aiokafka-based client (aiogroup, aiokafka) sends: API, send and answer time and
+the answer's error code (:mod:`benchmarks.timeline`).
 """
 
 from __future__ import annotations
@@ -33,28 +39,45 @@ def emit(kind: str, **fields: Any) -> None:
         sys.stdout.flush()
 
 
-def _watch_stdin(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+def _watch_stdin(loop: asyncio.AbstractEventLoop, stop: asyncio.Event, go: asyncio.Event) -> None:
     for line in sys.stdin:
+        if line.strip() == "go":
+            loop.call_soon_threadsafe(go.set)
         if line.strip() == "stop":
             break
+    loop.call_soon_threadsafe(go.set)
     loop.call_soon_threadsafe(stop.set)  # "stop" or the orchestrator went away
 
 
 async def run(spec: dict[str, Any]) -> None:
     stop = asyncio.Event()
+    go = asyncio.Event()
     threading.Thread(
-        target=_watch_stdin, args=(asyncio.get_running_loop(), stop), daemon=True
+        target=_watch_stdin, args=(asyncio.get_running_loop(), stop, go), daemon=True
     ).start()
     try:
         adapter = adapters.make(spec["client"], spec["variant"], spec["bootstrap"])
     except NotAvailable as exc:
         emit("unavailable", detail=str(exc))
         return
+    # Imports are not joining: load the client's modules before the clock starts.
+    adapter.preload()
+    if spec.get("timeline"):
+        from benchmarks import timeline
+
+        timeline.install(emit)
     hooks = Hooks(
         event=lambda kind, parts, detail: emit(kind, p=parts, detail=detail),
         revoke_delay=spec.get("revoke_delay", 0.0),
     )
     topic = spec["topic"]
+    if spec.get("wait_go"):
+        # Loaded, not started: the orchestrator picks the moment the join begins.
+        emit("loaded")
+        await go.wait()
+        if stop.is_set():
+            return
+    emit("starting")
     await adapter.subscribe(
         topic,
         spec["group_id"],

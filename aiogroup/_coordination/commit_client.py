@@ -24,7 +24,7 @@ from aiogroup._coordination.commit_outcome import (
     positions_to_commit,
 )
 from aiogroup._protocol.group import parse_offset_commit, parse_offset_fetch
-from aiogroup.errors import KafkaError
+from aiogroup.errors import KafkaError, authorization_error, is_authorization_error
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
 from aiogroup.subscription import FetchStatus, SubscriptionState
 
@@ -107,6 +107,13 @@ class CommitClient:
                 log.debug("group %s: committed %s", self._group_id, offsets)
                 return
             if verdict.error is not None:
+                if is_authorization_error(verdict.error):  # name the group and the ACL
+                    raise authorization_error(
+                        getattr(verdict.error, "errno", 0),
+                        group_id=self._group_id,
+                        topics={tp.topic for tp in offsets},
+                        during="OffsetCommit",
+                    ) from verdict.error
                 raise verdict.error
             if verdict.next is Next.RETRY_WITH_LATEST_EPOCH:
                 await epoch()
@@ -189,8 +196,8 @@ async def refresh_committed(
             continue
         for tp, oam in committed.items():
             st = assignment.get(tp)
-            if st is None or st.revoking or st.status is not FetchStatus.AWAITING_COMMITTED:
-                continue  # moved on meanwhile (seek, revoke, new assignment)
+            if st is None or st.status is not FetchStatus.AWAITING_COMMITTED:
+                continue  # moved on meanwhile (seek, new assignment)
             if oam is not None:
                 st.seek(oam.offset)
             else:

@@ -6,7 +6,8 @@ and their wire calls - not in how a routine lives.  This base class is that life
 
 * one **inbox** and one **routine task**, the single writer of the machine: it waits
   on the inbox until the machine's next deadline, feeds what arrives (an
-  ``ApplicationPolled`` first when the application polled since the last step) and
+  ``ApplicationPolled`` first when the application's polls changed since the last
+  step: one started or returned, or one is still waiting for records) and
   performs the actions through the shell's table of performers;
 * **supervision**: a scope for the routine's life and one per generation
   (:mod:`aiogroup._coordination.supervision` says which child goes where); a child
@@ -41,7 +42,14 @@ from aiogroup._coordination.supervision import GenerationScopes, TaskScope
 from aiogroup._coordination.watch import watch_subscription
 from aiogroup._timeouts import wait_for
 from aiogroup.config import ConsumerConfig
-from aiogroup.errors import ConfigurationError, IllegalStateError, KafkaError, is_retriable
+from aiogroup.errors import (
+    ConfigurationError,
+    IllegalStateError,
+    KafkaError,
+    authorization_error,
+    is_authorization_error,
+    is_retriable,
+)
 from aiogroup.listeners import AsyncConsumerRebalanceListener, ListenerThread
 from aiogroup.metrics import ConsumerMetrics
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
@@ -70,14 +78,18 @@ class Machine(Protocol[Ev_contra, Act]):
     def next_deadline(self) -> float | None:
         """When TimerFired is due (None: only an event can move the machine)."""
 
+    @property
+    def awaiting_poll(self) -> bool:
+        """Out of the group for want of a poll: the application's next poll must wake us."""
+
 
 @dataclass(frozen=True, slots=True)
 class MachineEvents(Generic[Ev_co]):
     """The events the routine itself builds, in the machine's own vocabulary."""
 
     timer_fired: Callable[[], Ev_co]
-    #: The application polled at loop time ``at``.
-    polled: Callable[[float], Ev_co]
+    #: The application polled at loop time ``at``; (at, a poll is waiting for records now).
+    polled: Callable[[float, bool], Ev_co]
     close_requested: Callable[[], Ev_co]
     #: A callback ended: (kind - revoked/assigned/lost -, its exception or None).
     listener_completed: Callable[[str, BaseException | None], Ev_co]
@@ -90,6 +102,11 @@ class MachineEvents(Generic[Ev_co]):
 @dataclass(frozen=True, slots=True)
 class SubscriptionPoke:
     """The subscription object changed; the routine reads it and tells the machine."""
+
+
+@dataclass(frozen=True, slots=True)
+class PollPoke:
+    """The application started a poll while the machine waited for one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +159,8 @@ class CoordinationRoutine(ABC, Generic[Ev, Act]):
             lambda coro, name: self._generation.spawn(coro, name, cancel_on_close=False),
             lambda kind, error: self._inbox.put_nowait(events.listener_completed(kind, error)),
         )
-        self._last_fed_poll: float | None = None
+        #: (last poll time, a poll is waiting) as last told to the machine.
+        self._last_fed_poll: tuple[float, bool] | None = None
         self._subscription_key: object = None
         #: Replaced by GroupConsumer with the consumer's shared instance.
         self.metrics = metrics
@@ -249,6 +267,7 @@ class CoordinationRoutine(ABC, Generic[Ev, Act]):
         sub = self._subscription
         poke = lambda: self._inbox.put_nowait(SubscriptionPoke())  # noqa: E731
         self._children.spawn(watch_subscription(sub, poke), "subscription-watcher")
+        sub.add_poll_callback(self._poll_started)
         refresh = refresh_committed(
             sub, self._fetch_for_refresh, self._retry_backoff, self._refresh
         )
@@ -279,9 +298,16 @@ class CoordinationRoutine(ABC, Generic[Ev, Act]):
         finally:
             if getter is not None:
                 getter.cancel()
+            sub.remove_poll_callback(self._poll_started)
             self._on_stop()
             await self._generation.aclose()
             await self._children.aclose()
+
+    def _poll_started(self) -> None:
+        """A poll started: wake the routine only when the machine is waiting for one
+        (a member taken out for want of a poll rejoins now, not at some later step)."""
+        if self._machine.awaiting_poll:
+            self._inbox.put_nowait(PollPoke())
 
     def _report_crash(self, exc: BaseException) -> None:
         """Tell the application through the machine; if the machine itself is what broke
@@ -298,16 +324,20 @@ class CoordinationRoutine(ABC, Generic[Ev, Act]):
             raise item.exc
         if isinstance(item, SubscriptionPoke):
             self._on_subscription_poke()
+        elif isinstance(item, PollPoke):
+            self._feed(self._events.timer_fired())  # the poll itself is fed first
         else:
             self._dispatch_other(item)
 
     def _feed(self, event: Ev) -> None:
         """The one place the machine is driven; performs what it answers, in order."""
         now = asyncio.get_running_loop().time()
-        last_poll = self._subscription.last_poll
-        if last_poll is not None and last_poll != self._last_fed_poll:
-            self._last_fed_poll = last_poll
-            self._perform_all(self._machine.handle(self._events.polled(last_poll), now))
+        sub = self._subscription
+        if sub.last_poll is not None:
+            poll = (sub.last_poll, sub.polls_waiting > 0)
+            if poll != self._last_fed_poll:
+                self._last_fed_poll = poll
+                self._perform_all(self._machine.handle(self._events.polled(*poll), now))
         actions = self._machine.handle(event, now)
         # A generation that ended closes its scope before this step's actions start
         # the next generation's children (see _coordination/supervision.py).
@@ -348,6 +378,15 @@ class CoordinationRoutine(ABC, Generic[Ev, Act]):
 
     def _raise_to_application(self, exc: BaseException, message: str, fatal: bool) -> None:
         """Perform a ``RaiseToApplication``: the next poll raises ``exc``."""
+        if is_authorization_error(exc) and not getattr(exc, "explained", False):
+            # Name the group (or topics) and the missing ACL.
+            exc = authorization_error(
+                getattr(exc, "errno", 0),
+                group_id=self._group_id,
+                topics=self._subscription.subscription.effective_topics,
+                during=message,
+            )
+            message = str(exc)
         if fatal:
             log.error("group %s: fatal: %s", self._group_id, message)
         else:

@@ -24,6 +24,7 @@ __all__ = [
     "InvokeOnPartitionsAssigned",
     "InvokeOnPartitionsLost",
     "InvokeOnPartitionsRevoked",
+    "LogWarning",
     "MarkRevoking",
     "RaiseToApplication",
     "SendHeartbeat",
@@ -162,3 +163,13 @@ class RaiseToApplication(Action):
     error_code: int | None = None
     exception: BaseException | None = None
     fatal: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LogWarning(Action):
+    """Tell the operator something the application did cost (or restored) membership.
+
+    Informational, like ``Backoff``: a WARNING line, nothing else happens.
+    """
+
+    message: str

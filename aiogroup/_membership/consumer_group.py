@@ -39,6 +39,8 @@ ConsumerHeartbeatRequestManager and KIP-848):
 * Leaving revokes what is owned, then sends epoch -1 (a static member: -2, so its
   ``group_instance_id`` keeps its assignment until the session expires).
 * A poll gap over ``max_poll_interval`` leaves the group (STALE); the next poll rejoins.
+  A poll waiting for records is polling (Java's poll(), aiokafka's fetch waiters): only
+  an application that stops asking is taken out.
 * The coordinator fences a member whose session (group.consumer.session.timeout.ms,
   or the group's consumer.session.timeout.ms) passed without a heartbeat; its
   session restarts when a heartbeat *arrives*.  So the member is surely still in
@@ -84,6 +86,7 @@ __all__ = [
     "InvokeOnPartitionsLost",
     "InvokeOnPartitionsRevoked",
     "ListenerCompleted",
+    "LogWarning",
     "RaiseToApplication",
     "RequestMetadata",
     "RoutineFailed",
@@ -262,7 +265,13 @@ class TopicNamesResolved(Event):
 
 @dataclass(frozen=True, slots=True)
 class ApplicationPolled(Event):
-    pass
+    """The application polled (noticed at the step's ``now``).
+
+    ``waiting``: a getone/getmany is in progress, waiting for records - the
+    application is asking, so it counts as polling for as long as it waits.
+    """
+
+    waiting: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -388,6 +397,13 @@ class RaiseToApplication(Action):
     fatal: bool
     #: What the application raises (None: the exception class of ``error_code``).
     exception: BaseException | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LogWarning(Action):
+    """Tell the operator what the application's polling cost (or restored); nothing else."""
+
+    message: str
 
 
 class ConsumerMembershipError(RuntimeError):
@@ -651,6 +667,12 @@ class ConsumerMembership:
         #: The broker's session timeout in seconds (None: not learned; see the gate).
         self.session_timeout: float | None = None
         self.last_poll = now
+        #: A getone/getmany is waiting for records now: the application is polling.
+        self.poll_waiting = False
+        #: The application polled after the member started leaving for want of a poll.
+        self.polled_since_poll_leave = False
+        #: When the member last started leaving for want of a poll.
+        self.poll_left_at = now
         self.leave_reason: LeaveReason | None = None
         #: The leave heartbeat (epoch -1/-2) is out: its answer, whatever it is, ends LEAVING.
         self.leave_sent = False
@@ -691,7 +713,7 @@ class ConsumerMembership:
                 deadlines.append(self.next_heartbeat_at)
             elif not self.lookup_in_flight:
                 deadlines.append(self.lookup_retry_at)
-        if self.state in _IN_GROUP:
+        if self.state in _IN_GROUP and not self.poll_waiting:
             deadlines.append(self.last_poll + self.config.max_poll_interval)
         return min(deadlines) if deadlines else None
 
@@ -728,6 +750,11 @@ class ConsumerMembership:
         return self.state is S.FATAL or (
             self.state is S.UNSUBSCRIBED and self.leave_reason is LeaveReason.CLOSE
         )
+
+    @property
+    def awaiting_poll(self) -> bool:
+        """Out of the group for want of a poll: only the application's next poll moves it."""
+        return self.state is S.STALE and self.leave_reason is LeaveReason.POLL_TIMEOUT
 
     @property
     def in_group(self) -> bool:
@@ -1133,10 +1160,13 @@ def _on_topic_names(m: M, ev: Event) -> None:
 
 
 def _on_polled(m: M, ev: Event) -> None:
+    """The poll rule's input: a waiting poll is polling; after a poll leave, a rejoin is due."""
+    assert isinstance(ev, ApplicationPolled)
     m.last_poll = m.now
-    if m.state is S.STALE and m.leave_reason is LeaveReason.POLL_TIMEOUT:
-        m.leave_reason = None
-        _start_joining(m)
+    m.poll_waiting = ev.waiting
+    if m.leave_reason is LeaveReason.POLL_TIMEOUT:
+        # Also while the leave is still under way: the STALE rule rejoins when it ends.
+        m.polled_since_poll_leave = True
 
 
 def _on_timer(m: M, ev: Event) -> None:
@@ -1225,7 +1255,6 @@ for _s in (S.UNSUBSCRIBED, S.STALE):
     EVENT_TRANSITIONS[(_s, Subscribed)] = _t(_on_subscribed, S.JOINING)
     EVENT_TRANSITIONS[(_s, UnsubscribeRequested)] = _t(_on_leave_requested)
     EVENT_TRANSITIONS[(_s, CloseRequested)] = _t(_on_leave_requested)
-EVENT_TRANSITIONS[(S.STALE, ApplicationPolled)] = _t(_on_polled, S.JOINING)
 for _s in (*_MEMBER, S.FENCED):
     EVENT_TRANSITIONS[(_s, Subscribed)] = _t(_on_subscribed)
     EVENT_TRANSITIONS[(_s, UnsubscribeRequested)] = _t(_on_leave_requested, S.PREPARE_LEAVING)
@@ -1284,12 +1313,41 @@ class Rule:
 
 
 def _poll_expired(m: M) -> bool:
-    return m.now >= m.last_poll + m.config.max_poll_interval
+    """No poll for max_poll_interval, and none waiting for records now."""
+    return not m.poll_waiting and m.now >= m.last_poll + m.config.max_poll_interval
 
 
 def _start_poll_leave(m: M) -> None:
     m.leave_reason = LeaveReason.POLL_TIMEOUT
+    m.polled_since_poll_leave = False
+    m._emit(
+        LogWarning(
+            f"the application has not polled (getone/getmany/getmany_arrow/async for) for "
+            f"{m.now - m.last_poll:.1f}s, longer than max_poll_interval_ms "
+            f"({m.config.max_poll_interval:g}s): leaving the group so its partitions go to "
+            "live members; the next poll rejoins"
+        )
+    )
+    m.poll_left_at = m.now
     _prepare_leaving(m)
+
+
+def _polled_again(m: M) -> bool:
+    return m.leave_reason is LeaveReason.POLL_TIMEOUT and m.polled_since_poll_leave
+
+
+def _rejoin_after_poll_leave(m: M) -> None:
+    m._emit(
+        LogWarning(
+            f"the application polled again {m.now - m.poll_left_at:.1f}s after this member "
+            "left its group because max_poll_interval_ms "
+            f"({m.config.max_poll_interval:g}s) passed without a poll: rejoining"
+        )
+    )
+    m.leave_reason = None
+    m.polled_since_poll_leave = False
+    m.last_poll = m.now
+    _start_joining(m)
 
 
 def _new_target(m: M) -> bool:
@@ -1420,6 +1478,13 @@ STATE_RULES: tuple[Rule, ...] = (
         S.LEAVING,
         "partitions released",
         _start_leave_heartbeat,
+    ),
+    Rule(
+        frozenset({S.STALE}),
+        _polled_again,
+        S.JOINING,
+        "the application polled again",
+        _rejoin_after_poll_leave,
     ),
     Rule(
         frozenset({S.UNSUBSCRIBED}),

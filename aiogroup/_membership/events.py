@@ -256,9 +256,16 @@ class TimerFired(Event):
 
 @dataclass(frozen=True, slots=True)
 class ApplicationPolled(Event):
-    """The application called getone/getmany at loop time ``at`` (max_poll_interval_ms)."""
+    """The application's polls as of loop time ``at`` (max_poll_interval_ms).
+
+    ``at``: when the last getone/getmany/getmany_arrow started or returned.
+    ``waiting``: one is in progress now, waiting for records - the application is
+    asking, so it is polling for as long as it waits (Java's poll(), aiokafka's
+    fetch waiters); a quiet topic must not cost the member its membership.
+    """
 
     at: float
+    waiting: bool = False
 
 
 @dataclass(frozen=True, slots=True)

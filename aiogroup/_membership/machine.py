@@ -562,6 +562,8 @@ class Membership:
         self._listener_deadline: float | None = None
         self._backoff_until: float | None = None
         self._poll_expired_at: float | None = None
+        #: A getone/getmany is waiting for records now: the application is polling.
+        self._poll_waiting = False
         self._stable_since = now
         self._next_auto_commit: float | None = None
         self._heartbeats_were_active = False
@@ -608,6 +610,11 @@ class Membership:
         return self._session_lapsed or (
             self.heartbeats_active and self.timers.session_expired(self._now)
         )
+
+    @property
+    def awaiting_poll(self) -> bool:
+        """Out of the group for want of a poll: only the application's next poll moves it."""
+        return self._poll_expired_at is not None
 
     @property
     def loop_watched(self) -> bool:
@@ -785,11 +792,21 @@ class Membership:
             self._coordinator_wanted = True
 
     def _on_polled(self, ev: E.Event, out: list[A.Action]) -> None:
+        """The poll rule: a waiting poll is polling; one taken out rejoins when it asks."""
         assert isinstance(ev, E.ApplicationPolled)
         self.timers.polled(ev.at)
-        if self._poll_expired_at is not None and ev.at > self._poll_expired_at:
+        self._poll_waiting = ev.waiting
+        expired = self._poll_expired_at
+        if expired is not None and (ev.waiting or ev.at > expired):
             self._poll_expired_at = None
             self.rejoin_reason = "the application polled again after max_poll_interval_ms"
+            out.append(
+                A.LogWarning(
+                    f"the application polled again {max(0.0, self._now - expired):.1f}s after "
+                    "this member left its group because max_poll_interval_ms "
+                    f"({self.timers.max_poll_interval:g}s) passed without a poll: rejoining"
+                )
+            )
 
     def _on_close(self, ev: E.Event, out: list[A.Action]) -> None:
         self.closing = True
@@ -1199,7 +1216,14 @@ class Membership:
         return max(self.timers.last_poll, self._stable_since) + self.timers.max_poll_interval
 
     def _poll_watch_active(self) -> bool:
-        return self.state is S.STABLE and bool(self.owned) and self._poll_expired_at is None
+        """Only a member that owns partitions and whose application is not waiting in a
+        poll can be idle; one owning nothing keeps nobody's records waiting."""
+        return (
+            self.state is S.STABLE
+            and bool(self.owned)
+            and self._poll_expired_at is None
+            and not self._poll_waiting
+        )
 
     def _auto_commit_active(self) -> bool:
         return (
@@ -1254,6 +1278,15 @@ class Membership:
                 out.append(A.SendHeartbeat(self.generation_id, self.member_id))
         if self._poll_watch_active() and now >= self._poll_deadline():
             self._poll_expired_at = now
+            idle = now - max(self.timers.last_poll, self._stable_since)
+            out.append(
+                A.LogWarning(
+                    f"the application has not polled (getone/getmany/getmany_arrow/async "
+                    f"for) for {idle:.1f}s, longer than max_poll_interval_ms "
+                    f"({self.timers.max_poll_interval:g}s): leaving the group so its "
+                    "partitions go to live members; the next poll rejoins"
+                )
+            )
         if self._auto_commit_active() and self._next_auto_commit is not None:
             if now >= self._next_auto_commit:
                 self._next_auto_commit = now + (self.auto_commit_interval or 0.0)
@@ -1406,6 +1439,15 @@ def _leaving_reason(m: Membership) -> str | None:
     return None
 
 
+def _leave_revoke(m: Membership, out: list[A.Action]) -> None:
+    """Revoke everything before leaving.  It is also this generation's eager pre-join
+    revoke: if the leave is called off (the application polls again, or subscribes
+    again) before the LeaveGroup, the member rejoins in its generation without a
+    second, empty revoke."""
+    m._prejoin_done = True
+    m._start_revoke(out, m.owned, commit_first=_auto_commits(m) and not m.subscribed)
+
+
 def _can_send_leave(m: Membership) -> bool:
     """LeaveGroup makes sense: in a generation, dynamic (static members just go quiet)."""
     return m.in_generation and not m.static_member and m.coordinator_id is not None
@@ -1469,9 +1511,7 @@ STATE_RULES: tuple[StateRule, ...] = (
         lambda m: _leaving_reason(m) is not None and bool(m.owned),
         S.REVOKING,
         "unsubscribed or max poll expired: revoke owned partitions",
-        lambda m, out: m._start_revoke(
-            out, m.owned, commit_first=_auto_commits(m) and not m.subscribed
-        ),
+        lambda m, out: _leave_revoke(m, out),
     ),
     StateRule(
         "leave",

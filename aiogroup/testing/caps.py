@@ -58,6 +58,11 @@ class BrokerCaps:
     #: DescribeGroups names the group's protocol (assignor) and each member's
     #: client id and assignment.  Tansu answers with them empty.
     describe_groups_reports_assignment: bool = True
+    #: The test fixture can run the broker secured: TLS, SASL (SCRAM-SHA-512, PLAIN,
+    #: OAUTHBEARER) and an authorizer with ACLs (``KafkaCluster(secure=True)``,
+    #: tests/integration/test_secure.py).  The embedded Tansu fixture runs plaintext
+    #: without an authorizer, so the secure tests apply to Apache Kafka only.
+    supports_secure_listeners: bool = True
 
 
 #: Apache Kafka 4.x (the reference broker): every default.
@@ -77,4 +82,5 @@ TANSU_CAPS = BrokerCaps(
     honours_partition_max_bytes=False,
     supports_consumer_protocol=False,
     describe_groups_reports_assignment=False,
+    supports_secure_listeners=False,
 )

@@ -34,6 +34,28 @@ The rules :func:`check_history` applies (see ``docs/reliability.md``):
   from when it was sent (a frozen member may read the answer to a commit it sent
   before the fence only after waking).
 
+**Processing rules** (histories with "started"/"finished"/"abandoned" events, one per
+record and handler attempt, written by :func:`aiogroup.testing.recording.recording_handler`;
+"broker_committed" events are the group's committed offsets read from outside):
+
+* **Order** (``ordering="key"``; "partition" treats the partition as one key,
+  "unordered" checks nothing): within one member's hold of a partition, records of
+  one key start in offset order and never two at once.  Null keys form one key.
+* **No commit past unfinished work.**  Every record below a committed offset that
+  was produced or started had finished before the commit was sent (a member's
+  commit) or seen (the broker's offset).
+* **No processing overlap.**  No two members run records of one partition at the
+  same instant (an attempt runs from its start to its end; a frozen process runs
+  nothing until it is next seen acting).
+* **Processing only while held.**  Nothing is started or finished outside the
+  member's hold: after its revoke returned, after lost, or after its fence.
+* **Nothing unfinished.**  Every produced record was finished (handled or
+  dead-lettered) at least once.
+* **Redo only what was not done.**  A record is started again by a new owner only if
+  it was never finished, or its finish was never committed (a commit sent after the
+  finish carries it, in its offset or its metadata).  Records processed again are
+  counted, with the records in flight and finished-but-uncommitted at each crash.
+
 The observer samples the broker, so a fence is known to lie between the last sample
 that still showed the member and the first that did not.  Each rule gives the member
 the benefit of that doubt (at most one sampling interval): ownership ends at the
@@ -42,6 +64,7 @@ earliest possible fence, zombie actions count only after the latest.
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import threading
@@ -56,6 +79,7 @@ from aiogroup.structs import TopicPartition
 
 __all__ = [
     "GROUP",
+    "OBSERVER",
     "PRODUCER",
     "Event",
     "EventKind",
@@ -67,6 +91,7 @@ __all__ = [
     "Violation",
     "broker_rebalances",
     "check_history",
+    "key_text",
     "load_history",
 ]
 
@@ -83,11 +108,16 @@ EventKind = Literal[
     "crashed",  # the process was killed (kill -9) or the member vanished without leaving
     "frozen",  # the process was stopped (SIGSTOP): it holds nothing from its fence on
     "produced",  # spans: records the producer got acknowledged
+    # Written by a member's processing (one record per event, spans=((t, p, o, o),)).
+    "started",  # a handler attempt began for the record (``key``: the record's key)
+    "finished",  # the record is done (handled, or dead-lettered: ``detail``)
+    "abandoned",  # an attempt ended unfinished (``detail``: "cancelled" or the error)
     # Written by an observer of the broker (DescribeGroups).
     "joined",  # the member's id appeared in the group (detail: member id)
     "gone",  # the member's id vanished (``since``: last sample that still showed it)
     "broker_assignment",  # partitions: what the broker says this member was given
     "group_state",  # member GROUP; detail: the group's state (and "epoch=N" for KIP-848)
+    "broker_committed",  # offsets: the group's committed offsets, read from outside (OffsetFetch)
 ]
 KINDS: frozenset[str] = frozenset(get_args(EventKind))
 
@@ -97,7 +127,10 @@ PRODUCER = "<producer>"
 GROUP = "<group>"
 #: Classic group states in which no rebalance is under way (DescribeGroups' names).
 _RESTING_STATES = frozenset({"Stable", "Empty", "Dead"})
+#: The member name of "broker_committed" events (the group's offsets read from outside).
+OBSERVER = "<observer>"
 
+Ordering = Literal["key", "partition", "unordered"]
 Partition = tuple[str, int]
 #: (topic, partition, first offset, last offset), both ends inclusive.
 Span = tuple[str, int, int, int]
@@ -122,6 +155,12 @@ class Event:
     #: For "gone": the last observation that still showed the member.
     since: float | None = None
     detail: str = ""
+    #: For processing events: the record's key (see :func:`key_text`), None for no key.
+    key: str | None = None
+    #: Wall-clock time (``time.time()``), for lining a history up with logs.
+    wall: float | None = None
+    #: For commits: (topic, partition, the commit's metadata string) where it had one.
+    metadata: tuple[tuple[str, int, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -144,6 +183,12 @@ class Event:
             doc["since"] = self.since
         if self.detail:
             doc["d"] = self.detail
+        if self.key is not None:
+            doc["key"] = self.key
+        if self.wall is not None:
+            doc["w"] = self.wall
+        if self.metadata:
+            doc["md"] = [list(m) for m in self.metadata]
         return json.dumps(doc, separators=(",", ":"))
 
     @classmethod
@@ -159,6 +204,9 @@ class Event:
                 offsets=tuple((str(o[0]), int(o[1]), int(o[2])) for o in doc.get("o", ())),
                 since=None if doc.get("since") is None else float(doc["since"]),
                 detail=str(doc.get("d", "")),
+                key=None if doc.get("key") is None else str(doc["key"]),
+                wall=None if doc.get("w") is None else float(doc["w"]),
+                metadata=tuple((str(m[0]), int(m[1]), str(m[2])) for m in doc.get("md", ())),
             )
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise HistoryError(f"not a history event: {line[:200]!r} ({exc})") from None
@@ -215,6 +263,12 @@ class HistoryRecorder:
     def crashed(self, member: str) -> None:
         self.add(member, "crashed")
 
+    def broker_committed(self, offsets: Mapping[TopicPartition, int] | Iterable[Commit]) -> None:
+        """The group's committed offsets as the broker answered them (read from outside)."""
+        rows = _commit_rows(offsets)
+        if rows:
+            self.add(OBSERVER, "broker_committed", offsets=rows)
+
     def events(self) -> list[Event]:
         """What this recorder wrote (in this process only; use :func:`load_history`
         to read a file several processes appended to)."""
@@ -268,6 +322,7 @@ class MemberRecorder:
         offsets: Mapping[TopicPartition, int] | Iterable[Commit],
         *,
         sent_at: float | None = None,
+        metadata: Mapping[TopicPartition, str] | None = None,
     ) -> None:
         """A commit the broker accepted: partition -> next offset to read.
 
@@ -276,18 +331,68 @@ class MemberRecorder:
         applied by the broker in either order, so the checker orders commits only
         where one was acknowledged before the other was sent.
         """
-        if isinstance(offsets, Mapping):
-            rows = tuple(sorted((tp.topic, tp.partition, int(o)) for tp, o in offsets.items()))
-        else:
-            rows = tuple(sorted(offsets))
+        rows = _commit_rows(offsets)
+        md = tuple(sorted((tp.topic, tp.partition, m) for tp, m in (metadata or {}).items() if m))
         if rows:
-            self.recorder.add(self.name, "committed", offsets=rows, since=sent_at)
+            self.recorder.add(self.name, "committed", offsets=rows, since=sent_at, metadata=md)
+
+    def started(self, topic: str, partition: int, offset: int, key: object = None) -> None:
+        """A handler attempt began for one record (``key`` as the record carries it)."""
+        self._record("started", topic, partition, offset, key)
+
+    def finished(
+        self, topic: str, partition: int, offset: int, key: object = None, detail: str = ""
+    ) -> None:
+        """The record is done: handled, or dead-lettered (say so in ``detail``)."""
+        self._record("finished", topic, partition, offset, key, detail)
+
+    def abandoned(
+        self, topic: str, partition: int, offset: int, key: object = None, detail: str = ""
+    ) -> None:
+        """An attempt ended without finishing the record: cancelled, failed, timed out."""
+        self._record("abandoned", topic, partition, offset, key, detail)
+
+    def _record(
+        self,
+        kind: EventKind,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: object,
+        detail: str = "",
+    ) -> None:
+        self.recorder.add(
+            self.name,
+            kind,
+            spans=((topic, partition, offset, offset),),
+            key=key_text(key),
+            detail=detail,
+            wall=time.time(),
+        )
 
     def leaving(self) -> None:
         self.recorder.add(self.name, "leaving")
 
     def crashed(self) -> None:
         self.recorder.add(self.name, "crashed")
+
+
+def key_text(key: object) -> str | None:
+    """A record key as the history stores it: only compared for equality, so bytes are
+    kept exactly (hex) and anything else by its ``repr``."""
+    if key is None:
+        return None
+    if isinstance(key, bytes | bytearray | memoryview):
+        return bytes(key).hex()
+    if isinstance(key, str):
+        return key
+    return repr(key)
+
+
+def _commit_rows(offsets: Mapping[TopicPartition, int] | Iterable[Commit]) -> tuple[Commit, ...]:
+    if isinstance(offsets, Mapping):
+        return tuple(sorted((tp.topic, tp.partition, int(o)) for tp, o in offsets.items()))
+    return tuple(sorted((str(t), int(p), int(o)) for t, p, o in offsets))
 
 
 def _spans(topic: str, partition: int, offsets: Sequence[int]) -> list[Span]:
@@ -369,6 +474,28 @@ class HistoryReport:
     evictions: list[tuple[str, float]] = field(default_factory=list)
     #: Every fence the observer saw (evictions plus crashed members' session expiries).
     fences: list[tuple[str, float]] = field(default_factory=list)
+    # -- processing (started/finished events; see "Processing rules" above) --
+    #: Handler attempts started, records finished at least once.
+    processing_starts: int = 0
+    records_finished: int = 0
+    #: Attempts that started a record again under a new owner (a member or a new hold).
+    reprocessed: int = 0
+    #: Attempts that started a record again under the same hold after one ended unfinished.
+    retries: int = 0
+    #: At each crash: records the member had started and not ended.
+    in_flight_at_crash: int = 0
+    #: Handlers frozen mid-record that finished on waking (see _check_processing_owned).
+    finished_after_wake: int = 0
+    #: At each crash: records the member had finished after its last commit was sent.
+    finished_uncommitted_at_crash: int = 0
+    order_violations: list[Violation] = field(default_factory=list)
+    commits_past_unfinished: list[Violation] = field(default_factory=list)
+    #: Two members running records of one partition at the same instant.
+    processing_overlaps: list[Overlap] = field(default_factory=list)
+    processed_unowned: list[Violation] = field(default_factory=list)
+    #: Produced records no member finished.
+    unfinished: list[tuple[str, int, int]] = field(default_factory=list)
+    disallowed_reprocessing: list[Violation] = field(default_factory=list)
 
     @property
     def overlap_seconds(self) -> float:
@@ -382,11 +509,21 @@ class HistoryReport:
             *self.zombie_commits,
             *self.zombie_deliveries,
             *self.unowned_deliveries,
+            *self.order_violations,
+            *self.commits_past_unfinished,
+            *self.processed_unowned,
+            *self.disallowed_reprocessing,
         ]
 
     @property
     def ok(self) -> bool:
-        return not (self.overlaps or self.lost or self.violations)
+        return not (
+            self.overlaps
+            or self.lost
+            or self.violations
+            or self.processing_overlaps
+            or self.unfinished
+        )
 
     def counts(self) -> dict[str, float]:
         """The figures docs/reliability.md and the benchmarks report."""
@@ -406,6 +543,19 @@ class HistoryReport:
             "unowned_deliveries": len(self.unowned_deliveries),
             "evictions": len(self.evictions),
             "fences": len(self.fences),
+            "processing_starts": self.processing_starts,
+            "records_finished": self.records_finished,
+            "reprocessed": self.reprocessed,
+            "retries": self.retries,
+            "in_flight_at_crash": self.in_flight_at_crash,
+            "finished_after_wake": self.finished_after_wake,
+            "finished_uncommitted_at_crash": self.finished_uncommitted_at_crash,
+            "order_violations": len(self.order_violations),
+            "commits_past_unfinished": len(self.commits_past_unfinished),
+            "processing_overlaps": len(self.processing_overlaps),
+            "processed_unowned": len(self.processed_unowned),
+            "unfinished": len(self.unfinished),
+            "disallowed_reprocessing": len(self.disallowed_reprocessing),
         }
 
     def summary(self, limit: int = 5) -> str:
@@ -416,8 +566,15 @@ class HistoryReport:
                 f"overlap {o.topic}[{o.partition}] {o.first} & {o.second} "
                 f"for {o.seconds:.3f}s from t={o.start:.3f}"
             )
+        for o in self.processing_overlaps[:limit]:
+            lines.append(
+                f"processing overlap {o.topic}[{o.partition}] {o.first} & {o.second} "
+                f"for {o.seconds:.3f}s from t={o.start:.3f}"
+            )
         if self.lost:
             lines.append(f"lost (first {limit}): {self.lost[:limit]}")
+        if self.unfinished:
+            lines.append(f"unfinished (first {limit}): {self.unfinished[:limit]}")
         for v in self.violations[:limit]:
             lines.append(f"{v.rule}: {v.member} at t={v.t:.3f}: {v.detail}")
         return "\n".join(lines)
@@ -445,14 +602,24 @@ class _Fence:
 
 
 def check_history(
-    events: Iterable[Event], *, produced: Mapping[TopicPartition, int] | None = None
+    events: Iterable[Event],
+    *,
+    produced: Mapping[TopicPartition, int] | None = None,
+    ordering: Ordering = "key",
+    metadata_kept: bool = True,
 ) -> HistoryReport:
     """Apply every rule of this module to ``events`` (any order) and report.
 
     ``produced`` (partition -> end offset, exclusive) is an alternative to "produced"
-    events: every offset below the end must have been delivered.  Without either,
-    the lost-record rule has nothing to check.
+    events: every offset below the end must have been delivered (and, when the
+    history has processing events, finished).  Without either, the lost-record rules
+    have nothing to check.  ``ordering`` is the processor's promise the order rule
+    holds it to: "key", "partition" or "unordered" (no order rule).
+    ``metadata_kept=False``: the broker drops commit metadata (the embedded Tansu
+    does), so a commit carries only what its offset passes.
     """
+    if ordering not in get_args(Ordering):
+        raise ValueError(f"ordering must be one of {get_args(Ordering)}, not {ordering!r}")
     history = sorted(events, key=lambda e: e.t)
     report = HistoryReport()
     fences = _fences(history, report)
@@ -460,6 +627,9 @@ def check_history(
     _check_overlaps(windows, report)
     _check_deliveries(history, windows, fences, report, produced)
     _check_commits(history, fences, report)
+    if any(e.kind in _PROCESSING for e in history):
+        expected = _expected(history, produced)
+        _check_processing(history, windows, report, expected, ordering, metadata_kept)
     report.rebalances = _rebalances(history)
     if any(e.kind == "group_state" for e in history):
         report.broker_rebalances = len(broker_rebalances(history))
@@ -618,6 +788,9 @@ def _check_deliveries(
                         )
                     )
     delivered_keys = first_holder.keys()
+    if not first_holder and any(e.kind in _PROCESSING for e in history):
+        # A processing history without delivery events: lost is judged by "finished".
+        expected = defaultdict(set)
     for (topic, p), offsets in sorted(expected.items()):
         for o in sorted(offsets):
             if ((topic, p), o) not in delivered_keys:
@@ -740,3 +913,445 @@ def broker_rebalances(history: Sequence[Event], since: float | None = None) -> l
             starts.append(e.t)
         resting = not rebalancing
     return [t for t in starts if since is None or t >= since]
+
+
+# -- processing ----------------------------------------------------------------------------
+
+_PROCESSING = frozenset({"started", "finished", "abandoned"})
+#: Events a member writes about itself: the first one after a freeze shows it awake.
+_SELF_WRITTEN = _PROCESSING | {
+    "assigned",
+    "revoke_started",
+    "revoke_ended",
+    "lost",
+    "delivered",
+    "committed",
+    "leaving",
+}
+
+
+@dataclass
+class _Attempt:
+    """One handler attempt on one record, from its start to how it ended."""
+
+    member: str
+    part: Partition
+    offset: int
+    key: str | None
+    start: float
+    end: float = float("inf")
+    #: "finished", "abandoned", or what cut it: "crash", "frozen", "open".
+    outcome: str = "open"
+    hold: _Window | None = None
+    #: Started before its member was frozen and ended after it woke: the handler's
+    #: tail, run on waking before the member could learn it had been fenced.
+    tail: bool = False
+
+
+def _expected(
+    history: list[Event], produced: Mapping[TopicPartition, int] | None
+) -> set[tuple[Partition, int]]:
+    out: set[tuple[Partition, int]] = set()
+    if produced:
+        for tp, end in produced.items():
+            out.update(((tp.topic, tp.partition), o) for o in range(end))
+    for e in history:
+        if e.kind == "produced":
+            for topic, p, first, last in e.spans:
+                out.update(((topic, p), o) for o in range(first, last + 1))
+    return out
+
+
+def _attempts(
+    history: list[Event],
+) -> tuple[list[_Attempt], dict[tuple[Partition, int], list[tuple[float, str]]]]:
+    """Every attempt (with its end), and per record the finishes (time, member) in order.
+
+    An attempt never ended by its member ends where the member stopped running: its
+    crash, or its freeze if it never woke; else it is still open at the end of the history.
+    """
+    attempts: list[_Attempt] = []
+    finishes: dict[tuple[Partition, int], list[tuple[float, str]]] = defaultdict(list)
+    running: dict[tuple[str, Partition, int], list[_Attempt]] = defaultdict(list)
+    for e in history:
+        if e.kind not in _PROCESSING:
+            continue
+        for topic, p, first, last in e.spans:
+            for o in range(first, last + 1):
+                slot = (e.member, (topic, p), o)
+                if e.kind == "started":
+                    a = _Attempt(e.member, (topic, p), o, e.key, e.t)
+                    attempts.append(a)
+                    running[slot].append(a)
+                    continue
+                if running[slot]:
+                    a = running[slot].pop(0)
+                    a.end, a.outcome = e.t, e.kind
+                if e.kind == "finished":
+                    finishes[((topic, p), o)].append((e.t, e.member))
+    stops: dict[str, list[Event]] = defaultdict(list)
+    for e in history:
+        if e.kind in ("crashed", "frozen"):
+            stops[e.member].append(e)
+    activity = _Activity(history)
+    for a in attempts:
+        if a.outcome != "open":
+            continue
+        stop = next((s for s in stops.get(a.member, ()) if s.t >= a.start), None)
+        if stop is not None and activity.woke(a.member, stop.t) is None:
+            a.end, a.outcome = stop.t, "crash" if stop.kind == "crashed" else "frozen"
+    return attempts, finishes
+
+
+class _Activity:
+    """When each member was seen acting on its own, and when it was frozen: the index
+    the processing rules use to tell a stopped process from a running one."""
+
+    def __init__(self, history: list[Event]) -> None:
+        self._acts: dict[str, list[float]] = defaultdict(list)
+        self.freezes: dict[str, list[float]] = defaultdict(list)
+        for e in history:
+            if e.kind in _SELF_WRITTEN:
+                self._acts[e.member].append(e.t)
+            elif e.kind == "frozen":
+                self.freezes[e.member].append(e.t)
+
+    def woke(self, member: str, after: float) -> float | None:
+        """When ``member`` was next seen acting on its own after ``after`` (None: never)."""
+        acts = self._acts.get(member, [])
+        i = bisect.bisect_right(acts, after)
+        return acts[i] if i < len(acts) else None
+
+    def running_pieces(self, a: _Attempt) -> list[tuple[float, float]]:
+        """The parts of an attempt during which its member's process was running: a
+        freeze (SIGSTOP) cuts it until the member is next seen acting; a handler's tail
+        after waking is not counted (see :func:`_check_processing`)."""
+        pieces: list[tuple[float, float]] = []
+        start = a.start
+        for frozen in self.freezes.get(a.member, ()):
+            if not start < frozen < a.end:
+                continue
+            pieces.append((start, frozen))
+            if a.tail:
+                return pieces
+            woke = self.woke(a.member, frozen)
+            if woke is None or woke >= a.end:
+                return pieces
+            start = woke
+        pieces.append((start, a.end))
+        return pieces
+
+
+def _check_processing(
+    history: list[Event],
+    windows: Mapping[Partition, list[_Window]],
+    report: HistoryReport,
+    expected: set[tuple[Partition, int]],
+    ordering: Ordering,
+    metadata_kept: bool = True,
+) -> None:
+    attempts, finishes = _attempts(history)
+    activity = _Activity(history)
+    for a in attempts:
+        a.hold = _held(windows.get(a.part, ()), a.member, a.start)
+        a.tail = a.outcome in ("finished", "abandoned") and any(
+            a.start < f < a.end for f in activity.freezes.get(a.member, ())
+        )
+    report.processing_starts = len(attempts)
+    report.records_finished = len(finishes)
+    report.finished_after_wake = sum(1 for a in attempts if a.tail and a.outcome == "finished")
+    report.records_checked = max(report.records_checked, len(expected))
+    _check_processing_owned(attempts, windows, report)
+    _check_processing_overlaps(activity, attempts, report)
+    if ordering != "unordered":
+        _check_order(attempts, ordering, report)
+    _check_commits_cover_finished(history, attempts, finishes, expected, report)
+    _check_reprocessing(history, attempts, finishes, report, metadata_kept)
+    _count_crashes(history, attempts, finishes, report)
+    report.unfinished = sorted((t, p, o) for (t, p), o in expected if ((t, p), o) not in finishes)
+
+
+def _check_processing_owned(
+    attempts: list[_Attempt], windows: Mapping[Partition, list[_Window]], report: HistoryReport
+) -> None:
+    """A record is started, or finished, only while its member holds the partition.
+
+    One exception: a handler's tail after a freeze.  A member stopped (SIGSTOP) with a
+    handler awaiting I/O resumes that handler the instant it wakes, before any answer
+    from the broker can tell it that it was fenced; the record then finishes on the old
+    owner as well as on the new one (at least once).  Such finishes are counted
+    (``finished_after_wake``), not reported as violations; starting a record after the
+    fence is one.
+    """
+    for a in attempts:
+        moments = [("started", a.start)]
+        if a.outcome == "finished" and not a.tail:
+            moments.append(("finished", a.end))
+        topic, p = a.part
+        ws = windows.get(a.part, ())
+        for kind, t in moments:
+            if _held(ws, a.member, t) is not None:
+                continue
+            before = [w for w in ws if w.member == a.member and w.end < t]
+            cut = max(before, key=lambda w: w.end).cut if before else ""
+            rule = {
+                "revoke": "processed after revoke",
+                "lost": "processed after lost",
+                "fence": "processed after fence",
+                "crash": "processed after crash",
+            }.get(cut, "processed unowned")
+            report.processed_unowned.append(
+                Violation(rule, a.member, t, f"{kind} {topic}[{p}]@{a.offset}")
+            )
+
+
+def _check_processing_overlaps(
+    activity: _Activity, attempts: list[_Attempt], report: HistoryReport
+) -> None:
+    """No two members run records of one partition at the same instant."""
+    pieces: dict[Partition, dict[str, list[tuple[float, float]]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    for a in attempts:
+        pieces[a.part][a.member] += activity.running_pieces(a)
+    for (topic, p), by_member in sorted(pieces.items()):
+        merged = {m: _merge(ps) for m, ps in by_member.items()}
+        members = sorted(merged)
+        for i, m1 in enumerate(members):
+            for m2 in members[i + 1 :]:
+                for start, end in _intersect(merged[m1], merged[m2]):
+                    report.processing_overlaps.append(Overlap(topic, p, m1, m2, start, end))
+
+
+def _merge(pieces: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for start, end in sorted(pieces):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
+def _intersect(
+    xs: list[tuple[float, float]], ys: list[tuple[float, float]]
+) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    i = j = 0
+    while i < len(xs) and j < len(ys):
+        start, end = max(xs[i][0], ys[j][0]), min(xs[i][1], ys[j][1])
+        if end > start:
+            out.append((start, end))
+        if xs[i][1] < ys[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def _check_order(attempts: list[_Attempt], ordering: Ordering, report: HistoryReport) -> None:
+    """Within one member's hold of a partition, the records of one key (of the whole
+    partition, for partition ordering; null keys form one key) start in offset order,
+    and never two at once."""
+    groups: dict[tuple[str, int, Partition, str | None], list[_Attempt]] = defaultdict(list)
+    for a in attempts:
+        key = a.key if ordering == "key" else None
+        groups[(a.member, id(a.hold), a.part, key)].append(a)
+    for (member, _, (topic, p), key), group in groups.items():
+        what = f"key {key!r}" if ordering == "key" else "the partition"
+        # Ends before starts at one instant: a record may start as its predecessor ends.
+        moments = sorted(
+            [(a.start, 1, a) for a in group] + [(a.end, 0, a) for a in group],
+            key=lambda m: (m[0], m[1]),
+        )
+        running: list[_Attempt] = []
+        highest = -1
+        for t, is_start, a in moments:
+            if not is_start:
+                if a in running:
+                    running.remove(a)
+                continue
+            if running:
+                others = sorted(r.offset for r in running)
+                report.order_violations.append(
+                    Violation(
+                        "order: two at once",
+                        member,
+                        t,
+                        f"{topic}[{p}]@{a.offset} of {what} started while {others} ran",
+                    )
+                )
+            if a.offset < highest:
+                report.order_violations.append(
+                    Violation(
+                        "order: out of offset order",
+                        member,
+                        t,
+                        f"{topic}[{p}]@{a.offset} of {what} started after @{highest}",
+                    )
+                )
+            highest = max(highest, a.offset)
+            running.append(a)
+
+
+def _check_commits_cover_finished(
+    history: list[Event],
+    attempts: list[_Attempt],
+    finishes: Mapping[tuple[Partition, int], list[tuple[float, str]]],
+    expected: set[tuple[Partition, int]],
+    report: HistoryReport,
+) -> None:
+    """A committed offset passes only finished records: every record below it that was
+    produced or started was finished before the commit was sent (a member's commit) or
+    seen (the broker's committed offset read from outside)."""
+    known: dict[Partition, set[int]] = defaultdict(set)
+    for part, o in expected:
+        known[part].add(o)
+    for a in attempts:
+        known[a.part].add(a.offset)
+    inf = float("inf")
+    table: dict[Partition, tuple[list[int], list[float]]] = {}
+    for part, offsets in known.items():
+        ordered = sorted(offsets)
+        prefix: list[float] = []
+        worst = -inf
+        for o in ordered:
+            done = finishes.get((part, o))
+            worst = max(worst, done[0][0] if done else inf)
+            prefix.append(worst)
+        table[part] = (ordered, prefix)
+    for e in history:
+        if e.kind not in ("committed", "broker_committed"):
+            continue
+        at = e.since if e.kind == "committed" and e.since is not None else e.t
+        for topic, p, committed in e.offsets:
+            ordered, prefix = table.get((topic, p), ([], []))
+            below = bisect.bisect_left(ordered, committed)
+            if below == 0 or prefix[below - 1] <= at:
+                continue
+            offset = next(
+                o
+                for o in ordered[:below]
+                if not finishes.get(((topic, p), o)) or finishes[((topic, p), o)][0][0] > at
+            )
+            started = any(
+                a.part == (topic, p) and a.offset == offset and a.start <= at for a in attempts
+            )
+            state = "in flight" if started else "not processed"
+            who = "the broker showed" if e.kind == "broker_committed" else "committed"
+            report.commits_past_unfinished.append(
+                Violation(
+                    "commit past unfinished",
+                    e.member,
+                    e.t,
+                    f"{who} {topic}[{p}] at {committed} while @{offset} was {state}",
+                )
+            )
+
+
+def _check_reprocessing(
+    history: list[Event],
+    attempts: list[_Attempt],
+    finishes: Mapping[tuple[Partition, int], list[tuple[float, str]]],
+    report: HistoryReport,
+    metadata_kept: bool = True,
+) -> None:
+    """A record is started again only if it was not finished - or its finish was never
+    committed (the finisher crashed or lost the partition first).  A commit carries a
+    finished record when its offset is past it, or when its metadata lists it (the
+    processor's finished-beyond runs, :mod:`aiogroup.processing.offset_metadata`; runs
+    dropped to bound the metadata's size carry nothing, and those records may be redone)."""
+    # (member, partition) -> (sent, acknowledged, committed offset, metadata)
+    commits: dict[tuple[str, Partition], list[tuple[float, float, int, str]]] = defaultdict(list)
+    #: partition -> (time seen, offset) of the group's committed offset, read from outside
+    seen: dict[Partition, list[tuple[float, int]]] = defaultdict(list)
+    for e in history:
+        if e.kind == "committed":
+            md = {(t, p): m for t, p, m in e.metadata}
+            for topic, p, offset in e.offsets:
+                commits[(e.member, (topic, p))].append(
+                    (e.since if e.since is not None else e.t, e.t, offset, md.get((topic, p), ""))
+                )
+        elif e.kind == "broker_committed":
+            for topic, p, offset in e.offsets:
+                seen[(topic, p)].append((e.t, offset))
+    by_record: dict[tuple[Partition, int], list[_Attempt]] = defaultdict(list)
+    for a in attempts:
+        by_record[(a.part, a.offset)].append(a)
+    for record, tries in by_record.items():
+        (topic, p), offset = record
+        owner = (tries[0].member, id(tries[0].hold))
+        for a in tries[1:]:
+            if (a.member, id(a.hold)) == owner:
+                report.retries += 1
+            else:
+                owner = (a.member, id(a.hold))
+                report.reprocessed += 1
+            passed = next((t for t, c in seen.get((topic, p), ()) if c > offset), None)
+            if passed is not None and passed < a.start:
+                report.disallowed_reprocessing.append(
+                    Violation(
+                        "reprocessed a committed record",
+                        a.member,
+                        a.start,
+                        f"{topic}[{p}]@{offset}: the broker showed the group's offset past "
+                        f"it at t={passed:.3f}",
+                    )
+                )
+                continue
+            for done, finisher in finishes.get(record, ()):
+                if done >= a.start:
+                    break
+                same_owner = finisher == a.member and a.hold is not None and a.hold.start <= done
+                carried = any(
+                    sent >= done
+                    and acked <= a.start
+                    and _carries(committed, md if metadata_kept else "", offset)
+                    for sent, acked, committed, md in commits.get((finisher, (topic, p)), ())
+                )
+                if same_owner or carried:
+                    why = "by its owner" if same_owner else f"and {finisher} committed it"
+                    report.disallowed_reprocessing.append(
+                        Violation(
+                            "reprocessed a finished record",
+                            a.member,
+                            a.start,
+                            f"{topic}[{p}]@{offset} finished at t={done:.3f} {why}",
+                        )
+                    )
+                    break
+
+
+def _carries(committed: int, metadata: str, offset: int) -> bool:
+    """Whether a commit at ``committed`` with ``metadata`` marks ``offset`` finished."""
+    if offset < committed:
+        return True
+    if not metadata:
+        return False
+    from aiogroup.processing.offset_metadata import decode
+
+    return any(first <= offset < end for first, end in decode(committed, metadata))
+
+
+def _count_crashes(
+    history: list[Event],
+    attempts: list[_Attempt],
+    finishes: Mapping[tuple[Partition, int], list[tuple[float, str]]],
+    report: HistoryReport,
+) -> None:
+    """What each kill -9 left to redo: records in flight, and records finished after
+    the member's last commit of their partition was sent."""
+    for e in history:
+        if e.kind != "crashed":
+            continue
+        report.in_flight_at_crash += sum(
+            1 for a in attempts if a.member == e.member and a.start <= e.t and a.outcome == "crash"
+        )
+        last_sent: dict[Partition, float] = {}
+        for c in history:
+            if c.kind == "committed" and c.member == e.member and c.t <= e.t:
+                for topic, p, _ in c.offsets:
+                    last_sent[(topic, p)] = c.since if c.since is not None else c.t
+        for (part, _o), done in finishes.items():
+            if any(m == e.member and last_sent.get(part, -1.0) < t <= e.t for t, m in done):
+                report.finished_uncommitted_at_crash += 1

@@ -10,6 +10,9 @@ static controller quorum, replication factor 3 and ``min.insync.replicas`` 2.  E
 node's storage is formatted in a temporary directory (``kafka.tools.StorageTool``),
 listens on free loopback ports and runs with a bounded heap.  The configuration is
 what a user's broker has, except the test-only settings in :data:`TEST_SETTINGS`.
+
+``KafkaCluster(secure=True)`` adds a SASL_SSL (SCRAM-SHA-512) and an OAUTHBEARER
+listener and the ``StandardAuthorizer`` (:mod:`aiogroup.testing.secure`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiogroup.testing.process import kill, spawn_owned, terminate
+from aiogroup.testing.secure import SecureSetup
 
 __all__ = [
     "KAFKA_VERSION",
@@ -194,6 +198,9 @@ class KafkaNode:
     controller_port: int
     directory: Path
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    #: Secure mode: the SASL_SSL (SCRAM-SHA-512) and the OAUTHBEARER listeners' ports.
+    secure_port: int | None = None
+    oauth_port: int | None = None
 
     @property
     def config_path(self) -> Path:
@@ -229,7 +236,11 @@ class KafkaCluster:
     size: int = 1
     start_timeout: float = 90.0
     settings: Mapping[str, str] = field(default_factory=dict)
+    #: Add the SASL_SSL and OAUTHBEARER listeners and the authorizer (secure mode).
+    secure: bool = False
     nodes: list[KafkaNode] = field(default_factory=list, init=False)
+    #: Secure mode: the CA, the SCRAM users' passwords and the listener settings.
+    security: SecureSetup | None = field(default=None, init=False, repr=False)
     _root: Path | None = field(default=None, init=False, repr=False)
     _java: str = field(default="", init=False, repr=False)
     _libs: Path | None = field(default=None, init=False, repr=False)
@@ -240,8 +251,33 @@ class KafkaCluster:
         return ",".join(n.address for n in self.nodes)
 
     @property
+    def secure_bootstrap_servers(self) -> str:
+        """Secure mode: the SASL_SSL (SCRAM-SHA-512) listeners."""
+        return ",".join(f"127.0.0.1:{n.secure_port}" for n in self.nodes)
+
+    @property
+    def oauth_bootstrap_servers(self) -> str:
+        """Secure mode: the SASL_PLAINTEXT OAUTHBEARER listeners (unsecured JWTs)."""
+        return ",".join(f"127.0.0.1:{n.oauth_port}" for n in self.nodes)
+
+    def client_options(self, user: str) -> dict[str, object]:
+        """Secure mode: GroupConsumer / aiokafka keyword arguments for a SCRAM ``user``
+        (``bootstrap_servers`` included)."""
+        if self.security is None:
+            raise RuntimeError("client_options() needs KafkaCluster(secure=True)")
+        return {
+            "bootstrap_servers": self.secure_bootstrap_servers,
+            "security_protocol": "SASL_SSL",
+            "sasl_mechanism": "SCRAM-SHA-512",
+            "sasl_plain_username": user,
+            "sasl_plain_password": self.security.passwords[user],
+            "ssl_context": self.security.ssl_context(),
+        }
+
+    @property
     def mode(self) -> str:
-        return "kafka" if self.size == 1 else "kafka-cluster"
+        base = "kafka" if self.size == 1 else "kafka-cluster"
+        return f"secure-{base}" if self.secure else base
 
     def node(self, node_id: int) -> KafkaNode:
         for n in self.nodes:
@@ -256,12 +292,21 @@ class KafkaCluster:
         self._java = java_binary()
         self._libs = kafka_libs()
         self._root = Path(tempfile.mkdtemp(prefix=f"aiogroup-{self.mode}-"))
-        ports = _free_ports(2 * self.size)
+        ports = _free_ports(4 * self.size)
         self.nodes = [
-            KafkaNode(i + 1, ports[2 * i], ports[2 * i + 1], self._root / f"node-{i + 1}")
+            KafkaNode(
+                i + 1,
+                ports[4 * i],
+                ports[4 * i + 1],
+                self._root / f"node-{i + 1}",
+                secure_port=ports[4 * i + 2] if self.secure else None,
+                oauth_port=ports[4 * i + 3] if self.secure else None,
+            )
             for i in range(self.size)
         ]
         try:
+            if self.secure:
+                self.security = SecureSetup.create(self._root / "tls")
             self._write_configs()
             await asyncio.get_running_loop().run_in_executor(None, self._format_all)
             for n in self.nodes:
@@ -294,6 +339,13 @@ class KafkaCluster:
                 "log.dirs": str(n.directory / "data"),
                 **self._base_settings(),
             }
+            if self.security is not None:
+                assert n.secure_port is not None and n.oauth_port is not None
+                secure = f"SECURE://127.0.0.1:{n.secure_port},OAUTH://127.0.0.1:{n.oauth_port}"
+                config["listeners"] += "," + secure
+                config["advertised.listeners"] += "," + secure
+                config["listener.security.protocol.map"] += ",SECURE:SASL_SSL,OAUTH:SASL_PLAINTEXT"
+                config.update(self.security.listeners())
             if self.size > 1:
                 config.setdefault("broker.rack", broker_rack(n.node_id))
             n.config_path.write_text("".join(f"{k}={v}\n" for k, v in config.items()))
@@ -328,6 +380,7 @@ class KafkaCluster:
                 "--config",
                 str(n.config_path),
                 "--ignore-formatted",
+                *(self.security.format_args() if self.security is not None else []),
                 heap=False,
             )
             log = (n.directory / "format.log").open("wb")
@@ -421,6 +474,37 @@ class KafkaCluster:
         if self._root is not None and not keep_logs and not os.environ.get("AIOGROUP_KEEP_LOGS"):
             with contextlib.suppress(OSError):
                 shutil.rmtree(self._root)
+
+    async def create_topic(self, name: str, partitions: int = 1, timeout: float = 30.0) -> str:
+        """Create a topic over the administrative listener; return once every partition
+        has a leader in metadata (replication factor: 1, or 3 in a cluster)."""
+        from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+        from aiokafka.client import AIOKafkaClient
+        from aiokafka.structs import TopicPartition
+
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers)
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic(name, partitions, min(3, self.size))])
+        finally:
+            await admin.close()
+        client = AIOKafkaClient(bootstrap_servers=self.bootstrap_servers)
+        await client.bootstrap()
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                cluster = await client.fetch_all_metadata()
+                found = cluster.partitions_for_topic(name) or set()
+                if len(found) == partitions and all(
+                    cluster.leader_for_partition(TopicPartition(name, p)) not in (None, -1)
+                    for p in found
+                ):
+                    return name
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"topic {name} not in metadata after {timeout}s")
+                await asyncio.sleep(0.1)
+        finally:
+            await client.close()
 
     @property
     def root(self) -> Path | None:

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Iterator
 import pytest
 
 from aiogroup.testing.broker import KafkaBroker, unique_name
+from aiogroup.testing.kafka import KafkaCluster
 
 TopicFactory = Callable[..., Awaitable[str]]
 
@@ -51,3 +52,24 @@ def group_id() -> str:
 @pytest.fixture
 def bootstrap_servers(kafka_broker: KafkaBroker) -> str:
     return kafka_broker.bootstrap_servers
+
+
+@pytest.fixture(scope="session")
+def secure_kafka() -> Iterator[KafkaCluster]:
+    """A secured Apache Kafka node for the session (started on first use): SASL_SSL with
+    SCRAM-SHA-512 (and PLAIN) on ``secure_bootstrap_servers``, OAUTHBEARER with unsecured
+    JWTs on ``oauth_bootstrap_servers``, and the ``StandardAuthorizer``.
+
+    ``secure_kafka.client_options("alice")`` gives GroupConsumer keyword arguments;
+    ``secure_kafka.security.passwords`` the SCRAM users' passwords (admin is a super
+    user); ``aiogroup.testing.secure.grant``/``revoke`` change ACLs over
+    ``secure_kafka.bootstrap_servers`` (the fixture's own plaintext admin listener);
+    ``await secure_kafka.create_topic(name, partitions)``.  Needs Java 17+ and the
+    Kafka jars (``make install``), whatever ``AIOGROUP_BROKER`` says.
+    """
+    cluster = KafkaCluster(secure=True)
+    asyncio.run(cluster.start())  # on the main thread: see kafka_broker
+    try:
+        yield cluster
+    finally:
+        asyncio.run(cluster.stop())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from benchmarks import processing
 from benchmarks.scenarios import (
     commit,
     join_fourth,
@@ -20,6 +21,7 @@ SCENARIOS = {
     "join_fourth": join_fourth,
     "slow-listener": slow_listener,
     "scale": scale,
+    "processing": processing,
 }
 
 __all__ = ["SCENARIOS"]

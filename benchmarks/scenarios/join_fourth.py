@@ -19,14 +19,18 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from benchmarks import timeline
+from benchmarks.broker_view import judge_change, open_watch
 from benchmarks.group import (
     Member,
     MemberGone,
     SteadyProducer,
     failed_run,
+    first_callback,
     member_spec,
     run_group_configs,
     settled,
+    spawn_joiner,
     wait_until,
 )
 from benchmarks.harness import Context
@@ -62,6 +66,9 @@ METRICS: dict[str, Callable[[dict[str, Any]], float]] = {
         "unmoved_partitions",
         "unmoved_revoked",
         "settle_s",
+        "d_after_trio_s",
+        "rebalances",
+        "d_load_s",
     )
 }
 
@@ -112,15 +119,17 @@ async def one_rep(ctx: Context, client: str, variant: str, cooperative: bool) ->
     await producer.start()
     members: list[Member] = []
 
-    def spec() -> dict[str, Any]:
-        return member_spec(ctx, client, variant, topic, group, cooperative=cooperative)
+    def spec(name: str) -> dict[str, Any]:
+        return member_spec(
+            ctx, client, variant, topic, group, cooperative=cooperative, client_id=name
+        )
 
     try:
         # Started together so that they usually form the group in one round (a broker
         # that holds the first JoinGroup, caps.holds_join_half_session, gathers all
         # three; Kafka may take a round per member); a later round only delays "settled".
         for name in ("A", "B", "C"):
-            members.append(await Member.spawn(name, spec()))
+            members.append(await Member.spawn(name, spec(name)))
         trio = list(members)
         t_settled = await wait_until(trio, lambda: _even(trio), 90, "A+B+C settled")
         base_start = t_settled + 0.2
@@ -132,17 +141,29 @@ async def one_rep(ctx: Context, client: str, variant: str, cooperative: bool) ->
         before = {m.name: set(m.owned) for m in trio}
 
         # -- D joins -------------------------------------------------------------------
-        t_join = time.monotonic()
-        d = await Member.spawn("D", spec())
-        members.append(d)
-        quad = [*trio, d]
-        t_stable = await wait_until(quad, lambda: _even(quad, t_join), 90, "A+B+C+D settled")
-        t_end = await wait_until(
-            quad, lambda: _flowing(quad, t_join), 15, "every partition delivering after D joined"
-        )
-        t_d_assigned = d.first("assigned", pred=lambda e: bool(e["p"]))
-        t_d_record = d.first("batch")
-        assert t_d_assigned is not None and t_d_record is not None
+        watch, generation = await open_watch(ctx.bootstrap, group, variant)
+        try:
+            t_spawn = time.monotonic()
+            d, t_join = await spawn_joiner("D", spec("D"), ctx.plan.heartbeat_interval_ms)
+            members.append(d)
+            quad = [*trio, d]
+            t_stable = await wait_until(quad, lambda: _even(quad, t_join), 90, "A+B+C+D settled")
+            t_end = await wait_until(
+                quad,
+                lambda: _flowing(quad, t_join),
+                15,
+                "every partition delivering after D joined",
+            )
+            t_d_start = d.first("starting")
+            t_d_assigned = d.first("assigned", pred=lambda e: bool(e["p"]))
+            t_d_record = d.first("batch")
+            assert t_d_start is not None and t_d_assigned is not None and t_d_record is not None
+            even = max(m.last_assignment_time() for m in quad)
+            judged = await judge_change(
+                watch, t_d_start, {"A", "B", "C", "D"}, PARTITIONS, even, generation
+            )
+        finally:
+            await watch.stop()
         kept = {m.name: before[m.name] & m.owned for m in trio}
         # Kept partitions the member was nonetheless told to give up on the way (all of
         # them under eager; under cooperative, one handed back when a round is redone).
@@ -155,15 +176,26 @@ async def one_rep(ctx: Context, client: str, variant: str, cooperative: bool) ->
         return {
             "ok": True,
             "baseline_gap_s": baseline,
-            "d_assigned_s": t_d_assigned - t_join,
-            "d_first_record_s": t_d_record - t_join,
+            "d_assigned_s": t_d_assigned - t_d_start,
+            "d_first_record_s": t_d_record - t_d_start,
+            "d_after_trio_s": t_d_assigned - (first_callback(trio, t_d_start) or float("nan")),
+            "d_load_s": (d.first("loaded") or t_spawn) - t_spawn,
             "gap_any_s": max(longest_gap(m.batch_times(), t_join, t_end) for m in trio),
             # NaN when there is no such partition (Outcome.summarize leaves those runs out).
             "gap_unmoved_s": worst(kept),
             "gap_held_s": worst({n: kept[n] - bounced[n] for n in kept}),
             "unmoved_partitions": float(sum(len(k) for k in kept.values())),
             "unmoved_revoked": float(sum(len(b) for b in bounced.values())),
-            "settle_s": t_stable - t_join,
+            # From the broker's view (broker_view.judge_change), D's start as the origin.
+            "settle_s": judged["settle_s"],
+            "members_settle_s": t_stable - t_d_start,
+            "rebalances": judged["rebalances"],
+            "counted_as": judged["rebalances_counted_as"],
+            "settle_from": judged["settle_from"],
+            "timeline": {
+                m.name: timeline.window(m.events, t_d_start, t_d_assigned + 0.05, t_d_start)
+                for m in quad
+            },
             "split_before": {n: sorted(p) for n, p in before.items()},
             "split_after": {m.name: sorted(m.owned) for m in quad},
             "lost_events": sum(len(m.of("lost")) for m in trio),

@@ -14,14 +14,18 @@ import time
 import uuid
 from typing import Any
 
+from benchmarks import timeline
+from benchmarks.broker_view import judge_change, open_watch
 from benchmarks.group import (
     Member,
     MemberGone,
     SteadyProducer,
     failed_run,
+    first_callback,
     member_spec,
     run_group_configs,
     settled,
+    spawn_joiner,
     wait_until,
 )
 from benchmarks.harness import Context
@@ -51,6 +55,10 @@ METRICS = {
         "baseline_gap_s",
         "join_assigned_s",
         "join_first_record_s",
+        "join_after_a_s",
+        "join_settle_s",
+        "join_rebalances",
+        "join_load_s",
         "join_gap_a_s",
         "join_gap_unmoved_s",
         "leave_takeover_s",
@@ -91,11 +99,13 @@ async def one_rep(ctx: Context, client: str, variant: str, cooperative: bool) ->
     await producer.start()
     members: list[Member] = []
 
-    def spec() -> dict[str, Any]:
-        return member_spec(ctx, client, variant, topic, group, cooperative=cooperative)
+    def spec(name: str | None = None) -> dict[str, Any]:
+        return member_spec(
+            ctx, client, variant, topic, group, cooperative=cooperative, client_id=name
+        )
 
     try:
-        a = await Member.spawn("A", spec())
+        a = await Member.spawn("A", spec("A"))
         members.append(a)
         await wait_until([a], lambda: settled([a], PARTITIONS), 60, "A consuming all partitions")
         if a.unavailable():
@@ -111,24 +121,43 @@ async def one_rep(ctx: Context, client: str, variant: str, cooperative: bool) ->
 
         # -- B joins -------------------------------------------------------------------
         before = set(a.owned)
-        t_join = time.monotonic()
-        b = await Member.spawn("B", spec())
-        members.append(b)
-        t_stable = await wait_until(
-            members, lambda: settled([a, b], PARTITIONS, t_join), 90, "A+B settled"
-        )
-        t_b_assigned = b.first("assigned", pred=lambda e: bool(e["p"]))
-        t_b_record = b.first("batch")
-        assert t_b_assigned is not None and t_b_record is not None
+        watch, generation = await open_watch(ctx.bootstrap, group, variant)
+        try:
+            t_spawn = time.monotonic()
+            b, t_join = await spawn_joiner("B", spec("B"), ctx.plan.heartbeat_interval_ms)
+            members.append(b)
+            t_stable = await wait_until(
+                members, lambda: settled([a, b], PARTITIONS, t_join), 90, "A+B settled"
+            )
+            t_b_start = b.first("starting")
+            t_b_assigned = b.first("assigned", pred=lambda e: bool(e["p"]))
+            t_b_record = b.first("batch")
+            assert t_b_start is not None and t_b_assigned is not None and t_b_record is not None
+            even = max(a.last_assignment_time(), b.last_assignment_time())
+            judged = await judge_change(watch, t_b_start, {"A", "B"}, PARTITIONS, even, generation)
+        finally:
+            await watch.stop()
         kept = before & a.owned
         res: dict[str, Any] = {
             "ok": True,
             "baseline_gap_s": baseline,
-            "join_assigned_s": t_b_assigned - t_join,
-            "join_first_record_s": t_b_record - t_join,
+            "join_assigned_s": t_b_assigned - t_b_start,
+            "join_first_record_s": t_b_record - t_b_start,
+            # B's first partitions after A's first rebalance callback (NaN if A had none).
+            "join_after_a_s": t_b_assigned - (first_callback([a], t_b_start) or float("nan")),
+            "join_settle_s": judged["settle_s"],
+            "join_rebalances": judged["rebalances"],
+            "join_counted_as": judged["rebalances_counted_as"],
+            "join_settle_from": judged["settle_from"],
+            # What the old clock (from the spawn) also counted: interpreter start, imports.
+            "join_load_s": (b.first("loaded") or t_spawn) - t_spawn,
             "join_gap_a_s": longest_gap(a.batch_times(), t_join, t_stable),
             "join_gap_unmoved_s": _unmoved_gap(a, kept, t_join, t_stable),
             "join_unmoved_partitions": len(kept),
+            "join_timeline": {
+                "A": timeline.window(a.events, t_b_start, t_b_assigned + 0.05, t_b_start),
+                "B": timeline.window(b.events, t_b_start, t_b_assigned + 0.05, t_b_start),
+            },
         }
 
         # -- B leaves cleanly ----------------------------------------------------------
@@ -143,7 +172,7 @@ async def one_rep(ctx: Context, client: str, variant: str, cooperative: bool) ->
 
         # -- C joins, then crashes -----------------------------------------------------
         t_join2 = time.monotonic()
-        c = await Member.spawn("C", spec())
+        c = await Member.spawn("C", spec("C"))
         members.append(c)
         await wait_until([a, c], lambda: settled([a, c], PARTITIONS, t_join2), 90, "A+C settled")
         c_parts = set(c.owned)
@@ -183,6 +212,7 @@ def _brief(r: dict[str, Any]) -> str:
     if not r.get("ok"):
         return str(r.get("error"))
     return (
-        f"join {r['join_first_record_s']:.2f}s leave {r['leave_takeover_s']:.2f}s "
+        f"join {r['join_assigned_s']:.2f}s settle {r['join_settle_s']:.2f}s "
+        f"rebalances {r['join_rebalances']:.0f} leave {r['leave_takeover_s']:.2f}s "
         f"crash {r['crash_takeover_s']:.2f}s unmoved gap {r['join_gap_unmoved_s']:.2f}s"
     )

@@ -223,3 +223,46 @@ def test_results_are_keyed_by_broker_and_each_broker_gets_its_rows(tmp_path: Pat
     assert set(again["brokers"]) == {"tansu", "kafka"}
     assert report.write(again, tmp_path).read_text() == text
     assert (tmp_path / "benchmarks" / "results.json").read_text() == stored
+
+
+def test_join_verdict_compares_aiogroup_with_the_fastest_peer_per_protocol() -> None:
+    configs = {
+        "aiogroup/defaults eager": _cfg(0.50, "join_assigned_s"),
+        "aiokafka/defaults eager": _cfg(0.60, "join_assigned_s"),
+        "confluent/tuned eager": _cfg(0.40, "join_assigned_s"),
+        "aiogroup/defaults cooperative": _cfg(1.40, "join_assigned_s"),
+        "confluent/tuned cooperative": _cfg(1.50, "join_assigned_s"),
+        "aiogroup consumer protocol (KIP-848)": _cfg(1.0, "join_assigned_s"),
+    }
+    text = report.join_verdict(configs, "join_assigned_s", "Kafka")
+    assert "eager: aiogroup 0.50 s, fastest peer confluent/tuned 0.40 s (0.10 s above it)" in text
+    assert (
+        "cooperative: aiogroup 1.40 s, fastest peer confluent/tuned 1.50 s (at or below it)" in text
+    )
+    assert "consumer protocol" not in text  # no peer ran it: nothing to compare
+
+
+def test_rebalance_section_names_its_clock_and_the_broker_counts(tmp_path: Path) -> None:
+    metrics = ("baseline_gap_s", "join_assigned_s", "join_settle_s", "join_rebalances")
+    cfg = {
+        "status": "ok",
+        "runs": [],
+        "summary": {m: {"median": 1.0, "min": 1.0, "max": 2.0, "n": 3} for m in metrics},
+    }
+    section = {
+        "partitions": 8,
+        "produce_rate": 1000,
+        "session_timeout_ms": 6000,
+        "heartbeat_interval_ms": 1000,
+        "parallel": 4,
+        "meta": {"quick": False, "reps": 3, "finished": "now", "seconds": 1},
+        "configs": {"aiogroup/defaults eager": cfg},
+    }
+    text = report.rebalance_md([("Tansu 0.6.0", section)])
+    assert "**Clock of the join figures**: from the joining member's call into its client" in text
+    assert "| join: settled (broker) | join: rebalances (broker) |" in text
+    assert (
+        "| Tansu 0.6.0 | aiogroup/defaults eager | 1.00 (1.00-2.00) | 1.00 (1.00-2.00) | - |"
+        in text
+    )
+    assert "| 1 (1-2) |" in text

@@ -533,3 +533,484 @@ def test_broker_rebalances_count_kip_848_epochs() -> None:
 def test_no_group_states_means_not_observed() -> None:
     assert check_history([]).broker_rebalances is None
     assert check_history([]).counts()["broker_rebalances"] == -1
+
+
+# -- processing ------------------------------------------------------------------------------
+
+
+class Processing(Script):
+    """A history with processing events: one record per call, keys as strings."""
+
+    def start(
+        self, t: float, member: str, offset: int, key: str | None = "k", p: int = 0
+    ) -> Processing:
+        self.add(t, member, "started", spans=((T, p, offset, offset),), key=key)
+        return self
+
+    def finish(
+        self, t: float, member: str, offset: int, key: str | None = "k", p: int = 0
+    ) -> Processing:
+        self.add(t, member, "finished", spans=((T, p, offset, offset),), key=key)
+        return self
+
+    def abandon(
+        self, t: float, member: str, offset: int, why: str = "cancelled", p: int = 0
+    ) -> Processing:
+        self.add(t, member, "abandoned", spans=((T, p, offset, offset),), detail=why)
+        return self
+
+    def run(
+        self, start: float, end: float, member: str, offset: int, key: str | None = "k"
+    ) -> Processing:
+        return self.start(start, member, offset, key).finish(end, member, offset, key)
+
+    def broker(self, t: float, offset: int, p: int = 0) -> Processing:
+        self.add(t, "<observer>", "broker_committed", offsets=((T, p, offset),))
+        return self
+
+    def check(self, ordering: str = "key"):  # type: ignore[no-untyped-def,override]
+        return check_history(self.events, ordering=ordering)  # type: ignore[arg-type]
+
+
+def processed_handover() -> Processing:
+    """A processes 0..3 (keys a, b, a, b: two at once, each key in order), commits 4 in
+    its revoke; B takes over and processes 4..5."""
+    s = Processing()
+    s.produced(0.0, 0, 5)
+    s.assigned(1.0, "A", 0)
+    s.start(2.0, "A", 0, "a").start(2.0, "A", 1, "b")
+    s.finish(2.1, "A", 0, "a").start(2.1, "A", 2, "a")
+    s.finish(2.2, "A", 1, "b").start(2.2, "A", 3, "b")
+    s.finish(2.3, "A", 2, "a").finish(2.35, "A", 3, "b")
+    s.broker(2.5, 4)
+    s.add(5.0, "A", "revoke_started", partitions=(P0,))
+    s.committed(5.2, "A", 4, sent=5.1)
+    s.add(5.3, "A", "revoke_ended", partitions=(P0,))
+    s.assigned(6.0, "B", 0)
+    s.run(6.1, 6.2, "B", 4, "a").run(6.1, 6.3, "B", 5, "b")
+    s.committed(6.5, "B", 6, sent=6.4)
+    s.broker(6.6, 6)
+    return s
+
+
+def test_a_clean_processed_handover_passes_and_is_counted() -> None:
+    report = processed_handover().check()
+    assert report.ok, report.summary()
+    counts = report.counts()
+    assert counts["processing_starts"] == 6
+    assert counts["records_finished"] == 6
+    assert counts["reprocessed"] == counts["retries"] == 0
+    for kind in (
+        "order_violations",
+        "commits_past_unfinished",
+        "processing_overlaps",
+        "processed_unowned",
+        "unfinished",
+        "disallowed_reprocessing",
+    ):
+        assert counts[kind] == 0, kind
+    # A processing history has no "delivered" events: lost is judged by "finished".
+    assert report.lost == []
+    assert report.records_checked == 6
+
+
+def test_processing_events_round_trip_with_key_and_wall_time(tmp_path: Path) -> None:
+    rec = HistoryRecorder(tmp_path / "h.jsonl")
+    me = rec.member("A")
+    me.started(T, 0, 7, key=b"\x00k")
+    me.finished(T, 0, 7, key=b"\x00k", detail="dead-lettered after 3")
+    me.abandoned(T, 0, 8, key=None, detail="cancelled")
+    rec.broker_committed({TopicPartition(T, 0): 8})
+    rec.close()
+    events = load_history(tmp_path / "h.jsonl")
+    assert [(e.kind, e.key, e.spans) for e in events[:3]] == [
+        ("started", b"\x00k".hex(), ((T, 0, 7, 7),)),
+        ("finished", b"\x00k".hex(), ((T, 0, 7, 7),)),
+        ("abandoned", None, ((T, 0, 8, 8),)),
+    ]
+    assert all(e.wall is not None for e in events[:3])
+    assert events[1].detail == "dead-lettered after 3"
+    assert (events[3].member, events[3].kind, events[3].offsets) == (
+        "<observer>",
+        "broker_committed",
+        ((T, 0, 8),),
+    )
+    assert events == rec.events()
+
+
+def test_two_records_of_one_key_at_once_break_key_order() -> None:
+    s = processed_handover()
+    # Offset 2 (key a) starts while offset 0 (key a) still runs.
+    s.events = [e for e in s.events if not (e.kind == "started" and e.spans[0][2] == 2)]
+    report = s.start(2.05, "A", 2, "a").check()
+    assert [v.rule for v in report.order_violations] == ["order: two at once"]
+    assert "@2 of key 'a' started while [0] ran" in report.order_violations[0].detail
+    # Unordered processing promises nothing of the kind.
+    assert s.check(ordering="unordered").ok
+
+
+def test_a_key_started_out_of_offset_order_breaks_key_order() -> None:
+    s = Processing()
+    s.produced(0.0, 0, 1)
+    s.assigned(1.0, "A", 0)
+    s.run(2.0, 2.1, "A", 1, "a").run(2.2, 2.3, "A", 0, "a")
+    report = s.check()
+    assert [v.rule for v in report.order_violations] == ["order: out of offset order"]
+    assert "@0 of key 'a' started after @1" in report.order_violations[0].detail
+    # Different keys may go in any order.
+    s = Processing()
+    s.produced(0.0, 0, 1)
+    s.assigned(1.0, "A", 0)
+    s.run(2.0, 2.1, "A", 1, "b").run(2.2, 2.3, "A", 0, "a")
+    assert s.check().ok, s.check().summary()
+
+
+def test_partition_ordering_allows_one_record_of_a_partition_at_a_time() -> None:
+    # processed_handover runs keys a and b of one partition at once: fine for key
+    # ordering, two at once for partition ordering.
+    report = processed_handover().check(ordering="partition")
+    assert {v.rule for v in report.order_violations} == {"order: two at once"}
+    assert "of the partition" in report.order_violations[0].detail
+
+
+def test_null_keys_are_ordered_among_themselves() -> None:
+    s = Processing()
+    s.produced(0.0, 0, 1)
+    s.assigned(1.0, "A", 0)
+    s.start(2.0, "A", 0, None).start(2.01, "A", 1, None).finish(2.1, "A", 0, None)
+    s.finish(2.2, "A", 1, None)
+    assert [v.rule for v in s.check().order_violations] == ["order: two at once"]
+
+
+def test_a_retry_of_the_same_record_is_no_order_violation_and_is_counted() -> None:
+    s = Processing()
+    s.produced(0.0, 0, 1)
+    s.assigned(1.0, "A", 0)
+    s.start(2.0, "A", 0).abandon(2.1, "A", 0, "RuntimeError('flaky')")
+    s.run(2.2, 2.3, "A", 0).run(2.3, 2.4, "A", 1)
+    report = s.check()
+    assert report.ok, report.summary()
+    assert (report.retries, report.reprocessed) == (1, 0)
+
+
+def test_a_commit_past_a_record_in_flight_is_reported() -> None:
+    s = processed_handover()
+    # A commits 4 at 2.34 (sent 2.32) while offset 3 runs until 2.35.
+    report = s.committed(2.34, "A", 4, sent=2.32).check()
+    assert [v.rule for v in report.commits_past_unfinished] == ["commit past unfinished"]
+    assert "at 4 while @3 was in flight" in report.commits_past_unfinished[0].detail
+
+
+def test_a_commit_the_broker_shows_past_a_record_never_processed_is_reported() -> None:
+    s = processed_handover()
+    s.events = [
+        e for e in s.events if not (e.kind in ("started", "finished") and e.spans[0][2] == 5)
+    ]
+    s.broker(7.0, 6)  # seen from outside: 6 committed, yet 5 never ran
+    report = s.check()
+    assert any("while @5 was not processed" in v.detail for v in report.commits_past_unfinished)
+    assert report.unfinished == [(T, 0, 5)]
+    assert not report.ok
+
+
+def test_records_finished_beyond_the_committed_offset_are_no_violation() -> None:
+    # 1 finished before 0: the commit stays at 0 (1 in its metadata) until 0 finishes.
+    s = Processing()
+    s.produced(0.0, 0, 1)
+    s.assigned(1.0, "A", 0)
+    s.start(2.0, "A", 0, "a").run(2.0, 2.1, "A", 1, "b")
+    s.committed(2.3, "A", 0, sent=2.2).broker(2.35, 0)
+    s.finish(2.5, "A", 0, "a").committed(2.7, "A", 2, sent=2.6)
+    assert s.check().ok, s.check().summary()
+
+
+def test_processing_by_two_members_at_once_is_an_overlap() -> None:
+    s = processed_handover()
+    # A's revoke returned at 5.3 but its handler for 3 ran on until 6.15, past B's start.
+    s.events = [e for e in s.events if not (e.kind == "finished" and e.spans[0][2] == 3)]
+    report = s.finish(6.15, "A", 3, "b").check()
+    assert len(report.processing_overlaps) == 1
+    o = report.processing_overlaps[0]
+    assert ({o.first, o.second}, o.start, o.end) == ({"A", "B"}, 6.1, 6.15)
+    assert [v.rule for v in report.processed_unowned] == ["processed after revoke"]
+    assert "processing overlap" in report.summary()
+
+
+def test_processing_after_lost_is_reported() -> None:
+    s = Processing()
+    s.produced(0.0, 0, 1)
+    s.assigned(1.0, "A", 0)
+    s.run(2.0, 2.1, "A", 0).lost(3.0, "A", 0).run(3.5, 3.6, "A", 1)
+    report = s.check()
+    assert [v.rule for v in report.processed_unowned] == ["processed after lost"] * 2
+    assert [v.detail for v in report.processed_unowned] == [
+        "started topic[0]@1",
+        "finished topic[0]@1",
+    ]
+
+
+def test_processing_outside_any_assignment_is_reported() -> None:
+    s = Processing()
+    s.produced(0.0, 0, 0)
+    s.run(2.0, 2.1, "A", 0)
+    assert [v.rule for v in s.check().processed_unowned] == ["processed unowned"] * 2
+
+
+def test_a_produced_record_nobody_finished_is_unfinished() -> None:
+    s = processed_handover()
+    s.events = [e for e in s.events if not (e.kind == "finished" and e.spans[0][2] == 5)]
+    s.events = [
+        e for e in s.events if not (e.kind in ("committed", "broker_committed") and e.t > 6)
+    ]
+    report = s.check()
+    assert report.unfinished == [(T, 0, 5)]
+    assert not report.ok
+    assert "unfinished" in report.summary()
+
+
+def kill_mid_processing(restart_from: int) -> Processing:
+    """A finishes 0..2 and commits 3, finishes 3, has 4 in flight, and is killed; B
+    takes over from the committed offset (or earlier: a fault)."""
+    s = Processing()
+    s.produced(0.0, 0, 5)
+    s.assigned(1.0, "A", 0)
+    s.run(2.0, 2.1, "A", 0).run(2.1, 2.2, "A", 1).run(2.2, 2.3, "A", 2)
+    s.committed(2.5, "A", 3, sent=2.4)
+    s.run(2.6, 2.7, "A", 3).start(2.7, "A", 4)
+    s.add(3.0, "A", "crashed")
+    s.gone(7.9, 8.0, "A")
+    s.assigned(8.5, "B", 0)
+    t = 9.0
+    for o in range(restart_from, 6):
+        s.run(t, t + 0.1, "B", o)
+        t += 0.1
+    s.committed(t + 0.1, "B", 6, sent=t)
+    return s
+
+
+def test_after_a_kill_the_unfinished_and_uncommitted_records_are_processed_again() -> None:
+    report = kill_mid_processing(3).check()
+    assert report.ok, report.summary()
+    assert report.reprocessed == 2  # 3 (finished, not committed) and 4 (in flight)
+    assert report.in_flight_at_crash == 1
+    assert report.finished_uncommitted_at_crash == 1
+
+
+def test_reprocessing_a_record_whose_finish_was_committed_is_reported() -> None:
+    report = kill_mid_processing(2).check()
+    assert [v.rule for v in report.disallowed_reprocessing] == ["reprocessed a finished record"]
+    assert "@2 finished at t=2.300 and A committed it" in report.disallowed_reprocessing[0].detail
+
+
+def test_a_record_finished_beyond_the_commit_and_redone_by_the_new_owner_is_reported() -> None:
+    # A finished 1 before 0 and committed 0 with 1 in its metadata, then revoked cleanly
+    # with 0 unfinished; B redoes 0 (fine) and 1 (it should have skipped it).
+    s = Processing()
+    s.produced(0.0, 0, 1)
+    s.assigned(1.0, "A", 0)
+    s.start(2.0, "A", 0, "a").run(2.0, 2.1, "A", 1, "b")
+    # The processor's metadata: one run of finished records, 1 (ag1: gap 0, length 1).
+    s.add(2.3, "A", "committed", offsets=((T, 0, 0),), since=2.2, metadata=((T, 0, "ag1:0.1"),))
+    s.add(3.0, "A", "revoke_started", partitions=(P0,))
+    s.abandon(3.5, "A", 0).add(3.6, "A", "revoke_ended", partitions=(P0,))
+    s.assigned(4.0, "B", 0)
+    s.run(4.1, 4.2, "B", 0, "a")
+    ok = s.check()
+    assert ok.ok, ok.summary()
+    assert ok.reprocessed == 1
+    report = s.run(4.2, 4.3, "B", 1, "b").check()
+    assert [v.rule for v in report.disallowed_reprocessing] == ["reprocessed a finished record"]
+    # A broker that drops commit metadata (Tansu): the run never reached B.
+    assert check_history(s.events, metadata_kept=False).ok
+    # Metadata without the run (dropped to bound its size): 1 may be redone.
+    s.events = [
+        Event(e.t, e.member, e.kind, offsets=e.offsets, since=e.since)
+        if e.kind == "committed"
+        else e
+        for e in s.events
+    ]
+    assert s.check().ok, s.check().summary()
+
+
+def test_one_owner_processing_a_finished_record_again_is_reported() -> None:
+    s = Processing()
+    s.produced(0.0, 0, 0)
+    s.assigned(1.0, "A", 0)
+    s.run(2.0, 2.1, "A", 0).run(2.2, 2.3, "A", 0)
+    report = s.check()
+    assert [v.detail.split(" by ")[-1] for v in report.disallowed_reprocessing] == ["its owner"]
+
+
+def test_a_frozen_members_handler_does_not_overlap_while_frozen_but_does_after_waking() -> None:
+    def frozen(finish_at: float) -> Processing:
+        s = Processing()
+        s.produced(0.0, 0, 1)
+        s.assigned(1.0, "A", 0)
+        s.run(2.0, 2.1, "A", 0, "a").start(2.5, "A", 1, "b")
+        s.add(3.0, "A", "frozen")
+        s.gone(7.9, 8.0, "A")
+        s.assigned(8.5, "B", 0)
+        s.start(9.0, "B", 1, "b")
+        s.lost(15.0, "A", 0)  # woke at 15: its loop hears of the fence
+        if finish_at < 15.0:
+            s.abandon(15.01, "A", 1)
+        else:
+            s.finish(finish_at, "A", 1, "b")
+        s.finish(9.5, "B", 1, "b").committed(9.7, "B", 2, sent=9.6)
+        return s
+
+    # Cancelled on waking: no overlap (A's process was stopped while B ran 1).
+    clean = frozen(0.0).check()
+    assert clean.ok, clean.summary()
+    assert clean.reprocessed == 1
+    # Its handler's tail ran on waking, before it could learn of the fence: counted,
+    # not a violation (the record finished on both owners: at least once).
+    late = frozen(15.2).check()
+    assert late.ok, late.summary()
+    assert late.finished_after_wake == 1
+    # A record *started* after waking is one.
+    report = frozen(15.2).start(15.3, "A", 0, "a").check()
+    assert [v.rule for v in report.processed_unowned] == ["processed after fence"]
+
+
+def test_a_frozen_handler_that_finishes_while_another_member_runs_the_partition_overlaps() -> None:
+    s = Processing()
+    s.produced(0.0, 0, 2)
+    s.assigned(1.0, "A", 0)
+    s.start(2.0, "A", 0, "a")
+    s.add(3.0, "A", "frozen")
+    s.gone(7.9, 8.0, "A")
+    s.assigned(8.5, "B", 0)
+    s.start(9.0, "B", 0, "a")
+    s.finish(10.0, "A", 0, "a")  # woke at 10 and its handler returned at once
+    s.finish(11.0, "B", 0, "a").run(11.0, 11.1, "B", 1).run(11.1, 11.2, "B", 2)
+    s.lost(10.5, "A", 0)
+    report = s.check()
+    # No overlap while A was stopped (3..10), and its handler's tail on waking is
+    # counted, not judged.
+    assert report.ok, report.summary()
+    assert report.finished_after_wake == 1
+    # The woken member starting the next record of the partition it lost: an overlap
+    # with B and processing after the fence.
+    report = s.start(10.1, "A", 1).finish(10.2, "A", 1).check()
+    assert [v.rule for v in report.processed_unowned] == ["processed after fence"] * 2
+    assert [(o.start, o.end) for o in report.processing_overlaps] == [(10.1, 10.2)]
+
+
+def test_the_ordering_argument_is_checked() -> None:
+    with pytest.raises(ValueError, match="ordering must be one of"):
+        check_history([], ordering="keys")  # type: ignore[arg-type]
+
+
+# -- recording_handler -----------------------------------------------------------------------
+
+
+class _Rec:
+    def __init__(self, offset: int, key: bytes | None = b"k") -> None:
+        self.topic, self.partition, self.offset, self.key = T, 0, offset, key
+
+
+async def test_recording_handler_records_each_attempt_and_how_it_ended() -> None:
+    import asyncio
+
+    from aiogroup.testing.recording import recording_handler
+
+    rec = HistoryRecorder()
+    me = rec.member("A")
+
+    async def handle(record: _Rec) -> str:
+        if record.offset == 1:
+            raise RuntimeError("poison")
+        if record.offset == 2:
+            await asyncio.sleep(10)
+        return f"done {record.offset}"
+
+    wrapped = recording_handler(me, handle, dead_letter_after=2)
+    assert await wrapped(_Rec(0)) == "done 0"
+    for _ in range(2):
+        with pytest.raises(RuntimeError):
+            await wrapped(_Rec(1))
+    task = asyncio.ensure_future(wrapped(_Rec(2)))
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    got = [(e.kind, e.spans[0][2], e.detail) for e in rec.events()]
+    assert got == [
+        ("started", 0, ""),
+        ("finished", 0, ""),
+        ("started", 1, ""),
+        ("abandoned", 1, "RuntimeError('poison')"),
+        ("started", 1, ""),
+        ("abandoned", 1, "RuntimeError('poison')"),
+        ("finished", 1, "dead-lettered after 2"),
+        ("started", 2, ""),
+        ("abandoned", 2, "cancelled"),
+    ]
+    assert rec.events()[0].key == b"k".hex()
+
+
+def test_recording_handler_keeps_a_sync_handler_sync_and_refuses_bad_input() -> None:
+    import inspect
+
+    from aiogroup.testing.recording import recording_handler
+
+    rec = HistoryRecorder()
+    wrapped = recording_handler(rec.member("A"), lambda r: r.offset * 2)
+    assert not inspect.iscoroutinefunction(wrapped)
+    assert wrapped(_Rec(4, key=None)) == 8
+    assert [(e.kind, e.key) for e in rec.events()] == [("started", None), ("finished", None)]
+    with pytest.raises(TypeError, match="handler must be callable"):
+        recording_handler(rec.member("A"), "nope")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="dead_letter_after"):
+        recording_handler(rec.member("A"), lambda r: r, dead_letter_after=0)
+
+
+def test_reprocessing_below_the_offset_the_broker_showed_is_reported() -> None:
+    # No member commit in the history (the processor's own), only what the broker showed:
+    # the group's offset passed 2 at 2.45, yet B processes 2 again.
+    s = kill_mid_processing(3)
+    s.events = [e for e in s.events if e.kind != "committed"]
+    assert s.check().ok, s.check().summary()
+    report = s.broker(2.45, 3).check()
+    assert report.ok, report.summary()
+    s = kill_mid_processing(2)
+    s.events = [e for e in s.events if e.kind != "committed"]
+    report = s.broker(2.45, 3).check()
+    assert [v.rule for v in report.disallowed_reprocessing] == ["reprocessed a committed record"]
+    assert (
+        "the broker showed the group's offset past it" in report.disallowed_reprocessing[0].detail
+    )
+
+
+async def test_record_commits_records_accepted_commits_with_their_send_time() -> None:
+    from aiogroup import OffsetAndMetadata
+    from aiogroup.testing.recording import record_commits
+
+    clock = iter([1.0, 2.0, 3.0, 4.0])
+    rec = HistoryRecorder(clock=lambda: next(clock))
+
+    class Consumer:
+        def __init__(self) -> None:
+            self.fail = False
+
+        async def commit(self, offsets: object = None) -> None:
+            if self.fail:
+                raise RuntimeError("commit refused")
+
+    consumer = Consumer()
+    record_commits(consumer, rec.member("A"))
+    await consumer.commit({TopicPartition(T, 0): OffsetAndMetadata(7, "meta")})
+    consumer.fail = True
+    with pytest.raises(RuntimeError):
+        await consumer.commit({TopicPartition(T, 1): 3})
+    consumer.fail = False
+    await consumer.commit()  # the consumer's own positions: nothing to name
+    (event,) = rec.events()
+    assert event.metadata == ((T, 0, "meta"),)
+    assert (event.kind, event.offsets, event.since, event.t) == (
+        "committed",
+        ((T, 0, 7),),
+        1.0,
+        2.0,
+    )

@@ -402,16 +402,28 @@ def test_poll_timeout_leaves_and_the_next_poll_rejoins() -> None:
     d.now = 10.0
     out = d.send(TimerFired())
     assert d.state is S.PREPARE_LEAVING
-    assert out[0] == InvokeOnPartitionsRevoked(tps(("a", 0)), True)
+    assert out[:2] == [
+        cg.LogWarning(
+            "the application has not polled (getone/getmany/getmany_arrow/async for) for "
+            "10.0s, longer than max_poll_interval_ms (10s): leaving the group so its "
+            "partitions go to live members; the next poll rejoins"
+        ),
+        InvokeOnPartitionsRevoked(tps(("a", 0)), True),
+    ]
     # The heartbeat due at 6.0 went out with the revocation; the leave waits for its answer.
     assert d.send(ListenerCompleted(Listener.REVOKED)) == [SetAssignment(frozenset())]
     assert d.state is S.LEAVING
     (hb,) = d.send(ok(1))
     assert isinstance(hb, SendHeartbeat) and hb.member_epoch == -1
     d.send(ok(1))
-    assert d.state is S.STALE and not d.m.finished
-    (hb,) = d.send(ApplicationPolled())
-    assert d.state is S.JOINING
+    assert d.state is S.STALE and not d.m.finished and d.m.awaiting_poll
+    d.now = 12.0
+    warning, hb = d.send(ApplicationPolled())
+    assert warning == cg.LogWarning(
+        "the application polled again 2.0s after this member left its group because "
+        "max_poll_interval_ms (10s) passed without a poll: rejoining"
+    )
+    assert d.state is S.JOINING and not d.m.awaiting_poll
     assert isinstance(hb, SendHeartbeat) and hb.member_epoch == 0
 
 

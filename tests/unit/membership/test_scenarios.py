@@ -434,6 +434,11 @@ def test_max_poll_interval_leaves_and_rejoins_on_next_poll() -> None:
     out = m.handle(E.TimerFired(), MAX_POLL)
     assert out == [
         A.SendHeartbeat(1, "m1"),
+        A.LogWarning(
+            "the application has not polled (getone/getmany/getmany_arrow/async for) for "
+            "30.0s, longer than max_poll_interval_ms (30s): leaving the group so its "
+            "partitions go to live members; the next poll rejoins"
+        ),
         A.MarkRevoking(tps(0)),
         A.InvokeOnPartitionsRevoked(tps(0), commit_first=False),
     ]
@@ -445,9 +450,13 @@ def test_max_poll_interval_leaves_and_rejoins_on_next_poll() -> None:
     assert m.handle(E.TimerFired(), MAX_POLL + 5) == []  # still no poll
     out = m.handle(E.ApplicationPolled(MAX_POLL + 6), MAX_POLL + 6)
     assert out == [
+        A.LogWarning(
+            "the application polled again 6.0s after this member left its group because "
+            "max_poll_interval_ms (30s) passed without a poll: rejoining"
+        ),
         A.SendJoinGroup(
             "the application polled again after max_poll_interval_ms", "", -1, frozenset()
-        )
+        ),
     ]
 
 

@@ -1,0 +1,31 @@
+"""Processing, not just delivery: concurrent, ordered handlers with safe commits.
+
+``Processor(consumer, handler, ...)`` (or ``await consumer.process(handler, ...)``)
+runs an async or sync handler per record with bounded concurrency, in partition,
+key or no order, and commits per partition only the first record not yet finished
+(records finished beyond it go in the commit's metadata, so a restart or the next
+owner skips them).  Modules:
+
+* ``tracker``: per-partition committable offset and finished-beyond runs (pure);
+* ``offset_metadata``: the compact, size-bounded metadata format (pure);
+* ``scheduler``: lanes, the ready queue and the concurrency bound (pure);
+* ``retry``: the retry policy as data;
+* ``dead_letter``: the dead-letter choice and its headers;
+* ``processor``: the async shell (reading, handler tasks, commits, rebalance hooks).
+"""
+
+from aiogroup.processing.dead_letter import DeadLetter
+from aiogroup.processing.errors import DeadLetterTopicError, ProcessingError
+from aiogroup.processing.processor import Handler, Processor
+from aiogroup.processing.retry import RetryPolicy
+from aiogroup.processing.scheduler import Ordering
+
+__all__ = [
+    "DeadLetter",
+    "DeadLetterTopicError",
+    "Handler",
+    "Ordering",
+    "ProcessingError",
+    "Processor",
+    "RetryPolicy",
+]

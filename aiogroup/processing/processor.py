@@ -1,0 +1,664 @@
+"""``Processor``: concurrent, ordered processing whose commits never pass unfinished work.
+
+The async shell around the pure parts: it reads records with ``getmany``, feeds
+each partition's :class:`~aiogroup.processing.tracker.PartitionTracker` and the
+:class:`~aiogroup.processing.scheduler.Scheduler`, runs the handler tasks the
+scheduler releases, and commits each partition's first unfinished offset (with
+the finished-beyond runs in the metadata) every ``commit_interval_ms``, on revoke
+and on stop.  The decisions are the pure parts'; this module awaits and counts.
+
+Rebalances reach it through the consumer's internal rebalance hooks
+(:class:`aiogroup.listeners.RebalanceHooks`), which the coordination routine runs
+*before* the application's listener, inside the listener step (so heartbeats go on):
+
+* revoked: stop dispatching those partitions, wait up to ``drain_timeout_ms`` for
+  their in-flight handlers, cancel the rest, commit their finished prefix; then the
+  application's ``on_partitions_revoked`` runs and the revocation completes;
+* lost: cancel their handlers at once, commit nothing;
+* assigned: read the committed offsets *with metadata*, so records a previous owner
+  finished beyond its committed offset are skipped.
+
+The guarantee (also in docs/usage.md): at least once, and after a crash only the
+records that were unfinished are processed again (within the metadata size bound);
+no committed offset ever passes a record whose handler has not finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from aiogroup.errors import CommitFailedError, ConfigurationError, ConsumerStoppedError
+from aiogroup.processing import offset_metadata
+from aiogroup.processing.dead_letter import DeadLetter, as_bytes, dead_letter_headers
+from aiogroup.processing.errors import DeadLetterTopicError, ProcessingError
+from aiogroup.processing.retry import RetryPolicy
+from aiogroup.processing.scheduler import ORDERINGS, Ordering, Scheduler, Work, lane_of
+from aiogroup.processing.tracker import CommitPoint, PartitionTracker
+from aiogroup.structs import ConsumerRecord, OffsetAndMetadata, TopicPartition
+
+if TYPE_CHECKING:
+    from aiogroup.consumer import GroupConsumer
+
+__all__ = ["Handler", "Processor"]
+
+log = logging.getLogger("aiogroup.processing")
+
+Handler = Callable[[ConsumerRecord], Awaitable[None]] | Callable[[ConsumerRecord], None]
+
+#: Most threads a processor's sync handlers get (not one per unit of concurrency).
+_MAX_THREADS = 128
+
+
+def _is_async(handler: Any) -> bool:
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+        getattr(handler, "__call__", None)  # noqa: B004 - an object with async __call__
+    )
+
+
+def _positive_ms(name: str, value: object, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{name} must be a number of milliseconds > 0, got {value!r}")
+
+
+class Processor:
+    """Runs ``handler`` on a consumer's records, concurrently, in the chosen order.
+
+    See the module docstring and docs/usage.md ("Processing").  ``run()`` until
+    ``stop()`` (or ``consumer.stop()``); with ``on_failure="stop"`` a record whose
+    handler failed every attempt makes ``run()`` raise :class:`ProcessingError`.
+    """
+
+    def __init__(
+        self,
+        consumer: GroupConsumer,
+        handler: Handler,
+        *,
+        concurrency: int = 100,
+        ordering: Ordering = "key",
+        retry: RetryPolicy | None = None,
+        on_failure: str | DeadLetter = "stop",
+        record_timeout_ms: int | None = None,
+        drain_timeout_ms: int = 30_000,
+        commit_interval_ms: int = 5_000,
+        max_unfinished_per_partition: int = 10_000,
+        metadata_max_bytes: int = offset_metadata.DEFAULT_MAX_BYTES,
+    ) -> None:
+        if not callable(handler):
+            raise TypeError(
+                f"handler must be callable (async def handler(record) or a plain "
+                f"function), got {handler!r}"
+            )
+        if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
+            raise ValueError(f"concurrency must be an int >= 1, got {concurrency!r}")
+        if ordering not in ORDERINGS:
+            raise ValueError(f"ordering must be one of {ORDERINGS}, got {ordering!r}")
+        if retry is None:
+            retry = RetryPolicy()
+        if not isinstance(retry, RetryPolicy):
+            raise TypeError(f"retry must be a RetryPolicy, got {retry!r}")
+        if not (on_failure == "stop" or isinstance(on_failure, DeadLetter)):
+            raise ValueError(
+                f'on_failure must be "stop" or DeadLetter(topic=...), got {on_failure!r}'
+            )
+        _positive_ms("record_timeout_ms", record_timeout_ms, allow_none=True)
+        _positive_ms("drain_timeout_ms", drain_timeout_ms)
+        _positive_ms("commit_interval_ms", commit_interval_ms)
+        if (
+            not isinstance(max_unfinished_per_partition, int)
+            or isinstance(max_unfinished_per_partition, bool)
+            or max_unfinished_per_partition < 1
+        ):
+            raise ValueError(
+                "max_unfinished_per_partition must be an int >= 1, got "
+                f"{max_unfinished_per_partition!r}"
+            )
+        if consumer.config.enable_auto_commit:
+            raise ConfigurationError(
+                "Processor needs a consumer with enable_auto_commit=False: auto-commit "
+                "commits the consumer's position, which runs ahead of handlers still "
+                "working; the processor commits each partition's first unfinished record"
+            )
+        if consumer.config.group_id is None:
+            raise ConfigurationError("Processor needs a consumer with a group_id (it commits)")
+        rebalance_ms = consumer.config.effective_rebalance_timeout_ms
+        if drain_timeout_ms >= rebalance_ms:
+            raise ConfigurationError(
+                f"drain_timeout_ms ({drain_timeout_ms}) must be below the consumer's "
+                f"rebalance timeout ({rebalance_ms} ms): the revocation (drain, then commit) "
+                "runs inside the rebalance listener, which the rebalance timeout bounds"
+            )
+        self._consumer = consumer
+        self._handler = handler
+        self._async = _is_async(handler)
+        self._ordering: Ordering = ordering
+        self._retry = retry
+        self._on_failure = on_failure
+        self._record_timeout = None if record_timeout_ms is None else record_timeout_ms / 1000
+        self._drain_timeout = drain_timeout_ms / 1000
+        self._commit_interval = commit_interval_ms / 1000
+        self._max_unfinished = max_unfinished_per_partition
+        self._metadata_max_bytes = metadata_max_bytes
+        self._sched = Scheduler(concurrency)
+        self._queue_limit = max(4 * concurrency, 1_000)
+        self._buffer_limit = max(1, consumer.config.max_buffered_bytes // 2)
+        self._trackers: dict[TopicPartition, PartitionTracker] = {}
+        self._revoking: set[TopicPartition] = set()
+        self._paused: set[TopicPartition] = set()
+        self._last_committed: dict[TopicPartition, CommitPoint] = {}
+        self._tasks: dict[Work, asyncio.Task[None]] = {}
+        self._executor: ThreadPoolExecutor | None = None
+        self._producer: Any = None
+        self._own_producer = False
+        self._failure: ProcessingError | None = None
+        self._stop_event = asyncio.Event()
+        #: Set when the waiting records fell to half the queue bound (or on stop).
+        self._room = asyncio.Event()
+        self._running = False
+        self._done: asyncio.Future[None] | None = None
+        self._warned_null_key = False
+        # counters
+        self._finished = 0
+        self._retried = 0
+        self._dead_lettered = 0
+        self._skipped = 0
+        self._failed = 0
+
+    # -- public -----------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Process until :meth:`stop` or ``consumer.stop()``; raises ProcessingError on a
+        record that failed every attempt with ``on_failure="stop"``."""
+        if self._running or self._done is not None:
+            raise RuntimeError("Processor.run() can be called once")
+        self._running = True
+        loop = asyncio.get_running_loop()
+        self._done = loop.create_future()
+        consumer = self._consumer
+        hooks = consumer._rebalance_hooks
+        try:
+            consumer._require_started()
+            await self._open_dead_letter()
+            hooks.add(self)
+            consumer._metrics.processing = self.metrics
+            await self._adopt(consumer.assignment())
+            committer = loop.create_task(self._commit_loop(), name="aiogroup-processor-commit")
+            try:
+                await self._read_loop()
+            finally:
+                committer.cancel()
+                await asyncio.gather(committer, return_exceptions=True)
+                await self._shutdown()
+        finally:
+            hooks.remove(self)
+            if consumer._metrics.processing == self.metrics:
+                consumer._metrics.processing = None
+            self._running = False
+            await self._close_dead_letter()
+            if self._executor is not None:
+                self._executor.shutdown(wait=False, cancel_futures=True)
+            if not self._done.done():
+                self._done.set_result(None)
+        if self._failure is not None:
+            raise self._failure
+
+    async def stop(self) -> None:
+        """Stop dispatching, wait for in-flight handlers (drain timeout), commit, return.
+
+        Before ``run()``: that ``run()`` then returns at once.
+        """
+        self._stop_event.set()
+        self._room.set()
+        if self._done is not None:
+            await asyncio.shield(self._done)
+
+    def metrics(self) -> dict[str, Any]:
+        """Counters and gauges of this processor (also in ``consumer.metrics().processing``).
+
+        ``partitions``: per partition, ``finished_offset`` (what a commit would carry
+        now), ``committed_offset`` (the last commit this processor made), ``gap`` (their
+        difference: records finished-and-committable but not yet committed), and
+        ``unfinished`` (received and not finished).
+        """
+        now = asyncio.get_running_loop().time()
+        starts = [w.started for w in self._sched.in_flight if w.started is not None]
+        partitions: dict[str, dict[str, int | None]] = {}
+        for tp, tracker in self._trackers.items():
+            finished = tracker.committable()
+            committed = self._last_committed.get(tp)
+            committed_offset = None if committed is None else committed[0]
+            gap = None
+            if finished is not None:
+                gap = finished - (committed_offset if committed_offset is not None else finished)
+            partitions[f"{tp.topic}[{tp.partition}]"] = {
+                "finished_offset": finished,
+                "committed_offset": committed_offset,
+                "gap": gap,
+                "unfinished": tracker.unfinished,
+            }
+        return {
+            "in_flight": len(self._sched.in_flight),
+            "queued": self._sched.queued,
+            "finished": self._finished,
+            "retried": self._retried,
+            "dead_lettered": self._dead_lettered,
+            "failed": self._failed,
+            "skipped_finished_before": self._skipped,
+            "oldest_in_flight_age_s": (now - min(starts)) if starts else None,
+            "paused_partitions": len(self._paused),
+            "partitions": partitions,
+        }
+
+    # -- the rebalance hook (aiogroup.listeners.RebalanceHook) ------------------------------
+
+    async def partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        """Drain and commit ``revoked`` before the application's listener runs."""
+        mine = {tp for tp in revoked if tp in self._trackers}
+        if not mine:
+            return
+        self._revoking |= mine
+        try:
+            in_flight = self._sched.drop(mine)
+            await self._drain(in_flight, self._drain_timeout, f"revocation of {sorted(mine)}")
+            await self._commit(mine)
+        finally:
+            self._forget(mine)
+
+    async def partitions_lost(self, lost: set[TopicPartition]) -> None:
+        """Cancel the handlers of ``lost`` at once; nothing is committed for them."""
+        mine = {tp for tp in lost if tp in self._trackers}
+        if not mine:
+            return
+        self._revoking |= mine
+        try:
+            in_flight = self._sched.drop(mine)
+            await self._drain(in_flight, 0, f"loss of {sorted(mine)}")
+        finally:
+            self._forget(mine)
+
+    async def partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        """Read the committed offsets and metadata of ``assigned`` (records to skip)."""
+        await self._adopt(assigned)
+
+    # -- reading and dispatching ---------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        consumer = self._consumer
+        while not self._stop_event.is_set() and self._failure is None:
+            self._update_pauses()
+            timeout_ms = 100
+            if self._trackers and self._paused >= set(self._trackers):
+                # Every partition paused: wait for the handlers to take half the queue
+                # (woken at once, not at the end of a poll of paused partitions), then
+                # poll anyway so the member stays alive (max_poll_interval_ms).
+                self._room.clear()
+                try:
+                    await asyncio.wait_for(self._room.wait(), 1.0)
+                except asyncio.TimeoutError:
+                    pass
+                self._update_pauses()
+                timeout_ms = 0
+            # A read brings at most max_unfinished_per_partition records (a partition
+            # paused at that bound never holds more than twice it) and at most a quarter
+            # of the queue bound beyond it.
+            room = min(
+                self._max_unfinished,
+                max(self._queue_limit - self._sched.queued, self._queue_limit // 4),
+            )
+            try:
+                batch = await consumer.getmany(timeout_ms=timeout_ms, max_records=room)
+            except ConsumerStoppedError:
+                return
+            if batch:
+                self._accept(batch)
+
+    def _accept(self, batch: Mapping[TopicPartition, list[ConsumerRecord]]) -> None:
+        for tp, records in batch.items():
+            tracker = self._trackers.get(tp)
+            if tracker is None or tp in self._revoking:
+                # Revoked meanwhile: its next owner reads it.  This processor commits
+                # nothing of it past its first unfinished record, so nothing is lost.
+                log.debug("dropping %d record(s) of %s: not (or no longer) ours", len(records), tp)
+                continue
+            for record in records:
+                if not tracker.received(record.offset):
+                    self._skipped += 1
+                    continue
+                key = record.key
+                if self._ordering == "key" and key is None and not self._warned_null_key:
+                    self._warned_null_key = True
+                    log.warning(
+                        "ordering='key': records without a key (first: %s[%d]@%d) are "
+                        "processed in partition order among themselves",
+                        tp.topic,
+                        tp.partition,
+                        record.offset,
+                    )
+                nbytes = max(0, record.serialized_key_size) + max(0, record.serialized_value_size)
+                lane = lane_of(self._ordering, tp, key, record.offset)
+                self._sched.add(Work(tp, record.offset, lane, record, nbytes))
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        if self._failure is not None:
+            return
+        loop = asyncio.get_running_loop()
+        for work in self._sched.take():
+            work.started = loop.time()
+            self._tasks[work] = loop.create_task(
+                self._handle(work), name=f"aiogroup-handler-{work.tp.partition}@{work.offset}"
+            )
+
+    def _full(self) -> bool:
+        return (
+            self._sched.queued >= self._queue_limit
+            or self._sched.queued_bytes >= self._buffer_limit
+        )
+
+    def _update_pauses(self) -> None:
+        """Pause partitions past the unfinished bound and, while the queue is full, the
+        partitions holding more than their share of it.
+
+        Only the fullest partitions stop: a hot key's backlog pauses its own partition,
+        and the others keep being read (one hot key never stalls the rest).
+        """
+        full = self._full()
+        n = max(1, len(self._trackers))
+        share = max(1, self._queue_limit // n)
+        byte_share = max(1, self._buffer_limit // n)
+        waiting = self._sched.waiting_by_tp
+        for tp, tracker in self._trackers.items():
+            want = tracker.unfinished > self._max_unfinished or (
+                full
+                and (waiting.get(tp, 0) >= share or self._sched.waiting_bytes(tp) >= byte_share)
+            )
+            if want and tp not in self._paused:
+                self._set_paused(tp, True)
+            elif not want and tp in self._paused:
+                self._set_paused(tp, False)
+
+    def _set_paused(self, tp: TopicPartition, paused: bool) -> None:
+        try:
+            if paused:
+                self._consumer.pause(tp)
+                self._paused.add(tp)
+            else:
+                self._consumer.resume(tp)
+                self._paused.discard(tp)
+        except Exception:  # not assigned any more: nothing to pause or resume
+            self._paused.discard(tp)
+
+    # -- handling ------------------------------------------------------------------------
+
+    async def _call(self, record: ConsumerRecord) -> None:
+        if self._async:
+            result = self._handler(record)
+            if inspect.isawaitable(result):
+                await result
+            return
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(
+                max_workers=min(self._sched.concurrency, _MAX_THREADS),
+                thread_name_prefix="aiogroup-handler",
+            )
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, functools.partial(self._handler, record))
+
+    async def _attempt(self, record: ConsumerRecord) -> None:
+        if self._record_timeout is None:
+            await self._call(record)
+            return
+        try:
+            await asyncio.wait_for(self._call(record), self._record_timeout)
+        except asyncio.TimeoutError:
+            raise TimeoutError(
+                f"handler overran record_timeout_ms ({self._record_timeout * 1000:g} ms)"
+            ) from None
+
+    async def _handle(self, work: Work) -> None:
+        record: ConsumerRecord = work.record
+        attempt = 0
+        try:
+            while True:
+                attempt += 1
+                try:
+                    await self._attempt(record)
+                except Exception as exc:
+                    delay = self._retry.delay_after(attempt)
+                    if delay is None:
+                        await self._failed_record(work, exc, attempt)
+                        return
+                    self._retried += 1
+                    log.info(
+                        "handler failed on %s[%d]@%d (attempt %d of %d, retrying in %gs): %r",
+                        work.tp.topic,
+                        work.tp.partition,
+                        work.offset,
+                        attempt,
+                        self._retry.attempts,
+                        delay,
+                        exc,
+                    )
+                    await asyncio.sleep(delay)
+                    continue
+                self._finish(work)
+                return
+        finally:
+            self._tasks.pop(work, None)
+            self._sched.done(work)
+            if not self._stop_event.is_set():
+                self._dispatch()
+            if (
+                self._sched.queued <= self._queue_limit // 2
+                and self._sched.queued_bytes <= self._buffer_limit // 2
+            ):
+                self._room.set()
+
+    async def _failed_record(self, work: Work, exc: Exception, attempts: int) -> None:
+        self._failed += 1
+        if isinstance(self._on_failure, DeadLetter):
+            try:
+                await self._dead_letter(work.record, exc, attempts)
+            except Exception as produce_error:
+                log.error(
+                    "dead-lettering %s[%d]@%d failed",
+                    work.tp.topic,
+                    work.tp.partition,
+                    work.offset,
+                    exc_info=produce_error,
+                )
+                self._stop_for(work, produce_error, attempts)
+                return
+            self._dead_lettered += 1
+            self._finish(work)
+            return
+        self._stop_for(work, exc, attempts)
+
+    def _stop_for(self, work: Work, exc: BaseException, attempts: int) -> None:
+        if self._failure is None:
+            failure = ProcessingError(work.tp, work.offset, attempts, exc)
+            failure.__cause__ = exc
+            self._failure = failure
+            log.error("%s; stopping the processor", failure)
+            self._sched.drop(set(self._trackers))
+            self._stop_event.set()
+            self._room.set()
+
+    def _finish(self, work: Work) -> None:
+        self._finished += 1
+        tracker = self._trackers.get(work.tp)
+        if tracker is not None and tracker.is_pending(work.offset):
+            tracker.finished(work.offset)
+
+    # -- dead letters --------------------------------------------------------------------
+
+    async def _open_dead_letter(self) -> None:
+        dl = self._on_failure
+        if not isinstance(dl, DeadLetter):
+            return
+        topics = await self._consumer.topics()
+        if dl.topic not in topics:
+            raise DeadLetterTopicError(
+                f"dead-letter topic {dl.topic!r} does not exist; create it first "
+                "(the processor does not create topics)"
+            )
+        if dl.producer is not None:
+            self._producer = dl.producer
+            return
+        from aiokafka import AIOKafkaProducer
+
+        cfg = self._consumer.config
+        producer = AIOKafkaProducer(
+            bootstrap_servers=cfg.bootstrap_servers,
+            client_id=f"{cfg.client_id}-dead-letter",
+            acks="all",
+            **cfg.client_options,
+        )
+        await producer.start()
+        self._producer = producer
+        self._own_producer = True
+
+    async def _close_dead_letter(self) -> None:
+        if self._own_producer and self._producer is not None:
+            producer, self._producer = self._producer, None
+            await producer.stop()
+
+    async def _dead_letter(self, record: ConsumerRecord, exc: BaseException, attempts: int) -> None:
+        dl = self._on_failure
+        assert isinstance(dl, DeadLetter) and self._producer is not None
+        await self._producer.send_and_wait(
+            dl.topic,
+            value=as_bytes(record.value),
+            key=as_bytes(record.key),
+            headers=dead_letter_headers(record, exc, attempts),
+        )
+        log.warning(
+            "dead-lettered %s[%d]@%d to %s after %d attempt(s): %r",
+            record.topic,
+            record.partition,
+            record.offset,
+            dl.topic,
+            attempts,
+            exc,
+        )
+
+    # -- commits, assignment and shutdown ------------------------------------------------
+
+    async def _adopt(self, partitions: set[TopicPartition]) -> None:
+        new = sorted(tp for tp in partitions if tp not in self._trackers)
+        if not new:
+            return
+        committed: Mapping[TopicPartition, OffsetAndMetadata | None]
+        try:
+            committed = await self._consumer._fetch_committed(new)
+        except Exception as exc:
+            log.warning(
+                "could not read the committed metadata of %s (%r): records finished "
+                "beyond the committed offsets may be processed again",
+                new,
+                exc,
+            )
+            committed = {}
+        for tp in new:
+            oam = committed.get(tp)
+            if oam is None:
+                self._trackers[tp] = PartitionTracker()
+                continue
+            runs = offset_metadata.decode(int(oam.offset), oam.metadata)
+            self._trackers[tp] = PartitionTracker(int(oam.offset), runs)
+            self._last_committed[tp] = (int(oam.offset), oam.metadata or "")
+
+    def _forget(self, partitions: set[TopicPartition]) -> None:
+        for tp in partitions:
+            self._trackers.pop(tp, None)
+            self._last_committed.pop(tp, None)
+            self._paused.discard(tp)
+            self._revoking.discard(tp)
+
+    async def _commit_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._commit_interval)
+            await self._commit(None)
+
+    async def _commit(self, partitions: set[TopicPartition] | None) -> None:
+        """Commit the finished prefix (and metadata) of ``partitions`` (None: all but
+        those being revoked); failures are logged, the next commit tries again."""
+        if partitions is None:
+            partitions = set(self._trackers) - self._revoking
+        offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+        for tp in partitions:
+            tracker = self._trackers.get(tp)
+            point = None if tracker is None else tracker.commit_point(self._metadata_max_bytes)
+            if point is not None and point != self._last_committed.get(tp):
+                offsets[tp] = OffsetAndMetadata(point[0], point[1])
+        if not offsets:
+            return
+        try:
+            await self._consumer.commit(offsets)
+        except CommitFailedError as exc:
+            # A rebalance in progress or a generation gone: the revoke (or the next
+            # interval) commits again, the lost path does not.
+            log.info("processor commit of %s refused: %s", sorted(offsets), exc)
+            return
+        except Exception as exc:
+            log.warning("processor commit of %s failed: %r", sorted(offsets), exc)
+            return
+        for tp, oam in offsets.items():
+            self._last_committed[tp] = (oam.offset, oam.metadata)
+
+    async def _drain(self, in_flight: list[Work], timeout: float, why: str) -> None:
+        """Wait up to ``timeout`` for these handlers, then cancel and await the rest."""
+        tasks = [self._tasks[w] for w in in_flight if w in self._tasks]
+        if not tasks:
+            return
+        pending: set[asyncio.Task[None]] = set(tasks)
+        if timeout > 0:
+            _, pending = await asyncio.wait(tasks, timeout=timeout)
+        if pending:
+            if timeout > 0:
+                log.warning(
+                    "%s: %d handler(s) still running after drain_timeout_ms; cancelling them",
+                    why,
+                    len(pending),
+                )
+            for task in pending:
+                task.cancel()
+            # A cancelled handler ends at its next await (a sync handler's thread
+            # cannot be stopped: its task ends at once, the thread runs on).  One that
+            # swallows the cancellation is not waited for beyond another drain timeout.
+            _, stuck = await asyncio.wait(pending, timeout=max(self._drain_timeout, 0.001))
+            if stuck:
+                log.error(
+                    "%s: %d handler(s) ignored cancellation; going on without them",
+                    why,
+                    len(stuck),
+                )
+
+    async def _shutdown(self) -> None:
+        """Stop dispatching, drain everything, commit, and leave positions at the commits."""
+        self._stop_event.set()
+        in_flight = self._sched.drop(set(self._trackers) | {w.tp for w in self._sched.in_flight})
+        await self._drain(in_flight, self._drain_timeout, "stop")
+        if self._consumer._lifecycle_started:
+            await self._commit(None)
+            # A later run() (or the application's own loop) starts from the commits,
+            # not from the records this processor had read ahead and dropped.
+            for tp, tracker in list(self._trackers.items()):
+                point = tracker.committable()
+                if point is None or tp in self._revoking:
+                    continue
+                try:
+                    self._consumer.seek(tp, point)
+                except Exception:  # no longer assigned
+                    pass
+            for tp in list(self._paused):
+                self._set_paused(tp, False)
+        self._trackers.clear()
+        self._last_committed.clear()

@@ -1,0 +1,146 @@
+"""The dispatcher: which received records may start now, under the ordering mode.
+
+Records wait in *lanes*; a lane runs one record at a time, in offset order, and
+different lanes run at once.  The ordering mode decides the lane of a record:
+
+* ``"partition"``: the lane is the partition - one record of a partition at a
+  time, partitions in parallel (pipelined: the next record starts the moment the
+  previous one finishes);
+* ``"key"``: the lane is (partition, key) - the same key in offset order, different
+  keys at once; records with no key share their partition's (partition, None) lane,
+  so they keep partition order among themselves;
+* ``"unordered"``: every record is its own lane.
+
+At most ``concurrency`` records are in flight.  Lanes with a record ready wait in
+one FIFO queue and a lane goes to its back after each record, so a hot key (a lane
+with a long queue) takes one slot at a time and never holds back the others.
+
+Pure: the processor feeds :class:`Work` items and starts what :meth:`Scheduler.take`
+returns; nothing here awaits or reads a clock.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Collection, Hashable
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+from aiogroup.structs import TopicPartition
+
+__all__ = ["ORDERINGS", "Ordering", "Scheduler", "Work", "lane_of"]
+
+Ordering = Literal["partition", "key", "unordered"]
+ORDERINGS: tuple[str, ...] = get_args(Ordering)
+
+
+def lane_of(ordering: Ordering, tp: TopicPartition, key: Any, offset: int) -> Hashable:
+    """The lane a record waits in (see the module docstring)."""
+    if ordering == "partition":
+        lane: Hashable = tp
+        return lane
+    if ordering == "key":
+        return (tp, key)
+    return (tp, offset, None)
+
+
+@dataclass(eq=False, slots=True)
+class Work:
+    """One record on its way through the processor."""
+
+    tp: TopicPartition
+    offset: int
+    lane: Hashable
+    record: Any = None
+    nbytes: int = 0
+    #: Set by the processor: the handler task, its start time.
+    started: float | None = field(default=None)
+
+
+class Scheduler:
+    """Lanes of waiting records, the ready queue and the in-flight count."""
+
+    def __init__(self, concurrency: int) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        self.concurrency = concurrency
+        self._lanes: dict[Hashable, deque[Work]] = {}
+        #: Lanes whose head may start (not busy, not empty), oldest first.
+        self._ready: deque[Hashable] = deque()
+        self._busy: set[Hashable] = set()
+        self.in_flight: set[Work] = set()
+        self.queued = 0
+        self.queued_bytes = 0
+        #: Waiting records per partition (the processor pauses the fullest when full).
+        self.waiting_by_tp: dict[TopicPartition, int] = {}
+        self._bytes_by_tp: dict[TopicPartition, int] = {}
+
+    def add(self, work: Work) -> None:
+        """A received record waits in its lane."""
+        lane = self._lanes.get(work.lane)
+        if lane is None:
+            lane = self._lanes[work.lane] = deque()
+            if work.lane not in self._busy:
+                self._ready.append(work.lane)
+        lane.append(work)
+        self.queued += 1
+        self.queued_bytes += work.nbytes
+        self.waiting_by_tp[work.tp] = self.waiting_by_tp.get(work.tp, 0) + 1
+        self._bytes_by_tp[work.tp] = self._bytes_by_tp.get(work.tp, 0) + work.nbytes
+
+    def take(self) -> list[Work]:
+        """The records to start now (their lanes become busy), up to the concurrency."""
+        started: list[Work] = []
+        while self._ready and len(self.in_flight) < self.concurrency:
+            key = self._ready.popleft()
+            lane = self._lanes[key]
+            work = lane.popleft()
+            if not lane:
+                del self._lanes[key]
+            self._busy.add(key)
+            self.in_flight.add(work)
+            self.queued -= 1
+            self.queued_bytes -= work.nbytes
+            self._unwait(work)
+            started.append(work)
+        return started
+
+    def done(self, work: Work) -> None:
+        """``work`` ended (finished, failed or cancelled): its lane may go on."""
+        self.in_flight.discard(work)
+        self._busy.discard(work.lane)
+        if work.lane in self._lanes:
+            self._ready.append(work.lane)
+
+    def drop(self, partitions: Collection[TopicPartition]) -> list[Work]:
+        """Forget the waiting records of ``partitions``; returns their in-flight ones.
+
+        Their lanes stay busy until :meth:`done` is called for each in-flight record.
+        """
+        for key in [k for k, lane in self._lanes.items() if lane[0].tp in partitions]:
+            for work in self._lanes.pop(key):
+                self.queued -= 1
+                self.queued_bytes -= work.nbytes
+                self._unwait(work)
+        self._ready = deque(k for k in self._ready if k in self._lanes)
+        return [w for w in self.in_flight if w.tp in partitions]
+
+    def waiting(self, tp: TopicPartition | None = None) -> int:
+        """Records waiting (all, or of one partition)."""
+        if tp is None:
+            return self.queued
+        return self.waiting_by_tp.get(tp, 0)
+
+    def waiting_bytes(self, tp: TopicPartition) -> int:
+        """Key+value bytes of the records of ``tp`` waiting."""
+        return self._bytes_by_tp.get(tp, 0)
+
+    def _unwait(self, work: Work) -> None:
+        tp = work.tp
+        left = self.waiting_by_tp[tp] - 1
+        if left:
+            self.waiting_by_tp[tp] = left
+            self._bytes_by_tp[tp] -= work.nbytes
+        else:
+            del self.waiting_by_tp[tp]
+            del self._bytes_by_tp[tp]

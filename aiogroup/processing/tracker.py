@@ -1,0 +1,145 @@
+"""Per-partition offset tracking: what may be committed while handlers run out of order.
+
+A partition's records reach the processor in offset order but finish in any order
+(other keys, other lanes).  The tracker keeps the records received and not yet
+finished; everything else it has seen - finished records, and offsets the fetch
+skipped (compacted away, transaction markers) - is done.  So:
+
+* the **committable offset** is the first unfinished record (or, with none, the
+  offset after the last record received, carried further over runs the previous
+  owner reported finished);
+* the **finished beyond** it are the done runs between unfinished records, plus the
+  runs inherited from the committed metadata that have not been received yet, so a
+  commit made before they arrive still hands them on;
+* a record whose offset lies in an inherited run is *skipped*: it was finished by
+  the previous owner (:meth:`PartitionTracker.received` returns False).
+
+Pure: no I/O and no clock; the processor feeds it and reads it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections.abc import Iterable
+
+from aiogroup.processing import offset_metadata
+
+__all__ = ["CommitPoint", "PartitionTracker"]
+
+CommitPoint = tuple[int, str]
+
+
+class PartitionTracker:
+    """Received, unfinished and inherited-finished offsets of one assigned partition."""
+
+    def __init__(self, start: int | None = None, inherited: Iterable[tuple[int, int]] = ()) -> None:
+        #: One past the highest offset received (the committed offset at assignment
+        #: before any record arrived; None: nothing committed, nothing received).
+        self._next: int | None = start
+        self._nothing_received = True
+        self._pending: set[int] = set()
+        self._heap: list[int] = []
+        runs = sorted((s, e) for s, e in inherited if e > s and (start is None or e > start))
+        self._skip_starts = [s for s, _ in runs]
+        self._skip = runs
+
+    # -- feeding ---------------------------------------------------------------------
+
+    def received(self, offset: int) -> bool:
+        """A record arrived; True: process it, False: it is done already (skip it).
+
+        Records of a partition arrive in increasing offset order; one at or below the
+        last received is a repeat (a re-fetch after a seek) and is not processed
+        twice while the tracker knows it.
+        """
+        if self._next is None or (self._nothing_received and offset < self._next):
+            # The first record, or one before the committed offset (the application's
+            # listener returned an earlier start offset): the window starts here.
+            self._next = offset
+        if offset < self._next:
+            return False
+        self._next = offset + 1
+        self._nothing_received = False
+        if self._inherited(offset):
+            return False
+        self._pending.add(offset)
+        heapq.heappush(self._heap, offset)
+        return True
+
+    def finished(self, offset: int) -> None:
+        """The record at ``offset`` is done (handled, or dead-lettered)."""
+        if offset not in self._pending:
+            raise KeyError(f"offset {offset} is not an unfinished record of this partition")
+        self._pending.discard(offset)
+        heap = self._heap
+        while heap and heap[0] not in self._pending:
+            heapq.heappop(heap)
+
+    # -- reading ---------------------------------------------------------------------
+
+    @property
+    def unfinished(self) -> int:
+        """Records received and not finished (in flight, retrying or waiting for a lane)."""
+        return len(self._pending)
+
+    def is_pending(self, offset: int) -> bool:
+        return offset in self._pending
+
+    def committable(self) -> int | None:
+        """The offset a commit may carry now; None before anything is known."""
+        if self._heap:
+            return self._heap[0]
+        if self._next is None:
+            return None
+        offset = self._next
+        # Inherited runs starting right here are done: carry the offset over them.
+        i = bisect.bisect_left(self._skip_starts, offset)
+        if i > 0 and self._skip[i - 1][1] > offset:
+            i -= 1
+            offset = self._skip[i][1]
+            i += 1
+        while i < len(self._skip) and self._skip[i][0] == offset:
+            offset = self._skip[i][1]
+            i += 1
+        return offset
+
+    def finished_beyond(self) -> list[tuple[int, int]]:
+        """The done runs above :meth:`committable`, sorted, as half-open intervals."""
+        committed = self.committable()
+        if committed is None:
+            return []
+        runs: list[tuple[int, int]] = []
+
+        def add(start: int, end: int) -> None:
+            start = max(start, committed + 1)
+            if end <= start:
+                return
+            if runs and runs[-1][1] >= start:
+                runs[-1] = (runs[-1][0], max(runs[-1][1], end))
+            else:
+                runs.append((start, end))
+
+        pending = sorted(self._pending)
+        received_end = self._next if self._next is not None else committed
+        for i, offset in enumerate(pending):
+            following = pending[i + 1] if i + 1 < len(pending) else received_end
+            add(offset + 1, following)
+        for start, end in self._skip:
+            if end <= received_end:
+                continue
+            add(max(start, received_end), end)
+        return runs
+
+    def commit_point(
+        self, max_bytes: int = offset_metadata.DEFAULT_MAX_BYTES
+    ) -> CommitPoint | None:
+        """(offset, metadata) to commit, or None when there is nothing to commit yet."""
+        committed = self.committable()
+        if committed is None:
+            return None
+        return committed, offset_metadata.encode(committed, self.finished_beyond(), max_bytes)
+
+    def _inherited(self, offset: int) -> bool:
+        i = bisect.bisect_right(self._skip_starts, offset) - 1
+        return i >= 0 and offset < self._skip[i][1]

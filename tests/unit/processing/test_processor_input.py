@@ -1,0 +1,130 @@
+"""Bad input to the processor gets an error naming the problem; the rebalance hook order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from aiogroup import ConfigurationError, GroupConsumer, Processor, RetryPolicy
+from aiogroup.listeners import (
+    AsyncConsumerRebalanceListener,
+    ConsumerRebalanceListener,
+    HookedListener,
+    ListenerThread,
+    RebalanceHooks,
+    as_async_listener,
+)
+from aiogroup.structs import TopicPartition
+
+
+async def handler(record: Any) -> None:
+    pass
+
+
+def consumer(**options: Any) -> GroupConsumer:
+    options.setdefault("enable_auto_commit", False)
+    return GroupConsumer(group_id="g", **options)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"concurrency": 0}, ValueError, "concurrency must be an int >= 1"),
+        ({"concurrency": 2.5}, ValueError, "concurrency"),
+        ({"ordering": "offset"}, ValueError, "ordering must be one of"),
+        ({"on_failure": "ignore"}, ValueError, "on_failure"),
+        ({"retry": 3}, TypeError, "RetryPolicy"),
+        ({"record_timeout_ms": 0}, ValueError, "record_timeout_ms"),
+        ({"drain_timeout_ms": -5}, ValueError, "drain_timeout_ms"),
+        ({"commit_interval_ms": 0}, ValueError, "commit_interval_ms"),
+        ({"max_unfinished_per_partition": 0}, ValueError, "max_unfinished_per_partition"),
+    ],
+)
+def test_bad_options_are_named(kwargs: dict[str, Any], error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        Processor(consumer(), handler, **kwargs)
+
+
+def test_handler_must_be_callable() -> None:
+    with pytest.raises(TypeError, match="handler must be callable"):
+        Processor(consumer(), "not a function")  # type: ignore[arg-type]
+
+
+def test_auto_commit_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="enable_auto_commit=False"):
+        Processor(consumer(enable_auto_commit=True), handler)
+
+
+def test_drain_must_fit_in_the_rebalance_timeout() -> None:
+    with pytest.raises(ConfigurationError, match="rebalance timeout"):
+        Processor(consumer(max_poll_interval_ms=20_000), handler, drain_timeout_ms=20_000)
+
+
+def test_good_options_build() -> None:
+    p = Processor(consumer(), lambda r: None, ordering="unordered", retry=RetryPolicy(attempts=1))
+    assert p is not None
+
+
+class Recording:
+    def __init__(self, calls: list[str], name: str) -> None:
+        self.calls, self.name = calls, name
+
+    async def partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        self.calls.append(f"{self.name}-revoked")
+
+    async def partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.calls.append(f"{self.name}-assigned")
+
+    async def partitions_lost(self, lost: set[TopicPartition]) -> None:
+        self.calls.append(f"{self.name}-lost")
+
+
+async def test_hooks_run_before_the_application_listener_and_lost_is_not_revoked() -> None:
+    calls: list[str] = []
+
+    class App(AsyncConsumerRebalanceListener):
+        async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+            calls.append("app-revoked")
+
+        async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+            calls.append("app-assigned")
+
+    hooks = RebalanceHooks()
+    listener = HookedListener(App(), hooks)
+    hook = Recording(calls, "hook")
+    hooks.add(hook)  # added after the listener was made: still runs
+    tps = {TopicPartition("t", 0)}
+    await listener.on_partitions_assigned(tps)
+    await listener.on_partitions_revoked(tps)
+    await listener.on_partitions_lost(tps)  # App's default lost calls its revoked
+    assert calls == [
+        "hook-assigned",
+        "app-assigned",
+        "hook-revoked",
+        "app-revoked",
+        "hook-lost",
+        "app-revoked",
+    ]
+    hooks.remove(hook)
+    calls.clear()
+    await listener.on_partitions_revoked(tps)
+    assert calls == ["app-revoked"]
+
+
+async def test_rewrapping_with_the_consumer_thread_keeps_the_hooks() -> None:
+    calls: list[str] = []
+
+    class Sync(ConsumerRebalanceListener):
+        def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+            calls.append("sync-revoked")
+
+    hooks = RebalanceHooks()
+    hooks.add(Recording(calls, "hook"))
+    thread = ListenerThread()
+    wrapped = as_async_listener(HookedListener(Sync(), hooks), thread=thread)
+    assert isinstance(wrapped, HookedListener) and wrapped.hooks is hooks
+    await wrapped.on_partitions_revoked({TopicPartition("t", 0)})
+    assert calls == ["hook-revoked", "sync-revoked"]
+    assert thread._executor is not None  # the sync method ran in the consumer's thread
+    thread.close()

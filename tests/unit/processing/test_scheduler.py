@@ -1,0 +1,114 @@
+"""The dispatcher: lanes, the concurrency bound, order within a lane, fairness."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from aiogroup.processing.scheduler import ORDERINGS, Scheduler, Work, lane_of
+from aiogroup.structs import TopicPartition
+
+TP = [TopicPartition("t", p) for p in range(3)]
+
+
+def work(ordering: str, p: int, offset: int, key: object) -> Work:
+    tp = TP[p]
+    return Work(tp, offset, lane_of(ordering, tp, key, offset), nbytes=10)  # type: ignore[arg-type]
+
+
+@given(
+    st.sampled_from(ORDERINGS),
+    st.integers(1, 6),
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("add"), st.integers(0, 2), st.sampled_from([None, b"a", b"b", b"c"])),
+            st.tuples(st.just("done"), st.integers(0, 100), st.none()),
+        ),
+        max_size=80,
+    ),
+)
+def test_invariants(ordering: str, concurrency: int, steps: list[tuple[str, int, object]]) -> None:
+    s = Scheduler(concurrency)
+    next_offset = [0, 0, 0]
+    started: dict[object, list[int]] = defaultdict(list)
+    added: dict[object, list[int]] = defaultdict(list)
+    for kind, n, key in steps:
+        if kind == "add":
+            w = work(ordering, n, next_offset[n], key)
+            next_offset[n] += 1
+            added[w.lane].append(w.offset)
+            s.add(w)
+        elif s.in_flight:
+            w = sorted(s.in_flight, key=lambda w: (w.tp, w.offset))[n % len(s.in_flight)]
+            s.done(w)
+        for w in s.take():
+            started[w.lane].append(w.offset)
+        lanes = [w.lane for w in s.in_flight]
+        assert sum(s.waiting_by_tp.values()) == s.waiting() == sum(map(len, s._lanes.values()))
+        for tp, n in s.waiting_by_tp.items():
+            assert n == sum(1 for lane in s._lanes.values() for w in lane if w.tp == tp) > 0
+            assert s.waiting_bytes(tp) == 10 * n
+        assert len(s.in_flight) <= concurrency
+        assert len(lanes) == len(set(lanes))  # one record per lane at a time
+        # Work conserving: a free slot and a startable lane never coexist.
+        free_lanes = s.waiting() and len(s.in_flight) < concurrency
+        assert not (free_lanes and any(lane not in lanes for lane in s._lanes))
+    for lane, offsets in started.items():
+        assert offsets == added[lane][: len(offsets)]  # offset order within a lane
+    if ordering == "partition":
+        assert all(isinstance(lane, TopicPartition) for lane in started)
+
+
+def test_hot_key_does_not_stall_the_others() -> None:
+    s = Scheduler(2)
+    for i in range(100):
+        s.add(work("key", 0, i, b"hot"))
+    for i, key in enumerate([b"a", b"b", b"c", b"d"]):
+        s.add(work("key", 0, 100 + i, key))
+    order = []
+    while s.waiting() or s.in_flight:
+        for w in s.take():
+            order.append(w.lane[1])  # type: ignore[index]
+        s.done(min(s.in_flight, key=lambda w: w.offset))
+    # The four cold keys start among the first six records, not after the 100 hot ones.
+    assert {b"a", b"b", b"c", b"d"} <= set(order[:6])
+
+
+def test_key_mode_runs_keys_at_once_and_null_keys_by_partition() -> None:
+    s = Scheduler(10)
+    for i, key in enumerate([b"a", b"a", b"b", None, None]):
+        s.add(work("key", 0, i, key))
+    s.add(work("key", 1, 0, None))
+    assert sorted((w.tp.partition, w.offset) for w in s.take()) == [(0, 0), (0, 2), (0, 3), (1, 0)]
+
+
+def test_unordered_and_partition_modes() -> None:
+    s = Scheduler(10)
+    for i in range(3):
+        s.add(work("unordered", 0, i, b"a"))
+    assert len(s.take()) == 3
+    p = Scheduler(10)
+    for i in range(3):
+        p.add(work("partition", 0, i, i))
+    p.add(work("partition", 1, 0, None))
+    assert sorted((w.tp.partition, w.offset) for w in p.take()) == [(0, 0), (1, 0)]
+
+
+def test_drop_forgets_waiting_records_and_returns_in_flight() -> None:
+    s = Scheduler(1)
+    a, b, c = work("key", 0, 0, b"x"), work("key", 0, 1, b"y"), work("key", 1, 0, b"z")
+    for w in (a, b, c):
+        s.add(w)
+    assert s.take() == [a]
+    assert s.drop({TP[0]}) == [a]
+    assert s.waiting() == 1 and s.queued_bytes == 10
+    s.done(a)
+    assert s.take() == [c]
+
+
+def test_concurrency_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="concurrency"):
+        Scheduler(0)
