@@ -101,6 +101,7 @@ class GroupCoordinator(CoordinationRoutine[E.Event, A.Action]):
                 config.auto_commit_interval_ms / 1000 if config.enable_auto_commit else None
             ),
             static_member=config.group_instance_id is not None,
+            request_timeout=config.request_timeout_ms / 1000,
         )
         metrics = ConsumerMetrics(config.session_timeout_ms / 1000)
         super().__init__(

@@ -16,7 +16,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiokafka.client import AIOKafkaClient, ConnectionGroup
-from aiokafka.errors import IncompatibleBrokerVersion, KafkaError
+from aiokafka.conn import CloseReason
+from aiokafka.errors import (
+    IncompatibleBrokerVersion,
+    KafkaError,
+    NodeNotReadyError,
+    RequestTimedOutError,
+)
 
 from aiogroup._coordination.commit_client import failure_kind
 from aiogroup._membership import actions as A
@@ -52,6 +58,24 @@ __all__ = ["PROTOCOL_TYPE", "ClassicRequests"]
 log = logging.getLogger("aiogroup.coordinator")
 
 PROTOCOL_TYPE = "consumer"
+
+
+def _brief(item: Any) -> str:
+    """A one-line account of a request or an answer event for the DEBUG request timeline
+    (generation, member id, error code; no assignment or metadata bytes)."""
+    fields = []
+    for name in ("generation_id", "member_id", "error_code", "leader", "result"):
+        value = getattr(item, name, None)
+        if value is None:
+            continue
+        if name == "result":
+            value = {
+                k: getattr(value, k)
+                for k in ("error_code", "generation_id", "member_id", "leader")
+                if getattr(value, k, None) is not None
+            }
+        fields.append(f"{name}={value!r}")
+    return f"{type(item).__name__}({', '.join(fields)})"
 
 
 class _NoCoordinator(Exception):
@@ -99,10 +123,43 @@ class ClassicRequests:
         except (KafkaError, OSError) as exc:
             log.debug("group %s: LeaveGroup after an abandoned join: %r", self._group_id, exc)
 
-    async def send(self, node_id: int, request: Any) -> Any:
-        """Send on the coordination connection, timed (the group-request latency metric)."""
-        send = self._client.send(node_id, request, group=ConnectionGroup.COORDINATION)
+    async def send(self, node_id: int, request: Any, timeout: float | None = None) -> Any:
+        """Send on the coordination connection, timed (the group-request latency metric).
+
+        ``timeout``: the machine's wait for this answer (None: ``request_timeout_ms``).
+        """
+        if timeout is None or not hasattr(self._client, "_conns"):
+            # (A client without aiokafka's connection table is a test double.)
+            send = self._client.send(node_id, request, group=ConnectionGroup.COORDINATION)
+        else:
+            send = self._send_awaiting(node_id, request, timeout)
         return await self._metrics().timed_group_request(request, send)
+
+    async def _send_awaiting(self, node_id: int, request: Any, timeout: float) -> Any:
+        """``AIOKafkaClient.send`` with a wait of ``timeout`` for this one request.
+
+        aiokafka has one request timeout per connection; a JoinGroup the broker may
+        hold for the rebalance timeout needs its own (the machine's
+        ``join_group_timeout``).  The connection reads its timeout when the request is
+        written, synchronously, so it is set just for that call; a timeout then closes
+        the connection as ``AIOKafkaClient.send`` does (the answer may still come).
+        """
+        client = self._client
+        group = ConnectionGroup.COORDINATION
+        if not await client.ready(node_id, group=group):
+            raise NodeNotReadyError(f"Attempt to send a request to node {node_id} not ready")
+        conn = client._conns[(node_id, group)]
+        default = conn._request_timeout
+        conn._request_timeout = timeout
+        try:
+            waiter = conn.send(request)
+        finally:
+            conn._request_timeout = default
+        try:
+            return await waiter
+        except asyncio.TimeoutError as exc:
+            conn.close(reason=CloseReason.CONNECTION_TIMEOUT)
+            raise RequestTimedOutError() from exc
 
     async def find_coordinator(self) -> None:
         event: E.Event
@@ -149,13 +206,19 @@ class ClassicRequests:
         generation_id: int,
         build: Callable[[], Any],
         on_response: Callable[[Any], E.Event],
+        timeout: float | None = None,
     ) -> None:
         """Send one group request and turn whatever happens into exactly one event."""
         event: E.Event
         try:
             node = self._coordinator(api)
-            resp = await self.send(node, build())
+            request = build()
+            log.debug(
+                "group %s: %s sent to node %d: %s", self._group_id, api, node, _brief(request)
+            )
+            resp = await self.send(node, request, timeout)
             event = on_response(resp)
+            log.debug("group %s: %s answered: %s", self._group_id, api, _brief(event))
         except _NoCoordinator:
             event = E.request_failed(api, "coordinator", generation_id, "coordinator unknown")
         except IncompatibleBrokerVersion as exc:
@@ -195,6 +258,7 @@ class ClassicRequests:
                 reason=action.reason,
             ),
             lambda resp: E.JoinGroupResponseReceived(parse_join_group(resp)),
+            action.timeout,
         )
 
     async def compute_assignment(self, action: A.ComputeAssignment) -> None:

@@ -6,7 +6,7 @@ run before the listener it precedes is started).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from aiogroup._protocol.results import JoinGroupMember
@@ -47,12 +47,20 @@ class FindCoordinator(Action):
 
 @dataclass(frozen=True, slots=True)
 class SendJoinGroup(Action):
-    """Join (or rejoin); ``owned_partitions`` go into the subscription metadata (KIP-429)."""
+    """Join (or rejoin); ``owned_partitions`` go into the subscription metadata (KIP-429).
+
+    ``timeout``: how long to wait for the answer (seconds; None: the client's request
+    timeout).  A broker may hold a JoinGroup until every member of the last generation
+    has rejoined - up to the rebalance timeout - so this is the machine's decision, not
+    the connection's default (see ``machine.JOIN_GROUP_TIMEOUT_LAPSE``).  Left out of
+    equality: it is configuration, not what the action does.
+    """
 
     reason: str
     member_id: str
     generation_id: int
     owned_partitions: frozenset[TopicPartition]
+    timeout: float | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,7 @@ __all__ = [
     "HEARTBEAT_ANSWERS",
     "HEARTBEAT_REACTIONS",
     "JOIN_GROUP_REACTIONS",
+    "JOIN_GROUP_TIMEOUT_LAPSE",
     "LEAVE_GROUP_REACTIONS",
     "OFFSET_COMMIT_REACTIONS",
     "OFFSET_FETCH_OUTCOMES",
@@ -42,6 +43,7 @@ __all__ = [
     "SESSION_PROVING_CODES",
     "STATE_RULES",
     "SYNC_GROUP_REACTIONS",
+    "SYNC_WAIT_WATCH",
     "TRANSITIONS",
     "CallerOutcome",
     "CommitGate",
@@ -327,6 +329,41 @@ _JOIN_PHASE = frozenset({S.PREPARING_REBALANCE, S.COMPLETING_REBALANCE})
 #: before the first delivery after waking, before any stale answer is read.
 LOOP_WATCH_FRACTION = 0.5
 
+#: The SyncGroup wait.  A follower's SyncGroup is held until the leader has synced;
+#: Kafka keeps a member awaiting its sync alive (it does not expire its session) and
+#: restarts its session when it sends the answer.  The machine used to date a
+#: SyncGroup's proof from its *sending* (so a frozen process could not reopen the
+#: delivery gate with a stale answer), so an answer held for a session or more
+#: arrived already lapsed: a heartbeat later the member declared its new partitions
+#: lost and rejoined under its generation - with changed subscription metadata, which
+#: by Kafka's join rule rebalances the whole group, and an eager slow member revokes
+#: again (docs/reliability.md, "A slow listener costs one rebalance").  Heartbeats
+#: cannot prove anything meanwhile: a broker answers one request per connection at a
+#: time, so a beat waits behind the held SyncGroup (seen on Tansu).  Instead the
+#: machine watches its own loop while the SyncGroup is pending, as in the join phase
+#: (LOOP_WATCH_FRACTION): woken every ``min(heartbeat_interval, limit / 3)``, and when
+#: the answer is read with the loop seen running less than ``limit`` before, the
+#: answer cannot have waited unread longer than that step: its proof dates from the
+#: previous step less one tick (never earlier than the sending).  A loop that stood
+#: still keeps the old dating - a stale answer still proves nothing new.
+SYNC_WAIT_WATCH = True
+
+#: How much longer than the rebalance timeout a JoinGroup is awaited (seconds; Java's
+#: ``JOIN_GROUP_TIMEOUT_LAPSE``, 5 s).
+#:
+#: The coordinator answers a JoinGroup only when every member of the last generation
+#: has rejoined, or the rebalance timeout (the largest any member sent;
+#: ``max_poll_interval_ms`` by default) has passed - so a joiner waits as long as the
+#: slowest member's revoke listener.  Awaited for only ``request_timeout_ms`` (40 s),
+#: a join held behind a longer listener failed on the client: the connection was
+#: closed, the health check called the broker unreachable, the coordinator was looked
+#: up again and the join re-sent while the group was forming - a race with the
+#: slow member's own rejoin (docs/reliability.md, "A slow listener costs one
+#: rebalance").  Java awaits its JoinGroup for max(request timeout, rebalance timeout
+#: + 5 s) and so never gives up before the broker does; the machine decides the same
+#: and puts it on :class:`~aiogroup._membership.actions.SendJoinGroup`.
+JOIN_GROUP_TIMEOUT_LAPSE = 5.0
+
 
 def _heartbeat_answer(state: MemberState, code: int) -> HeartbeatAnswer:
     if state not in _HEARTBEATING:
@@ -473,10 +510,13 @@ class Membership:
         retry_backoff: float,
         auto_commit_interval: float | None = None,
         static_member: bool = False,
+        request_timeout: float | None = None,
         now: float = 0.0,
     ) -> None:
         if rebalance_timeout <= 0:
             raise ValueError(f"rebalance_timeout must be > 0, got {rebalance_timeout}")
+        if request_timeout is not None and request_timeout <= 0:
+            raise ValueError(f"request_timeout must be > 0 or None, got {request_timeout}")
         if auto_commit_interval is not None and auto_commit_interval <= 0:
             raise ValueError("auto_commit_interval must be > 0 or None (disabled)")
         self.protocol = protocol
@@ -491,6 +531,10 @@ class Membership:
         self.retry_backoff = retry_backoff
         self.auto_commit_interval = auto_commit_interval
         self.static_member = static_member
+        #: How long a JoinGroup is awaited (see JOIN_GROUP_TIMEOUT_LAPSE).
+        self.join_group_timeout = max(
+            request_timeout or 0.0, rebalance_timeout + JOIN_GROUP_TIMEOUT_LAPSE
+        )
 
         self.state = S.UNJOINED
         self.generation_id = -1
@@ -526,8 +570,11 @@ class Membership:
         #: The session lapsed without a proving answer; ends with a proof, the lost
         #: listener, a new generation or the generation's end (see SESSION_ELAPSED).
         self._session_lapsed = False
-        #: When the last SyncGroup was sent: its success proves the session from then.
+        #: When the last SyncGroup was sent: its success proves the session from then
+        #: (or later, see SYNC_WAIT_WATCH).
         self._sync_sent_at = now
+        #: The loop time of the step before the one being handled (SYNC_WAIT_WATCH).
+        self._step_before = now
         #: The loop stood still in the join phase (see LOOP_WATCH_FRACTION): the
         #: delivery gate stays shut until the join phase ends.
         self._loop_stalled = False
@@ -547,6 +594,15 @@ class Membership:
     @property
     def heartbeats_active(self) -> bool:
         return self.state in _HEARTBEATING and self.in_generation
+
+    @property
+    def sync_wait_watched(self) -> bool:
+        """Joined, SyncGroup pending: the loop is watched (see SYNC_WAIT_WATCH)."""
+        return SYNC_WAIT_WATCH and self.state is S.COMPLETING_REBALANCE and self.in_generation
+
+    @property
+    def _watch_tick(self) -> float:
+        return min(self.timers.heartbeat_interval, self.loop_watch_limit / 3)
 
     @property
     def session_unproven(self) -> bool:
@@ -635,6 +691,8 @@ class Membership:
             deadlines.append(self.timers.session_check_deadline())
             if not self.timers.in_flight:
                 deadlines.append(self.timers.next_heartbeat_at())
+        if self.sync_wait_watched and not self.loop_watched:
+            deadlines.append(self._now + self._watch_tick)
         if self._listener_deadline is not None:
             deadlines.append(self._listener_deadline)
         if self._poll_watch_active():
@@ -673,6 +731,7 @@ class Membership:
                     " was in flight: the broker may have removed this member and handed "
                     "its partitions on"
                 )
+        self._step_before = self._now
         self._now = max(self._now, now)
         out: list[A.Action] = []
         tr.handler(self, event, out)
@@ -856,7 +915,11 @@ class Membership:
         self._prejoin_done = False
         # The broker restarted the session when it received the SyncGroup, no earlier
         # than its sending: an answer read late must not stretch the delivery gate.
-        self.timers.reset_session(self._now, proven_at=self._sync_sent_at)
+        proven_at = self._sync_sent_at
+        if SYNC_WAIT_WATCH and self._now - self._step_before < self.loop_watch_limit:
+            # The loop ran a step ago: the answer was read within a step of its coming.
+            proven_at = max(proven_at, self._step_before - self._watch_tick)
+        self.timers.reset_session(self._now, proven_at=proven_at)
         # ... and heartbeating starts from this reset: the tick must not restart the
         # session clock again at the answer's reading.
         self._heartbeats_were_active = True
@@ -1110,7 +1173,11 @@ class Membership:
         why = self.rejoin_reason or "joining the group"
         self.rejoin_reason = None
         self.state = S.PREPARING_REBALANCE
-        out.append(A.SendJoinGroup(why, self.member_id, self.generation_id, self.owned))
+        out.append(
+            A.SendJoinGroup(
+                why, self.member_id, self.generation_id, self.owned, self.join_group_timeout
+            )
+        )
 
     # -- state-triggered rules ----------------------------------------------------------------
 

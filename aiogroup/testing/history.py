@@ -78,6 +78,7 @@ from typing import Any, Literal, get_args
 from aiogroup.structs import TopicPartition
 
 __all__ = [
+    "GROUP",
     "OBSERVER",
     "PRODUCER",
     "Event",
@@ -88,6 +89,7 @@ __all__ = [
     "MemberRecorder",
     "Overlap",
     "Violation",
+    "broker_rebalances",
     "check_history",
     "key_text",
     "load_history",
@@ -114,12 +116,17 @@ EventKind = Literal[
     "joined",  # the member's id appeared in the group (detail: member id)
     "gone",  # the member's id vanished (``since``: last sample that still showed it)
     "broker_assignment",  # partitions: what the broker says this member was given
+    "group_state",  # member GROUP; detail: the group's state (and "epoch=N" for KIP-848)
     "broker_committed",  # offsets: the group's committed offsets, read from outside (OffsetFetch)
 ]
 KINDS: frozenset[str] = frozenset(get_args(EventKind))
 
 #: The member name the producer's "produced" events carry.
 PRODUCER = "<producer>"
+#: The member name the observer's "group_state" events carry (the group as a whole).
+GROUP = "<group>"
+#: Classic group states in which no rebalance is under way (DescribeGroups' names).
+_RESTING_STATES = frozenset({"Stable", "Empty", "Dead"})
 #: The member name of "broker_committed" events (the group's offsets read from outside).
 OBSERVER = "<observer>"
 
@@ -453,6 +460,8 @@ class HistoryReport:
     records_checked: int = 0
     deliveries: int = 0
     rebalances: int = 0
+    #: Rebalances the broker showed (see :func:`broker_rebalances`); None: not observed.
+    broker_rebalances: int | None = None
     duplicates: int = 0
     overlaps: list[Overlap] = field(default_factory=list)
     lost: list[tuple[str, int, int]] = field(default_factory=list)
@@ -522,6 +531,7 @@ class HistoryReport:
             "records_checked": self.records_checked,
             "deliveries": self.deliveries,
             "rebalances": self.rebalances,
+            "broker_rebalances": -1 if self.broker_rebalances is None else self.broker_rebalances,
             "overlaps": len(self.overlaps),
             "overlap_seconds": round(self.overlap_seconds, 3),
             "lost": len(self.lost),
@@ -621,6 +631,8 @@ def check_history(
         expected = _expected(history, produced)
         _check_processing(history, windows, report, expected, ordering, metadata_kept)
     report.rebalances = _rebalances(history)
+    if any(e.kind == "group_state" for e in history):
+        report.broker_rebalances = len(broker_rebalances(history))
     return report
 
 
@@ -869,6 +881,38 @@ def _rebalances(history: list[Event]) -> int:
         if e.kind == "assigned":
             per_member[e.member] += 1
     return max(per_member.values(), default=0)
+
+
+def broker_rebalances(history: Sequence[Event], since: float | None = None) -> list[float]:
+    """When the broker started a rebalance, as the observer saw it (its "group_state" events).
+
+    KIP-848 (the detail carries ``epoch=N``): each rise of the group epoch is one - the
+    coordinator bumps it once per membership or subscription change.  Classic: each
+    move from a resting state (Stable, Empty) into a rebalancing one
+    (PreparingRebalance, CompletingRebalance; Tansu reports "Unknown") is one - a
+    generation.  The observer samples (every 0.1 s by default), so a rebalance shorter
+    than a sample can be missed: the count never overstates, and a rebalance that
+    waits on a listener or a heartbeat (every extra one these scenarios look for)
+    lasts far longer than a sample.  ``since``: count only those at or after it.
+    """
+    starts: list[float] = []
+    resting = True
+    epoch: int | None = None
+    for e in history:
+        if e.kind != "group_state":
+            continue
+        state, _, rest = e.detail.partition(" ")
+        if rest.startswith("epoch="):
+            now = int(rest.removeprefix("epoch="))
+            if epoch is not None and now > epoch:
+                starts.append(e.t)
+            epoch = now if epoch is None else max(epoch, now)
+            continue
+        rebalancing = state not in _RESTING_STATES
+        if rebalancing and resting:
+            starts.append(e.t)
+        resting = not rebalancing
+    return [t for t in starts if since is None or t >= since]
 
 
 # -- processing ----------------------------------------------------------------------------

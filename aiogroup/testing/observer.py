@@ -13,7 +13,11 @@ what each was assigned, and writes what changed into a
   first - with ``since`` = the send time of the last sample that still showed it
   and ``t`` = the arrival of the first that did not, so the real moment lies in
   ``[since, t]``,
-* ``broker_assignment`` when a member's assignment changes in a Stable group.
+* ``broker_assignment`` when a member's assignment changes in a Stable group,
+* ``group_state`` (member :data:`~aiogroup.testing.history.GROUP`) when the group's
+  state - or, for a KIP-848 group, its epoch (``detail`` "Stable epoch=7") - changes:
+  the rebalances the broker ran, counted by
+  :func:`~aiogroup.testing.history.broker_rebalances`.
 
 Members are named by their ``client_id`` (give every member the name it records
 under as its client id).  Brokers that leave the client id out of DescribeGroups
@@ -41,7 +45,7 @@ from aiogroup._protocol.consumer_group import (
 )
 from aiogroup.consumer_protocol import decode_assignment
 from aiogroup.errors import MalformedProtocolDataError
-from aiogroup.testing.history import HistoryRecorder, Partition
+from aiogroup.testing.history import GROUP, HistoryRecorder, Partition
 
 __all__ = ["GroupObserver", "GroupSample", "describe_consumer_group", "describe_group"]
 
@@ -67,6 +71,8 @@ class GroupSample:
     state: str
     #: client id -> (member id, assigned partitions)
     members: dict[str, tuple[str, tuple[Partition, ...]]]
+    #: KIP-848: the group epoch (bumped once per membership change); None for classic.
+    epoch: int | None = None
 
 
 async def describe_group(client: AIOKafkaClient, group: str) -> GroupSample:
@@ -110,7 +116,7 @@ async def describe_consumer_group(client: AIOKafkaClient, group: str) -> GroupSa
         member_name(m.client_id, m.member_id): (m.member_id, tuple(sorted(m.assignment)))
         for m in described.members
     }
-    return GroupSample(described.group_state, members)
+    return GroupSample(described.group_state, members, described.group_epoch)
 
 
 class GroupObserver:
@@ -144,6 +150,7 @@ class GroupObserver:
         self._client: AIOKafkaClient | None = None
         self._task: asyncio.Task[None] | None = None
         self._sampled = asyncio.Event()
+        self._last_state: str | None = None
 
     async def start(self) -> GroupObserver:
         self._client = AIOKafkaClient(
@@ -215,6 +222,10 @@ class GroupObserver:
         arrived: float,
     ) -> None:
         rec = self.recorder
+        state = sample.state if sample.epoch is None else f"{sample.state} epoch={sample.epoch}"
+        if state != self._last_state:
+            rec.add(GROUP, "group_state", t=arrived, detail=state)
+            self._last_state = state
         for name, (member_id, _parts, last_seen) in list(known.items()):
             now = sample.members.get(name)
             if now is None or now[0] != member_id:

@@ -65,6 +65,10 @@ class ChaosRun:
         self.group_protocol = group_protocol
         self.load: Load | None = None
         self.observer: GroupObserver | None = None
+        #: Scenario figures published with the checker's counts (settle time, ...).
+        self.figures: dict[str, Any] = {}
+        self._report: HistoryReport | None = None
+        self._published = False
 
     async def __aenter__(self) -> ChaosRun:
         await self.broker.create_topic(self.topic, self.partitions)
@@ -196,8 +200,10 @@ class ChaosRun:
 
         await self.until(f"{count} members to share the partitions", settled, timeout)
 
-    async def judge(self) -> HistoryReport:
-        """Stop the load, wait until every produced record was delivered, then check."""
+    async def judge(self, *, publish: bool = True) -> HistoryReport:
+        """Stop the load, wait until every produced record was delivered, then check.
+
+        ``publish=False``: the scenario adds its own figures, then calls :meth:`publish`."""
         assert self.load is not None
         await self.load.stop()
 
@@ -213,18 +219,24 @@ class ChaosRun:
         with contextlib.suppress(AssertionError):  # a lost record is the checker's to report
             await self.until("every produced record to be delivered", drained, DRAIN_TIMEOUT)
         report = check_history(self.events())
-        self._publish(report)
+        self._report = report
+        if publish:
+            self.publish()
         return report
 
-    def _publish(self, report: HistoryReport) -> None:
-        if not RESULTS:
+    def publish(self) -> None:
+        """Append the judged run's figures to CHAOS_RESULTS (once; after :meth:`judge`)."""
+        report = self._report
+        if not RESULTS or report is None or self._published:
             return
+        self._published = True
         row = {
             "scenario": self.scenario,
             "seed": self.seed,
             "broker": self.broker.mode,
             "faults": self.faults,
             **report.counts(),
+            **self.figures,
         }
         with open(RESULTS, "a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")

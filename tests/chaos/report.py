@@ -48,10 +48,44 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "".join(out)
 
 
+#: The slow-listener family's liveness figures (issue 24), a table of their own.
+LIVENESS_BEGIN = "<!-- BEGIN GENERATED: liveness figures -->"
+LIVENESS_END = "<!-- END GENERATED: liveness figures -->"
+
+
+def liveness_table(rows: list[dict[str, Any]]) -> str:
+    """Per slow-listener case and broker: the listener's length, the settle time (B's
+    start to the last ownership change) and the broker's rebalances for the join."""
+    grouped: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        if "settle_s" in row:
+            grouped[(row["scenario"], row["broker"])].append(row)
+    out = [
+        "| case | broker | seeds | listener s | settle s (max) | broker rebalances (max) |\n",
+        "|---|---|---|---|---|---|\n",
+    ]
+    for (scenario, broker), runs in sorted(grouped.items()):
+        seeds = ",".join(str(r["seed"]) for r in sorted(runs, key=lambda r: r["seed"]))
+        settle = max(r["settle_s"] for r in runs)
+        rebalances = max(r["broker_rebalances_after_join"] for r in runs)
+        out.append(
+            f"| {scenario} | {broker} | {seeds} | {runs[0]['listener_s']:g} | {settle:.1f} "
+            f"| {rebalances} |\n"
+        )
+    return "".join(out)
+
+
+def _replace(text: str, begin: str, end: str, body: str) -> str:
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{body}{end}{tail}"
+
+
 def render(text: str, rows: list[dict[str, Any]]) -> str:
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{BEGIN}\n{table(rows)}{END}{tail}"
+    text = _replace(text, BEGIN, END, table(rows))
+    if LIVENESS_BEGIN in text:
+        text = _replace(text, LIVENESS_BEGIN, LIVENESS_END, liveness_table(rows))
+    return text
 
 
 def main(argv: list[str]) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from aiogroup.testing.history import HistoryRecorder, check_history
+from aiogroup.testing.history import GROUP, HistoryRecorder, broker_rebalances, check_history
 from aiogroup.testing.observer import GroupObserver, GroupSample, member_name
 
 UUID = "6b3bff7c-79e6-4201-8275-126c89cd0026"
@@ -35,7 +35,11 @@ def test_a_vanished_member_is_gone_between_its_last_and_first_missing_sample() -
             (4.0, 4.1, GroupSample("Stable", {"B": ("b1", (P0, P1))})),
         ]
     )
-    got = [(e.member, e.kind, e.t, e.since, e.partitions) for e in rec.events()]
+    got = [
+        (e.member, e.kind, e.t, e.since, e.partitions)
+        for e in rec.events()
+        if e.kind != "group_state"
+    ]
     assert got == [
         ("A", "joined", 1.1, None, ()),
         ("A", "broker_assignment", 1.1, None, (P0, P1)),
@@ -45,6 +49,27 @@ def test_a_vanished_member_is_gone_between_its_last_and_first_missing_sample() -
     ]
     report = check_history(rec.events())
     assert report.evictions == [("A", 3.1)] and report.rebalances == 2
+    # The group's state, once per change: one rebalance as the broker ran it.
+    states = [(e.member, e.t, e.detail) for e in rec.events() if e.kind == "group_state"]
+    assert states == [
+        (GROUP, 1.1, "Stable"),
+        (GROUP, 3.1, "PreparingRebalance"),
+        (GROUP, 4.1, "Stable"),
+    ]
+    assert report.broker_rebalances == 1
+
+
+def test_a_kip_848_sample_records_its_group_epoch() -> None:
+    rec = feed(
+        [
+            (1.0, 1.1, GroupSample("Stable", {"A": ("a1", ())}, epoch=3)),
+            (2.0, 2.1, GroupSample("Stable", {"A": ("a1", ())}, epoch=3)),
+            (3.0, 3.1, GroupSample("Reconciling", {"A": ("a1", ())}, epoch=4)),
+        ]
+    )
+    states = [e.detail for e in rec.events() if e.kind == "group_state"]
+    assert states == ["Stable epoch=3", "Reconciling epoch=4"]
+    assert broker_rebalances(rec.events()) == [3.1]
 
 
 def test_a_new_member_id_under_one_name_is_a_gone_then_a_join() -> None:
@@ -54,7 +79,7 @@ def test_a_new_member_id_under_one_name_is_a_gone_then_a_join() -> None:
             (2.0, 2.1, GroupSample("Stable", {"A": ("a2", ())})),
         ]
     )
-    assert [(e.kind, e.detail) for e in rec.events()] == [
+    assert [(e.kind, e.detail) for e in rec.events() if e.kind != "group_state"] == [
         ("joined", "a1"),
         ("gone", "a1"),
         ("joined", "a2"),

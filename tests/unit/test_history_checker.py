@@ -15,9 +15,11 @@ from hypothesis import strategies as st
 
 from aiogroup import TopicPartition
 from aiogroup.testing.history import (
+    GROUP,
     Event,
     HistoryError,
     HistoryRecorder,
+    broker_rebalances,
     check_history,
     load_history,
 )
@@ -490,6 +492,47 @@ async def test_recording_listeners_record_around_the_application_listener() -> N
     ]
     # The default lost hook of the application runs its revoke, not ours: one revoke pair.
     assert seen == ["app revoked", "app revoked", "sync app assigned"]
+
+
+# -- rebalances counted from the broker's side (issue 24) ------------------------------------
+
+
+def _states(*samples: tuple[float, str]) -> list[Event]:
+    return [Event(t, GROUP, "group_state", detail=state) for t, state in samples]
+
+
+def test_broker_rebalances_count_each_classic_generation_once() -> None:
+    history = _states(
+        (0.0, "Stable"),
+        (1.0, "PreparingRebalance"),  # B joins: one rebalance ...
+        (31.0, "CompletingRebalance"),  # ... however many states it passes through
+        (31.1, "Stable"),
+        (31.2, "PreparingRebalance"),  # the storm: a second one right after
+        (61.0, "Stable"),
+    )
+    assert broker_rebalances(history) == [1.0, 31.2]
+    assert broker_rebalances(history, since=2.0) == [31.2]
+    assert check_history(history).broker_rebalances == 2
+
+
+def test_broker_rebalances_read_tansus_state_names_and_an_empty_group() -> None:
+    history = _states((0.0, "Empty"), (0.5, "Unknown"), (3.0, "Stable"), (4.0, "Unknown"))
+    assert broker_rebalances(history) == [0.5, 4.0]
+
+
+def test_broker_rebalances_count_kip_848_epochs() -> None:
+    history = _states(
+        (0.0, "Stable epoch=3"),
+        (1.0, "Reconciling epoch=4"),  # B joins: the epoch rises once
+        (2.0, "Stable epoch=4"),
+        (9.0, "Assigning epoch=6"),  # two bumps between samples count as one start
+    )
+    assert broker_rebalances(history) == [1.0, 9.0]
+
+
+def test_no_group_states_means_not_observed() -> None:
+    assert check_history([]).broker_rebalances is None
+    assert check_history([]).counts()["broker_rebalances"] == -1
 
 
 # -- processing ------------------------------------------------------------------------------
