@@ -56,14 +56,28 @@ $(KAFKA_STAMP): $(STAMP) maven/pom.xml maven/fetch.sh
 # thorough Hypothesis profile, tests/conftest.py), then the integration tier again on
 # Apache Kafka (single node, the 3-node failover and rack tests, and the bounded chaos subset)
 # when Java and the jars are here.
+#
+# Each tier is spread over TEST_WORKERS pytest-xdist processes (TEST_WORKERS=0: one
+# process, as before).  Each worker starts its own broker (the session fixture) and every
+# test names its own topics and groups, so tests do not see each other; the ones that
+# must not share the machine (chaos, Spark, the 3-node cluster) keep to one worker per
+# group (--dist loadgroup, the groups in tests/conftest.py); the 3-node cluster tests
+# (failover, racks: three JVMs, sessions judged through broker restarts) run after the
+# workers, alone.  The workers mostly wait on brokers, so there are more of them than cores.
+TEST_WORKERS ?= 4
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 test: install native-test
-	HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest tests -p no:cacheprovider -q -m "not kafka_cluster" $(PYTEST_FLAGS)
+	HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest tests -p no:cacheprovider -q -m "not kafka_cluster" $(XDIST) $(PYTEST_FLAGS)
 	@$(MAKE) --no-print-directory test-kafka
 
 test-kafka: install
 	@if command -v java >/dev/null 2>&1 && [ -f $(KAFKA_JAR) ]; then \
 	  echo "$(KAFKA_RAN) =="; \
-	  AIOGROUP_BROKER=kafka $(BIN)/python -m pytest tests/integration tests/chaos -p no:cacheprovider -q $(PYTEST_FLAGS); \
+	  rc=0; \
+	  AIOGROUP_BROKER=kafka $(BIN)/python -m pytest tests/integration tests/chaos -p no:cacheprovider -q -m "not kafka_cluster" $(XDIST) $(PYTEST_FLAGS) || rc=$$?; \
+	  echo "== Apache Kafka tier, 3-node cluster tests (alone on the machine) =="; \
+	  AIOGROUP_BROKER=kafka $(BIN)/python -m pytest tests/integration -p no:cacheprovider -q -m kafka_cluster $(PYTEST_FLAGS) || rc=$$?; \
+	  exit $$rc; \
 	else \
 	  echo "$(KAFKA_SKIPPED): $$(command -v java >/dev/null 2>&1 || echo 'no java on PATH; ')$$([ -f $(KAFKA_JAR) ] || echo 'no jars in .kafka/$(KAFKA_VERSION)/libs (make install needs java and mvn)') =="; \
 	fi
@@ -73,7 +87,7 @@ test-unit: $(STAMP) native native-test
 
 # AIOGROUP_BROKER=kafka make test-integration runs the tier on Apache Kafka.
 test-integration: $(STAMP)
-	$(BIN)/python -m pytest tests/integration -q $(PYTEST_FLAGS)
+	$(BIN)/python -m pytest tests/integration -q $(XDIST) $(PYTEST_FLAGS)
 
 # Every chaos scenario over several seeds, each judged by the ownership-history checker;
 # the figures go to CHAOS_RESULTS (JSON lines) for docs/reliability.md.  `make test` runs a

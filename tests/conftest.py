@@ -9,6 +9,7 @@ for the assignor properties and the listener-contract state machine.  Pick one w
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -23,3 +24,58 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "kafka_cluster: needs the 3-node Apache Kafka cluster (Java + make install)"
     )
+
+
+#: Tests that must not share the machine with each other run on one xdist worker, in
+#: order: each group below is one unit of work (``make test`` runs ``pytest -n N
+#: --dist loadgroup``).  Every other test is spread over the workers on its own; that is
+#: safe because each worker starts its own broker (the session fixture) and every test
+#: uses its own topics and group ids.  By path, because xdist's scheduler sees node ids
+#: only: pytest-xdist 3.8 reads ``xdist_group`` marks by rewriting ``item._nodeid``,
+#: which pytest 9.2 no longer reads, so those marks would be ignored.
+SERIAL_GROUPS: tuple[tuple[str, str], ...] = (
+    # Timing: SIGSTOP, connection cuts, session-timeout arithmetic.
+    ("tests/chaos/", "chaos"),
+    # Spark sessions are JVMs of their own, started per module: one worker keeps them.
+    ("tests/integration/test_spark_", "spark"),
+    # Three Kafka JVMs per test (failover, racks): heavy, and judged by recovery time.
+    ("tests/integration/test_failover.py", "kafka_cluster"),
+    ("tests/integration/test_racks.py", "kafka_cluster"),
+)
+
+
+def serial_group(nodeid: str) -> str | None:
+    """The group a test runs in on one worker, or None: any worker."""
+    for prefix, group in SERIAL_GROUPS:
+        if nodeid.startswith(prefix):
+            return group
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A Spark or 3-node-cluster test outside its group would share the machine: refuse."""
+    for item in items:
+        for marker in ("spark", "kafka_cluster"):
+            if item.get_closest_marker(marker) and serial_group(item.nodeid) != marker:
+                raise pytest.UsageError(
+                    f"{item.nodeid} is marked {marker} but not in the {marker!r} group: "
+                    "add its file to SERIAL_GROUPS in tests/conftest.py"
+                )
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup``: SERIAL_GROUPS as units, every other test on its own.
+
+    xdist's scope scheduler, with the scope taken from SERIAL_GROUPS; the largest units
+    are handed out first (its default), so the long groups start at once.
+    """
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SerialGroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return serial_group(nodeid) or nodeid
+
+    return SerialGroupScheduling(config, log)

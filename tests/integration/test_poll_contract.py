@@ -194,8 +194,10 @@ async def test_a_polling_member_without_partitions_is_not_idle(
             a.generation is not None
             and a.generation == b.generation
             and len(a.assignment()) + len(b.assignment()) == 1
-            and ta.of("assigned")
-            and tb.of("assigned")
+            # Each listener has been told the current assignment (generation and
+            # assignment change before the listener call that reports them).
+            and ta.of("assigned")[-1:] == [frozenset(a.assignment())]
+            and tb.of("assigned")[-1:] == [frozenset(b.assignment())]
         ):
             assert asyncio.get_running_loop().time() < deadline, (ta.events, tb.events)
             await asyncio.sleep(0.05)
