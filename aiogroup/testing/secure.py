@@ -307,13 +307,7 @@ async def grant(
     prefixed: bool = False,
 ) -> None:
     """Allow ``principal`` (``User:alice``) ``operation`` on a resource (an ACL)."""
-    from aiokafka.protocol.admin import CreateAclsRequest
-
-    pattern = _PREFIXED if prefixed else _LITERAL
-    await _acl_request(
-        admin_bootstrap,
-        CreateAclsRequest(resource_type, name, pattern, principal, "*", operation, _ALLOW),
-    )
+    await _change_acl(True, admin_bootstrap, principal, resource_type, name, operation, prefixed)
 
 
 async def revoke(
@@ -326,10 +320,24 @@ async def revoke(
     prefixed: bool = False,
 ) -> None:
     """Remove the ACL :func:`grant` made (takes effect at the next request checked)."""
-    from aiokafka.protocol.admin import DeleteAclsRequest
+    await _change_acl(False, admin_bootstrap, principal, resource_type, name, operation, prefixed)
 
+
+async def _change_acl(
+    create: bool,
+    admin_bootstrap: str,
+    principal: str,
+    resource_type: int,
+    name: str,
+    operation: int,
+    prefixed: bool,
+) -> None:
+    """One CreateAcls or DeleteAcls request (both carry the same ALLOW binding)."""
+    from aiokafka.protocol.admin import CreateAclsRequest, DeleteAclsRequest
+
+    request = CreateAclsRequest if create else DeleteAclsRequest
     pattern = _PREFIXED if prefixed else _LITERAL
     await _acl_request(
         admin_bootstrap,
-        DeleteAclsRequest(resource_type, name, pattern, principal, "*", operation, _ALLOW),
+        request(resource_type, name, pattern, principal, "*", operation, _ALLOW),
     )
