@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from aiogroup.config import ConsumerConfig, validate_topic_name
 from aiogroup.errors import ConfigurationError
+from aiogroup.redaction import redact
 from aiogroup.structs import TopicPartition
 
 __all__ = ["DEFAULT_SOURCE_ASSIGNORS", "SourceOptions", "StartingOffsets", "parse_options"]
@@ -89,6 +90,18 @@ class SourceOptions:
     poll_timeout_s: float = 120.0
     #: Extra GroupConsumer keyword arguments translated from ``kafka.*`` options.
     consumer_options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        # Written out (dataclass leaves a class's own __repr__ alone) so that the
+        # ``kafka.sasl.plain.password`` a query passes never prints: these options
+        # reach Spark's logs and plans, and executors' error reports.
+        shown = {
+            f.name: getattr(self, f.name) for f in fields(self) if f.name != "consumer_options"
+        }
+        parts = [f"{name}={value!r}" for name, value in shown.items()]
+        options = ", ".join(f"{k!r}: {redact(k, v)}" for k, v in self.consumer_options.items())
+        parts.append(f"consumer_options={{{options}}}")
+        return f"SourceOptions({', '.join(parts)})"
 
     def group_consumer_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for the streaming-source process's group member."""

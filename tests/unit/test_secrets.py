@@ -279,3 +279,24 @@ async def test_cli_errors_on_a_bad_command_config_never_print_the_secret(
     assert SECRET not in captured.err + captured.out + out.getvalue()
     missing = await run(["--command-config", str(tmp_path / "missing"), "groups"], out=out)
     assert missing == 1 and "--command-config" in capsys.readouterr().err
+
+
+def test_spark_source_options_never_print_the_password() -> None:
+    """The Spark source's options (logged by Spark, shipped to executors) hide it."""
+    from aiogroup.spark.options import parse_options
+
+    options = parse_options(
+        {
+            "kafka.bootstrap.servers": "localhost:9092",
+            "subscribe": "orders",
+            "kafka.group.id": "g",
+            "kafka.security.protocol": "SASL_PLAINTEXT",
+            "kafka.sasl.mechanism": "PLAIN",
+            "kafka.sasl.plain.username": "alice",
+            "kafka.sasl.plain.password": "spark-s3cret",
+        }
+    )
+    assert options.consumer_options["sasl_plain_password"] == "spark-s3cret"  # still used
+    for text in (repr(options), str(options)):
+        assert "spark-s3cret" not in text
+        assert "alice" in text  # the rest still prints
