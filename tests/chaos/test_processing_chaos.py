@@ -172,7 +172,8 @@ class ProcessingRun(ChaosRun):
             ordering="key",
             metadata_kept=self.broker.caps.keeps_commit_metadata,
         )
-        self._publish(report)
+        self._report = report
+        self.publish()
         return report
 
 
