@@ -610,7 +610,16 @@ def markdown(sections: list[tuple[str, dict[str, Any]]]) -> str:
         "a time, each awaiting 5 ms, a new one started as one ends; same machine, load "
         "1-4): 183, "
         "1,872, 12,700-16,900 and 119,000 tasks/s at N = 1, 10, 100, 1000 - the timers "
-        "fire 0.5-1 ms late, and at N = 1000 the loop is CPU-bound.\n\n",
+        "fire 0.5-1 ms late, and at N = 1000 the loop is CPU-bound. "
+        "Before commit 26f15f5 the processor paused and resumed most partitions at "
+        "every read near its queue bound (a pause drops the consumer's read-ahead; the "
+        "resume waits for a refetch behind a long-polling fetch), so its handler slots "
+        "stood empty for most of each 0.5 s in the tail of a run, and it read 1,000 "
+        "records at a time (the loop held 10-30 ms, handler timers late); the figures "
+        "before that are in git history. The hot-key runs still fall short: the other "
+        "keys' rate stays near 4,000/s at c100 and c1000, well below the same client "
+        "without a hot key; not yet diagnosed."
+        "\n\n",
         run_lines,
     ]
     for broker, s in sections:
