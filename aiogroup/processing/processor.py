@@ -309,7 +309,7 @@ class Processor:
                 # consumer's read-ahead of the partition, and its resume waits for a
                 # new fetch (behind a long-polling one, up to fetch_max_wait_ms).
                 self._room.clear()
-                if self._full() or self._paused >= set(self._trackers):
+                if (self._full() and not self._starved()) or self._paused >= set(self._trackers):
                     try:
                         await asyncio.wait_for(self._room.wait(), 1.0)
                     except asyncio.TimeoutError:
@@ -491,10 +491,12 @@ class Processor:
             self._sched.done(work)
             if not self._stop_event.is_set():
                 self._dispatch()
-            if (
+            if self._starved() or (
                 self._sched.queued <= self._queue_limit // 2
                 and self._sched.queued_bytes <= self._buffer_limit // 2
             ):
+                # Room, or slots idle with nothing ready (the waiting records are a hot
+                # key's backlog, which may hold half the queue): the read loop reads on.
                 self._room.set()
 
     async def _failed_record(self, work: Work, exc: Exception, attempts: int) -> None:
