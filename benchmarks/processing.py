@@ -603,10 +603,29 @@ def markdown(sections: list[tuple[str, dict[str, Any]]]) -> str:
         "the recorded history (`aiogroup.testing.history`); a record finished after the "
         "member's last commit is processed again, so the processor ran with its default "
         "commit interval (5 s) and with 200 ms. One repetition of each. The machine was "
-        "shared and loaded (see each run's load average): at a load of 13-22 on 2 cores a "
-        "worker gets a small share of a core, so the rates here are bound by CPU share; "
-        "CPU µs/record (the whole worker process, start-up included) is the figure the "
-        "load disturbs least.\n\n",
+        "shared (see each run's load average): under load a worker gets a share of a "
+        "core and a 5 ms timer fires late, so the rates move with the load; CPU "
+        "µs/record (the whole worker process, start-up included) is the figure the load "
+        "disturbs least. The ceiling of asyncio itself, with no Kafka at all (N tasks at "
+        "a time, each awaiting 5 ms, a new one started as one ends; same machine, load "
+        "1-4): 183, "
+        "1,872, 12,700-16,900 and 119,000 tasks/s at N = 1, 10, 100, 1000 - the timers "
+        "fire 0.5-1 ms late, and at N = 1000 the loop is CPU-bound. "
+        "Before commit 26f15f5 the processor paused and resumed most partitions at "
+        "every read near its queue bound (a pause drops the consumer's read-ahead; "
+        "the resume waits for a refetch behind a long-polling fetch), so its handler "
+        "slots stood empty for most of each 0.5 s in the tail of a run, and it read "
+        "1,000 records at a time (the loop held 10-30 ms, handler timers late); the "
+        "figures before that are in git history. Before commit 941720a a hot key's "
+        "backlog holding half the queue made the read loop wait up to 1 s at a time "
+        "with one handler running. The hot-key target is out of reach of this "
+        "measurement as defined: with 200,000 records the hot key has 20,000 records "
+        "in one partition, twice max_unfinished_per_partition (10,000, the default), "
+        "and that partition's other keys (about 11,000 records) lie among them, so "
+        "the partition is read only as fast as the hot lane finishes (200 records/s); "
+        "'others', timed to the last of them or to the cap, cannot exceed about "
+        "178,000 / 30 s = 5,900/s at any concurrency."
+        "\n\n",
         run_lines,
     ]
     for broker, s in sections:

@@ -54,6 +54,11 @@ Handler = Callable[[ConsumerRecord], Awaitable[None]] | Callable[[ConsumerRecord
 #: Most threads a processor's sync handlers get (not one per unit of concurrency).
 _MAX_THREADS = 128
 
+#: Most records one read takes from the consumer.  Building records and queueing
+#: them holds the event loop (some 10-20 us a record): 1,000 at once delay every
+#: running handler's timer by 10-30 ms, which at a 5 ms handler halves throughput.
+_READ_CHUNK = 250
+
 
 def _is_async(handler: Any) -> bool:
     return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
@@ -294,23 +299,31 @@ class Processor:
         while not self._stop_event.is_set() and self._failure is None:
             self._update_pauses()
             timeout_ms = 100
-            if self._trackers and self._paused >= set(self._trackers):
-                # Every partition paused: wait for the handlers to take half the queue
-                # (woken at once, not at the end of a poll of paused partitions), then
-                # poll anyway so the member stays alive (max_poll_interval_ms).
+            if self._trackers and (
+                self._paused >= set(self._trackers) or (self._full() and not self._starved())
+            ):
+                # Every partition paused, or the queue full while every handler slot is
+                # busy: wait for the handlers to take half the queue (woken at once,
+                # not at the end of a poll), then poll anyway so the member stays alive
+                # (max_poll_interval_ms).  Waiting, not pausing: a pause drops the
+                # consumer's read-ahead of the partition, and its resume waits for a
+                # new fetch (behind a long-polling one, up to fetch_max_wait_ms).
                 self._room.clear()
-                try:
-                    await asyncio.wait_for(self._room.wait(), 1.0)
-                except asyncio.TimeoutError:
-                    pass
+                if (self._full() and not self._starved()) or self._paused >= set(self._trackers):
+                    try:
+                        await asyncio.wait_for(self._room.wait(), 1.0)
+                    except asyncio.TimeoutError:
+                        pass
                 self._update_pauses()
                 timeout_ms = 0
             # A read brings at most max_unfinished_per_partition records (a partition
-            # paused at that bound never holds more than twice it) and at most a quarter
-            # of the queue bound beyond it.
+            # paused at that bound never holds more than twice it), at most a quarter
+            # of the queue bound beyond it, and at most _READ_CHUNK: building records
+            # holds the event loop, and every handler's timer waits meanwhile.
             room = min(
                 self._max_unfinished,
                 max(self._queue_limit - self._sched.queued, self._queue_limit // 4),
+                _READ_CHUNK,
             )
             try:
                 batch = await consumer.getmany(timeout_ms=timeout_ms, max_records=room)
@@ -373,14 +386,25 @@ class Processor:
             or self._sched.queued_bytes >= self._buffer_limit
         )
 
-    def _update_pauses(self) -> None:
-        """Pause partitions past the unfinished bound and, while the queue is full, the
-        partitions holding more than their share of it.
+    def _starved(self) -> bool:
+        """Handler slots free although records wait: the waiting ones are all behind
+        busy lanes (a hot key's backlog)."""
+        return len(self._sched.in_flight) < self._sched.concurrency
 
-        Only the fullest partitions stop: a hot key's backlog pauses its own partition,
-        and the others keep being read (one hot key never stalls the rest).
+    def _update_pauses(self) -> None:
+        """Pause partitions past the unfinished bound and, while the queue is full and
+        handler slots stand idle, the partitions holding more than their share of it.
+
+        Only the fullest partitions stop, and only when the backlog blocks the others:
+        a hot key's backlog pauses its own partition, and the others keep being read
+        (one hot key never stalls the rest).  A queue that is full while every slot
+        is busy pauses nothing - the read loop waits for room instead - because a
+        pause costs the partition's read-ahead (the consumer drops it) and a refetch.
+        A partition paused for its share stays paused while the queue is full and it
+        still holds its share (no pause/resume churn at the bound).
         """
         full = self._full()
+        starved = full and self._starved()
         n = max(1, len(self._trackers))
         share = max(1, self._queue_limit // n)
         byte_share = max(1, self._buffer_limit // n)
@@ -388,6 +412,7 @@ class Processor:
         for tp, tracker in self._trackers.items():
             want = tracker.unfinished > self._max_unfinished or (
                 full
+                and (starved or tp in self._paused)
                 and (waiting.get(tp, 0) >= share or self._sched.waiting_bytes(tp) >= byte_share)
             )
             if want and tp not in self._paused:
@@ -466,10 +491,12 @@ class Processor:
             self._sched.done(work)
             if not self._stop_event.is_set():
                 self._dispatch()
-            if (
+            if self._starved() or (
                 self._sched.queued <= self._queue_limit // 2
                 and self._sched.queued_bytes <= self._buffer_limit // 2
             ):
+                # Room, or slots idle with nothing ready (the waiting records are a hot
+                # key's backlog, which may hold half the queue): the read loop reads on.
                 self._room.set()
 
     async def _failed_record(self, work: Work, exc: Exception, attempts: int) -> None:
