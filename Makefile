@@ -113,7 +113,7 @@ $(DEMO_STAMP): pyproject.toml
 	touch $@
 
 demo: $(DEMO_STAMP)
-	$(DEMO_VENV)/bin/python -m aiogroup.demo
+	$(DEMO_VENV)/bin/python -m aiogroup.testing.demo
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks

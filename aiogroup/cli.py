@@ -44,17 +44,17 @@ from typing import Any, TextIO
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaConnectionError
 
-from aiogroup import offsets as _offsets
-from aiogroup._bootstrap import explain_bootstrap_failure
+from aiogroup._fetch import offset_lookups as _offsets
+from aiogroup._protocol.classic_embedded import decode_assignment
 from aiogroup._protocol.group import (
     OffsetCommitRequest,
     OffsetFetchRequest,
     parse_offset_commit,
     parse_offset_fetch,
 )
-from aiogroup.consumer_protocol import decode_assignment
+from aiogroup._support.bootstrap_errors import explain_bootstrap_failure
+from aiogroup._support.redaction import install_log_redaction
 from aiogroup.errors import KafkaError, error_for_code
-from aiogroup.redaction import install_log_redaction
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
 
 __all__ = ["main", "run"]
@@ -192,7 +192,7 @@ class Admin:
 
     async def high_watermarks(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         """Each partition's log end: ListOffsets(latest) confirmed by a Fetch's high watermark
-        (``aiogroup.offsets.end_offsets``; see the module docstring)."""
+        (``aiogroup._fetch.offset_lookups.end_offsets``; see the module docstring)."""
         if not tps:
             return {}
         await self.client.set_topics(sorted({tp.topic for tp in tps}))

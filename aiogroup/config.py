@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from aiogroup._support.redaction import redact
 from aiogroup.errors import ConfigurationError, InvalidTopicNameError
-from aiogroup.redaction import redact
 from aiogroup.structs import OffsetResetStrategy
 
 __all__ = ["REMOTE_ASSIGNORS", "ConsumerConfig", "check_bootstrap_servers", "validate_topic_name"]

@@ -28,28 +28,34 @@ from aiokafka.errors import (
     UnknownTopicOrPartitionError,
 )
 
-from aiogroup import offsets as _offsets
-from aiogroup._bootstrap import explain_bootstrap_failure
-from aiogroup._membership.machine import MemberState
-from aiogroup._timeouts import wait_for
-from aiogroup.assignors import resolve_assignors
-from aiogroup.config import ConsumerConfig, validate_topic_name, validate_topics
-from aiogroup.consumer_group_routine import (
+from aiogroup._coordination.classic_routine import GroupCoordinator
+from aiogroup._coordination.consumer_protocol_routine import (
     CLASSIC_ONLY_OPTIONS,
     ConsumerGroupCoordinator,
     check_group_protocol_options,
 )
-from aiogroup.coordinator import GroupCoordinator
+from aiogroup._fetch import offset_lookups as _offsets
+from aiogroup._fetch.fetcher import Fetcher
+from aiogroup._membership.machine import MemberState
+from aiogroup._state.subscription import (
+    FetchStatus,
+    PartitionState,
+    SubscriptionState,
+    SubscriptionType,
+)
+from aiogroup._support.bootstrap_errors import explain_bootstrap_failure
+from aiogroup._support.redaction import install_log_redaction
+from aiogroup._support.timeouts import wait_for
+from aiogroup.assignors import resolve_assignors
+from aiogroup.config import ConsumerConfig, validate_topic_name, validate_topics
 from aiogroup.errors import (
     CommitFailedError,
     ConfigurationError,
     KafkaError,
     is_authorization_error,
 )
-from aiogroup.fetcher import Fetcher
 from aiogroup.listeners import HookedListener, RebalanceHooks, as_async_listener, loop_bound
 from aiogroup.metrics import ConsumerMetrics, Health, MetricsSnapshot, PartitionMetrics
-from aiogroup.redaction import install_log_redaction
 from aiogroup.structs import (
     ConsumerRecord,
     OffsetAndMetadata,
@@ -57,7 +63,6 @@ from aiogroup.structs import (
     OffsetResetStrategy,
     TopicPartition,
 )
-from aiogroup.subscription import FetchStatus, PartitionState, SubscriptionState, SubscriptionType
 
 if TYPE_CHECKING:
     import pyarrow

@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from aiogroup._protocol.classic_embedded import ConsumerAssignment, ConsumerSubscription
 from aiogroup.assignors import (
     ConsumerPartitionAssignor,
     CooperativeStickyAssignor,
@@ -39,7 +40,6 @@ from aiogroup.assignors import (
     RoundRobinAssignor,
     StickyAssignor,
 )
-from aiogroup.consumer_protocol import ConsumerAssignment, ConsumerSubscription
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"

@@ -55,11 +55,11 @@ def _record_set(size: int, codec: int) -> bytes:
 
 
 def decode_rates(size: int, codec: int, native: bool) -> float:
+    from aiogroup._fetch.arrow import ColumnBuilder
     from aiogroup._fetch.decoding import Chunk, split_batches
     from aiogroup._fetch.walker import walk
-    from aiogroup.arrow import ColumnBuilder
+    from aiogroup._state.subscription import PartitionState, SubscriptionState
     from aiogroup.structs import TopicPartition
-    from aiogroup.subscription import PartitionState, SubscriptionState
 
     data = _record_set(size, codec)
     _mode(native)
@@ -152,7 +152,7 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--no-broker", action="store_true", help="the decode view only")
     args = parser.parse_args()
-    from aiogroup._native import native_decoder
+    from aiogroup._fetch.native import native_decoder
 
     _mode(True)
     if native_decoder() is None:

@@ -82,7 +82,7 @@ def micro(batch_records: int = 5000, rounds: int = 100) -> dict[str, float]:
 
 
 class _NoPause:
-    """Stands in for the ``gc`` module inside aiogroup.fetcher: collections not paused."""
+    """Stands in for the ``gc`` module inside aiogroup._fetch.fetcher: collections not paused."""
 
     @staticmethod
     def isenabled() -> bool:
@@ -103,9 +103,9 @@ async def _drain(client: str, bootstrap: str, topic: str, collector: str = "defa
     from aiogroup import GroupConsumer, TopicPartition
 
     if collector == "unpaused":
-        import aiogroup.fetcher
+        import aiogroup._fetch.fetcher
 
-        aiogroup.fetcher.gc = _NoPause  # type: ignore[assignment]
+        aiogroup._fetch.fetcher.gc = _NoPause  # type: ignore[assignment]
     tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
     consumer: Any
     if client.startswith("aiogroup"):

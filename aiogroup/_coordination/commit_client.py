@@ -24,9 +24,9 @@ from aiogroup._coordination.commit_outcome import (
     positions_to_commit,
 )
 from aiogroup._protocol.group import parse_offset_commit, parse_offset_fetch
+from aiogroup._state.subscription import FetchStatus, SubscriptionState
 from aiogroup.errors import KafkaError, authorization_error, is_authorization_error
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
-from aiogroup.subscription import FetchStatus, SubscriptionState
 
 __all__ = ["CommitClient", "CommitPort", "auto_commit", "failure_kind", "refresh_committed"]
 

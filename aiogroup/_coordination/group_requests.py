@@ -3,7 +3,7 @@
 FindCoordinator, JoinGroup (with the consumer-protocol metadata of every assignor),
 the leader's assignment, SyncGroup (decoding the member's assignment), Heartbeat and
 LeaveGroup: what to send comes from the machine's action, the wire format from
-:mod:`aiogroup._protocol.group` and :mod:`aiogroup.consumer_protocol`, and whatever
+:mod:`aiogroup._protocol.group` and :mod:`aiogroup._protocol.classic_embedded`, and whatever
 happens - an answer, a transport failure, no coordinator - becomes one event for the
 routine's inbox.  Nothing here decides what the answer means: the machine does.
 """
@@ -27,6 +27,14 @@ from aiokafka.errors import (
 from aiogroup._coordination.commit_client import failure_kind
 from aiogroup._membership import actions as A
 from aiogroup._membership import events as E
+from aiogroup._protocol.classic_embedded import (
+    ConsumerAssignment,
+    ConsumerSubscription,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
 from aiogroup._protocol.group import (
     FindCoordinatorRequest,
     HeartbeatRequest,
@@ -39,19 +47,11 @@ from aiogroup._protocol.group import (
     parse_leave_group,
     parse_sync_group,
 )
+from aiogroup._state.subscription import SubscriptionState, SubscriptionType
 from aiogroup.assignors.abc import ConsumerPartitionAssignor, MemberSubscription
 from aiogroup.config import ConsumerConfig
-from aiogroup.consumer_protocol import (
-    ConsumerAssignment,
-    ConsumerSubscription,
-    decode_assignment,
-    decode_subscription,
-    encode_assignment,
-    encode_subscription,
-)
 from aiogroup.errors import MalformedProtocolDataError
 from aiogroup.metrics import ConsumerMetrics
-from aiogroup.subscription import SubscriptionState, SubscriptionType
 
 __all__ = ["PROTOCOL_TYPE", "ClassicRequests"]
 

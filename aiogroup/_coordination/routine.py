@@ -1,7 +1,7 @@
 """The life of a coordination routine, shared by both group protocols.
 
-The classic shell (:mod:`aiogroup.coordinator`) and the KIP-848 shell
-(:mod:`aiogroup.consumer_group_routine`) differ in their machine, their performers
+The classic shell (:mod:`aiogroup._coordination.classic_routine`) and the KIP-848 shell
+(:mod:`aiogroup._coordination.consumer_protocol_routine`) differ in their machine, their performers
 and their wire calls - not in how a routine lives.  This base class is that life:
 
 * one **inbox** and one **routine task**, the single writer of the machine: it waits
@@ -10,7 +10,7 @@ and their wire calls - not in how a routine lives.  This base class is that life
   step: one started or returned, or one is still waiting for records) and
   performs the actions through the shell's table of performers;
 * **supervision**: a scope for the routine's life and one per generation
-  (:mod:`aiogroup._coordination.supervision` says which child goes where); a child
+  (:mod:`aiogroup._support.supervision` says which child goes where); a child
   that crashes ends the routine;
 * **lifecycle**: ``start``, ``close`` (the machine's goodbye under a bounded, shielded
   deadline), ``abort`` (cancel: nothing is sent, as when a process dies);
@@ -38,9 +38,10 @@ from aiokafka.client import AIOKafkaClient, ConnectionGroup
 from aiogroup._coordination.commit_client import CommitClient, auto_commit, refresh_committed
 from aiogroup._coordination.commit_outcome import CommitRules
 from aiogroup._coordination.listener_runner import ListenerRunner
-from aiogroup._coordination.supervision import GenerationScopes, TaskScope
 from aiogroup._coordination.watch import watch_subscription
-from aiogroup._timeouts import wait_for
+from aiogroup._state.subscription import SubscriptionState
+from aiogroup._support.supervision import GenerationScopes, TaskScope
+from aiogroup._support.timeouts import wait_for
 from aiogroup.config import ConsumerConfig
 from aiogroup.errors import (
     ConfigurationError,
@@ -53,7 +54,6 @@ from aiogroup.errors import (
 from aiogroup.listeners import AsyncConsumerRebalanceListener, ListenerThread
 from aiogroup.metrics import ConsumerMetrics
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
-from aiogroup.subscription import SubscriptionState
 
 __all__ = ["ChildCrashed", "CoordinationRoutine", "Machine", "MachineEvents", "SubscriptionPoke"]
 
@@ -340,7 +340,7 @@ class CoordinationRoutine(ABC, Generic[Ev, Act]):
                 self._perform_all(self._machine.handle(self._events.polled(*poll), now))
         actions = self._machine.handle(event, now)
         # A generation that ended closes its scope before this step's actions start
-        # the next generation's children (see _coordination/supervision.py).
+        # the next generation's children (see _support/supervision.py).
         self._generation.enter(self._generation_key())
         self._perform_all(actions)
         self._after_step()

@@ -18,7 +18,7 @@ from aiokafka.client import AIOKafkaClient
 
 from aiogroup._coordination.tracking import partition_count_change, snapshot_counts
 from aiogroup._membership import events as E
-from aiogroup.subscription import SubscriptionState, SubscriptionType
+from aiogroup._state.subscription import SubscriptionState, SubscriptionType
 
 __all__ = ["TopicWatch"]
 

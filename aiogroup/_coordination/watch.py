@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from aiogroup._coordination.tracking import SubscriptionView
-from aiogroup.subscription import Subscription, SubscriptionState
+from aiogroup._state.subscription import Subscription, SubscriptionState
 
 __all__ = ["subscription_view", "watch_subscription"]
 

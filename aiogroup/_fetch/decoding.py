@@ -16,10 +16,10 @@ from aiokafka.errors import CorruptRecordException
 from aiokafka.record.control_record import ABORT_MARKER, ControlRecord
 from aiokafka.record.memory_records import MemoryRecords
 
-from aiogroup._native import native_crc
+from aiogroup._fetch.native import native_crc
+from aiogroup._state.subscription import PartitionState
 from aiogroup.errors import RecordDeserializationError
 from aiogroup.structs import TopicPartition
-from aiogroup.subscription import PartitionState
 
 __all__ = ["Chunk", "split_batches"]
 

@@ -24,9 +24,9 @@ from aiokafka.errors import CorruptRecordException
 from aiogroup._fetch.decoding import Chunk
 from aiogroup._fetch.planning import MemoryBudget
 from aiogroup._fetch.walker import Sink, walk
+from aiogroup._state.subscription import Assignment, FetchStatus, PartitionState
 from aiogroup.errors import RecordDeserializationError
 from aiogroup.structs import TopicPartition
-from aiogroup.subscription import Assignment, FetchStatus, PartitionState
 
 __all__ = ["Delivery"]
 

@@ -21,9 +21,9 @@ from aiokafka.errors import (
     TopicAuthorizationFailedError,
 )
 
-from aiogroup import offsets as _offsets
+from aiogroup._fetch import offset_lookups as _offsets
+from aiogroup._state.subscription import Assignment, FetchStatus, PartitionState, SubscriptionState
 from aiogroup.structs import OffsetResetStrategy, TopicPartition
-from aiogroup.subscription import Assignment, FetchStatus, PartitionState, SubscriptionState
 
 __all__ = ["PositionResets"]
 

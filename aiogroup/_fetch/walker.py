@@ -4,7 +4,7 @@ Every read path shares it (``getone``, ``getmany``, ``async for`` and
 ``getmany_arrow``), so where a read starts and stops, what is skipped and how far the
 position moves are decided once.  The sink decides only what a record becomes: a
 ``ConsumerRecord`` (``RecordSink``) or a row of Arrow columns
-(``aiogroup.arrow.ColumnBuilder``).
+(``aiogroup._fetch.arrow.ColumnBuilder``).
 
 A batch that lies wholly inside the read is handed to the sink in one call (one
 comprehension per batch: most of getmany's speed); the rest goes record by record.

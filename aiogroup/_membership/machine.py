@@ -2,7 +2,7 @@
 
 Why pure: rebalances and faults are where a consumer group goes wrong, so every path
 must be a plain function call in a test.  Time comes in as ``now``, effects go out
-as actions; :mod:`aiogroup.coordinator` only performs them.
+as actions; :mod:`aiogroup._coordination.classic_routine` only performs them.
 
 Why tables: one place to read what a member does.  :data:`TRANSITIONS` maps
 (state, event type) to a handler and the states it may move to (a miss is a shell

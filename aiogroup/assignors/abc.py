@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
-from aiogroup.consumer_protocol import ConsumerAssignment, ConsumerSubscription
+from aiogroup._protocol.classic_embedded import ConsumerAssignment, ConsumerSubscription
 from aiogroup.structs import RebalanceProtocol, TopicPartition
 
 __all__ = [

@@ -18,8 +18,8 @@ from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberMetadata,
 )
 
+from aiogroup._protocol.classic_embedded import LATEST_ASSIGNMENT_VERSION, ConsumerAssignment
 from aiogroup.assignors.abc import ClusterView, ConsumerPartitionAssignor, MemberSubscription
-from aiogroup.consumer_protocol import LATEST_ASSIGNMENT_VERSION, ConsumerAssignment
 from aiogroup.errors import ConfigurationError
 from aiogroup.structs import TopicPartition
 

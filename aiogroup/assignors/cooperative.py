@@ -16,6 +16,7 @@ from io import BytesIO
 
 from aiokafka.protocol.types import Int32
 
+from aiogroup._protocol.classic_embedded import ConsumerAssignment
 from aiogroup.assignors.abc import (
     ClusterView,
     MemberSubscription,
@@ -27,7 +28,6 @@ from aiogroup.assignors.sticky import (
     OwnershipClaim,
     StickyAssignor,
 )
-from aiogroup.consumer_protocol import ConsumerAssignment
 from aiogroup.structs import RebalanceProtocol, TopicPartition
 
 __all__ = ["CooperativeStickyAssignor", "withhold_transfers"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from aiogroup._protocol.classic_embedded import ConsumerAssignment
 from aiogroup.assignors.abc import (
     ClusterView,
     ConsumerPartitionAssignor,
@@ -30,7 +31,6 @@ from aiogroup.assignors.abc import (
     partitions_by_topic,
     use_rack_aware,
 )
-from aiogroup.consumer_protocol import ConsumerAssignment
 from aiogroup.structs import TopicPartition
 
 __all__ = ["RangeAssignor"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from aiogroup._protocol.classic_embedded import ConsumerAssignment
 from aiogroup.assignors.abc import (
     ClusterView,
     ConsumerPartitionAssignor,
@@ -19,7 +20,6 @@ from aiogroup.assignors.abc import (
     member_sort_key,
     partitions_by_topic,
 )
-from aiogroup.consumer_protocol import ConsumerAssignment
 from aiogroup.structs import TopicPartition
 
 __all__ = ["RoundRobinAssignor"]

@@ -35,6 +35,7 @@ from itertools import pairwise
 from aiokafka.protocol.struct import Struct
 from aiokafka.protocol.types import Array, Int32, Schema, String
 
+from aiogroup._protocol.classic_embedded import ConsumerAssignment
 from aiogroup.assignors.abc import (
     ClusterView,
     ConsumerPartitionAssignor,
@@ -48,7 +49,6 @@ from aiogroup.assignors.abc import (
     use_rack_aware,
 )
 from aiogroup.assignors.uniform import RackInfo, uniform_assignment
-from aiogroup.consumer_protocol import ConsumerAssignment
 from aiogroup.structs import TopicPartition
 
 __all__ = [

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from aiokafka.client import AIOKafkaClient
 
-from aiogroup import offsets as _offsets
+from aiogroup._fetch import offset_lookups as _offsets
 from aiogroup.errors import ConsumerStoppedError, KafkaError
 from aiogroup.listeners import AsyncConsumerRebalanceListener
 from aiogroup.spark import watermarks

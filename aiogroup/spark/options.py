@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
+from aiogroup._support.redaction import redact
 from aiogroup.config import ConsumerConfig, validate_topic_name
 from aiogroup.errors import ConfigurationError
-from aiogroup.redaction import redact
 from aiogroup.structs import TopicPartition
 
 __all__ = ["DEFAULT_SOURCE_ASSIGNORS", "SourceOptions", "StartingOffsets", "parse_options"]

@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aiogroup import arrow as _arrow
+from aiogroup._fetch import arrow as _arrow
 
 __all__ = [
     "ARROW_SCHEMA",
@@ -90,7 +90,7 @@ def spark_schema() -> Any:
 def records_to_arrow(records: Iterable[Any]) -> pa.RecordBatch:
     """Build one Arrow record batch in Spark's columns from ConsumerRecord-like objects.
 
-    The records become the consumer's columns (``aiogroup.arrow.records_to_arrow``, the
+    The records become the consumer's columns (``aiogroup._fetch.arrow.records_to_arrow``, the
     one conversion), which ``conform`` turns into Spark's as for ``getmany_arrow``.
     """
     return conform(_arrow.records_to_arrow(records))

@@ -39,11 +39,11 @@ from typing import Any
 from aiokafka.client import AIOKafkaClient, CoordinationType
 from aiokafka.protocol.admin import DescribeGroupsRequest
 
+from aiogroup._protocol.classic_embedded import decode_assignment
 from aiogroup._protocol.consumer_group import (
     ConsumerGroupDescribeRequest,
     parse_consumer_group_describe,
 )
-from aiogroup.consumer_protocol import decode_assignment
 from aiogroup.errors import MalformedProtocolDataError
 from aiogroup.testing.history import GROUP, HistoryRecorder, Partition
 

@@ -13,7 +13,7 @@ async def test_demo_runs_and_every_check_holds() -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "aiogroup.demo",
+        "aiogroup.testing.demo",
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )

@@ -11,10 +11,10 @@ import pytest
 from aiokafka import AIOKafkaClient, AIOKafkaProducer
 from aiokafka.errors import NoOffsetForPartitionError
 
+from aiogroup._fetch.fetcher import Fetcher
+from aiogroup._state.subscription import PartitionState, SubscriptionState
 from aiogroup.config import ConsumerConfig
-from aiogroup.fetcher import Fetcher
 from aiogroup.structs import ConsumerRecord, OffsetResetStrategy, TopicPartition
-from aiogroup.subscription import PartitionState, SubscriptionState
 from aiogroup.testing import KafkaBroker
 from aiogroup.testing.broker import unique_name
 from aiogroup.testing.plugin import TopicFactory
@@ -378,7 +378,7 @@ async def test_fetch_requests_spend_the_budget_on_max_bytes(
 async def test_arrow_batch_matches_records(
     bootstrap_servers: str, kafka_topic: TopicFactory
 ) -> None:
-    from aiogroup.arrow import records_to_arrow
+    from aiogroup._fetch.arrow import records_to_arrow
 
     topic = await kafka_topic(partitions=3)
     await produce(bootstrap_servers, topic, 3_000, 3, compression_type="lz4")

@@ -18,7 +18,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from aiogroup import ConsumerRebalanceListener, GroupConsumer, TopicPartition
-from aiogroup.subscription import PartitionState
+from aiogroup._state.subscription import PartitionState
 from aiogroup.testing.broker import unique_name
 from aiogroup.testing.plugin import TopicFactory
 

@@ -23,6 +23,13 @@ from aiogroup import (
     MalformedProtocolDataError,
     TopicPartition,
 )
+from aiogroup._protocol.classic_embedded import (
+    ConsumerAssignment,
+    ConsumerSubscription,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
 from aiogroup._protocol.group import (
     FindCoordinatorRequest,
     HeartbeatRequest,
@@ -35,13 +42,6 @@ from aiogroup._protocol.group import (
     parse_sync_group,
 )
 from aiogroup._protocol.results import JoinGroupResult
-from aiogroup.consumer_protocol import (
-    ConsumerAssignment,
-    ConsumerSubscription,
-    decode_subscription,
-    encode_assignment,
-    encode_subscription,
-)
 from aiogroup.testing.plugin import TopicFactory
 
 pytestmark = pytest.mark.integration

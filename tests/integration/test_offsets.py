@@ -10,7 +10,7 @@ import pytest
 from aiokafka import AIOKafkaClient, AIOKafkaProducer
 from aiokafka.errors import KafkaTimeoutError
 
-from aiogroup import offsets
+from aiogroup._fetch import offset_lookups as offsets
 from aiogroup.structs import TopicPartition
 from aiogroup.testing import KafkaBroker
 from aiogroup.testing.plugin import TopicFactory

@@ -139,7 +139,7 @@ def test_spark_kafka_streaming_source_reads_to_the_log_end(
                 reason="broker gap caps.list_offsets_latest_is_log_end: Tansu answers "
                 "ListOffsets(latest) with the last batch's base offset + 1, so Spark's "
                 "Kafka source stops short of the log end (format('aiogroup') confirms the "
-                "end with a Fetch high watermark: aiogroup.offsets.end_offsets)",
+                "end with a Fetch high watermark: aiogroup._fetch.offset_lookups.end_offsets)",
                 raises=AssertionError,
                 strict=True,
             )

@@ -14,7 +14,7 @@ from aiokafka.errors import (
     TopicAuthorizationFailedError,
 )
 
-from aiogroup._bootstrap import _reason
+from aiogroup._support.bootstrap_errors import _reason
 from aiogroup.errors import authorization_error, is_authorization_error
 
 

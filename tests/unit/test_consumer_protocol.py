@@ -20,7 +20,7 @@ from kafka.protocol.consumer.metadata import (
 )
 from kafka.protocol.old.consumer_protocol import ConsumerProtocolMemberMetadata_v0 as KpMetadataV0
 
-from aiogroup.consumer_protocol import (
+from aiogroup._protocol.classic_embedded import (
     ConsumerAssignment,
     ConsumerSubscription,
     decode_assignment,

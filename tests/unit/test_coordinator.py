@@ -8,13 +8,14 @@ from typing import Any
 
 import pytest
 
+from aiogroup._coordination.classic_routine import GroupCoordinator
 from aiogroup._membership import actions as A
 from aiogroup._membership import events as E
+from aiogroup._protocol.classic_embedded import ConsumerSubscription, encode_subscription
 from aiogroup._protocol.results import JoinGroupMember
+from aiogroup._state.subscription import SubscriptionState
 from aiogroup.assignors import resolve_assignors
 from aiogroup.config import ConsumerConfig
-from aiogroup.consumer_protocol import ConsumerSubscription, encode_subscription
-from aiogroup.coordinator import GroupCoordinator
 from aiogroup.errors import (
     CommitFailedError,
     KafkaError,
@@ -27,7 +28,6 @@ from aiogroup.listeners import (
     as_async_listener,
 )
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
-from aiogroup.subscription import SubscriptionState
 
 
 class FakeCluster:
@@ -263,7 +263,7 @@ async def test_leader_snapshot_keeps_what_the_assignor_saw() -> None:
 
 
 def test_every_classic_action_has_a_performer() -> None:
-    from aiogroup.coordinator import _PERFORMERS
+    from aiogroup._coordination.classic_routine import _PERFORMERS
 
     # From the module, not Action.__subclasses__(): dataclass(slots=True) replaces each class.
     declared = {v for v in vars(A).values() if isinstance(v, type) and issubclass(v, A.Action)} - {

@@ -20,7 +20,9 @@ from aiokafka.client import ConnectionGroup
 from aiokafka.errors import IncompatibleBrokerVersion, KafkaConnectionError
 
 from aiogroup import AsyncConsumerRebalanceListener
+from aiogroup._coordination.classic_routine import GroupCoordinator
 from aiogroup._membership.machine import ErrorCode, MemberState
+from aiogroup._protocol.classic_embedded import ConsumerAssignment, encode_assignment
 from aiogroup._protocol.messages import (
     FIND_COORDINATOR,
     HEARTBEAT,
@@ -31,13 +33,11 @@ from aiogroup._protocol.messages import (
     SYNC_GROUP,
 )
 from aiogroup._protocol.schema import struct_to_dict
+from aiogroup._state.subscription import FetchStatus, SubscriptionState
 from aiogroup.assignors import resolve_assignors
 from aiogroup.config import ConsumerConfig
-from aiogroup.consumer_protocol import ConsumerAssignment, encode_assignment
-from aiogroup.coordinator import GroupCoordinator
 from aiogroup.errors import CommitFailedError, KafkaError, MalformedProtocolDataError
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
-from aiogroup.subscription import FetchStatus, SubscriptionState
 from tests.unit.virtual_clock import run_virtual
 
 VERSIONS = {10: (0, 6), 11: (0, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5), 8: (0, 9), 9: (0, 9)}

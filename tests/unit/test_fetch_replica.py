@@ -8,12 +8,12 @@ from typing import Any
 from aiokafka.errors import OffsetOutOfRangeError
 from aiokafka.protocol.fetch import FetchRequest, FetchRequest_v11, FetchResponse_v11
 
+from aiogroup._fetch.fetcher import Fetcher
 from aiogroup._fetch.replica import NO_REPLICA, ReadReplicas, ReplicaView
 from aiogroup._fetch.responses import build_fetch_request, parse_fetch_response
+from aiogroup._state.subscription import SubscriptionState
 from aiogroup.config import ConsumerConfig
-from aiogroup.fetcher import Fetcher
 from aiogroup.structs import TopicPartition
-from aiogroup.subscription import SubscriptionState
 from tests.unit.test_fetcher_loop import FakeBroker, FakeLog
 
 TP = TopicPartition("t", 0)

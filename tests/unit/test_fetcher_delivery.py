@@ -12,11 +12,11 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.util import calc_crc32c
 
 from aiogroup._fetch import delivery
+from aiogroup._fetch.fetcher import Chunk, Fetcher, split_batches
 from aiogroup._fetch.walker import RecordSink, walk
+from aiogroup._state.subscription import PartitionState, SubscriptionState
 from aiogroup.config import ConsumerConfig
-from aiogroup.fetcher import Chunk, Fetcher, split_batches
 from aiogroup.structs import ConsumerRecord, TopicPartition
-from aiogroup.subscription import PartitionState, SubscriptionState
 
 TOPIC = "t"
 _ATTR_POS = 21  # baseOffset(8) length(4) leaderEpoch(4) magic(1) crc(4)
@@ -321,7 +321,7 @@ async def test_closed_fetcher_refuses() -> None:
 
 
 async def test_arrow_batch_equals_consumer_records() -> None:
-    from aiogroup.arrow import records_to_arrow
+    from aiogroup._fetch.arrow import records_to_arrow
 
     a, _, _ = await _fetcher_with(3, 7)
     b, _, _ = await _fetcher_with(3, 7)
@@ -338,7 +338,7 @@ async def test_arrow_batch_equals_consumer_records() -> None:
 
 
 def test_arrow_headers_and_partial_batches(ready_state: PartitionState) -> None:
-    from aiogroup.arrow import ColumnBuilder, records_to_arrow
+    from aiogroup._fetch.arrow import ColumnBuilder, records_to_arrow
 
     data = batch_bytes(
         0, values(4), headers=[("h", b"1"), ("g", b"2")], keys=[b"a", None, b"c", b"d"]
@@ -361,7 +361,7 @@ def test_arrow_run_length_columns_across_batches_and_partitions() -> None:
     # Header-less rows before and after rows with headers, two partitions, and a
     # batch with an offset gap (compaction): the run-length columns expand to what
     # the ConsumerRecord path produces, row for row.
-    from aiogroup.arrow import ColumnBuilder, records_to_arrow
+    from aiogroup._fetch.arrow import ColumnBuilder, records_to_arrow
 
     sub = SubscriptionState()
     states = [PartitionState(TopicPartition(TOPIC, p), sub.default_reset) for p in (0, 1)]
@@ -404,7 +404,7 @@ async def test_unlimited_call_hands_out_one_chunk_per_partition() -> None:
 def test_arrow_without_pyarrow_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    from aiogroup.arrow import require_pyarrow
+    from aiogroup._fetch.arrow import require_pyarrow
 
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     with pytest.raises(ImportError, match=r"pip install 'aiogroup\[spark\]'"):

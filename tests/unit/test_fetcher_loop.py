@@ -23,11 +23,11 @@ from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.protocol.offset import OffsetRequest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
-from aiogroup import offsets
+from aiogroup._fetch import offset_lookups as offsets
+from aiogroup._fetch.fetcher import Fetcher
+from aiogroup._state.subscription import PartitionState, SubscriptionState
 from aiogroup.config import ConsumerConfig
-from aiogroup.fetcher import Fetcher
 from aiogroup.structs import OffsetAndTimestamp, OffsetResetStrategy, TopicPartition
-from aiogroup.subscription import PartitionState, SubscriptionState
 
 TP = TopicPartition("t", 0)
 

@@ -21,11 +21,11 @@ import pytest
 from aiokafka.errors import CorruptRecordException
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
+from aiogroup._fetch.arrow import ColumnBuilder, arrow_schema
 from aiogroup._fetch.decoding import Chunk, split_batches
 from aiogroup._fetch.walker import walk
-from aiogroup.arrow import ColumnBuilder, arrow_schema
+from aiogroup._state.subscription import PartitionState, SubscriptionState
 from aiogroup.structs import TopicPartition
-from aiogroup.subscription import PartitionState, SubscriptionState
 
 if shutil.which("cargo") is None:
     # Not applicable: without a Rust toolchain make install leaves the module out.
@@ -387,7 +387,7 @@ def test_a_failed_batch_leaves_nothing_behind() -> None:
     assert len(dec) == 20
     cols = dec.finish()
     assert cols["topics"] == ["t"]
-    from aiogroup._native import record_batch
+    from aiogroup._fetch.native import record_batch
 
     batch = record_batch(cols, arrow_schema())
     batch.validate(full=True)
@@ -412,7 +412,7 @@ def test_random_corruption_never_crashes(seed: int) -> None:
         dec.add_batch(fix_crc(data), 0, len(data), "t", 0)
     except native.DecodeError:
         return
-    from aiogroup._native import record_batch
+    from aiogroup._fetch.native import record_batch
 
     record_batch(dec.finish(), arrow_schema()).validate(full=True)
 
@@ -634,7 +634,7 @@ def test_recycled_value_buffers_never_touch_live_batches() -> None:
     Chunks of 2 MiB of values (the pool keeps buffers of 1-64 MiB): some are kept alive
     while many more are decoded after them, and must keep their bytes.
     """
-    from aiogroup._native import record_batch
+    from aiogroup._fetch.native import record_batch
 
     def chunk(i: int) -> Any:
         dec = native.BatchDecoder()
@@ -660,7 +660,7 @@ def test_recycled_value_buffers_never_touch_live_batches() -> None:
 def test_a_read_that_finds_nothing_leaves_the_pool_alone() -> None:
     """Decoders made and dropped without a record (idle polls) take no pooled buffer;
     the next batch with records reuses one that a released RecordBatch gave back."""
-    from aiogroup._native import record_batch
+    from aiogroup._fetch.native import record_batch
 
     def chunk() -> Any:
         dec = native.BatchDecoder()

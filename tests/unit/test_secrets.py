@@ -20,6 +20,7 @@ import pytest
 from aiokafka.protocol.admin import SaslAuthenticateRequest_v0, SaslAuthenticateResponse_v0
 
 from aiogroup import GroupConsumer
+from aiogroup._support.redaction import REDACTED, install_log_redaction
 from aiogroup.cli import (
     CliError,
     _jaas_credentials,
@@ -29,7 +30,6 @@ from aiogroup.cli import (
     run,
 )
 from aiogroup.errors import ConfigurationError
-from aiogroup.redaction import REDACTED, install_log_redaction
 
 SECRET = "S3cr3t-Fed-Through-Every-Option"
 

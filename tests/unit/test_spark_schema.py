@@ -8,7 +8,7 @@ import pytest
 from aiokafka.structs import ConsumerRecord
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from aiogroup.arrow import arrow_schema
+from aiogroup._fetch.arrow import arrow_schema
 from aiogroup.spark.schema import (
     ARROW_SCHEMA,
     COLUMNS,
@@ -75,7 +75,7 @@ def test_conform_turns_consumer_columns_into_spark_columns() -> None:
 def test_both_spark_paths_agree_on_a_missing_timestamp() -> None:
     # getmany_arrow + conform and records_to_arrow are one conversion: Kafka's -1
     # ("no timestamp") is a null TIMESTAMP either way.
-    from aiogroup.arrow import records_to_arrow as consumer_columns
+    from aiogroup._fetch.arrow import records_to_arrow as consumer_columns
 
     records = [_record(7), _record(8, ts=-1)]
     via_columns = conform(consumer_columns(records))

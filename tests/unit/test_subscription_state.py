@@ -8,8 +8,8 @@ import re
 import pytest
 from aiokafka.errors import ConsumerStoppedError, IllegalStateError
 
+from aiogroup._state.subscription import FetchStatus, SubscriptionState, SubscriptionType
 from aiogroup.structs import OffsetResetStrategy, TopicPartition
-from aiogroup.subscription import FetchStatus, SubscriptionState, SubscriptionType
 
 TP0 = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)

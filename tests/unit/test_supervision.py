@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from aiogroup._coordination.supervision import GenerationScopes, TaskScope
+from aiogroup._support.supervision import GenerationScopes, TaskScope
 from tests.unit.virtual_clock import run_virtual
 
 

@@ -11,6 +11,7 @@ import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from aiogroup._protocol.classic_embedded import ConsumerAssignment, ConsumerSubscription
 from aiogroup.assignors import (
     ConsumerPartitionAssignor,
     CooperativeStickyAssignor,
@@ -18,7 +19,6 @@ from aiogroup.assignors import (
     StickyAssignor,
 )
 from aiogroup.assignors.sticky import encode_sticky_user_data
-from aiogroup.consumer_protocol import ConsumerAssignment, ConsumerSubscription
 from aiogroup.structs import TopicPartition
 
 ALL_RACKS = ("a", "b", "c", "d", "e", "f")

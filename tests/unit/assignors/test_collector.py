@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from aiogroup._protocol.classic_embedded import ConsumerSubscription
 from aiogroup.assignors import (
     ConsumerPartitionAssignor,
     CooperativeStickyAssignor,
@@ -16,7 +17,6 @@ from aiogroup.assignors import (
     StickyAssignor,
 )
 from aiogroup.assignors.abc import collector_paused
-from aiogroup.consumer_protocol import ConsumerSubscription
 from tests.unit.assignors.support import Cluster
 
 

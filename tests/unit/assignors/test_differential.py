@@ -29,6 +29,7 @@ from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 from kafka.protocol.consumer import JoinGroupResponse
 
+from aiogroup._protocol.classic_embedded import ConsumerSubscription
 from aiogroup.assignors import (
     AiokafkaAssignorAdapter,
     MemberSubscription,
@@ -36,7 +37,6 @@ from aiogroup.assignors import (
     RoundRobinAssignor,
     StickyAssignor,
 )
-from aiogroup.consumer_protocol import ConsumerSubscription
 from aiogroup.structs import TopicPartition
 from tests.unit.assignors.support import Cluster, check_validity_and_balance, with_history
 

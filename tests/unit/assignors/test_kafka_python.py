@@ -15,13 +15,13 @@ import random
 
 import pytest
 
+from aiogroup._protocol.classic_embedded import ConsumerSubscription
 from aiogroup.assignors import (
     CooperativeStickyAssignor,
     RangeAssignor,
     RoundRobinAssignor,
     StickyAssignor,
 )
-from aiogroup.consumer_protocol import ConsumerSubscription
 from tests.unit.assignors.support import (
     Cluster,
     assign,

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from aiogroup._protocol.classic_embedded import ConsumerSubscription
 from aiogroup.assignors import (
     ConsumerPartitionAssignor,
     CooperativeStickyAssignor,
@@ -20,7 +21,6 @@ from aiogroup.assignors import (
     RangeAssignor,
     StickyAssignor,
 )
-from aiogroup.consumer_protocol import ConsumerSubscription
 from tests.unit.assignors.support import (
     ALL_RACKS,
     Cluster,

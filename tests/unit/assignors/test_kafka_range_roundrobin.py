@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
+from aiogroup._protocol.classic_embedded import ConsumerSubscription
 from aiogroup.assignors import MemberSubscription, RangeAssignor, RoundRobinAssignor
-from aiogroup.consumer_protocol import ConsumerSubscription
 from aiogroup.structs import TopicPartition
 from tests.unit.assignors.support import (
     RACK_SETUPS,

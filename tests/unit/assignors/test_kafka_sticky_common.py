@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 import pytest
 
+from aiogroup._protocol.classic_embedded import ConsumerSubscription
 from aiogroup.assignors import CooperativeStickyAssignor, StickyAssignor
-from aiogroup.consumer_protocol import ConsumerSubscription
 from tests.unit.assignors.support import (
     DEFAULT_GENERATION,
     RACK_SETUPS,

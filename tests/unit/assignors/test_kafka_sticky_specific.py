@@ -11,8 +11,8 @@ import pytest
 from aiokafka.protocol.struct import Struct
 from aiokafka.protocol.types import Array, Int32, Schema, String
 
+from aiogroup._protocol.classic_embedded import ConsumerAssignment, ConsumerSubscription
 from aiogroup.assignors import CooperativeStickyAssignor, StickyAssignor
-from aiogroup.consumer_protocol import ConsumerAssignment, ConsumerSubscription
 from tests.unit.assignors.support import (
     DEFAULT_GENERATION,
     RACK_SETUPS,

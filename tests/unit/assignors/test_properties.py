@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from hypothesis import given
 from hypothesis import strategies as st
 
+from aiogroup._protocol.classic_embedded import ConsumerAssignment, ConsumerSubscription
 from aiogroup.assignors import (
     ConsumerPartitionAssignor,
     CooperativeStickyAssignor,
@@ -17,7 +18,6 @@ from aiogroup.assignors import (
     RoundRobinAssignor,
     StickyAssignor,
 )
-from aiogroup.consumer_protocol import ConsumerAssignment, ConsumerSubscription
 from aiogroup.structs import TopicPartition
 
 ALL_ASSIGNORS = (RangeAssignor, RoundRobinAssignor, StickyAssignor, CooperativeStickyAssignor)

@@ -11,9 +11,9 @@ from __future__ import annotations
 from aiokafka.cluster import ClusterMetadata
 from aiokafka.protocol.metadata import MetadataResponse_v1
 
+from aiogroup._protocol.classic_embedded import ConsumerSubscription
 from aiogroup.assignors import MemberSubscription, RangeAssignor, StickyAssignor
 from aiogroup.assignors.abc import partition_racks
-from aiogroup.consumer_protocol import ConsumerSubscription
 from aiogroup.structs import TopicPartition
 
 

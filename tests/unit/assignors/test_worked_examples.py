@@ -18,6 +18,7 @@ from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberMetadata,
 )
 
+from aiogroup._protocol.classic_embedded import ConsumerAssignment, ConsumerSubscription
 from aiogroup.assignors import (
     AiokafkaAssignorAdapter,
     ConsumerPartitionAssignor,
@@ -31,7 +32,6 @@ from aiogroup.assignors import (
 )
 from aiogroup.assignors.abc import ClusterView
 from aiogroup.assignors.sticky import decode_sticky_user_data, encode_sticky_user_data
-from aiogroup.consumer_protocol import ConsumerAssignment, ConsumerSubscription
 from aiogroup.errors import ConfigurationError
 from aiogroup.structs import RebalanceProtocol, TopicPartition
 

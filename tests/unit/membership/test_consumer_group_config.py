@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from aiogroup import GroupConsumer
+from aiogroup._coordination.consumer_protocol_routine import ConsumerGroupCoordinator
 from aiogroup.config import ConsumerConfig
-from aiogroup.consumer_group_routine import ConsumerGroupCoordinator
 from aiogroup.errors import ConfigurationError
 
 

@@ -17,6 +17,7 @@ import pytest
 from aiokafka.errors import IncompatibleBrokerVersion, UnsupportedVersionError
 
 from aiogroup import AsyncConsumerRebalanceListener, TopicPartition
+from aiogroup._coordination.consumer_protocol_routine import ConsumerGroupCoordinator
 from aiogroup._protocol.messages import (
     CONSUMER_GROUP_HEARTBEAT,
     FIND_COORDINATOR,
@@ -25,11 +26,10 @@ from aiogroup._protocol.messages import (
     TOPIC_METADATA,
 )
 from aiogroup._protocol.schema import struct_to_dict
+from aiogroup._state.subscription import SubscriptionState
 from aiogroup.config import ConsumerConfig
-from aiogroup.consumer_group_routine import ConsumerGroupCoordinator
 from aiogroup.errors import KafkaError
 from aiogroup.structs import OffsetAndMetadata
-from aiogroup.subscription import SubscriptionState
 
 TID = uuid.UUID(int=0x42)
 VERSIONS = {10: (0, 6), 68: (0, 1), 3: (0, 12), 8: (0, 9), 9: (0, 9)}

@@ -1,7 +1,7 @@
 """The consumer-protocol (KIP-848) coordination routine: performs what the machine decides.
 
 ``GroupConsumer(..., group_protocol="consumer")`` builds this instead of the
-classic :class:`~aiogroup.coordinator.GroupCoordinator`; it offers the same
+classic :class:`~aiogroup._coordination.classic_routine.GroupCoordinator`; it offers the same
 surface to the consumer (start, close, abort, commit_offsets,
 fetch_committed_offsets, member_id, generation_id).
 
@@ -46,6 +46,7 @@ from aiogroup._protocol.group import (
     parse_find_coordinator,
 )
 from aiogroup._protocol.group_configs import parse_session_timeout, session_timeout_request
+from aiogroup._state.subscription import SubscriptionState, SubscriptionType
 from aiogroup.config import REMOTE_ASSIGNORS, ConsumerConfig
 from aiogroup.errors import (
     CommitFailedError,
@@ -57,7 +58,6 @@ from aiogroup.errors import (
 from aiogroup.listeners import as_async_listener
 from aiogroup.metrics import ConsumerMetrics
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
-from aiogroup.subscription import SubscriptionState, SubscriptionType
 
 __all__ = [
     "CLASSIC_ONLY_OPTIONS",

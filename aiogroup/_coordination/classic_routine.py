@@ -38,7 +38,8 @@ from aiogroup._membership.machine import (
     offset_fetch_outcome,
 )
 from aiogroup._protocol.group import OffsetCommitRequest, OffsetFetchRequest
-from aiogroup._timeouts import wait_for
+from aiogroup._state.subscription import SubscriptionState, SubscriptionType
+from aiogroup._support.timeouts import wait_for
 from aiogroup.assignors import inconsistent_protocol_hint, select_rebalance_protocol
 from aiogroup.assignors.abc import ConsumerPartitionAssignor
 from aiogroup.config import ConsumerConfig
@@ -52,7 +53,6 @@ from aiogroup.errors import (
 from aiogroup.listeners import as_async_listener
 from aiogroup.metrics import ConsumerMetrics
 from aiogroup.structs import OffsetAndMetadata, RebalanceProtocol, TopicPartition
-from aiogroup.subscription import SubscriptionState, SubscriptionType
 
 __all__ = ["GroupCoordinator"]
 

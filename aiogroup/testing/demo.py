@@ -72,7 +72,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.client import AIOKafkaClient
 
 from aiogroup import AsyncConsumerRebalanceListener, GroupConsumer, TopicPartition
-from aiogroup._timeouts import wait_for
+from aiogroup._support.timeouts import wait_for
 from aiogroup.errors import KafkaError
 from aiogroup.testing import KafkaBroker, unique_name
 from aiogroup.testing.history import (
@@ -209,7 +209,7 @@ class DemoMember(AsyncConsumerRebalanceListener):
 
 
 async def member_process(spec: dict[str, Any]) -> None:
-    """``python -m aiogroup.demo --member SPEC``: one member until SIGTERM."""
+    """``python -m aiogroup.testing.demo --member SPEC``: one member until SIGTERM."""
     global T0
     T0 = float(spec["t0"])
     # The coordinator's INFO lines say why the member rejoins (the broker's answer).
@@ -391,7 +391,7 @@ async def main() -> int:
             }
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
             proc = spawn_owned(
-                [sys.executable, "-m", "aiogroup.demo", "--member", json.dumps(spec)],
+                [sys.executable, "-m", "aiogroup.testing.demo", "--member", json.dumps(spec)],
                 sys.stdout.buffer,
                 env=env,
             )
@@ -597,7 +597,7 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m aiogroup.demo")
+    parser = argparse.ArgumentParser(prog="python -m aiogroup.testing.demo")
     parser.add_argument("--member", help="(internal) run one member, spec as JSON")
     args = parser.parse_args()
     if args.member:

@@ -27,7 +27,7 @@ from aiokafka.errors import KafkaTimeoutError
 from aiokafka.protocol.offset import OffsetRequest
 
 from aiogroup._fetch.responses import build_fetch_request, parse_fetch_response
-from aiogroup._timeouts import wait_for
+from aiogroup._support.timeouts import wait_for
 from aiogroup.errors import RETRIABLE_CODES, TRANSPORT_ERRORS, error_for_code
 from aiogroup.structs import OffsetAndTimestamp, TopicPartition
 
@@ -41,7 +41,7 @@ __all__ = [
     "offsets_for_times",
 ]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("aiogroup.offsets")
 
 #: The ListOffsets timestamps that ask for the log start and the log end (or, for
 #: read_committed, the last stable offset).

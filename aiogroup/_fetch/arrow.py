@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiokafka.errors import CorruptRecordException
 
-from aiogroup._native import native_decoder, native_error, record_batch
+from aiogroup._fetch.native import native_decoder, native_error, record_batch
 from aiogroup.structs import ConsumerRecord, TopicPartition
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ class ColumnBuilder:
         self._runs: list[tuple[str, int, int, int]] = []
         #: rows in the Python lists above
         self._rows = 0
-        #: the native decoder (``aiogroup._native``), when installed: whole v2 batches
+        #: the native decoder (``aiogroup._fetch.native``), when installed: whole v2 batches
         #: go to it as bytes (``add_raw_batch``), the rest to the lists above
         self._native = native_decoder()
         self.takes_raw = self._native is not None

@@ -35,7 +35,6 @@ from aiokafka.errors import (
     RecordTooLargeError,
 )
 
-from aiogroup._coordination.supervision import TaskScope
 from aiogroup._fetch.decoding import Chunk, split_batches
 from aiogroup._fetch.delivery import Delivery
 from aiogroup._fetch.planning import MemoryBudget, planning_order
@@ -49,19 +48,20 @@ from aiogroup._fetch.responses import (
     reaction_for,
 )
 from aiogroup._fetch.walker import RecordSink, Sink
-from aiogroup._timeouts import wait_for
+from aiogroup._state.subscription import Assignment, PartitionState, SubscriptionState
+from aiogroup._support.supervision import TaskScope
+from aiogroup._support.timeouts import wait_for
 from aiogroup.config import ConsumerConfig
 from aiogroup.errors import TRANSPORT_ERRORS, error_for_code
 from aiogroup.metrics import ConsumerMetrics
 from aiogroup.structs import ConsumerRecord, TopicPartition
-from aiogroup.subscription import Assignment, PartitionState, SubscriptionState
 
 if TYPE_CHECKING:
     import pyarrow
 
 __all__ = ["Chunk", "Fetcher", "split_batches"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("aiogroup.fetcher")
 
 
 class _Cursor:
@@ -624,7 +624,7 @@ class Fetcher:
         whole_batches: bool = False,
     ) -> pyarrow.RecordBatch | None:
         """Like fetched_records, as one Arrow RecordBatch (raw key/value bytes)."""
-        from aiogroup.arrow import ColumnBuilder, require_pyarrow
+        from aiogroup._fetch.arrow import ColumnBuilder, require_pyarrow
 
         if max_records is not None and max_records <= 0:
             raise ValueError(f"max_records must be > 0 or None, got {max_records}")
