@@ -12,6 +12,10 @@ two agree, but the embedded Tansu broker answers ListOffsets(latest) with the la
 batch's base offset, which makes lag negative and ``--to-latest`` land inside the last
 batch.
 
+``lag`` also shows a processor's progress (``aiogroup.processing``): ``finished_ahead``
+counts the records past the committed offset that its commit metadata lists as
+finished (a new owner skips them), and ``unprocessed`` is the lag less those.
+
 ``reset`` is a dry run unless ``--execute`` is given, and refuses while the group
 has members (their commits would race the reset, as the Java tool refuses too).
 Exit status: 0 on success, 1 on a refused or failed operation, 2 on bad usage.
@@ -55,6 +59,7 @@ from aiogroup._protocol.group import (
 from aiogroup._support.bootstrap_errors import explain_bootstrap_failure
 from aiogroup._support.redaction import install_log_redaction
 from aiogroup.errors import KafkaError, error_for_code
+from aiogroup.processing.offset_metadata import decode
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
 
 __all__ = ["main", "run"]
@@ -95,6 +100,12 @@ class PartitionLag:
     committed: int | None
     high_watermark: int | None
     lag: int | None
+    #: Records past the committed offset that a processor (``aiogroup.processing``) had
+    #: already finished when it committed, read from the commit's metadata; a new owner
+    #: skips them.  0 for commits without that metadata (other clients, plain commits).
+    finished_ahead: int = 0
+    #: ``lag`` less ``finished_ahead``: what is left to process (None with ``lag``).
+    unprocessed: int | None = None
 
 
 class Admin:
@@ -165,7 +176,11 @@ class Admin:
         raise CliError(f"group {group!r} not found")
 
     async def committed(self, group: str) -> dict[TopicPartition, int]:
-        """All of the group's committed offsets (OffsetFetch with partitions=None).
+        """All of the group's committed offsets (OffsetFetch with partitions=None)."""
+        return {tp: offset for tp, (offset, _) in (await self.commits(group)).items()}
+
+    async def commits(self, group: str) -> dict[TopicPartition, tuple[int, str]]:
+        """All of the group's committed offsets with their metadata.
 
         aiogroup's own request class, not aiokafka's ``list_consumer_group_offsets``,
         whose OffsetFetch version fails to decode the embedded broker's answer.
@@ -175,7 +190,7 @@ class Admin:
         if result.error_code:
             raise CliError(f"OffsetFetch {group}: {error_for_code(result.error_code).__name__}")
         return {
-            TopicPartition(topic, partition): row[0]
+            TopicPartition(topic, partition): (row[0], row[2] or "")
             for (topic, partition), row in result.partitions.items()
             if row[0] >= 0 and not row[3]
         }
@@ -402,8 +417,19 @@ async def cmd_describe(admin: Admin, args: argparse.Namespace) -> Any:
     return asdict(await admin.describe(args.group))
 
 
+def finished_ahead(committed: int, metadata: str, high_watermark: int | None) -> int:
+    """How many records past ``committed`` a processor's commit metadata lists as finished.
+
+    Only records below the high watermark count (a run cannot end past the log, but a
+    truncated log would make it look so); metadata of any other shape counts nothing.
+    """
+    end = high_watermark if high_watermark is not None else float("inf")
+    return sum(max(0, int(min(stop, end)) - start) for start, stop in decode(committed, metadata))
+
+
 async def lag_rows(admin: Admin, group: str) -> list[PartitionLag]:
-    committed = await admin.committed(group)
+    commits = await admin.commits(group)
+    committed = {tp: offset for tp, (offset, _) in commits.items()}
     described = await admin.describe(group)
     assigned = set()
     for member in described.members:
@@ -421,7 +447,9 @@ async def lag_rows(admin: Admin, group: str) -> list[PartitionLag]:
         # Kafka's kafka-consumer-groups prints the negative difference; 0 is what a
         # lag alert can use, and consumer.lag() says the same.
         lag = None if c is None or h is None else max(0, h - c)
-        rows.append(PartitionLag(tp.topic, tp.partition, c, h, lag))
+        ahead = 0 if c is None else finished_ahead(c, commits[tp][1], h)
+        unprocessed = None if lag is None else max(0, lag - ahead)
+        rows.append(PartitionLag(tp.topic, tp.partition, c, h, lag, ahead, unprocessed))
     return rows
 
 

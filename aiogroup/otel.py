@@ -18,6 +18,8 @@ except ImportError as exc:  # pragma: no cover - depends on the extra
         "aiogroup.otel needs opentelemetry-api: pip install 'aiogroup[otel]'"
     ) from exc
 
+from aiogroup.processing.processor import metrics_partition
+
 if TYPE_CHECKING:
     from aiogroup.consumer import GroupConsumer
     from aiogroup.metrics import MetricsSnapshot
@@ -45,6 +47,30 @@ def instrument(consumer: GroupConsumer, meter: Any = None) -> list[Any]:
             if p.lag is not None
         ]
 
+    def processing(key: str) -> Callable[..., Iterable[Any]]:
+        def callback(options: CallbackOptions) -> Iterable[Any]:
+            snap = consumer.metrics().processing
+            value = None if snap is None else snap[key]
+            return [] if value is None else [Observation(value, attrs)]
+
+        return callback
+
+    def per_partition(key: str) -> Callable[..., Iterable[Any]]:
+        def callback(options: CallbackOptions) -> Iterable[Any]:
+            snap = consumer.metrics().processing
+            out = []
+            for name, part in (snap or {}).get("partitions", {}).items():
+                if part[key] is not None:
+                    tp = metrics_partition(name)
+                    out.append(
+                        Observation(
+                            part[key], {**attrs, "topic": tp.topic, "partition": tp.partition}
+                        )
+                    )
+            return out
+
+        return callback
+
     def ready(options: CallbackOptions) -> Iterable[Any]:
         return [Observation(1 if consumer.health().ready else 0, attrs)]
 
@@ -71,4 +97,20 @@ def instrument(consumer: GroupConsumer, meter: Any = None) -> list[Any]:
         ),
         gauge("aiogroup.consumer.lag", [lag], unit="{record}"),
         gauge("aiogroup.consumer.ready", [ready]),
+        # The running processor (aiogroup.processing); no points while none runs.
+        gauge("aiogroup.processing.in_flight", [processing("in_flight")], unit="{record}"),
+        gauge("aiogroup.processing.queued", [processing("queued")], unit="{record}"),
+        counter("aiogroup.processing.finished", [processing("finished")], unit="{record}"),
+        counter("aiogroup.processing.retried", [processing("retried")], unit="{attempt}"),
+        counter(
+            "aiogroup.processing.dead_lettered", [processing("dead_lettered")], unit="{record}"
+        ),
+        counter("aiogroup.processing.failed", [processing("failed")], unit="{record}"),
+        gauge(
+            "aiogroup.processing.oldest_in_flight_age",
+            [processing("oldest_in_flight_age_s")],
+            unit="s",
+        ),
+        gauge("aiogroup.processing.unfinished", [per_partition("unfinished")], unit="{record}"),
+        gauge("aiogroup.processing.commit_gap", [per_partition("gap")], unit="{record}"),
     ]

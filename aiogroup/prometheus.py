@@ -19,6 +19,8 @@ except ImportError as exc:  # pragma: no cover - depends on the extra
         "aiogroup.prometheus needs prometheus_client: pip install 'aiogroup[prometheus]'"
     ) from exc
 
+from aiogroup.processing.processor import metrics_partition
+
 if TYPE_CHECKING:
     from aiogroup.consumer import GroupConsumer
 
@@ -108,6 +110,56 @@ class ConsumerCollector:
             if part.lag is not None:
                 lag.add_metric([*values, tp.topic, str(tp.partition)], part.lag)
         yield lag
+        if snap.processing is not None:
+            yield from _processing_families(snap.processing, base, values)
+
+
+#: Processor counters (monotonic) and gauges: (key in ``Processor.metrics()``, name, help).
+_PROCESSING_COUNTERS = (
+    ("finished", "finished", "Records whose handler finished (dead-lettered included)"),
+    ("retried", "retried", "Handler attempts retried after an exception or timeout"),
+    ("dead_lettered", "dead_lettered", "Records produced to the dead-letter topic"),
+    ("failed", "failed", "Records that failed for good (stop mode)"),
+)
+_PROCESSING_GAUGES = (
+    ("in_flight", "in_flight", "Handlers running now"),
+    ("queued", "queued", "Records received, waiting for their turn"),
+    ("oldest_in_flight_age_s", "oldest_in_flight_seconds", "Age of the oldest running handler"),
+    ("paused_partitions", "paused_partitions", "Partitions paused past their unfinished bound"),
+)
+
+
+def _processing_families(
+    processing: dict[str, Any], base: list[str], values: list[str]
+) -> Iterator[Any]:
+    """The running processor's figures (``aiogroup.processing``), when there is one."""
+    prefix = f"{PREFIX}_processing"
+    for key, name, doc in _PROCESSING_COUNTERS:
+        fam = CounterMetricFamily(f"{prefix}_{name}", doc, labels=base)
+        fam.add_metric(values, processing[key])
+        yield fam
+    for key, name, doc in _PROCESSING_GAUGES:
+        level = GaugeMetricFamily(f"{prefix}_{name}", doc, labels=base)
+        if processing[key] is not None:
+            level.add_metric(values, processing[key])
+        yield level
+    labels = [*base, "topic", "partition"]
+    unfinished = GaugeMetricFamily(
+        f"{prefix}_unfinished", "Records received and not finished, per partition", labels=labels
+    )
+    gap = GaugeMetricFamily(
+        f"{prefix}_commit_gap",
+        "Records finished and committable but not yet committed, per partition",
+        labels=labels,
+    )
+    for key, part in sorted(processing["partitions"].items()):
+        tp = metrics_partition(key)
+        tp_values = [*values, tp.topic, str(tp.partition)]
+        unfinished.add_metric(tp_values, part["unfinished"])
+        if part["gap"] is not None:
+            gap.add_metric(tp_values, part["gap"])
+    yield unfinished
+    yield gap
 
 
 def register_prometheus(consumer: GroupConsumer, registry: Any = None) -> ConsumerCollector:

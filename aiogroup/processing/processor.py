@@ -700,3 +700,15 @@ class Processor:
                 self._set_paused(tp, False)
         self._trackers.clear()
         self._last_committed.clear()
+
+
+def metrics_partition(key: str) -> TopicPartition:
+    """The partition a ``Processor.metrics()["partitions"]`` key names (``"topic[3]"``).
+
+    The exporters label by topic and partition; the brackets cannot be part of a topic
+    name (Kafka allows ``[a-zA-Z0-9._-]`` only), so the split is unambiguous.
+    """
+    topic, _, rest = key.rpartition("[")
+    if not topic or not rest.endswith("]") or not rest[:-1].isdigit():
+        raise ValueError(f"not a processor metrics partition key: {key!r}")
+    return TopicPartition(topic, int(rest[:-1]))

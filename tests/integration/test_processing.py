@@ -8,6 +8,8 @@ OffsetFetch), never from the processor's own metrics.
 from __future__ import annotations
 
 import asyncio
+import io
+import json
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -27,6 +29,7 @@ from aiogroup import (
     RetryPolicy,
     TopicPartition,
 )
+from aiogroup.cli import run as cli_run
 from aiogroup.processing.dead_letter import HEADER_PREFIX
 from aiogroup.processing.offset_metadata import decode
 from aiogroup.testing import KafkaBroker
@@ -264,6 +267,15 @@ async def test_commit_stays_at_a_blocked_record_and_a_restart_skips_the_finished
     assert not release.is_set()
     offset, metadata = (await committed(bootstrap_servers, group_id, topic))[tp]
     assert (offset, decode(offset, metadata)) == (5, [(6, 20)] if keeps_metadata else [])
+    # The CLI's lag view shows the progress: 15 behind the commit, 14 of them finished.
+    out = io.StringIO()
+    assert await cli_run(["-b", bootstrap_servers, "--json", "lag", group_id], out=out) == 0
+    (row,) = json.loads(out.getvalue())
+    assert (row["committed"], row["high_watermark"], row["lag"]) == (5, 20, 15)
+    if keeps_metadata:
+        assert (row["finished_ahead"], row["unprocessed"]) == (14, 1)
+    else:
+        assert (row["finished_ahead"], row["unprocessed"]) == (0, 15)
 
     # A restart processes only the record that was unfinished.
     again: list[int] = []
@@ -597,3 +609,55 @@ async def test_a_partition_past_its_unfinished_bound_is_paused(
     finally:
         await consumer.stop()
     assert done == list(range(200))
+
+
+async def test_the_exporters_show_the_running_processor(
+    bootstrap_servers: str, kafka_topic: TopicFactory, group_id: str
+) -> None:
+    """Prometheus and OpenTelemetry carry the processor's figures while it runs: one
+    handler blocked in flight, the others finished, per partition what is unfinished."""
+    import prometheus_client
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from aiogroup.otel import instrument
+    from aiogroup.prometheus import register_prometheus
+
+    topic = await kafka_topic(partitions=1)
+    await produce(bootstrap_servers, topic, [(0, b"k%d" % i, b"%d" % i) for i in range(10)])
+    release = asyncio.Event()
+
+    async def blocking(record: Any) -> None:
+        if record.offset == 3:
+            await release.wait()
+
+    consumer = make_consumer(bootstrap_servers, group_id, topic)
+    await consumer.start()
+    registry = prometheus_client.CollectorRegistry()
+    register_prometheus(consumer, registry)
+    reader = InMemoryMetricReader()
+    instrument(consumer, MeterProvider(metric_readers=[reader]).get_meter("test"))
+    processor = Processor(consumer, blocking, concurrency=20, ordering="key")
+    try:
+        async with running(processor):
+            await until(lambda: processor.metrics()["finished"] == 9, "9 records finished")
+            text = prometheus_client.generate_latest(registry).decode()
+            points = {
+                m.name: [p.value for p in m.data.data_points]
+                for rm in reader.get_metrics_data().resource_metrics
+                for sm in rm.scope_metrics
+                for m in sm.metrics
+            }
+            release.set()
+    finally:
+        await consumer.stop()
+    labels = f'client_id="aiogroup",group_id="{group_id}"'
+    assert f"aiogroup_consumer_processing_in_flight{{{labels}}} 1.0" in text
+    assert f"aiogroup_consumer_processing_finished_total{{{labels}}} 9.0" in text
+    assert f"aiogroup_consumer_processing_dead_lettered_total{{{labels}}} 0.0" in text
+    part = f'{labels},partition="0",topic="{topic}"'
+    assert f"aiogroup_consumer_processing_unfinished{{{part}}} 1.0" in text
+    assert points["aiogroup.processing.in_flight"] == [1]
+    assert points["aiogroup.processing.finished"] == [9]
+    assert points["aiogroup.processing.unfinished"] == [1]
+    assert points["aiogroup.processing.oldest_in_flight_age"][0] >= 0

@@ -71,3 +71,15 @@ def test_encode_rejects_runs_not_sorted_above_the_offset(runs: list[tuple[int, i
 def test_runs_of() -> None:
     assert runs_of([1, 2, 3, 5, 7, 8]) == [(1, 4), (5, 6), (7, 9)]
     assert runs_of([]) == []
+
+
+def test_the_cli_counts_finished_records_ahead_of_the_commit_within_the_log() -> None:
+    """``aiogroup lag``'s progress column: runs listed in the metadata, cut at the log end."""
+    from aiogroup.cli import finished_ahead
+
+    metadata = encode(5, [(6, 10), (12, 20)])
+    assert finished_ahead(5, metadata, 20) == 12
+    assert finished_ahead(5, metadata, 15) == 7  # a run past the high watermark is cut
+    assert finished_ahead(5, metadata, None) == 12
+    assert finished_ahead(5, "", 20) == 0  # a plain commit
+    assert finished_ahead(5, "written by another client", 20) == 0

@@ -128,3 +128,12 @@ async def test_rewrapping_with_the_consumer_thread_keeps_the_hooks() -> None:
     assert calls == ["hook-revoked", "sync-revoked"]
     assert thread._executor is not None  # the sync method ran in the consumer's thread
     thread.close()
+
+
+def test_a_metrics_partition_key_names_its_partition_and_nothing_else_parses() -> None:
+    from aiogroup.processing.processor import metrics_partition
+
+    assert metrics_partition("orders.v2-x[12]") == TopicPartition("orders.v2-x", 12)
+    for bad in ("orders", "[3]", "orders[]", "orders[x]", "orders[3", "orders3]"):
+        with pytest.raises(ValueError, match="not a processor metrics partition key"):
+            metrics_partition(bad)
