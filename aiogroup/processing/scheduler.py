@@ -71,6 +71,9 @@ class Scheduler:
         self.in_flight: set[Work] = set()
         self.queued = 0
         self.queued_bytes = 0
+        #: Waiting records behind a busy lane (a key whose previous record still runs):
+        #: they need memory, not handler slots, so the processor bounds them by bytes.
+        self.blocked = 0
         #: Waiting records per partition (the processor pauses the fullest when full).
         self.waiting_by_tp: dict[TopicPartition, int] = {}
         self._bytes_by_tp: dict[TopicPartition, int] = {}
@@ -83,6 +86,8 @@ class Scheduler:
             if work.lane not in self._busy:
                 self._ready.append(work.lane)
         lane.append(work)
+        if work.lane in self._busy:
+            self.blocked += 1
         self.queued += 1
         self.queued_bytes += work.nbytes
         self.waiting_by_tp[work.tp] = self.waiting_by_tp.get(work.tp, 0) + 1
@@ -95,7 +100,9 @@ class Scheduler:
             key = self._ready.popleft()
             lane = self._lanes[key]
             work = lane.popleft()
-            if not lane:
+            if lane:
+                self.blocked += len(lane)  # behind the record that starts now
+            else:
                 del self._lanes[key]
             self._busy.add(key)
             self.in_flight.add(work)
@@ -110,6 +117,7 @@ class Scheduler:
         self.in_flight.discard(work)
         self._busy.discard(work.lane)
         if work.lane in self._lanes:
+            self.blocked -= len(self._lanes[work.lane])
             self._ready.append(work.lane)
 
     def drop(self, partitions: Collection[TopicPartition]) -> list[Work]:
@@ -118,12 +126,19 @@ class Scheduler:
         Their lanes stay busy until :meth:`done` is called for each in-flight record.
         """
         for key in [k for k, lane in self._lanes.items() if lane[0].tp in partitions]:
+            if key in self._busy:
+                self.blocked -= len(self._lanes[key])
             for work in self._lanes.pop(key):
                 self.queued -= 1
                 self.queued_bytes -= work.nbytes
                 self._unwait(work)
         self._ready = deque(k for k in self._ready if k in self._lanes)
         return [w for w in self.in_flight if w.tp in partitions]
+
+    @property
+    def runnable(self) -> int:
+        """Waiting records whose lane is free or will be next: the ones slots wait for."""
+        return self.queued - self.blocked
 
     def waiting(self, tp: TopicPartition | None = None) -> int:
         """Records waiting (all, or of one partition)."""
@@ -132,7 +147,7 @@ class Scheduler:
         return self.waiting_by_tp.get(tp, 0)
 
     def waiting_bytes(self, tp: TopicPartition) -> int:
-        """Key+value bytes of the records of ``tp`` waiting."""
+        """Bytes of the records of ``tp`` waiting (key, value and per-record overhead)."""
         return self._bytes_by_tp.get(tp, 0)
 
     def _unwait(self, work: Work) -> None:

@@ -661,3 +661,41 @@ async def test_the_exporters_show_the_running_processor(
     assert points["aiogroup.processing.finished"] == [9]
     assert points["aiogroup.processing.unfinished"] == [1]
     assert points["aiogroup.processing.oldest_in_flight_age"][0] >= 0
+
+
+async def test_a_blocked_hot_key_never_stalls_the_other_keys_of_its_partition(
+    bootstrap_servers: str, kafka_topic: TopicFactory, group_id: str
+) -> None:
+    """Half of one partition's records carry one key whose handler is stuck: the other
+    keys' records, read among them, all finish meanwhile.  The hot key's backlog (3,000
+    records, three times the processor's count bound on runnable records) waits in
+    memory, bounded by bytes, instead of pausing the partition."""
+    topic = await kafka_topic(partitions=1)
+    records = [(0, b"hot" if i % 2 else b"k%d" % i, b"%d" % i) for i in range(6000)]
+    await produce(bootstrap_servers, topic, records)
+    release = asyncio.Event()
+    others: set[int] = set()
+
+    async def handler(record: Any) -> None:
+        if record.key == b"hot":
+            await release.wait()
+        else:
+            others.add(record.offset)
+
+    consumer = make_consumer(bootstrap_servers, group_id, topic)
+    await consumer.start()
+    processor = Processor(consumer, handler, concurrency=100, ordering="key")
+    try:
+        async with running(processor):
+            await until(lambda: len(others) == 3000, "the 3,000 records of other keys")
+            await until(
+                lambda: processor.metrics()["partitions"][f"{topic}[0]"]["unfinished"] == 3000,
+                "the hot key's 3,000 records held unfinished, none dropped",
+            )
+            assert processor.metrics()["in_flight"] == 1  # the hot key's first, still stuck
+            release.set()
+            await until(lambda: processor.metrics()["finished"] == 6000, "all 6,000 records")
+    finally:
+        await consumer.stop()
+    offsets = await committed(bootstrap_servers, group_id, topic)
+    assert offsets[TopicPartition(topic, 0)][0] == 6000

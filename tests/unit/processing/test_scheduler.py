@@ -26,6 +26,7 @@ def work(ordering: str, p: int, offset: int, key: object) -> Work:
         st.one_of(
             st.tuples(st.just("add"), st.integers(0, 2), st.sampled_from([None, b"a", b"b", b"c"])),
             st.tuples(st.just("done"), st.integers(0, 100), st.none()),
+            st.tuples(st.just("drop"), st.integers(0, 2), st.none()),
         ),
         max_size=80,
     ),
@@ -41,6 +42,9 @@ def test_invariants(ordering: str, concurrency: int, steps: list[tuple[str, int,
             next_offset[n] += 1
             added[w.lane].append(w.offset)
             s.add(w)
+        elif kind == "drop":  # a revoke: waiting records forgotten, in-flight ones end
+            for w in s.drop({TP[n]}):
+                s.done(w)
         elif s.in_flight:
             w = sorted(s.in_flight, key=lambda w: (w.tp, w.offset))[n % len(s.in_flight)]
             s.done(w)
@@ -51,6 +55,9 @@ def test_invariants(ordering: str, concurrency: int, steps: list[tuple[str, int,
         for tp, n in s.waiting_by_tp.items():
             assert n == sum(1 for lane in s._lanes.values() for w in lane if w.tp == tp) > 0
             assert s.waiting_bytes(tp) == 10 * n
+        # Blocked = waiting behind a lane whose record runs; the rest is runnable.
+        assert s.blocked == sum(len(q) for lane, q in s._lanes.items() if lane in lanes)
+        assert s.runnable == s.waiting() - s.blocked >= 0
         assert len(s.in_flight) <= concurrency
         assert len(lanes) == len(set(lanes))  # one record per lane at a time
         # Work conserving: a free slot and a startable lane never coexist.
