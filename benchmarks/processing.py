@@ -618,13 +618,13 @@ def markdown(sections: list[tuple[str, dict[str, Any]]]) -> str:
         "1,000 records at a time (the loop held 10-30 ms, handler timers late); the "
         "figures before that are in git history. Before commit 941720a a hot key's "
         "backlog holding half the queue made the read loop wait up to 1 s at a time "
-        "with one handler running. The hot-key target is out of reach of this "
-        "measurement as defined: with 200,000 records the hot key has 20,000 records "
-        "in one partition, twice max_unfinished_per_partition (10,000, the default), "
-        "and that partition's other keys (about 11,000 records) lie among them, so "
-        "the partition is read only as fast as the hot lane finishes (200 records/s); "
-        "'others', timed to the last of them or to the cap, cannot exceed about "
-        "178,000 / 30 s = 5,900/s at any concurrency."
+        "with one handler running. Before commit 0e2bee0 the hot key's backlog (20,000 "
+        "records in one partition) counted against the queue's record bound and "
+        "max_unfinished_per_partition (then 10,000), so its partition was paused and "
+        "that partition's other keys (about 11,000 records among the hot ones) went "
+        "at the hot lane's 200 records/s: 'others' could not exceed about 5,900/s. "
+        "Now a backlog behind its own key's running record counts against the byte "
+        "bound only (aiogroup.processing, docs/usage.md)."
         "\n\n",
         run_lines,
     ]
