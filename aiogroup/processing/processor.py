@@ -151,6 +151,8 @@ class Processor:
         self._retry = retry
         self._on_failure = on_failure
         self._record_timeout = None if record_timeout_ms is None else record_timeout_ms / 1000
+        #: An async handler without a per-record timeout is awaited inline (_handle).
+        self._direct = self._async and self._record_timeout is None
         self._drain_timeout = drain_timeout_ms / 1000
         self._commit_interval = commit_interval_ms / 1000
         self._max_unfinished = max_unfinished_per_partition
@@ -481,7 +483,15 @@ class Processor:
             while True:
                 attempt += 1
                 try:
-                    await self._attempt(record)
+                    if self._direct:
+                        # The common case inline: no coroutine layers between the
+                        # scheduler and the user's coroutine (each costs a frame per
+                        # record on a loop that also times every handler's I/O).
+                        result = self._handler(record)
+                        if inspect.isawaitable(result):
+                            await result
+                    else:
+                        await self._attempt(record)
                 except Exception as exc:
                     delay = self._retry.delay_after(attempt)
                     if delay is None:
