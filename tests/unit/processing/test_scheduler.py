@@ -36,15 +36,20 @@ def test_invariants(ordering: str, concurrency: int, steps: list[tuple[str, int,
     next_offset = [0, 0, 0]
     started: dict[object, list[int]] = defaultdict(list)
     added: dict[object, list[int]] = defaultdict(list)
+    lane_tp: dict[object, TopicPartition] = {}
     for kind, n, key in steps:
         if kind == "add":
             w = work(ordering, n, next_offset[n], key)
             next_offset[n] += 1
             added[w.lane].append(w.offset)
+            lane_tp[w.lane] = w.tp
             s.add(w)
         elif kind == "drop":  # a revoke: waiting records forgotten, in-flight ones end
             for w in s.drop({TP[n]}):
                 s.done(w)
+            for lane, tp in lane_tp.items():  # the dropped records will never start
+                if tp == TP[n]:
+                    added[lane] = list(started[lane])
         elif s.in_flight:
             w = sorted(s.in_flight, key=lambda w: (w.tp, w.offset))[n % len(s.in_flight)]
             s.done(w)
