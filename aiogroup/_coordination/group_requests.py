@@ -240,7 +240,10 @@ class ClassicRequests:
                 topics=tuple(sorted(topics)),
                 user_data=assignor.subscription_user_data(frozenset(topics)),
                 owned_partitions=tuple(owned),
-                generation_id=action.generation_id,
+                # The generation of the owned partitions, not the member's current one:
+                # a rejoin after a refused SyncGroup must repeat the metadata it joined
+                # with, or a Stable group starts a new round for it (issue 24).
+                generation_id=action.owned_generation,
                 rack_id=cfg.client_rack,
             )
             protocols.append((assignor.name, encode_subscription(meta)))

@@ -54,6 +54,14 @@ class SendJoinGroup(Action):
     has rejoined - up to the rebalance timeout - so this is the machine's decision, not
     the connection's default (see ``machine.JOIN_GROUP_TIMEOUT_LAPSE``).  Left out of
     equality: it is configuration, not what the action does.
+
+    ``generation_id`` is the member's current generation (what a failure of this
+    request is matched against); ``owned_generation`` is the generation of
+    ``owned_partitions`` - the last one whose SyncGroup succeeded, -1 if none - and is
+    what the subscription metadata carries (KIP-792).  They differ after a refused
+    SyncGroup: the JoinGroup answer moved ``generation_id`` on, but no assignment came
+    with it (see ``Membership.owned_generation``).  Left out of equality so that the
+    scripted runs compare the request itself; tests of the rule read it directly.
     """
 
     reason: str
@@ -61,6 +69,7 @@ class SendJoinGroup(Action):
     generation_id: int
     owned_partitions: frozenset[TopicPartition]
     timeout: float | None = field(default=None, compare=False)
+    owned_generation: int = field(default=-1, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -538,6 +538,16 @@ class Membership:
 
         self.state = S.UNJOINED
         self.generation_id = -1
+        #: The generation of :attr:`owned`: the last one whose SyncGroup succeeded (-1:
+        #: none since the membership began).  The subscription metadata carries this,
+        #: not :attr:`generation_id` (KIP-792: "the generation of the owned
+        #: partitions").  The two part after a JoinGroup answer whose SyncGroup is then
+        #: refused (REBALANCE_IN_PROGRESS): the rejoin keeps ``generation_id`` but was
+        #: given nothing in it.  Sending that generation would change the metadata the
+        #: member joined with, and a Stable group answers a known member's JoinGroup
+        #: with the current generation only while its metadata is unchanged - otherwise
+        #: it starts another round for the whole group (issue 24, seen on Tansu).
+        self.owned_generation = -1
         self.member_id = ""
         self.protocol_name: str | None = None
         self.leader_id: str | None = None
@@ -913,6 +923,7 @@ class Membership:
             return
         new = ev.partitions
         self._prejoin_done = False
+        self.owned_generation = self.generation_id
         # The broker restarted the session when it received the SyncGroup, no earlier
         # than its sending: an answer read late must not stretch the delivery gate.
         proven_at = self._sync_sent_at
@@ -1127,6 +1138,7 @@ class Membership:
 
     def _reset_generation(self) -> None:
         self.generation_id = -1
+        self.owned_generation = -1
         self.member_id = ""
         self.protocol_name = None
         self.leader_id = None
@@ -1175,7 +1187,12 @@ class Membership:
         self.state = S.PREPARING_REBALANCE
         out.append(
             A.SendJoinGroup(
-                why, self.member_id, self.generation_id, self.owned, self.join_group_timeout
+                why,
+                self.member_id,
+                self.generation_id,
+                self.owned,
+                self.join_group_timeout,
+                owned_generation=self.owned_generation,
             )
         )
 
