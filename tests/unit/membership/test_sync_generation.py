@@ -144,7 +144,7 @@ def _requests() -> tuple[ClassicRequests, _Captured]:
     config = ConsumerConfig(group_id="g", partition_assignment_strategy=("cooperative-sticky",))
     events: list[E.Event] = []
     requests = ClassicRequests(
-        None,  # type: ignore[arg-type]  # send() is replaced: no client is reached
+        None,  # send() is replaced: no client is reached
         sub,
         config,
         [CooperativeStickyAssignor()],
