@@ -916,9 +916,21 @@ class Membership:
         if self.closing or not self.subscribed:
             return
         if ev.partitions is None:
+            # An assignment nobody can read.  The member holds nothing in this
+            # generation: partitions kept from an earlier one (cooperative) are in doubt
+            # - the unread assignment may have moved them - so they are released, and
+            # the rejoin says "nothing owned, as of this generation".  That metadata
+            # differs from what the member joined with, so the group computes a new
+            # assignment instead of handing back the same bytes (a Stable group answers
+            # a known member's unchanged JoinGroup with the current generation).
             why = f"undecodable assignment from the group leader: {ev.decode_error!r}"
             out.append(A.RaiseToApplication(why, exception=ev.decode_error))
             self.rejoin_reason = why
+            self.owned_generation = self.generation_id
+            if self.owned:
+                self._start_revoke(
+                    out, self.owned, commit_first=self.auto_commit_interval is not None
+                )
             self._set_backoff(out, why)
             return
         new = ev.partitions

@@ -75,10 +75,17 @@ class RawLeader:
         self._beat: asyncio.Task[None] | None = None
 
     async def find_coordinator(self) -> None:
+        """FindCoordinator, retried while a fresh broker creates its offsets topic
+        (COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS), as every client does."""
         request = FindCoordinatorRequest(self.group)
-        found = parse_find_coordinator(
-            await self.client.send(self.client.get_random_node(), request)
-        )
+        deadline = asyncio.get_running_loop().time() + WAIT
+        while True:
+            found = parse_find_coordinator(
+                await self.client.send(self.client.get_random_node(), request)
+            )
+            if found.error_code not in (14, 15) or asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.1)
         assert found.error_code == NONE, found
         self.node = found.node_id
 
@@ -95,15 +102,20 @@ class RawLeader:
         )
 
     async def join(self) -> JoinGroupResult:
-        while True:
+        for _ in range(int(WAIT / 0.1)):
             joined = parse_join_group(await self.client.send(self.node, self._join_request()))
             if joined.error_code == MEMBER_ID_REQUIRED:
                 self.member_id = joined.member_id
+                continue
+            if joined.error_code in (14, 15, 16):  # a fresh broker still loading the group
+                await asyncio.sleep(0.1)
+                await self.find_coordinator()
                 continue
             assert joined.error_code == NONE, joined
             self.member_id = joined.member_id
             self.generation = joined.generation_id
             return joined
+        raise AssertionError(f"JoinGroup still refused after {WAIT}s: {joined}")
 
     async def sync(self, joined: JoinGroupResult, assignments: dict[str, bytes]) -> None:
         assert joined.leader == self.member_id, "the hand-driven member must lead"

@@ -20,11 +20,11 @@ from aiogroup._coordination.group_requests import ClassicRequests
 from aiogroup._membership import actions as A
 from aiogroup._membership import events as E
 from aiogroup._membership.machine import Membership, MemberState
+from aiogroup._protocol.classic_embedded import decode_subscription
+from aiogroup._state.subscription import SubscriptionState
 from aiogroup.assignors.cooperative import CooperativeStickyAssignor
 from aiogroup.config import ConsumerConfig
-from aiogroup.consumer_protocol import decode_subscription
 from aiogroup.metrics import ConsumerMetrics
-from aiogroup.subscription import SubscriptionState
 
 from .driver import COOPERATIVE, heartbeat, join_ok, make, sync_error, sync_ok, to_stable, tps
 
@@ -124,6 +124,48 @@ def test_a_lost_membership_forgets_the_owned_generation() -> None:
     join = _join(m.handle(E.ListenerCompleted("lost"), 1.1))
     assert (join.member_id, join.generation_id, join.owned_generation) == ("", -1, -1)
     assert join.owned_partitions == frozenset()
+
+
+def _garbage(generation: int) -> E.SyncGroupResponseReceived:
+    err = ValueError("bad bytes")
+    return E.SyncGroupResponseReceived(sync_ok(generation, tps()).result, generation, None, err)
+
+
+def test_an_unreadable_assignment_rejoins_owning_nothing_as_of_its_generation() -> None:
+    """The rejoin must not repeat the metadata the member joined with: a Stable group
+    answers that with the current generation and the same unreadable bytes (Tansu does,
+    test_malformed_peer).  Owning nothing as of generation 1 is both true and new."""
+    m = make()
+    first = _first_join(m)
+    m.handle(join_ok(1, "b"), 0.0)
+    out = m.handle(_garbage(1), 0.1)
+    assert isinstance(out[0], A.RaiseToApplication)
+    assert m.owned_generation == 1
+    rejoin = _join(m.handle(E.TimerFired(), 1.0))
+    assert (rejoin.generation_id, rejoin.owned_generation) == (1, 1)
+    assert rejoin.owned_generation != first.owned_generation
+    assert rejoin.owned_partitions == frozenset() == first.owned_partitions
+
+
+def test_an_unreadable_assignment_releases_cooperative_partitions_before_the_rejoin() -> None:
+    """Partitions kept from generation 1 are in doubt once generation 2's assignment
+    cannot be read (it may have moved them): they are revoked, then the member rejoins
+    claiming nothing as of generation 2 - never its old partitions under a newer
+    generation than they were given in."""
+    m = make(COOPERATIVE)
+    to_stable(m, tps(0, 1), member="a")
+    _join(_heard(m, REBALANCE_IN_PROGRESS, 1, 1.0))
+    m.handle(join_ok(2, "a"), 2.0)
+    out = m.handle(_garbage(2), 2.1)
+    assert isinstance(out[0], A.RaiseToApplication)
+    assert A.MarkRevoking(tps(0, 1)) in out
+    assert A.InvokeOnPartitionsRevoked(tps(0, 1), False) in out
+    assert not [a for a in out if isinstance(a, A.SendJoinGroup)]  # not before the revoke
+    out = m.handle(E.ListenerCompleted("revoked"), 2.2)
+    assert A.SetAssignment(None) in out and m.owned == frozenset()
+    rejoin = _join(out + m.handle(E.TimerFired(), 3.0))
+    assert (rejoin.generation_id, rejoin.owned_generation) == (2, 2)
+    assert rejoin.owned_partitions == frozenset()
 
 
 # -- through the request builder: the bytes the broker compares -----------------------------
