@@ -53,7 +53,11 @@ VARIANTS = {
 
 def check_available() -> None:
     """The consumer is being written alongside the benchmarks: say so instead of failing."""
-    for module in ("aiogroup.consumer", "aiogroup.fetcher", "aiogroup.coordinator"):
+    for module in (
+        "aiogroup.consumer",
+        "aiogroup._fetch.fetcher",
+        "aiogroup._coordination.classic_routine",
+    ):
         try:
             importlib.import_module(module)
         except ImportError as exc:
