@@ -17,7 +17,9 @@ from aiogroup.structs import OffsetResetStrategy
 
 __all__ = ["REMOTE_ASSIGNORS", "ConsumerConfig", "check_bootstrap_servers", "validate_topic_name"]
 
-#: The consumer protocol's server-side assignors (Kafka 4's group.consumer.assignors).
+#: The server-side assignors Apache Kafka ships (its default group.consumer.assignors).
+#: Not a whitelist: a broker may be configured with others, so the name is passed
+#: through as the Java client does and the broker judges it (UNSUPPORTED_ASSIGNOR).
 REMOTE_ASSIGNORS = ("uniform", "range")
 
 _TOPIC_CHARS = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -285,10 +287,10 @@ class ConsumerConfig:
                 "group_remote_assignor needs group_protocol='consumer' (the classic protocol "
                 "assigns in the client: partition_assignment_strategy)"
             )
-        if self.group_remote_assignor not in REMOTE_ASSIGNORS:
+        if not self.group_remote_assignor.strip():
             raise ConfigurationError(
-                f"group_remote_assignor must be one of {', '.join(REMOTE_ASSIGNORS)}, got "
-                f"{self.group_remote_assignor!r}"
+                "group_remote_assignor must name a server-side assignor (Apache Kafka ships "
+                f"{', '.join(REMOTE_ASSIGNORS)}), got {self.group_remote_assignor!r}"
             )
 
     @property

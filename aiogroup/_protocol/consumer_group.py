@@ -312,6 +312,8 @@ class DescribedConsumerGroup:
     group_epoch: int
     assignment_epoch: int
     members: tuple[DescribedMember, ...]
+    #: The server-side assignor the group uses (``group_remote_assignor`` or the default).
+    assignor_name: str = ""
 
 
 def _described(assignment: Any) -> frozenset[tuple[str, int]]:
@@ -340,5 +342,10 @@ def parse_consumer_group_describe(resp: Any) -> DescribedConsumerGroup:
         for m in g["members"] or ()
     )
     return DescribedConsumerGroup(
-        g["error_code"], g["group_state"], g["group_epoch"], g["assignment_epoch"], members
+        g["error_code"],
+        g["group_state"],
+        g["group_epoch"],
+        g["assignment_epoch"],
+        members,
+        g.get("assignor_name") or "",
     )

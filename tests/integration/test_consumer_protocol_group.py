@@ -749,3 +749,47 @@ async def test_the_broker_tells_the_consumer_session_timeout(
         assert parse_session_timeout(resp) == 6000
     finally:
         await client.close()
+
+
+async def test_a_remote_assignor_is_passed_through_and_the_broker_judges_it(
+    consumer_protocol_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str
+) -> None:
+    """As Java's client does: any name reaches the broker.  One it has is used (the
+    broker's view names it); one it lacks is a clear error naming the option, not a
+    hang or a silent default."""
+    from aiogroup import KafkaError
+
+    bootstrap = consumer_protocol_broker.bootstrap_servers
+    topic = await kafka_topic(partitions=2)
+    async with GroupConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=group_id,
+        group_protocol="consumer",
+        group_remote_assignor="range",
+    ) as consumer:
+        await asyncio.wait_for(_assigned(consumer, 2), WAIT)
+        view = await describe(bootstrap, group_id)
+        assert view.assignor_name == "range"
+
+    consumer = GroupConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=unique_name("unknown-assignor"),
+        group_protocol="consumer",
+        group_remote_assignor="no-such-assignor",
+    )
+    try:
+        with pytest.raises(KafkaError) as info:
+            await asyncio.wait_for(consumer.start(), WAIT)
+            await asyncio.wait_for(consumer.getmany(timeout_ms=int(WAIT * 1000)), WAIT)
+        message = str(info.value)
+        assert "UNSUPPORTED_ASSIGNOR" in message or "UnsupportedAssignor" in message, message
+        assert "group_remote_assignor" in message, message
+    finally:
+        await consumer.stop()
+
+
+async def _assigned(consumer: GroupConsumer, count: int) -> None:
+    while len(consumer.assignment()) < count:
+        await consumer.getmany(timeout_ms=200)
