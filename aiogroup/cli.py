@@ -50,6 +50,10 @@ from aiokafka.errors import KafkaConnectionError
 
 from aiogroup._fetch import offset_lookups as _offsets
 from aiogroup._protocol.classic_embedded import decode_assignment
+from aiogroup._protocol.consumer_group import (
+    ConsumerGroupDescribeRequest,
+    parse_consumer_group_describe,
+)
 from aiogroup._protocol.group import (
     OffsetCommitRequest,
     OffsetFetchRequest,
@@ -75,6 +79,10 @@ class CliError(Exception):
     """A refused or failed operation: printed without a traceback, exit status 1."""
 
 
+#: ConsumerGroupDescribe's answer for a group that is not a consumer-protocol group.
+GROUP_ID_NOT_FOUND = 69
+
+
 @dataclass
 class Member:
     member_id: str
@@ -82,6 +90,8 @@ class Member:
     client_id: str
     host: str
     assignment: list[str]
+    #: The member epoch of a consumer-protocol (KIP-848) member; None for classic ones.
+    member_epoch: int | None = None
 
 
 @dataclass
@@ -141,6 +151,48 @@ class Admin:
         return sorted(({"group": g[0], "protocol_type": g[1]} for g in found), key=str)
 
     async def describe(self, group: str) -> GroupDescription:
+        """The group as its coordinator sees it, whichever protocol it speaks.
+
+        DescribeGroups knows classic groups only: Kafka answers it for a
+        consumer-protocol (KIP-848) group, or for no group at all, with state Dead.
+        Then ConsumerGroupDescribe is asked; a group neither call knows is an error.
+        """
+        classic = await self._describe_classic(group)
+        if classic.state != "Dead":
+            return classic
+        described = await self._describe_consumer_group(group)
+        if described is not None:
+            return described
+        raise CliError(f"group {group!r} not found (no classic or consumer-protocol group)")
+
+    async def _describe_consumer_group(self, group: str) -> GroupDescription | None:
+        """ConsumerGroupDescribe; None when the group is not a consumer-protocol group
+        (GROUP_ID_NOT_FOUND) or the broker does not speak KIP-848 (the embedded one)."""
+        try:
+            node = await self.admin.find_coordinator(group)
+            found = parse_consumer_group_describe(
+                await self.client.send(node, ConsumerGroupDescribeRequest(group))
+            )
+        except (KafkaError, ValueError):  # UnsupportedVersion on a classic-only broker
+            return None
+        if found.error_code == GROUP_ID_NOT_FOUND:
+            return None
+        if found.error_code:
+            raise CliError(f"describe {group}: {error_for_code(found.error_code).__name__}")
+        members = [
+            Member(
+                m.member_id,
+                m.instance_id,
+                m.client_id,
+                "",
+                [f"{topic}-{partition}" for topic, partition in sorted(m.assignment)],
+                m.member_epoch,
+            )
+            for m in found.members
+        ]
+        return GroupDescription(group, found.group_state, "consumer", found.assignor_name, members)
+
+    async def _describe_classic(self, group: str) -> GroupDescription:
         responses = await self.admin.describe_consumer_groups([group])
         for resp in responses:
             for g in resp.to_object()["groups"]:

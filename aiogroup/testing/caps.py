@@ -58,6 +58,10 @@ class BrokerCaps:
     #: DescribeGroups names the group's protocol (assignor) and each member's
     #: client id and assignment.  Tansu answers with them empty.
     describe_groups_reports_assignment: bool = True
+    #: DescribeGroups answers a group nobody has used with state Dead (Kafka), so
+    #: ``aiogroup describe`` can say "not found".  Tansu answers Empty, as for a group
+    #: that exists with no members; the CLI cannot tell the two apart there.
+    describe_groups_reports_unknown_groups: bool = True
     #: The test fixture can run the broker secured: TLS, SASL (SCRAM-SHA-512, PLAIN,
     #: OAUTHBEARER) and an authorizer with ACLs (``KafkaCluster(secure=True)``,
     #: tests/integration/test_secure.py).  The embedded Tansu fixture runs plaintext
@@ -82,5 +86,6 @@ TANSU_CAPS = BrokerCaps(
     honours_partition_max_bytes=False,
     supports_consumer_protocol=False,
     describe_groups_reports_assignment=False,
+    describe_groups_reports_unknown_groups=False,
     supports_secure_listeners=False,
 )

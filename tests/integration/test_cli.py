@@ -10,6 +10,7 @@ import sys
 import time
 from typing import Any
 
+import pytest
 from aiokafka import AIOKafkaProducer
 
 from aiogroup import GroupConsumer, TopicPartition
@@ -140,8 +141,9 @@ async def test_describe_shows_protocol_and_assignment(
 
 
 async def test_lag_watch_redraws_and_bad_input_fails_cleanly(
-    bootstrap_servers: str, kafka_topic: TopicFactory, group_id: str
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str
 ) -> None:
+    bootstrap_servers = kafka_broker.bootstrap_servers
     topic = await kafka_topic(partitions=1)
     await produce(bootstrap_servers, topic, 4, 1)
     await consume_and_commit(bootstrap_servers, topic, group_id, 1)
@@ -157,7 +159,10 @@ async def test_lag_watch_redraws_and_bad_input_fails_cleanly(
         await run(["-b", bootstrap_servers, "reset", group_id, "--to-datetime", "yesterday"]) == 1
     )
     assert await run(["-b", bootstrap_servers, "reset", group_id]) == 2  # no --to-*
-    assert await run(["-b", bootstrap_servers, "describe", "no-such-group-at-all"]) in (0, 1)
+    # A group no protocol knows is an error, not "state Dead, 0 member(s)"; Tansu
+    # answers it as an existing empty group (caps.describe_groups_reports_unknown_groups).
+    unknown = await run(["-b", bootstrap_servers, "describe", "no-such-group-at-all"])
+    assert unknown == (1 if kafka_broker.caps.describe_groups_reports_unknown_groups else 0)
 
 
 async def test_console_script_and_python_m(
@@ -181,7 +186,17 @@ async def test_console_script_and_python_m(
     stdout, stderr = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, stderr.decode()
     rows = json.loads(stdout)
-    assert rows == [{"topic": topic, "partition": 0, "committed": 1, "high_watermark": 2, "lag": 1}]
+    assert rows == [
+        {
+            "topic": topic,
+            "partition": 0,
+            "committed": 1,
+            "high_watermark": 2,
+            "lag": 1,
+            "finished_ahead": 0,  # a plain commit lists nothing finished ahead
+            "unprocessed": 1,
+        }
+    ]
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -222,3 +237,38 @@ async def test_commit_beyond_the_high_watermark_warns_and_lag_is_never_negative(
     code, rows = await cli(bootstrap_servers, "lag", group_id)
     assert code == 0
     assert [(r["partition"], r["committed"], r["lag"]) for r in rows] == [(0, 10**12, 0)]
+
+
+async def test_describe_and_lag_of_a_consumer_protocol_group(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str
+) -> None:
+    """DescribeGroups answers a KIP-848 group with state Dead: describe asks
+    ConsumerGroupDescribe then, and shows the member, its epoch and its partitions."""
+    if not kafka_broker.caps.supports_consumer_protocol:
+        pytest.skip("the consumer protocol needs a broker that speaks KIP-848")
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = await kafka_topic(partitions=2)
+    await produce(bootstrap, topic, 3, 2)
+    async with GroupConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=group_id,
+        group_protocol="consumer",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        client_id="cli-kip848",
+    ) as consumer:
+        got = 0
+        while got < 6:
+            got += sum(len(v) for v in (await consumer.getmany(timeout_ms=1000)).values())
+        await consumer.commit()
+        code, desc = await cli(bootstrap, "describe", group_id)
+        assert code == 0, desc
+        assert (desc["state"], desc["protocol_type"]) == ("Stable", "consumer")
+        (member,) = desc["members"]
+        assert member["client_id"] == "cli-kip848"
+        assert member["member_epoch"] >= 1
+        assert sorted(member["assignment"]) == [f"{topic}-0", f"{topic}-1"]
+        code, lag = await cli(bootstrap, "lag", group_id)
+        assert code == 0
+        assert {(r["partition"], r["committed"], r["lag"]) for r in lag} == {(0, 3, 0), (1, 3, 0)}
