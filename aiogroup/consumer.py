@@ -1036,7 +1036,7 @@ class GroupConsumer:
             heartbeat_latency=replace(m.heartbeat_latency),
             commit_latency=replace(m.commit_latency),
             rebalances=m.rebalances,
-            rebalance_in_progress=m.rebalance_started is not None,
+            rebalance_in_progress=m.rebalance_started_at is not None,
             last_rebalance_seconds=m.last_rebalance_s,
             total_rebalance_seconds=m.total_rebalance_s,
             partitions_lost=m.partitions_lost,

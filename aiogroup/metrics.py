@@ -3,11 +3,15 @@
 One ``ConsumerMetrics`` per ``GroupConsumer``.  The fetcher and the coordinator each
 call it from one place per concern (so the hooks stay one line each):
 
-* ``fetcher.py`` ``Fetcher._fetch``: the Fetch request goes through :meth:`timed_fetch`;
-* ``coordinator.py`` ``GroupCoordinator._send`` and ``_find_coordinator``: group
-  requests go through :meth:`timed_group_request`;
-* ``coordinator.py`` ``GroupCoordinator._perform``: every action the membership
-  machine returns is shown to :meth:`on_action` (rebalance start/end, lost partitions);
+* ``_fetch/fetcher.py`` ``Fetcher._fetch``: the Fetch request goes through
+  :meth:`timed_fetch`;
+* the coordination routines (``_coordination/routine.py``): group requests go through
+  :meth:`timed_group_request`;
+* each routine's performers report a rebalance's start and end and lost partitions in
+  protocol-neutral words (:meth:`rebalance_started`, :meth:`rebalance_completed`,
+  :meth:`partitions_were_lost`): the classic routine from JoinGroup to the assignment,
+  the consumer-protocol (KIP-848) routine from a reconciliation's first callback to the
+  end of its ``on_partitions_assigned`` - so this module imports no machine's actions;
 * ``consumer.py``: records handed to the application are counted by :meth:`delivered`.
 
 Everything else (lag, member state, poll age) is read at snapshot time from the
@@ -34,7 +38,6 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
-from aiogroup._membership import actions as A
 from aiogroup.structs import TopicPartition
 
 __all__ = ["ConsumerMetrics", "Health", "LatencyStats", "MetricsSnapshot", "PartitionMetrics"]
@@ -180,7 +183,7 @@ class ConsumerMetrics:
         self.commit_latency = LatencyStats()
         self.request_latency: dict[str, LatencyStats] = {}
         self.rebalances = 0
-        self.rebalance_started: float | None = None
+        self.rebalance_started_at: float | None = None
         self.last_rebalance_s: float | None = None
         self.total_rebalance_s = 0.0
         self.partitions_lost = 0
@@ -258,21 +261,26 @@ class ConsumerMetrics:
             self.commit_latency.add(ms)
         return response
 
-    def on_action(self, action: object) -> None:
-        """The membership machine decided something; rebalances are timed from here."""
+    def rebalance_started(self) -> None:
+        """A rebalance began (a JoinGroup, or a KIP-848 reconciliation); a second start
+        before it completes is the same rebalance."""
+        if self.rebalance_started_at is None:
+            self.rebalance_started_at = time.monotonic()
+
+    def rebalance_completed(self) -> None:
+        """The member holds its new assignment: one rebalance counted and timed."""
         now = time.monotonic()
-        if isinstance(action, A.SendJoinGroup) and self.rebalance_started is None:
-            self.rebalance_started = now
-        elif isinstance(action, A.SetAssignment) and action.partitions is not None:
-            if self.rebalance_started is not None:
-                took = now - self.rebalance_started
-                self.rebalance_started = None
-                self.rebalances += 1
-                self.last_rebalance_s = took
-                self.total_rebalance_s += took
-            self.last_heartbeat_ok = self.last_heartbeat_ok or now
-        elif isinstance(action, A.InvokeOnPartitionsLost):
-            self.partitions_lost += len(action.partitions)
+        if self.rebalance_started_at is not None:
+            took = now - self.rebalance_started_at
+            self.rebalance_started_at = None
+            self.rebalances += 1
+            self.last_rebalance_s = took
+            self.total_rebalance_s += took
+        self.last_heartbeat_ok = self.last_heartbeat_ok or now
+
+    def partitions_were_lost(self, count: int) -> None:
+        """Partitions lost, not revoked (the membership was gone)."""
+        self.partitions_lost += count
 
     # -- derived values -----------------------------------------------------------------
 

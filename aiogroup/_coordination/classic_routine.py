@@ -237,6 +237,7 @@ class GroupCoordinator(CoordinationRoutine[E.Event, A.Action]):
             action.generation_id,
             len(action.owned_partitions),
         )
+        self.metrics.rebalance_started()
         self._join_task = self._children.spawn(self._requests.join_group(action), "JoinGroup")
 
     def _leave_group(self, action: A.SendLeaveGroup) -> None:
@@ -270,6 +271,10 @@ class GroupCoordinator(CoordinationRoutine[E.Event, A.Action]):
             return
         self._subscription.mark_revoking(action.partitions)
 
+    def _lost(self, action: A.InvokeOnPartitionsLost) -> None:
+        self.metrics.partitions_were_lost(len(action.partitions))
+        self._start_lost(action.partitions)
+
     def _perform_set_assignment(self, action: A.SetAssignment) -> None:
         sub = self._subscription
         if sub.subscription.type is SubscriptionType.USER_ASSIGNED:
@@ -277,6 +282,7 @@ class GroupCoordinator(CoordinationRoutine[E.Event, A.Action]):
         sub.set_assignment(action.partitions)
         if action.partitions is not None:
             self._topics.snapshot()
+            self.metrics.rebalance_completed()
 
     def _perform_raise(self, action: A.RaiseToApplication) -> None:
         exc: BaseException
@@ -398,7 +404,7 @@ _PERFORMERS: dict[type[A.Action], Callable[[GroupCoordinator, Any], object]] = {
     A.MarkRevoking: GroupCoordinator._perform_mark_revoking,
     A.InvokeOnPartitionsRevoked: lambda c, a: c._start_revoke(a.partitions, a.commit_first),
     A.InvokeOnPartitionsAssigned: GroupCoordinator._assigned,
-    A.InvokeOnPartitionsLost: lambda c, a: c._start_lost(a.partitions),
+    A.InvokeOnPartitionsLost: GroupCoordinator._lost,
     A.CancelListener: lambda c, a: c._listeners.cancel(a.reason),
     A.SetAssignment: GroupCoordinator._perform_set_assignment,
     # Interval auto-commits serve one generation (supervision.py).

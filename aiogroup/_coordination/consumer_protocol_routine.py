@@ -217,6 +217,9 @@ class ConsumerGroupCoordinator(CoordinationRoutine[cg.Event, cg.Action]):
         self._set_assignment(action.partitions)
 
     def _revoke(self, action: cg.InvokeOnPartitionsRevoked) -> None:
+        # A reconciliation's first callback: the rebalance, as this member sees it,
+        # runs from here to the end of its on_partitions_assigned (metrics).
+        self.metrics.rebalance_started()
         parts = _tps(action.partitions)
         self._subscription.mark_revoking(parts)
         self._start_revoke(parts, action.commit_first)
@@ -233,15 +236,17 @@ class ConsumerGroupCoordinator(CoordinationRoutine[cg.Event, cg.Action]):
         # record of a new partition is handed out until the callback, and the seeks to
         # the offsets it returns, are done, however it ends.
         self._subscription.mark_assigning(parts, True)
-        self._listeners.start(
-            "assigned",
-            lambda: self._run_assigned(parts),
-            on_done=lambda: self._subscription.mark_assigning(parts, False),
-        )
+        self.metrics.rebalance_started()  # no-op when its revoke step started it
+
+        def done() -> None:
+            self._subscription.mark_assigning(parts, False)
+            self.metrics.rebalance_completed()
+
+        self._listeners.start("assigned", lambda: self._run_assigned(parts), on_done=done)
 
     def _lost(self, action: cg.InvokeOnPartitionsLost) -> None:
         lost = _tps(action.partitions)
-        self.metrics.partitions_lost += len(lost)
+        self.metrics.partitions_were_lost(len(lost))
         self._start_lost(lost)
 
     def _request_metadata(self, action: cg.RequestMetadata) -> None:

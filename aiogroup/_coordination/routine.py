@@ -350,7 +350,6 @@ class CoordinationRoutine(ABC, Generic[Ev, Act]):
             self._perform(action)
 
     def _perform(self, action: Act) -> None:
-        self.metrics.on_action(action)
         performer = self._performers.get(type(action))
         if performer is None:  # pragma: no cover - a new action type without a performer
             raise TypeError(f"no performer for {action!r}")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
+import pytest
 from aiokafka import AIOKafkaProducer
 
 from aiogroup import GroupConsumer, TopicPartition
@@ -184,3 +186,49 @@ async def test_opentelemetry_metrics(
         assert points["aiogroup.consumer.records"] == [3]
         assert points["aiogroup.consumer.lag"] == [0]
         assert points["aiogroup.consumer.ready"] == [1]
+
+
+async def test_rebalances_are_counted_under_the_consumer_protocol(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str
+) -> None:
+    """KIP-848 has no JoinGroup: a rebalance, for a member, is a reconciliation - from
+    its first callback to the end of on_partitions_assigned.  The first member's count
+    follows its reconciliations (one per assigned callback); a second member's arrival
+    takes partitions from it - one more, the broker's group epoch moving on."""
+    if not kafka_broker.caps.supports_consumer_protocol:
+        pytest.skip("the consumer protocol needs a broker that speaks KIP-848")
+    from aiogroup import AsyncConsumerRebalanceListener
+
+    class Count(AsyncConsumerRebalanceListener):
+        def __init__(self) -> None:
+            self.assigned = 0
+            self.revoked: set[TopicPartition] = set()
+
+        async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+            self.revoked |= revoked
+
+        async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+            self.assigned += 1
+
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = await kafka_topic(partitions=4)
+    options: dict[str, Any] = {"bootstrap_servers": bootstrap, "group_id": group_id}
+    options["group_protocol"] = "consumer"
+    a_events = Count()
+    async with GroupConsumer(**options) as a:
+        a.subscribe([topic], listener=a_events)
+        while len(a.assignment()) < 4:
+            await asyncio.wait_for(a.getmany(timeout_ms=200), 30)
+        first = a.metrics()
+        assert first.rebalances == a_events.assigned >= 1
+        assert first.last_rebalance_seconds is not None and not first.rebalance_in_progress
+        async with GroupConsumer(topic, **options) as b:
+            while len(a.assignment()) + len(b.assignment()) != 4 or not b.assignment():
+                await asyncio.wait_for(
+                    asyncio.gather(a.getmany(timeout_ms=200), b.getmany(timeout_ms=200)), 30
+                )
+            assert a_events.revoked  # a gave partitions to b
+            while a.metrics().rebalance_in_progress:  # its assigned callback may still run
+                await asyncio.wait_for(a.getmany(timeout_ms=200), 30)
+            assert a.metrics().rebalances == a_events.assigned > first.rebalances
+            assert b.metrics().rebalances >= 1

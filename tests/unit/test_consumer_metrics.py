@@ -6,7 +6,6 @@ import logging
 
 import pytest
 
-from aiogroup._membership import actions as A
 from aiogroup.metrics import ConsumerMetrics, LatencyStats
 from aiogroup.structs import TopicPartition
 
@@ -54,15 +53,32 @@ async def test_fetch_records_partition_times() -> None:
     assert m.fetch_latency.count == 1 and tp in m.partition_fetch_ms
 
 
-def test_rebalance_is_timed_from_join_to_assignment() -> None:
+def test_a_rebalance_is_timed_from_its_start_to_its_completion() -> None:
     m = ConsumerMetrics()
-    m.on_action(A.SendJoinGroup("test", "m", 1, frozenset()))
-    assert m.rebalance_started is not None
-    m.on_action(A.SetAssignment(None))  # eager revoke: not the end
-    assert m.rebalances == 0
-    m.on_action(A.SetAssignment(frozenset({TopicPartition("t", 0)})))
-    assert m.rebalances == 1 and m.rebalance_started is None
+    m.rebalance_started()
+    first = m.rebalance_started_at
+    assert first is not None
+    m.rebalance_started()  # a second start (an assign step after a revoke): same rebalance
+    assert m.rebalance_started_at == first and m.rebalances == 0
+    m.rebalance_completed()
+    assert m.rebalances == 1 and m.rebalance_started_at is None
     assert m.last_rebalance_s is not None and m.total_rebalance_s >= m.last_rebalance_s
+    m.rebalance_completed()  # nothing running: not counted twice
+    assert m.rebalances == 1
+    m.partitions_were_lost(3)
+    assert m.partitions_lost == 3
+
+
+def test_metrics_import_no_machine() -> None:
+    """Both protocols feed the same hooks: metrics.py knows neither machine's actions."""
+    import ast
+    from pathlib import Path
+
+    import aiogroup.metrics
+
+    tree = ast.parse(Path(aiogroup.metrics.__file__).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not {m for m in imported if m and m.startswith("aiogroup._membership")}
 
 
 async def test_unreachable_broker_logs_one_error(caplog: pytest.LogCaptureFixture) -> None:
