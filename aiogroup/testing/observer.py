@@ -4,7 +4,8 @@ A member cannot be trusted to say that it was evicted: the defect this module wa
 written to catch (issue 12) is a member that was dropped by the broker and never
 noticed.  :class:`GroupObserver` asks the group coordinator itself (DescribeGroups,
 over its own bare aiokafka connection; ConsumerGroupDescribe for a KIP-848 group,
-``protocol="consumer"``) every ``interval`` seconds which members the group has and
+``protocol="consumer"``; whichever answers, for a group migrated online between the two,
+``protocol="auto"``) every ``interval`` seconds which members the group has and
 what each was assigned, and writes what changed into a
 :class:`~aiogroup.testing.history.HistoryRecorder`:
 
@@ -119,6 +120,41 @@ async def describe_consumer_group(client: AIOKafkaClient, group: str) -> GroupSa
     return GroupSample(described.group_state, members, described.group_epoch)
 
 
+async def describe_any_group(client: AIOKafkaClient, group: str) -> GroupSample:
+    """Whichever protocol the group speaks now - for a group being migrated online.
+
+    Kafka converts a classic group into a consumer-protocol group when the first
+    KIP-848 member joins it (and back, with the ``bidirectional`` migration policy,
+    when the last one leaves); DescribeGroups then answers Dead (or an error) and
+    ConsumerGroupDescribe describes the group, classic members included.  A group
+    neither call knows is sampled as Dead.
+    """
+    try:
+        sample = await describe_group(client, group)
+    except RuntimeError:
+        sample = GroupSample("Dead", {})
+    if sample.state != "Dead":
+        return sample
+    node = await client.coordinator_lookup(CoordinationType.GROUP, group)
+    described = parse_consumer_group_describe(
+        await client.send(node, ConsumerGroupDescribeRequest(group))
+    )
+    if described.error_code:
+        return sample
+    members = {
+        member_name(m.client_id, m.member_id): (m.member_id, tuple(sorted(m.assignment)))
+        for m in described.members
+    }
+    return GroupSample(described.group_state, members, described.group_epoch)
+
+
+_DESCRIBERS = {
+    "classic": describe_group,
+    "consumer": describe_consumer_group,
+    "auto": describe_any_group,
+}
+
+
 class GroupObserver:
     """Samples a group's membership from the broker into a history (see module doc).
 
@@ -137,9 +173,9 @@ class GroupObserver:
     ) -> None:
         if interval <= 0:
             raise ValueError(f"interval must be positive, got {interval!r}")
-        if protocol not in ("classic", "consumer"):
-            raise ValueError(f"protocol must be 'classic' or 'consumer', got {protocol!r}")
-        self._describe = describe_consumer_group if protocol == "consumer" else describe_group
+        if protocol not in _DESCRIBERS:
+            raise ValueError(f"protocol must be 'classic', 'consumer' or 'auto', got {protocol!r}")
+        self._describe = _DESCRIBERS[protocol]
         self.bootstrap_servers = bootstrap_servers
         self.group = group
         self.recorder = recorder

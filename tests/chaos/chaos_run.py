@@ -61,7 +61,8 @@ class ChaosRun:
         self.procs: dict[str, asyncio.subprocess.Process] = {}
         self.faults = 0
         self._pace = pace
-        #: "consumer": every member speaks KIP-848, observed with ConsumerGroupDescribe.
+        #: "consumer": every member speaks KIP-848, observed with ConsumerGroupDescribe;
+        #: "auto": members choose (an online migration), observed with whichever answers.
         self.group_protocol = group_protocol
         self.load: Load | None = None
         self.observer: GroupObserver | None = None
@@ -98,7 +99,7 @@ class ChaosRun:
     # -- members ------------------------------------------------------------------------
 
     async def member(self, name: str, strategy: tuple[str, ...], **options: Any) -> Member:
-        if self.group_protocol != "classic":
+        if self.group_protocol == "consumer":
             options.setdefault("group_protocol", self.group_protocol)
         m = Member(
             name,
@@ -125,7 +126,7 @@ class ChaosRun:
             "history": str(self.path),
             "strategy": strategy,
             "session_timeout_ms": SESSION_MS,
-            "group_protocol": self.group_protocol,
+            "group_protocol": "consumer" if self.group_protocol == "consumer" else "classic",
             **options,
         }
         proc = await asyncio.create_subprocess_exec(
