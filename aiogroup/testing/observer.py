@@ -135,17 +135,10 @@ async def describe_any_group(client: AIOKafkaClient, group: str) -> GroupSample:
         sample = GroupSample("Dead", {})
     if sample.state != "Dead":
         return sample
-    node = await client.coordinator_lookup(CoordinationType.GROUP, group)
-    described = parse_consumer_group_describe(
-        await client.send(node, ConsumerGroupDescribeRequest(group))
-    )
-    if described.error_code:
+    try:
+        return await describe_consumer_group(client, group)
+    except RuntimeError:  # GROUP_ID_NOT_FOUND: no consumer-protocol group either
         return sample
-    members = {
-        member_name(m.client_id, m.member_id): (m.member_id, tuple(sorted(m.assignment)))
-        for m in described.members
-    }
-    return GroupSample(described.group_state, members, described.group_epoch)
 
 
 _DESCRIBERS = {
