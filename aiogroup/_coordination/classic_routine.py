@@ -29,14 +29,9 @@ from aiogroup._coordination.tracking import classic_subscription_diff
 from aiogroup._coordination.watch import subscription_view
 from aiogroup._membership import actions as A
 from aiogroup._membership import events as E
-from aiogroup._membership.machine import (
-    ErrorCode,
-    Membership,
-    MemberState,
-    code_name,
-    commit_outcome,
-    offset_fetch_outcome,
-)
+from aiogroup._membership.codes import ErrorCode
+from aiogroup._membership.commit_outcomes import CommitKind, CommitProtocol
+from aiogroup._membership.machine import Membership, MemberState
 from aiogroup._protocol.group import OffsetCommitRequest, OffsetFetchRequest
 from aiogroup._state.subscription import SubscriptionState, SubscriptionType
 from aiogroup._support.timeouts import wait_for
@@ -116,7 +111,6 @@ class GroupCoordinator(CoordinationRoutine[E.Event, A.Action]):
             coordinator_id=lambda: self._membership.coordinator_id,
             metrics=lambda: self.metrics,
         )
-        self._rules = CommitRules(commit_outcome, offset_fetch_outcome, code_name, _REBALANCED)
         self._join_task: asyncio.Task[Any] | None = None
         #: (coordinator node, member id) to send LeaveGroup to after an abandoned join.
         self._leave_after_close: tuple[int, str] | None = None
@@ -176,7 +170,8 @@ class GroupCoordinator(CoordinationRoutine[E.Event, A.Action]):
             self._coordinator_known.set()
 
     def _commit_rules(self, auto: bool) -> CommitRules:
-        return self._rules
+        kind = CommitKind.AUTO if auto else CommitKind.USER
+        return CommitRules(CommitProtocol.CLASSIC, _REBALANCED, kind)
 
     def _on_start(self) -> None:
         self._client.cluster.add_listener(self._on_metadata)

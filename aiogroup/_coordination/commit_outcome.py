@@ -1,7 +1,7 @@
 """What an OffsetCommit or OffsetFetch answer means for the caller: a pure function.
 
-Both group protocols classify each error code with their machine's table
-(``machine.commit_outcome`` / ``consumer_group.commit_outcome``); this module turns
+Both group protocols classify each error code with the tables of
+:mod:`aiogroup._membership.commit_outcomes`; this module turns
 a whole answer into one :class:`Verdict` - done, retry after the backoff, retry
 with the epoch the next heartbeat brings, or fail with a named error - plus
 whether the coordinator moved (the machine is told, it finds the coordinator
@@ -16,6 +16,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from aiogroup._membership.codes import code_name
+from aiogroup._membership.commit_outcomes import (
+    CommitKind,
+    CommitOutcome,
+    CommitProtocol,
+    commit_outcome,
+    offset_fetch_outcome,
+)
 from aiogroup._protocol.results import OffsetCommitResult, OffsetFetchResult
 from aiogroup.errors import CommitFailedError, error_for_code
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
@@ -40,20 +48,30 @@ class Next(enum.Enum):
     FAIL = "raise to the caller"
 
 
+def _always() -> bool:
+    return True
+
+
 @dataclass(frozen=True, slots=True)
 class CommitRules:
-    """One protocol's classification of error codes (its machine's tables).
+    """How one member classifies commit and fetch answers: its protocol's tables.
 
-    ``commit`` and ``fetch`` answer an outcome whose *name* is one of OK, RETRY,
-    FIND_COORDINATOR_AND_RETRY, RETRY_WITH_LATEST_EPOCH, COMMIT_FAILED, NO_OFFSET,
-    RAISE (both machines' outcome enums use these names).  ``rebalanced`` is the
+    ``kind``: the application's commit or an auto-commit (they differ on a stale
+    member epoch); ``in_group`` is asked at each answer, since a retried commit may
+    outlive the membership it started under.  ``rebalanced`` is the
     CommitFailedError text, formatted with ``tp`` and ``code``.
     """
 
-    commit: Callable[[int], enum.Enum]
-    fetch: Callable[[int], enum.Enum]
-    code_name: Callable[[int], str]
+    protocol: CommitProtocol
     rebalanced: str
+    kind: CommitKind = CommitKind.USER
+    in_group: Callable[[], bool] = _always
+
+    def commit(self, code: int) -> CommitOutcome:
+        return commit_outcome(self.protocol, self.kind, code, in_group=self.in_group())
+
+    def fetch(self, code: int) -> CommitOutcome:
+        return offset_fetch_outcome(self.protocol, code, in_group=self.in_group())
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,20 +90,20 @@ def commit_verdict(result: OffsetCommitResult, rules: CommitRules) -> Verdict:
     retry: Next | None = None
     moved = False
     for (topic, partition), code in sorted(result.errors.items()):
-        outcome = rules.commit(code).name
+        outcome = rules.commit(code)
         tp = TopicPartition(topic, partition)
-        if outcome == "OK":
+        if outcome is CommitOutcome.OK:
             continue
-        if outcome == "COMMIT_FAILED":
-            text = rules.rebalanced.format(tp=tp, code=rules.code_name(code))
+        if outcome is CommitOutcome.COMMIT_FAILED:
+            text = rules.rebalanced.format(tp=tp, code=code_name(code))
             return Verdict(Next.FAIL, moved, CommitFailedError(text))
-        if outcome in ("RAISE", "NO_OFFSET"):
-            error = error_for_code(code)(f"OffsetCommit of {tp}: {rules.code_name(code)}")
+        if outcome in (CommitOutcome.RAISE, CommitOutcome.NO_OFFSET):
+            error = error_for_code(code)(f"OffsetCommit of {tp}: {code_name(code)}")
             return Verdict(Next.FAIL, moved, error)
-        if outcome == "RETRY_WITH_LATEST_EPOCH":
+        if outcome is CommitOutcome.RETRY_WITH_LATEST_EPOCH:
             retry = Next.RETRY_WITH_LATEST_EPOCH
         else:
-            moved = moved or outcome == "FIND_COORDINATOR_AND_RETRY"
+            moved = moved or outcome is CommitOutcome.FIND_COORDINATOR_AND_RETRY
             retry = retry or Next.RETRY
     return Verdict(retry or Next.DONE, moved)
 
@@ -102,12 +120,12 @@ def fetch_verdict(
     the group-level code first); any retriable one retries it all.
     """
     codes = [result.error_code] + [row[3] for row in result.partitions.values()]
-    outcomes = [rules.fetch(code).name for code in codes]
-    if "RAISE" in outcomes:
-        bad = codes[outcomes.index("RAISE")]
+    outcomes = [rules.fetch(code) for code in codes]
+    if CommitOutcome.RAISE in outcomes:
+        bad = codes[outcomes.index(CommitOutcome.RAISE)]
         return Verdict(Next.FAIL, error=error_for_code(bad)(f"OffsetFetch for group {group_id}"))
-    moved = "FIND_COORDINATOR_AND_RETRY" in outcomes
-    if moved or {"RETRY", "RETRY_WITH_LATEST_EPOCH"} & set(outcomes):
+    moved = CommitOutcome.FIND_COORDINATOR_AND_RETRY in outcomes
+    if moved or {CommitOutcome.RETRY, CommitOutcome.RETRY_WITH_LATEST_EPOCH} & set(outcomes):
         return Verdict(Next.RETRY, moved)
     found: dict[TopicPartition, OffsetAndMetadata | None] = {}
     for tp in partitions:

@@ -31,6 +31,8 @@ from aiogroup._coordination.routine import CoordinationRoutine, MachineEvents
 from aiogroup._coordination.tracking import consumer_subscription_diff
 from aiogroup._coordination.watch import subscription_view
 from aiogroup._membership import consumer_group as cg
+from aiogroup._membership.codes import ErrorCode, code_name
+from aiogroup._membership.commit_outcomes import CommitKind, CommitProtocol
 from aiogroup._protocol.consumer_group import (
     ConsumerGroupHeartbeatRequest,
     ConsumerOffsetCommitRequest,
@@ -191,13 +193,8 @@ class ConsumerGroupCoordinator(CoordinationRoutine[cg.Event, cg.Action]):
 
     def _commit_rules(self, auto: bool) -> CommitRules:
         m = self._membership
-        kind = cg.CommitKind.AUTO if auto else cg.CommitKind.USER
-        return CommitRules(
-            lambda code: cg.commit_outcome(kind, code, in_group=m.in_group),
-            lambda code: cg.offset_fetch_outcome(code, in_group=m.in_group),
-            cg.code_name,
-            _STALE_EPOCH,
-        )
+        kind = CommitKind.AUTO if auto else CommitKind.USER
+        return CommitRules(CommitProtocol.CONSUMER, _STALE_EPOCH, kind, lambda: m.in_group)
 
     def _on_start(self) -> None:
         self._children.spawn(self._learn_session_timeout(), "DescribeConfigs")
@@ -357,7 +354,7 @@ class ConsumerGroupCoordinator(CoordinationRoutine[cg.Event, cg.Action]):
                 log.debug(
                     "group %s: heartbeat answered %s: %s",
                     self._group_id,
-                    cg.code_name(r.error_code),
+                    code_name(r.error_code),
                     r.error_message,
                 )
             event = cg.HeartbeatResponseReceived(
@@ -372,7 +369,7 @@ class ConsumerGroupCoordinator(CoordinationRoutine[cg.Event, cg.Action]):
             # The broker has no API 68 (or no version we speak): the machine's
             # UNSUPPORTED_VERSION reaction names the gap and stops the member.
             event = cg.HeartbeatResponseReceived(
-                cg.ConsumerErrorCode.UNSUPPORTED_VERSION, error_message=str(exc)
+                ErrorCode.UNSUPPORTED_VERSION, error_message=str(exc)
             )
         except (KafkaError, OSError, asyncio.TimeoutError) as exc:
             log.debug("group %s: heartbeat failed: %r", self._group_id, exc)
@@ -449,12 +446,12 @@ class ConsumerGroupCoordinator(CoordinationRoutine[cg.Event, cg.Action]):
             raise CommitFailedError(f"cannot commit: {gate.refusal}")
         request = ConsumerOffsetCommitRequest(
             self._group_id,
-            gate.member_epoch,
+            gate.generation_id,
             gate.member_id,
             self._config.group_instance_id,
             offsets,
         )
-        return request, gate.member_epoch
+        return request, gate.generation_id
 
     def fetch_request(self, partitions: list[TopicPartition]) -> Any:
         m = self._membership

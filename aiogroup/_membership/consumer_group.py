@@ -59,20 +59,17 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from aiogroup._membership.codes import ErrorCode, code_name
+from aiogroup._membership.commit_outcomes import CommitGate
+
 __all__ = [
-    "COMMIT_OUTCOMES",
     "EVENT_TRANSITIONS",
     "HEARTBEAT_REACTIONS",
-    "OFFSET_FETCH_OUTCOMES",
     "STATE_RULES",
     "ApplicationPolled",
     "BrokerIncompatible",
     "CloseRequested",
-    "CommitGate",
-    "CommitKind",
-    "CommitOutcome",
     "CommittedOffsetsUnavailable",
-    "ConsumerErrorCode",
     "ConsumerMemberState",
     "ConsumerMembership",
     "ConsumerMembershipError",
@@ -97,10 +94,8 @@ __all__ = [
     "TimerFired",
     "TopicNamesResolved",
     "UnsubscribeRequested",
-    "commit_outcome",
     "heartbeat_reaction",
     "mermaid_diagram",
-    "offset_fetch_outcome",
 ]
 
 #: A partition by topic name: ``(topic, partition)``, equal to (and hashed like) the
@@ -141,43 +136,7 @@ _IN_GROUP = frozenset({S.JOINING, S.RECONCILING, S.ACKNOWLEDGING, S.STABLE, S.PR
 _CAN_RECONCILE = frozenset({S.JOINING, S.RECONCILING, S.ACKNOWLEDGING, S.STABLE})
 
 
-class ConsumerErrorCode(enum.IntEnum):
-    """Every code ConsumerGroupHeartbeat (and the member-epoch commit) answers with."""
-
-    NONE = 0
-    UNKNOWN_TOPIC_OR_PARTITION = 3
-    REQUEST_TIMED_OUT = 7
-    OFFSET_METADATA_TOO_LARGE = 12
-    COORDINATOR_LOAD_IN_PROGRESS = 14
-    COORDINATOR_NOT_AVAILABLE = 15
-    NOT_COORDINATOR = 16
-    ILLEGAL_GENERATION = 22
-    UNKNOWN_MEMBER_ID = 25
-    REBALANCE_IN_PROGRESS = 27
-    INVALID_COMMIT_OFFSET_SIZE = 28
-    TOPIC_AUTHORIZATION_FAILED = 29
-    GROUP_AUTHORIZATION_FAILED = 30
-    UNSUPPORTED_VERSION = 35
-    INVALID_REQUEST = 42
-    GROUP_ID_NOT_FOUND = 69
-    GROUP_MAX_SIZE_REACHED = 81
-    FENCED_INSTANCE_ID = 82
-    UNSTABLE_OFFSET_COMMIT = 88
-    FENCED_MEMBER_EPOCH = 110
-    UNRELEASED_INSTANCE_ID = 111
-    UNSUPPORTED_ASSIGNOR = 112
-    STALE_MEMBER_EPOCH = 113
-    INVALID_REGULAR_EXPRESSION = 128
-
-
-C = ConsumerErrorCode
-
-
-def code_name(code: int) -> str:
-    try:
-        return C(code).name
-    except ValueError:
-        return f"error code {code}"
+C = ErrorCode
 
 
 # --- events (inputs) ------------------------------------------------------------------
@@ -463,99 +422,6 @@ _FATAL_HINTS: dict[int, str] = {
 }
 
 
-class CommitKind(enum.Enum):
-    #: commit() called by the application.
-    USER = "user"
-    #: Auto-commit, on the interval or before a revocation.
-    AUTO = "auto"
-
-
-class CommitOutcome(enum.Enum):
-    OK = "ok"
-    RETRY = "retry after backoff"
-    FIND_COORDINATOR_AND_RETRY = "find coordinator and retry"
-    #: Retry with the member id and epoch the latest heartbeat brought (if still in the group).
-    RETRY_WITH_LATEST_EPOCH = "retry with the latest member epoch"
-    COMMIT_FAILED = "commit failed"
-    NO_OFFSET = "no committed offset"
-    RAISE = "raise"
-
-
-O = CommitOutcome  # noqa: E741 - short table alias, like C and S
-_COMMIT_COMMON: dict[int, CommitOutcome] = {
-    C.NONE: O.OK,
-    C.COORDINATOR_LOAD_IN_PROGRESS: O.RETRY,
-    C.UNKNOWN_TOPIC_OR_PARTITION: O.RETRY,
-    C.REQUEST_TIMED_OUT: O.FIND_COORDINATOR_AND_RETRY,
-    C.COORDINATOR_NOT_AVAILABLE: O.FIND_COORDINATOR_AND_RETRY,
-    C.NOT_COORDINATOR: O.FIND_COORDINATOR_AND_RETRY,
-    C.UNKNOWN_MEMBER_ID: O.COMMIT_FAILED,
-    C.FENCED_MEMBER_EPOCH: O.COMMIT_FAILED,
-    C.ILLEGAL_GENERATION: O.COMMIT_FAILED,
-    C.REBALANCE_IN_PROGRESS: O.COMMIT_FAILED,
-    C.FENCED_INSTANCE_ID: O.COMMIT_FAILED,
-    C.OFFSET_METADATA_TOO_LARGE: O.RAISE,
-    C.INVALID_COMMIT_OFFSET_SIZE: O.RAISE,
-    C.TOPIC_AUTHORIZATION_FAILED: O.RAISE,
-    C.GROUP_AUTHORIZATION_FAILED: O.RAISE,
-}
-#: (kind, code) -> outcome.  Java: an application commit that meets STALE_MEMBER_EPOCH
-#: fails (CommitFailedException); an auto-commit (also the one before a revocation)
-#: retries it with the latest epoch while the member still has one.
-COMMIT_OUTCOMES: dict[tuple[CommitKind, int], CommitOutcome] = {
-    **{(CommitKind.USER, code): out for code, out in _COMMIT_COMMON.items()},
-    **{(CommitKind.AUTO, code): out for code, out in _COMMIT_COMMON.items()},
-    (CommitKind.USER, C.STALE_MEMBER_EPOCH): O.COMMIT_FAILED,
-    (CommitKind.AUTO, C.STALE_MEMBER_EPOCH): O.RETRY_WITH_LATEST_EPOCH,
-}
-
-
-def commit_outcome(kind: CommitKind, code: int, *, in_group: bool) -> CommitOutcome:
-    """What a committer does with ``code``; a stale epoch is only retryable in the group."""
-    out = COMMIT_OUTCOMES.get((kind, code), O.RAISE)
-    if out is O.RETRY_WITH_LATEST_EPOCH and not in_group:
-        return O.COMMIT_FAILED
-    return out
-
-
-#: OffsetFetch v9+ (member id and epoch).  Java retries STALE_MEMBER_EPOCH with the
-#: latest epoch while the member has one; UNKNOWN_MEMBER_ID fails the fetch.
-OFFSET_FETCH_OUTCOMES: dict[int, CommitOutcome] = {
-    C.NONE: O.OK,
-    C.COORDINATOR_LOAD_IN_PROGRESS: O.RETRY,
-    C.UNSTABLE_OFFSET_COMMIT: O.RETRY,
-    C.REQUEST_TIMED_OUT: O.FIND_COORDINATOR_AND_RETRY,
-    C.COORDINATOR_NOT_AVAILABLE: O.FIND_COORDINATOR_AND_RETRY,
-    C.NOT_COORDINATOR: O.FIND_COORDINATOR_AND_RETRY,
-    C.STALE_MEMBER_EPOCH: O.RETRY_WITH_LATEST_EPOCH,
-    C.UNKNOWN_MEMBER_ID: O.RAISE,
-    C.UNKNOWN_TOPIC_OR_PARTITION: O.NO_OFFSET,
-    C.GROUP_ID_NOT_FOUND: O.NO_OFFSET,
-    C.GROUP_AUTHORIZATION_FAILED: O.RAISE,
-    C.TOPIC_AUTHORIZATION_FAILED: O.RAISE,
-}
-
-
-def offset_fetch_outcome(code: int, *, in_group: bool) -> CommitOutcome:
-    out = OFFSET_FETCH_OUTCOMES.get(code, O.RAISE)
-    if out is O.RETRY_WITH_LATEST_EPOCH and not in_group:
-        return O.RAISE
-    return out
-
-
-@dataclass(frozen=True, slots=True)
-class CommitGate:
-    """May offsets be committed now, and under which identity?"""
-
-    member_id: str
-    member_epoch: int
-    refusal: str | None = None
-
-    @property
-    def allowed(self) -> bool:
-        return self.refusal is None
-
-
 # --- the machine ----------------------------------------------------------------------
 
 
@@ -719,14 +585,16 @@ class ConsumerMembership:
 
     def commit_gate(self) -> CommitGate:
         if self.state is S.FATAL:
-            return CommitGate(self.member_id, self.member_epoch, "the member failed fatally")
+            return CommitGate(
+                self.member_epoch, self.member_id, "the member failed fatally", stopped=True
+            )
         if self.member_epoch <= 0 or self.state not in _IN_GROUP:
             return CommitGate(
-                self.member_id,
                 self.member_epoch,
+                self.member_id,
                 f"not a member of group {self.config.group_id!r} (state {self.state.value})",
             )
-        return CommitGate(self.member_id, self.member_epoch)
+        return CommitGate(self.member_epoch, self.member_id)
 
     def membership_valid_until(self) -> float | None:
         """Until when the member is surely in the group (the shell's delivery gate).

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 
 from aiogroup._membership import actions as A
 from aiogroup._membership import events as E
+from aiogroup._membership.codes import ErrorCode, code_name
+from aiogroup._membership.commit_outcomes import CommitGate
 from aiogroup._membership.heartbeat import HeartbeatTimers
 
 if TYPE_CHECKING:
@@ -30,7 +32,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AUTOMATIC_TRANSITIONS",
-    "COMMIT_OUTCOMES",
     "FIND_COORDINATOR_REACTIONS",
     "HEARTBEAT_ANSWERS",
     "HEARTBEAT_REACTIONS",
@@ -38,27 +39,20 @@ __all__ = [
     "JOIN_GROUP_TIMEOUT_LAPSE",
     "LEAVE_GROUP_REACTIONS",
     "OFFSET_COMMIT_REACTIONS",
-    "OFFSET_FETCH_OUTCOMES",
     "SESSION_ELAPSED",
     "SESSION_PROVING_CODES",
     "STATE_RULES",
     "SYNC_GROUP_REACTIONS",
     "SYNC_WAIT_WATCH",
     "TRANSITIONS",
-    "CallerOutcome",
-    "CommitGate",
-    "ErrorCode",
     "HeartbeatAnswer",
     "MemberState",
     "Membership",
     "MembershipProtocolError",
     "Reaction",
     "StateRule",
-    "code_name",
-    "commit_outcome",
     "heartbeat_answer",
     "mermaid_diagram",
-    "offset_fetch_outcome",
     "reaction",
 ]
 
@@ -94,41 +88,6 @@ _TERMINAL = frozenset({S.CLOSED, S.FATAL})
 _RESTING = frozenset({S.UNJOINED, S.STABLE})
 #: States in which the member holds a synced generation and must keep its session alive.
 _HEARTBEATING = frozenset({S.STABLE, S.ASSIGNING, S.REVOKING})
-
-
-class ErrorCode(enum.IntEnum):
-    """Kafka protocol error codes the group APIs answer with (Kafka's own numbering)."""
-
-    NONE = 0
-    UNKNOWN_TOPIC_OR_PARTITION = 3
-    REQUEST_TIMED_OUT = 7
-    OFFSET_METADATA_TOO_LARGE = 12
-    COORDINATOR_LOAD_IN_PROGRESS = 14
-    COORDINATOR_NOT_AVAILABLE = 15
-    NOT_COORDINATOR = 16
-    ILLEGAL_GENERATION = 22
-    INCONSISTENT_GROUP_PROTOCOL = 23
-    INVALID_GROUP_ID = 24
-    UNKNOWN_MEMBER_ID = 25
-    INVALID_SESSION_TIMEOUT = 26
-    REBALANCE_IN_PROGRESS = 27
-    INVALID_COMMIT_OFFSET_SIZE = 28
-    TOPIC_AUTHORIZATION_FAILED = 29
-    GROUP_AUTHORIZATION_FAILED = 30
-    UNSUPPORTED_VERSION = 35
-    INVALID_REQUEST = 42
-    GROUP_ID_NOT_FOUND = 69
-    MEMBER_ID_REQUIRED = 79
-    GROUP_MAX_SIZE_REACHED = 81
-    FENCED_INSTANCE_ID = 82
-    UNSTABLE_OFFSET_COMMIT = 88
-
-
-def code_name(code: int) -> str:
-    try:
-        return ErrorCode(code).name
-    except ValueError:
-        return f"error code {code}"
 
 
 class Reaction(enum.Enum):
@@ -391,79 +350,8 @@ def heartbeat_answer(state: MemberState, code: int) -> HeartbeatAnswer:
     return found if found is not None else _heartbeat_answer(state, code)
 
 
-class CallerOutcome(enum.Enum):
-    """What a commit()/committed() caller does with an error code."""
-
-    OK = "ok"
-    RETRY = "retry after backoff"
-    FIND_COORDINATOR_AND_RETRY = "find coordinator and retry"
-    #: The generation moved on: CommitFailedError (the Java client's contract).
-    COMMIT_FAILED = "commit failed"
-    #: Not committed before (OffsetFetch of an unknown topic/partition).
-    NO_OFFSET = "no committed offset"
-    RAISE = "raise"
-
-
-Out = CallerOutcome
-COMMIT_OUTCOMES: dict[int, CallerOutcome] = {
-    C.NONE: Out.OK,
-    C.COORDINATOR_LOAD_IN_PROGRESS: Out.RETRY,
-    C.UNKNOWN_TOPIC_OR_PARTITION: Out.RETRY,
-    C.REQUEST_TIMED_OUT: Out.FIND_COORDINATOR_AND_RETRY,
-    C.COORDINATOR_NOT_AVAILABLE: Out.FIND_COORDINATOR_AND_RETRY,
-    C.NOT_COORDINATOR: Out.FIND_COORDINATOR_AND_RETRY,
-    C.REBALANCE_IN_PROGRESS: Out.COMMIT_FAILED,
-    C.ILLEGAL_GENERATION: Out.COMMIT_FAILED,
-    C.UNKNOWN_MEMBER_ID: Out.COMMIT_FAILED,
-    C.FENCED_INSTANCE_ID: Out.RAISE,
-    C.OFFSET_METADATA_TOO_LARGE: Out.RAISE,
-    C.INVALID_COMMIT_OFFSET_SIZE: Out.RAISE,
-    C.TOPIC_AUTHORIZATION_FAILED: Out.RAISE,
-    C.GROUP_AUTHORIZATION_FAILED: Out.RAISE,
-}
-OFFSET_FETCH_OUTCOMES: dict[int, CallerOutcome] = {
-    C.NONE: Out.OK,
-    C.COORDINATOR_LOAD_IN_PROGRESS: Out.RETRY,
-    C.UNSTABLE_OFFSET_COMMIT: Out.RETRY,
-    C.REQUEST_TIMED_OUT: Out.FIND_COORDINATOR_AND_RETRY,
-    C.COORDINATOR_NOT_AVAILABLE: Out.FIND_COORDINATOR_AND_RETRY,
-    C.NOT_COORDINATOR: Out.FIND_COORDINATOR_AND_RETRY,
-    C.UNKNOWN_TOPIC_OR_PARTITION: Out.NO_OFFSET,
-    C.GROUP_ID_NOT_FOUND: Out.NO_OFFSET,
-    C.GROUP_AUTHORIZATION_FAILED: Out.RAISE,
-    C.TOPIC_AUTHORIZATION_FAILED: Out.RAISE,
-}
-
-
-def commit_outcome(code: int) -> CallerOutcome:
-    return COMMIT_OUTCOMES.get(code, Out.RAISE)
-
-
-def offset_fetch_outcome(code: int) -> CallerOutcome:
-    return OFFSET_FETCH_OUTCOMES.get(code, Out.RAISE)
-
-
 class MembershipProtocolError(RuntimeError):
     """The machine got an event it has no transition for (a bug in its caller)."""
-
-
-@dataclass(frozen=True, slots=True)
-class CommitGate:
-    """The machine's answer to "may these offsets be committed now?".
-
-    ``refusal`` is None when allowed; then ``generation_id``/``member_id`` are the
-    identity to commit under.  ``refusal`` explains why not, naming partitions.
-    """
-
-    generation_id: int
-    member_id: str
-    refusal: str | None = None
-    #: True when the refusal is a closed/fatal member rather than a rebalance.
-    stopped: bool = False
-
-    @property
-    def allowed(self) -> bool:
-        return self.refusal is None
 
 
 def _fmt(parts: Iterable[TopicPartition]) -> str:

@@ -11,28 +11,18 @@ from aiogroup._coordination.commit_outcome import (
     fetch_verdict,
     positions_to_commit,
 )
-from aiogroup._membership import consumer_group as cg
-from aiogroup._membership.machine import (
-    ErrorCode,
-    code_name,
-    commit_outcome,
-    offset_fetch_outcome,
-)
+from aiogroup._membership.codes import ErrorCode
+from aiogroup._membership.commit_outcomes import CommitKind, CommitProtocol
 from aiogroup._protocol.results import OffsetCommitResult, OffsetFetchResult
 from aiogroup.errors import CommitFailedError, KafkaError
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
 
 C = ErrorCode
-CLASSIC = CommitRules(commit_outcome, offset_fetch_outcome, code_name, "moved on: {tp} {code}")
+CLASSIC = CommitRules(CommitProtocol.CLASSIC, "moved on: {tp} {code}")
 
 
-def consumer_rules(in_group: bool, kind: cg.CommitKind = cg.CommitKind.AUTO) -> CommitRules:
-    return CommitRules(
-        lambda code: cg.commit_outcome(kind, code, in_group=in_group),
-        lambda code: cg.offset_fetch_outcome(code, in_group=in_group),
-        cg.code_name,
-        "stale: {tp} {code}",
-    )
+def consumer_rules(in_group: bool, kind: CommitKind = CommitKind.AUTO) -> CommitRules:
+    return CommitRules(CommitProtocol.CONSUMER, "stale: {tp} {code}", kind, lambda: in_group)
 
 
 def test_all_ok_is_done() -> None:
@@ -67,9 +57,9 @@ def test_fatal_code_raises_its_error_even_after_a_retriable_one() -> None:
 
 
 def test_stale_epoch_waits_for_the_next_heartbeat_in_the_group() -> None:
-    code = cg.ConsumerErrorCode.STALE_MEMBER_EPOCH
+    code = ErrorCode.STALE_MEMBER_EPOCH
     user = commit_verdict(
-        OffsetCommitResult({("t", 0): code}), consumer_rules(True, cg.CommitKind.USER)
+        OffsetCommitResult({("t", 0): code}), consumer_rules(True, CommitKind.USER)
     )
     assert user.next is Next.FAIL and isinstance(user.error, CommitFailedError)
     v = commit_verdict(OffsetCommitResult({("t", 0): code}), consumer_rules(True))

@@ -21,7 +21,8 @@ from aiokafka.errors import IncompatibleBrokerVersion, KafkaConnectionError
 
 from aiogroup import AsyncConsumerRebalanceListener
 from aiogroup._coordination.classic_routine import GroupCoordinator
-from aiogroup._membership.machine import ErrorCode, MemberState
+from aiogroup._membership.codes import ErrorCode
+from aiogroup._membership.machine import MemberState
 from aiogroup._protocol.classic_embedded import ConsumerAssignment, encode_assignment
 from aiogroup._protocol.messages import (
     FIND_COORDINATOR,

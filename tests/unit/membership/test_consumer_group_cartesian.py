@@ -13,18 +13,23 @@ import uuid
 import pytest
 
 from aiogroup._membership import consumer_group as cg
-from aiogroup._membership.consumer_group import (
+from aiogroup._membership.codes import ErrorCode
+from aiogroup._membership.commit_outcomes import (
     COMMIT_OUTCOMES,
+    OFFSET_FETCH_OUTCOMES,
+    CommitKind,
+    CommitOutcome,
+    CommitProtocol,
+    commit_outcome,
+    offset_fetch_outcome,
+)
+from aiogroup._membership.consumer_group import (
     EVENT_TRANSITIONS,
     EVENT_TYPES,
     HEARTBEAT_REACTIONS,
-    OFFSET_FETCH_OUTCOMES,
     STATE_RULES,
     ApplicationPolled,
     CloseRequested,
-    CommitKind,
-    CommitOutcome,
-    ConsumerErrorCode,
     ConsumerMembership,
     ConsumerMembershipError,
     ConsumerMemberState,
@@ -42,12 +47,11 @@ from aiogroup._membership.consumer_group import (
     TimerFired,
     TopicNamesResolved,
     UnsubscribeRequested,
-    commit_outcome,
     heartbeat_reaction,
-    offset_fetch_outcome,
 )
 
 S = ConsumerMemberState
+CONSUMER = CommitProtocol.CONSUMER
 A = uuid.UUID(int=0xA)
 B = uuid.UUID(int=0xB)
 FIRED: set[str] = set()
@@ -155,7 +159,7 @@ SAMPLES: dict[type[cg.Event], list[cg.Event]] = {
     HeartbeatResponseReceived: [
         ok(2, {A: (0,), B: (1,)}),
         ok(1),
-        *(HeartbeatResponseReceived(int(code)) for code in ConsumerErrorCode if code),
+        *(HeartbeatResponseReceived(int(code)) for code in ErrorCode if code),
         HeartbeatResponseReceived(9999),
     ],
     HeartbeatFailed: [HeartbeatFailed("lost")],
@@ -255,7 +259,7 @@ def test_every_documented_heartbeat_code_has_a_reaction() -> None:
     assert heartbeat_reaction(9999) is HeartbeatReaction.FATAL
 
 
-@pytest.mark.parametrize("code", [*sorted(int(c) for c in ConsumerErrorCode), 9999])
+@pytest.mark.parametrize("code", [*sorted(int(c) for c in ErrorCode), 9999])
 def test_each_heartbeat_code_from_stable(code: int) -> None:
     m, clock = in_state(S.STABLE)
     out = feed(
@@ -287,19 +291,19 @@ def test_each_heartbeat_code_from_stable(code: int) -> None:
         assert cg.code_name(code) in out[0].message
 
 
-@pytest.mark.parametrize("code", [*sorted(int(c) for c in ConsumerErrorCode), 9999])
+@pytest.mark.parametrize("code", [*sorted(int(c) for c in ErrorCode), 9999])
 def test_each_heartbeat_code_while_leaving_ends_the_leave(code: int) -> None:
     m, clock = in_state(S.LEAVING)
     feed(m, clock, HeartbeatResponseReceived(code))
     assert m.state is S.UNSUBSCRIBED
 
 
-@pytest.mark.parametrize("code", [*sorted(int(c) for c in ConsumerErrorCode), 9999])
+@pytest.mark.parametrize("code", [*sorted(int(c) for c in ErrorCode), 9999])
 @pytest.mark.parametrize("kind", list(CommitKind))
 def test_each_commit_code(code: int, kind: CommitKind) -> None:
-    out = commit_outcome(kind, code, in_group=True)
-    assert out is COMMIT_OUTCOMES.get((kind, code), CommitOutcome.RAISE)
-    if code == ConsumerErrorCode.STALE_MEMBER_EPOCH:
+    out = commit_outcome(CONSUMER, kind, code, in_group=True)
+    assert out is COMMIT_OUTCOMES.get((CONSUMER, kind, code), CommitOutcome.RAISE)
+    if code == ErrorCode.STALE_MEMBER_EPOCH:
         # Java: commitSync fails; auto-commit retries with the latest epoch.
         expected = (
             CommitOutcome.COMMIT_FAILED
@@ -307,18 +311,18 @@ def test_each_commit_code(code: int, kind: CommitKind) -> None:
             else CommitOutcome.RETRY_WITH_LATEST_EPOCH
         )
         assert out is expected
-        assert commit_outcome(kind, code, in_group=False) is CommitOutcome.COMMIT_FAILED
-    if code in (ConsumerErrorCode.FENCED_MEMBER_EPOCH, ConsumerErrorCode.UNKNOWN_MEMBER_ID):
+        assert commit_outcome(CONSUMER, kind, code, in_group=False) is CommitOutcome.COMMIT_FAILED
+    if code in (ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID):
         assert out is CommitOutcome.COMMIT_FAILED
 
 
-@pytest.mark.parametrize("code", [*sorted(int(c) for c in ConsumerErrorCode), 9999])
+@pytest.mark.parametrize("code", [*sorted(int(c) for c in ErrorCode), 9999])
 def test_each_offset_fetch_code(code: int) -> None:
-    out = offset_fetch_outcome(code, in_group=True)
-    assert out is OFFSET_FETCH_OUTCOMES.get(code, CommitOutcome.RAISE)
-    if code == ConsumerErrorCode.STALE_MEMBER_EPOCH:
+    out = offset_fetch_outcome(CONSUMER, code, in_group=True)
+    assert out is OFFSET_FETCH_OUTCOMES.get((CONSUMER, code), CommitOutcome.RAISE)
+    if code == ErrorCode.STALE_MEMBER_EPOCH:
         assert out is CommitOutcome.RETRY_WITH_LATEST_EPOCH
-        assert offset_fetch_outcome(code, in_group=False) is CommitOutcome.RAISE
+        assert offset_fetch_outcome(CONSUMER, code, in_group=False) is CommitOutcome.RAISE
 
 
 def test_heartbeat_keeps_flowing_in_every_member_state() -> None:

@@ -24,13 +24,14 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from aiogroup._membership import consumer_group as cg
+from aiogroup._membership.codes import ErrorCode
 
 S = cg.ConsumerMemberState
 TOPICS = {uuid.UUID(int=1): "a", uuid.UUID(int=2): "b"}
 PARTITIONS = [(tid, p) for tid in TOPICS for p in range(3)]
 NOT_IN_GROUP = {S.UNSUBSCRIBED, S.STALE, S.FENCED, S.FATAL}
 
-codes = st.sampled_from([int(c) for c in cg.ConsumerErrorCode if c] + [9999])
+codes = st.sampled_from([int(c) for c in ErrorCode if c] + [9999])
 assignments = st.one_of(
     st.none(),
     st.sets(st.sampled_from(PARTITIONS)).map(

@@ -504,7 +504,7 @@ def test_commit_gate_follows_membership() -> None:
     assert not d.m.commit_gate().allowed
     d.stable_with({A: (0,)})
     gate = d.m.commit_gate()
-    assert gate.allowed and gate.member_epoch == 1 and gate.member_id == "m-1"
+    assert gate.allowed and gate.generation_id == 1 and gate.member_id == "m-1"
     assert d.m.in_group
 
 

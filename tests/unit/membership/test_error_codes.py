@@ -6,15 +6,19 @@ import pytest
 
 from aiogroup._membership import actions as A
 from aiogroup._membership import events as E
-from aiogroup._membership.machine import (
+from aiogroup._membership.codes import ErrorCode
+from aiogroup._membership.commit_outcomes import (
     COMMIT_OUTCOMES,
     OFFSET_FETCH_OUTCOMES,
-    CallerOutcome,
-    ErrorCode,
-    MemberState,
-    Reaction,
+    CommitKind,
+    CommitOutcome,
+    CommitProtocol,
     commit_outcome,
     offset_fetch_outcome,
+)
+from aiogroup._membership.machine import (
+    MemberState,
+    Reaction,
     reaction,
 )
 from aiogroup._protocol.results import LeaveGroupResult, OffsetCommitResult
@@ -189,10 +193,17 @@ def test_find_coordinator_code(code: int) -> None:
     assert _kinds(out) == [A.FindCoordinator]
 
 
+CLASSIC = CommitProtocol.CLASSIC
+
+
+@pytest.mark.parametrize("kind", list(CommitKind))
 @pytest.mark.parametrize("code", CODES, ids=str)
-def test_caller_outcomes(code: int) -> None:
-    assert commit_outcome(code) is COMMIT_OUTCOMES.get(code, CallerOutcome.RAISE)
-    assert offset_fetch_outcome(code) is OFFSET_FETCH_OUTCOMES.get(code, CallerOutcome.RAISE)
+def test_caller_outcomes(code: int, kind: CommitKind) -> None:
+    out = commit_outcome(CLASSIC, kind, code)
+    assert out is COMMIT_OUTCOMES.get((CLASSIC, kind, code), CommitOutcome.RAISE)
+    assert out is not CommitOutcome.RETRY_WITH_LATEST_EPOCH  # classic commits carry no epoch
+    fetched = offset_fetch_outcome(CLASSIC, code)
+    assert fetched is OFFSET_FETCH_OUTCOMES.get((CLASSIC, code), CommitOutcome.RAISE)
 
 
 def test_commit_outcomes_follow_the_java_contract() -> None:
@@ -201,7 +212,17 @@ def test_commit_outcomes_follow_the_java_contract() -> None:
         ErrorCode.ILLEGAL_GENERATION,
         ErrorCode.REBALANCE_IN_PROGRESS,
     ):
-        assert commit_outcome(code) is CallerOutcome.COMMIT_FAILED
-    assert commit_outcome(ErrorCode.NOT_COORDINATOR) is CallerOutcome.FIND_COORDINATOR_AND_RETRY
-    assert commit_outcome(ErrorCode.OFFSET_METADATA_TOO_LARGE) is CallerOutcome.RAISE
-    assert offset_fetch_outcome(ErrorCode.UNSTABLE_OFFSET_COMMIT) is CallerOutcome.RETRY
+        assert commit_outcome(CLASSIC, CommitKind.USER, code) is CommitOutcome.COMMIT_FAILED
+    assert (
+        commit_outcome(CLASSIC, CommitKind.USER, ErrorCode.NOT_COORDINATOR)
+        is CommitOutcome.FIND_COORDINATOR_AND_RETRY
+    )
+    assert (
+        commit_outcome(CLASSIC, CommitKind.USER, ErrorCode.OFFSET_METADATA_TOO_LARGE)
+        is CommitOutcome.RAISE
+    )
+    assert (
+        commit_outcome(CLASSIC, CommitKind.USER, ErrorCode.FENCED_INSTANCE_ID)
+        is CommitOutcome.RAISE
+    )
+    assert offset_fetch_outcome(CLASSIC, ErrorCode.UNSTABLE_OFFSET_COMMIT) is CommitOutcome.RETRY

@@ -17,9 +17,9 @@ import pytest
 
 from aiogroup._membership import actions as A
 from aiogroup._membership import events as E
+from aiogroup._membership.codes import ErrorCode
 from aiogroup._membership.machine import (
     HEARTBEAT_ANSWERS,
-    ErrorCode,
     HeartbeatAnswer,
     Membership,
     MemberState,

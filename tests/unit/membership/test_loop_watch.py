@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from aiogroup._membership import actions as A
 from aiogroup._membership import events as E
-from aiogroup._membership.machine import LOOP_WATCH_FRACTION, ErrorCode, Membership, MemberState
+from aiogroup._membership.codes import ErrorCode
+from aiogroup._membership.machine import LOOP_WATCH_FRACTION, Membership, MemberState
 
 from .driver import (
     COOPERATIVE,

@@ -17,10 +17,10 @@ import pytest
 
 from aiogroup._membership import actions as A
 from aiogroup._membership import events as E
+from aiogroup._membership.codes import ErrorCode
 from aiogroup._membership.heartbeat import HeartbeatTimers
 from aiogroup._membership.machine import (
     SESSION_ELAPSED,
-    ErrorCode,
     Membership,
     MemberState,
     Reaction,
