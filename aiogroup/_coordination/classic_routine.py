@@ -23,7 +23,7 @@ from aiokafka.client import AIOKafkaClient
 
 from aiogroup._coordination.commit_outcome import CommitRules
 from aiogroup._coordination.group_requests import ClassicRequests
-from aiogroup._coordination.routine import CoordinationRoutine, MachineEvents
+from aiogroup._coordination.routine import CoordinationRoutine, topic_partitions
 from aiogroup._coordination.topic_watch import TopicWatch
 from aiogroup._coordination.tracking import classic_subscription_diff
 from aiogroup._coordination.watch import subscription_view
@@ -69,7 +69,7 @@ class _AbandonJoin:
     """close() was called: a JoinGroup still held by the broker is given up (leave at once)."""
 
 
-class GroupCoordinator(CoordinationRoutine[E.Event, A.Action]):
+class GroupCoordinator(CoordinationRoutine):
     """Keeps one consumer in its group: join, heartbeat, rebalance listeners, commits."""
 
     def __init__(
@@ -99,9 +99,7 @@ class GroupCoordinator(CoordinationRoutine[E.Event, A.Action]):
             request_timeout=config.request_timeout_ms / 1000,
         )
         metrics = ConsumerMetrics(config.session_timeout_ms / 1000)
-        super().__init__(
-            client, subscription, config, metrics, self._membership, _EVENTS, _PERFORMERS
-        )
+        super().__init__(client, subscription, config, metrics, self._membership, _PERFORMERS)
         self._requests: ClassicRequests = ClassicRequests(
             client,
             subscription,
@@ -248,10 +246,10 @@ class GroupCoordinator(CoordinationRoutine[E.Event, A.Action]):
         )
         # New partitions are held until the callback (and the seeks to the offsets
         # it returns) are done, however it ends.
-        added = action.partitions
+        added = topic_partitions(action.partitions)
         self._subscription.mark_assigning(added, True)
         self._listeners.start(
-            "assigned",
+            E.Listener.ASSIGNED,
             lambda: self._run_assigned(added),
             on_done=lambda: self._subscription.mark_assigning(added, False),
         )
@@ -268,14 +266,16 @@ class GroupCoordinator(CoordinationRoutine[E.Event, A.Action]):
 
     def _lost(self, action: A.InvokeOnPartitionsLost) -> None:
         self.metrics.partitions_were_lost(len(action.partitions))
-        self._start_lost(action.partitions)
+        self._start_lost(topic_partitions(action.partitions))
 
     def _perform_set_assignment(self, action: A.SetAssignment) -> None:
         sub = self._subscription
         if sub.subscription.type is SubscriptionType.USER_ASSIGNED:
             return  # the application switched to assign(): that assignment is its own
-        sub.set_assignment(action.partitions)
-        if action.partitions is not None:
+        if action.partitions is None:
+            sub.set_assignment(None)
+        else:
+            sub.set_assignment(topic_partitions(action.partitions))
             self._topics.snapshot()
             self.metrics.rebalance_completed()
 
@@ -376,16 +376,6 @@ class GroupCoordinator(CoordinationRoutine[E.Event, A.Action]):
             self._inbox.put_nowait(E.OffsetFetchFailed(kind))
 
 
-#: The events the routine builds, in the classic machine's vocabulary.
-_EVENTS = MachineEvents(
-    E.TimerFired,
-    E.ApplicationPolled,
-    E.CloseRequested,
-    E.ListenerCompleted,
-    E.CommittedOffsetsUnavailable,
-    E.RoutineFailed,
-)
-
 #: Action type -> its performer: every action the classic machine can return.
 _PERFORMERS: dict[type[A.Action], Callable[[GroupCoordinator, Any], object]] = {
     A.FindCoordinator: GroupCoordinator._find_coordinator,
@@ -397,7 +387,9 @@ _PERFORMERS: dict[type[A.Action], Callable[[GroupCoordinator, Any], object]] = {
     A.SendHeartbeat: lambda c, a: c._children.spawn(c._requests.heartbeat(a), "Heartbeat"),
     A.SendLeaveGroup: GroupCoordinator._leave_group,
     A.MarkRevoking: GroupCoordinator._perform_mark_revoking,
-    A.InvokeOnPartitionsRevoked: lambda c, a: c._start_revoke(a.partitions, a.commit_first),
+    A.InvokeOnPartitionsRevoked: lambda c, a: c._start_revoke(
+        topic_partitions(a.partitions), a.commit_first
+    ),
     A.InvokeOnPartitionsAssigned: GroupCoordinator._assigned,
     A.InvokeOnPartitionsLost: GroupCoordinator._lost,
     A.CancelListener: lambda c, a: c._listeners.cancel(a.reason),

@@ -26,11 +26,14 @@ from typing import Any
 from aiokafka.client import AIOKafkaClient, ConnectionGroup
 from aiokafka.errors import IncompatibleBrokerVersion
 
+from aiogroup._coordination.commit_client import failure_kind
 from aiogroup._coordination.commit_outcome import CommitRules
-from aiogroup._coordination.routine import CoordinationRoutine, MachineEvents
+from aiogroup._coordination.routine import CoordinationRoutine, topic_partitions
 from aiogroup._coordination.tracking import consumer_subscription_diff
 from aiogroup._coordination.watch import subscription_view
+from aiogroup._membership import actions as A
 from aiogroup._membership import consumer_group as cg
+from aiogroup._membership import events as E
 from aiogroup._membership.codes import ErrorCode, code_name
 from aiogroup._membership.commit_outcomes import CommitKind, CommitProtocol
 from aiogroup._protocol.consumer_group import (
@@ -111,26 +114,8 @@ _STALE_EPOCH = (
     "partition may belong to another member"
 )
 
-_LISTENERS = {
-    "revoked": cg.Listener.REVOKED,
-    "assigned": cg.Listener.ASSIGNED,
-    "lost": cg.Listener.LOST,
-}
 
-#: The events the routine builds, in the consumer-protocol machine's vocabulary.
-_EVENTS = MachineEvents(
-    cg.TimerFired,
-    lambda at, waiting: cg.ApplicationPolled(waiting),
-    cg.CloseRequested,
-    lambda kind, error: cg.ListenerCompleted(
-        _LISTENERS[kind], None if error is None else repr(error), error
-    ),
-    cg.CommittedOffsetsUnavailable,
-    cg.RoutineFailed,
-)
-
-
-class ConsumerGroupCoordinator(CoordinationRoutine[cg.Event, cg.Action]):
+class ConsumerGroupCoordinator(CoordinationRoutine):
     """Keeps one consumer in a consumer-protocol group: heartbeat, reconcile, commit."""
 
     task_name = "kip848"
@@ -153,7 +138,7 @@ class ConsumerGroupCoordinator(CoordinationRoutine[cg.Event, cg.Action]):
         )
         #: The session is the broker's (group.consumer.session.timeout.ms).
         super().__init__(
-            client, subscription, config, ConsumerMetrics(), self._membership, _EVENTS, _PERFORMERS
+            client, subscription, config, ConsumerMetrics(), self._membership, _PERFORMERS
         )
         self._node: int | None = None
         #: Woken after every heartbeat answer: commits waiting for a fresh epoch retry.
@@ -203,26 +188,26 @@ class ConsumerGroupCoordinator(CoordinationRoutine[cg.Event, cg.Action]):
 
     # -- the performers (one an action type; the table is _PERFORMERS below) -------------
 
-    def _send_heartbeat(self, action: cg.SendHeartbeat) -> None:
+    def _send_heartbeat(self, action: A.SendConsumerGroupHeartbeat) -> None:
         self._children.spawn(self._heartbeat(action), "ConsumerGroupHeartbeat")
 
-    def _find(self, action: cg.FindCoordinator) -> None:
+    def _find(self, action: A.FindCoordinator) -> None:
         log.debug("group %s: finding coordinator (%s)", self._group_id, action.reason)
         self._children.spawn(self._find_coordinator(), "FindCoordinator")
 
-    def _perform_set_assignment(self, action: cg.SetAssignment) -> None:
-        self._set_assignment(action.partitions)
+    def _perform_set_assignment(self, action: A.SetAssignment) -> None:
+        self._set_assignment(action.partitions or frozenset())
 
-    def _revoke(self, action: cg.InvokeOnPartitionsRevoked) -> None:
+    def _revoke(self, action: A.InvokeOnPartitionsRevoked) -> None:
         # A reconciliation's first callback: the rebalance, as this member sees it,
         # runs from here to the end of its on_partitions_assigned (metrics).
         self.metrics.rebalance_started()
-        parts = _tps(action.partitions)
+        parts = topic_partitions(action.partitions)
         self._subscription.mark_revoking(parts)
         self._start_revoke(parts, action.commit_first)
 
-    def _assigned(self, action: cg.InvokeOnPartitionsAssigned) -> None:
-        parts = _tps(action.partitions)
+    def _assigned(self, action: A.InvokeOnPartitionsAssigned) -> None:
+        parts = topic_partitions(action.partitions)
         log.info(
             "group %s: epoch %d assigned %s",
             self._group_id,
@@ -239,21 +224,21 @@ class ConsumerGroupCoordinator(CoordinationRoutine[cg.Event, cg.Action]):
             self._subscription.mark_assigning(parts, False)
             self.metrics.rebalance_completed()
 
-        self._listeners.start("assigned", lambda: self._run_assigned(parts), on_done=done)
+        self._listeners.start(E.Listener.ASSIGNED, lambda: self._run_assigned(parts), on_done=done)
 
-    def _lost(self, action: cg.InvokeOnPartitionsLost) -> None:
-        lost = _tps(action.partitions)
+    def _lost(self, action: A.InvokeOnPartitionsLost) -> None:
+        lost = topic_partitions(action.partitions)
         self.metrics.partitions_were_lost(len(lost))
         self._start_lost(lost)
 
-    def _request_metadata(self, action: cg.RequestMetadata) -> None:
+    def _request_metadata(self, action: A.RequestMetadata) -> None:
         self._children.spawn(self._resolve_topic_ids(), "Metadata")
 
-    def _perform_raise(self, action: cg.RaiseToApplication) -> None:
+    def _perform_raise(self, action: A.RaiseToApplication) -> None:
         exc: BaseException
         if action.exception is not None:
             exc = action.exception
-        elif action.error_code > 0:
+        elif action.error_code is not None and action.error_code > 0:
             exc = error_for_code(action.error_code)(action.message)
         else:
             exc = KafkaError(action.message)
@@ -269,9 +254,9 @@ class ConsumerGroupCoordinator(CoordinationRoutine[cg.Event, cg.Action]):
             self._subscription.request_commit_refresh()
         diff = consumer_subscription_diff(self._subscription_key, subscription_view(sub))
         self._subscription_key = diff.key
-        if isinstance(diff.event, cg.Subscribed) and not diff.event.regex:
+        if isinstance(diff.event, E.Subscribed) and not diff.event.regex:
             self._update_metadata_topics()
-        if isinstance(diff.event, cg.Subscribed | cg.UnsubscribeRequested):
+        if isinstance(diff.event, E.Subscribed | E.UnsubscribeRequested):
             self._feed(diff.event)
 
     def _update_metadata_topics(self, extra: Iterable[str] = ()) -> None:
@@ -289,7 +274,7 @@ class ConsumerGroupCoordinator(CoordinationRoutine[cg.Event, cg.Action]):
         sub = self._subscription
         if sub.subscription.type is SubscriptionType.USER_ASSIGNED:
             return  # the application switched to assign(): that assignment is its own
-        tps = _tps(partitions)
+        tps = topic_partitions(partitions)
         self._update_metadata_topics(tp.topic for tp in tps)
         if sub.subscription.type is SubscriptionType.AUTO_PATTERN:
             sub.set_matched_topics(tp.topic for tp in tps)
@@ -298,7 +283,7 @@ class ConsumerGroupCoordinator(CoordinationRoutine[cg.Event, cg.Action]):
     # -- requests (each in its own child task, each ending in one event) ---------------
 
     async def _find_coordinator(self) -> None:
-        event: cg.Event
+        event: E.Event
         try:
             node = self._client.get_random_node()
             if node is None:
@@ -315,19 +300,19 @@ class ConsumerGroupCoordinator(CoordinationRoutine[cg.Event, cg.Action]):
                         "FindCoordinator: GROUP_AUTHORIZATION_FAILED",
                         False,
                     )
-                event = cg.CoordinatorLookupFailed(f"error code {result.error_code}")
+                event = E.CoordinatorLookupFailed(result.error_code)
             elif await self._client.ready(result.node_id, group=ConnectionGroup.COORDINATION):
                 log.info("group %s: coordinator is node %d", self._group_id, result.node_id)
                 self._node = result.node_id
-                event = cg.CoordinatorFound()
+                event = E.CoordinatorFound(result.node_id)
             else:
-                event = cg.CoordinatorLookupFailed(f"cannot connect to node {result.node_id}")
+                event = E.CoordinatorLookupFailed(-1, f"cannot connect to node {result.node_id}")
         except (KafkaError, OSError) as exc:
-            event = cg.CoordinatorLookupFailed(repr(exc))
+            event = E.CoordinatorLookupFailed(-1, repr(exc))
         self._inbox.put_nowait(event)
 
-    async def _heartbeat(self, action: cg.SendHeartbeat) -> None:
-        event: cg.Event
+    async def _heartbeat(self, action: A.SendConsumerGroupHeartbeat) -> None:
+        event: E.Event
         request = ConsumerGroupHeartbeatRequest(
             self._group_id,
             action.member_id,
@@ -357,7 +342,7 @@ class ConsumerGroupCoordinator(CoordinationRoutine[cg.Event, cg.Action]):
                     code_name(r.error_code),
                     r.error_message,
                 )
-            event = cg.HeartbeatResponseReceived(
+            event = E.ConsumerGroupHeartbeatResponseReceived(
                 r.error_code,
                 r.member_epoch,
                 r.heartbeat_interval_ms,
@@ -368,12 +353,14 @@ class ConsumerGroupCoordinator(CoordinationRoutine[cg.Event, cg.Action]):
         except IncompatibleBrokerVersion as exc:
             # The broker has no API 68 (or no version we speak): the machine's
             # UNSUPPORTED_VERSION reaction names the gap and stops the member.
-            event = cg.HeartbeatResponseReceived(
+            event = E.ConsumerGroupHeartbeatResponseReceived(
                 ErrorCode.UNSUPPORTED_VERSION, error_message=str(exc)
             )
         except (KafkaError, OSError, asyncio.TimeoutError) as exc:
             log.debug("group %s: heartbeat failed: %r", self._group_id, exc)
-            event = cg.HeartbeatFailed(repr(exc))
+            event = E.ConsumerGroupHeartbeatFailed(
+                failure_kind(exc), action.member_epoch, repr(exc)
+            )
         self._inbox.put_nowait(event)
         self._epoch_changed.set()
         self._epoch_changed = asyncio.Event()
@@ -401,7 +388,7 @@ class ConsumerGroupCoordinator(CoordinationRoutine[cg.Event, cg.Action]):
                     self._group_id,
                 )
             else:
-                self._inbox.put_nowait(cg.SessionTimeoutLearned(ms))
+                self._inbox.put_nowait(E.SessionTimeoutLearned(ms))
             return
 
     async def _resolve_topic_ids(self) -> None:
@@ -415,12 +402,12 @@ class ConsumerGroupCoordinator(CoordinationRoutine[cg.Event, cg.Action]):
                 names = parse_topic_ids(await self._client.send(node, TopicIdsRequest(None)))
                 break
             except IncompatibleBrokerVersion as exc:
-                self._inbox.put_nowait(cg.BrokerIncompatible("Metadata", exc))
+                self._inbox.put_nowait(E.BrokerIncompatible("Metadata", exc))
                 return
             except (KafkaError, OSError) as exc:
                 log.debug("group %s: topic id lookup failed (%r)", self._group_id, exc)
                 await asyncio.sleep(self._retry_backoff * (attempt + 1))
-        self._inbox.put_nowait(cg.TopicNamesResolved(names))
+        self._inbox.put_nowait(E.TopicNamesResolved(names))
 
     # -- commits -----------------------------------------------------------------------
 
@@ -481,19 +468,15 @@ class ConsumerGroupCoordinator(CoordinationRoutine[cg.Event, cg.Action]):
     # coordinator: heartbeats find a moved one (offsets_request_failed neither).
 
 
-def _tps(partitions: Iterable[tuple[str, int]]) -> frozenset[TopicPartition]:
-    return frozenset(TopicPartition(topic, partition) for topic, partition in partitions)
-
-
 #: Action type -> its performer: every action the consumer-protocol machine can return.
-_PERFORMERS: dict[type[cg.Action], Callable[[ConsumerGroupCoordinator, Any], None]] = {
-    cg.SendHeartbeat: ConsumerGroupCoordinator._send_heartbeat,
-    cg.FindCoordinator: ConsumerGroupCoordinator._find,
-    cg.SetAssignment: ConsumerGroupCoordinator._perform_set_assignment,
-    cg.InvokeOnPartitionsRevoked: ConsumerGroupCoordinator._revoke,
-    cg.InvokeOnPartitionsAssigned: ConsumerGroupCoordinator._assigned,
-    cg.InvokeOnPartitionsLost: ConsumerGroupCoordinator._lost,
-    cg.RequestMetadata: ConsumerGroupCoordinator._request_metadata,
-    cg.RaiseToApplication: ConsumerGroupCoordinator._perform_raise,
-    cg.LogWarning: lambda c, a: log.warning("group %s: %s", c._group_id, a.message),
+_PERFORMERS: dict[type[A.Action], Callable[[ConsumerGroupCoordinator, Any], None]] = {
+    A.SendConsumerGroupHeartbeat: ConsumerGroupCoordinator._send_heartbeat,
+    A.FindCoordinator: ConsumerGroupCoordinator._find,
+    A.SetAssignment: ConsumerGroupCoordinator._perform_set_assignment,
+    A.InvokeOnPartitionsRevoked: ConsumerGroupCoordinator._revoke,
+    A.InvokeOnPartitionsAssigned: ConsumerGroupCoordinator._assigned,
+    A.InvokeOnPartitionsLost: ConsumerGroupCoordinator._lost,
+    A.RequestMetadata: ConsumerGroupCoordinator._request_metadata,
+    A.RaiseToApplication: ConsumerGroupCoordinator._perform_raise,
+    A.LogWarning: lambda c, a: log.warning("group %s: %s", c._group_id, a.message),
 }

@@ -3,7 +3,7 @@
 A callback runs in its own task so heartbeats keep flowing while a slow
 ``on_partitions_revoked`` works; its end - returned, raised, or cancelled because
 the machine said it overran the rebalance timeout - becomes one
-``ListenerCompleted`` event (``completed(kind, error)`` builds the machine's own).
+``ListenerCompleted`` event (``completed(kind, error)`` puts it on the inbox).
 A sync callback runs in the consumer's listener thread, which cannot be cancelled:
 then the runner waits for it and reports the overrun when it returns, so callbacks
 never overlap whatever the broker decided.
@@ -16,6 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from aiogroup._membership.events import Listener
 from aiogroup.errors import RebalanceListenerError
 from aiogroup.listeners import ListenerThread
 
@@ -36,7 +37,7 @@ class ListenerRunner:
         group_id: str,
         thread: ListenerThread,
         spawn: Callable[[Awaitable[Any], str], Any],
-        completed: Callable[[str, BaseException | None], None],
+        completed: Callable[[Listener, BaseException | None], None],
     ) -> None:
         self._group_id = group_id
         self._thread = thread
@@ -50,7 +51,7 @@ class ListenerRunner:
 
     def start(
         self,
-        kind: str,
+        kind: Listener,
         call: Callable[[], Awaitable[Any]],
         on_done: Callable[[], None] | None = None,
     ) -> None:
@@ -70,7 +71,7 @@ class ListenerRunner:
             try:
                 if self._cancel_reason is None:  # not cancelled before it could start
                     inner = asyncio.get_running_loop().create_task(
-                        _call(call), name=f"aiogroup-on_partitions_{kind}"
+                        _call(call), name=f"aiogroup-{kind.method}"
                     )
                     self._inner = inner
                     await asyncio.wait({inner})
@@ -84,15 +85,15 @@ class ListenerRunner:
             error: BaseException | None
             if inner is None or inner.cancelled():
                 error = RebalanceListenerError(
-                    self._cancel_reason or f"on_partitions_{kind} was cancelled"
+                    self._cancel_reason or f"{kind.method} was cancelled"
                 )
             else:
                 error = inner.exception()
                 if error is not None:
                     log.error(
-                        "group %s: on_partitions_%s raised",
+                        "group %s: %s raised",
                         self._group_id,
-                        kind,
+                        kind.method,
                         exc_info=error,
                     )
                 elif self._overran is not None:
@@ -104,7 +105,7 @@ class ListenerRunner:
             self._inner = None
             self._completed(kind, error)
 
-        self._spawn(supervise(), f"listener-{kind}")
+        self._spawn(supervise(), f"listener-{kind.value}")
 
     def cancel(self, reason: str) -> None:
         """The callback overran: cancel it (async), or wait for it and say so (thread)."""

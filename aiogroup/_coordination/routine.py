@@ -30,7 +30,7 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Protocol
 
 import async_timeout
 from aiokafka.client import AIOKafkaClient, ConnectionGroup
@@ -39,6 +39,8 @@ from aiogroup._coordination.commit_client import CommitClient, auto_commit, refr
 from aiogroup._coordination.commit_outcome import CommitRules
 from aiogroup._coordination.listener_runner import ListenerRunner
 from aiogroup._coordination.watch import watch_subscription
+from aiogroup._membership import actions as A
+from aiogroup._membership import events as E
 from aiogroup._state.subscription import SubscriptionState
 from aiogroup._support.supervision import GenerationScopes, TaskScope
 from aiogroup._support.timeouts import wait_for
@@ -55,24 +57,31 @@ from aiogroup.listeners import AsyncConsumerRebalanceListener, ListenerThread
 from aiogroup.metrics import ConsumerMetrics
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
 
-__all__ = ["ChildCrashed", "CoordinationRoutine", "Machine", "MachineEvents", "SubscriptionPoke"]
+__all__ = [
+    "ChildCrashed",
+    "CoordinationRoutine",
+    "Machine",
+    "SubscriptionPoke",
+    "topic_partitions",
+]
 
 log = logging.getLogger("aiogroup.coordinator")
 
-Ev = TypeVar("Ev")
-Act = TypeVar("Act")
-Ev_co = TypeVar("Ev_co", covariant=True)
-Ev_contra = TypeVar("Ev_contra", contravariant=True)
+
+def topic_partitions(partitions: Iterable[A.Partition]) -> frozenset[TopicPartition]:
+    """The machines' ``(topic, partition)`` pairs as the TopicPartitions users see."""
+    return frozenset(TopicPartition(topic, partition) for topic, partition in partitions)
 
 
-class Machine(Protocol[Ev_contra, Act]):
-    """What the routine drives: both membership machines have this shape."""
+class Machine(Protocol):
+    """What the routine drives: every membership machine has this shape and speaks
+    the one vocabulary of :mod:`aiogroup._membership.events` and ``.actions``."""
 
     @property
     def finished(self) -> bool:
         """Nothing more will happen (closed or failed): the routine ends."""
 
-    def handle(self, event: Ev_contra, now: float) -> list[Act]:
+    def handle(self, event: E.Event, now: float) -> list[A.Action]:
         """Feed one event at loop time ``now``; the actions to perform, in order."""
 
     def next_deadline(self) -> float | None:
@@ -81,22 +90,6 @@ class Machine(Protocol[Ev_contra, Act]):
     @property
     def awaiting_poll(self) -> bool:
         """Out of the group for want of a poll: the application's next poll must wake us."""
-
-
-@dataclass(frozen=True, slots=True)
-class MachineEvents(Generic[Ev_co]):
-    """The events the routine itself builds, in the machine's own vocabulary."""
-
-    timer_fired: Callable[[], Ev_co]
-    #: The application polled at loop time ``at``; (at, a poll is waiting for records now).
-    polled: Callable[[float, bool], Ev_co]
-    close_requested: Callable[[], Ev_co]
-    #: A callback ended: (kind - revoked/assigned/lost -, its exception or None).
-    listener_completed: Callable[[str, BaseException | None], Ev_co]
-    #: A committed-offset lookup failed: (the error, whether asking again may cure it).
-    committed_unavailable: Callable[[BaseException, bool], Ev_co]
-    #: The routine failed: (message, the error the application raises).
-    routine_failed: Callable[[str, BaseException], Ev_co]
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +109,7 @@ class ChildCrashed:
     exc: BaseException
 
 
-class CoordinationRoutine(ABC, Generic[Ev, Act]):
+class CoordinationRoutine(ABC):
     """Inbox, routine task, supervision and commit surface; the shell fills the hooks."""
 
     #: Names the routine task: ``aiogroup-<task_name>-<group id>``.
@@ -128,14 +121,12 @@ class CoordinationRoutine(ABC, Generic[Ev, Act]):
         subscription: SubscriptionState,
         config: ConsumerConfig,
         metrics: ConsumerMetrics,
-        machine: Machine[Ev, Act],
-        events: MachineEvents[Ev],
-        performers: Mapping[type[Any], Callable[[Any, Any], object]],
+        machine: Machine,
+        performers: Mapping[type[A.Action], Callable[[Any, Any], object]],
     ) -> None:
         if config.group_id is None:
             raise ConfigurationError(f"{type(self).__name__} needs config.group_id")
         self._machine = machine
-        self._events = events
         #: Action type -> its performer (the shell's table).
         self._performers = performers
         self._client = client
@@ -157,7 +148,7 @@ class CoordinationRoutine(ABC, Generic[Ev, Act]):
             self._group_id,
             self._listener_thread,
             lambda coro, name: self._generation.spawn(coro, name, cancel_on_close=False),
-            lambda kind, error: self._inbox.put_nowait(events.listener_completed(kind, error)),
+            lambda kind, error: self._inbox.put_nowait(E.ListenerCompleted(kind, error)),
         )
         #: (last poll time, a poll is waiting) as last told to the machine.
         self._last_fed_poll: tuple[float, bool] | None = None
@@ -169,7 +160,7 @@ class CoordinationRoutine(ABC, Generic[Ev, Act]):
 
     def _close_requested(self) -> list[Any]:
         """What ``close()`` puts on the inbox."""
-        return [self._events.close_requested()]
+        return [E.CloseRequested()]
 
     @abstractmethod
     def _after_step(self) -> None:
@@ -187,17 +178,17 @@ class CoordinationRoutine(ABC, Generic[Ev, Act]):
     def _commit_rules(self, auto: bool) -> CommitRules:
         """How this protocol classifies commit / offset-fetch answers."""
 
-    def _on_start(self) -> None:
+    def _on_start(self) -> None:  # noqa: B027 - an optional hook
         """Start the shell's own lifetime children."""
 
-    def _on_stop(self) -> None:
+    def _on_stop(self) -> None:  # noqa: B027 - an optional hook
         """Undo what ``_on_start`` registered."""
 
     def _dispatch_other(self, item: Any) -> None:
         """An inbox item that is not an event of the machine (the shell's own)."""
         self._feed(item)
 
-    async def _after_close(self, remaining: float) -> None:
+    async def _after_close(self, remaining: float) -> None:  # noqa: B027 - an optional hook
         """Run after the routine ended in ``close()``, within what is left of its timeout."""
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -287,7 +278,7 @@ class CoordinationRoutine(ABC, Generic[Ev, Act]):
                 if getter in done:
                     item, getter = getter.result(), None
                 else:
-                    item = self._events.timer_fired()
+                    item = E.TimerFired()
                 self._dispatch(item)
         except asyncio.CancelledError:
             raise
@@ -314,7 +305,7 @@ class CoordinationRoutine(ABC, Generic[Ev, Act]):
         and cannot take even that, report directly - the one way left to say it."""
         message = f"group coordination failed: {exc!r}"
         try:
-            self._feed(self._events.routine_failed(message, KafkaError(message)))
+            self._feed(E.RoutineFailed(message, KafkaError(message)))
         except Exception:
             log.exception("group %s: the machine could not take its own failure", self._group_id)
             self._subscription.report_error(KafkaError(message))
@@ -325,11 +316,11 @@ class CoordinationRoutine(ABC, Generic[Ev, Act]):
         if isinstance(item, SubscriptionPoke):
             self._on_subscription_poke()
         elif isinstance(item, PollPoke):
-            self._feed(self._events.timer_fired())  # the poll itself is fed first
+            self._feed(E.TimerFired())  # the poll itself is fed first
         else:
             self._dispatch_other(item)
 
-    def _feed(self, event: Ev) -> None:
+    def _feed(self, event: E.Event) -> None:
         """The one place the machine is driven; performs what it answers, in order."""
         now = asyncio.get_running_loop().time()
         sub = self._subscription
@@ -337,7 +328,7 @@ class CoordinationRoutine(ABC, Generic[Ev, Act]):
             poll = (sub.last_poll, sub.polls_waiting > 0)
             if poll != self._last_fed_poll:
                 self._last_fed_poll = poll
-                self._perform_all(self._machine.handle(self._events.polled(*poll), now))
+                self._perform_all(self._machine.handle(E.ApplicationPolled(*poll), now))
         actions = self._machine.handle(event, now)
         # A generation that ended closes its scope before this step's actions start
         # the next generation's children (see _support/supervision.py).
@@ -345,11 +336,11 @@ class CoordinationRoutine(ABC, Generic[Ev, Act]):
         self._perform_all(actions)
         self._after_step()
 
-    def _perform_all(self, actions: Iterable[Act]) -> None:
+    def _perform_all(self, actions: Iterable[A.Action]) -> None:
         for action in actions:
             self._perform(action)
 
-    def _perform(self, action: Act) -> None:
+    def _perform(self, action: A.Action) -> None:
         performer = self._performers.get(type(action))
         if performer is None:  # pragma: no cover - a new action type without a performer
             raise TypeError(f"no performer for {action!r}")
@@ -365,11 +356,13 @@ class CoordinationRoutine(ABC, Generic[Ev, Act]):
                 await self._auto_commit(parts, "before revocation")
             await self._listener.on_partitions_revoked(set(parts))
 
-        self._listeners.start("revoked", revoke)
+        self._listeners.start(E.Listener.REVOKED, revoke)
 
     def _start_lost(self, parts: frozenset[TopicPartition]) -> None:
         log.warning("group %s: partitions lost: %s", self._group_id, sorted(parts))
-        self._listeners.start("lost", lambda: self._listener.on_partitions_lost(set(parts)))
+        self._listeners.start(
+            E.Listener.LOST, lambda: self._listener.on_partitions_lost(set(parts))
+        )
 
     async def _run_assigned(self, partitions: frozenset[TopicPartition]) -> None:
         offsets = await self._listener.on_partitions_assigned(set(partitions))
@@ -442,7 +435,7 @@ class CoordinationRoutine(ABC, Generic[Ev, Act]):
 
     def _refresh(self, exc: BaseException) -> None:
         """A committed-offset lookup failed: the machine decides whether the user hears."""
-        self._inbox.put_nowait(self._events.committed_unavailable(exc, is_retriable(exc)))
+        self._inbox.put_nowait(E.CommittedOffsetsUnavailable(exc, is_retriable(exc)))
 
     # -- CommitPort: what the commit client borrows ----------------------------------------
 
@@ -467,8 +460,10 @@ class CoordinationRoutine(ABC, Generic[Ev, Act]):
         """Classic generations never ask for a retry with a newer epoch: a plain backoff."""
         return lambda: asyncio.sleep(self._retry_backoff)
 
-    def commit_answered(self, result: Any, generation: int) -> None:
+    def commit_answered(self, result: Any, generation: int) -> None:  # noqa: B027 - an optional hook
         """Tell the machine an OffsetCommit answer arrived (default: it does not care)."""
 
-    def offsets_request_failed(self, api: str, kind: str, generation: int, detail: str) -> None:
+    def offsets_request_failed(  # noqa: B027 - an optional hook
+        self, api: str, kind: str, generation: int, detail: str
+    ) -> None:
         """Tell the machine a commit or fetch got no answer (default: it does not care)."""

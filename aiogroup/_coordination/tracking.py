@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from aiogroup._membership import consumer_group as cg
 from aiogroup._membership import events as E
 
 __all__ = [
@@ -74,11 +73,11 @@ def consumer_subscription_diff(old_key: object, sub: SubscriptionView) -> Diff:
             return Diff(old_key)
         if sub.type == "AUTO_PATTERN":
             assert isinstance(pattern, str)
-            return Diff(key, cg.Subscribed(regex=pattern))
-        return Diff(key, cg.Subscribed(sub.topics))
+            return Diff(key, E.Subscribed(regex=pattern))
+        return Diff(key, E.Subscribed(sub.topics))
     if old_key is None:
         return Diff(None)
-    return Diff(None, cg.UnsubscribeRequested())
+    return Diff(None, E.UnsubscribeRequested())
 
 
 def snapshot_counts(

@@ -1,18 +1,33 @@
-"""Outputs of the membership machine: imperative instructions the shell performs.
+"""Outputs of the membership machines: imperative instructions the shell performs.
 
-The coordinator executes them in list order; order matters (``MarkRevoking`` must
-run before the listener it precedes is started).
+One vocabulary for every group protocol: finding the coordinator, running a
+rebalance callback, installing an assignment, raising to the application, backing
+off and warning are the same instructions whichever protocol decided them, so the
+routine performs them in one way.  A protocol's own requests are named after their
+API (``SendJoinGroup``, ``SendConsumerGroupHeartbeat``).
+
+The shell executes them in list order; order matters (``MarkRevoking`` must run
+before the listener it precedes is started).
+
+Partitions travel as ``(topic, partition)`` pairs (:data:`Partition`): aiokafka's
+TopicPartition is one, and the consumer-protocol machine, which may not import
+aiokafka, builds plain pairs; the shell hands the application TopicPartitions.
 """
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from aiogroup._membership.events import Listener
 from aiogroup._protocol.results import JoinGroupMember
 
 if TYPE_CHECKING:
     from aiogroup.structs import TopicPartition
+
+#: A partition by topic name; equal to (and hashed like) aiokafka's TopicPartition.
+Partition = tuple[str, int]
 
 __all__ = [
     "Action",
@@ -26,7 +41,10 @@ __all__ = [
     "InvokeOnPartitionsRevoked",
     "LogWarning",
     "MarkRevoking",
+    "Partition",
     "RaiseToApplication",
+    "RequestMetadata",
+    "SendConsumerGroupHeartbeat",
     "SendHeartbeat",
     "SendJoinGroup",
     "SendLeaveGroup",
@@ -96,6 +114,27 @@ class SendHeartbeat(Action):
 
 
 @dataclass(frozen=True, slots=True)
+class SendConsumerGroupHeartbeat(Action):
+    """One ConsumerGroupHeartbeat (KIP-848); None in an optional field means "unchanged"."""
+
+    member_id: str
+    member_epoch: int
+    instance_id: str | None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: tuple[str, ...] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    topic_partitions: dict[uuid.UUID, tuple[int, ...]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestMetadata(Action):
+    """Some assigned topic ids have no name yet: refresh metadata, feed TopicNamesResolved."""
+
+    topic_ids: frozenset[uuid.UUID]
+
+
+@dataclass(frozen=True, slots=True)
 class SendLeaveGroup(Action):
     member_id: str
     reason: str
@@ -112,36 +151,43 @@ class MarkRevoking(Action):
 class InvokeOnPartitionsRevoked(Action):
     """Run on_partitions_revoked; when ``commit_first``, auto-commit their positions before."""
 
-    partitions: frozenset[TopicPartition]
+    partitions: frozenset[Partition]
     commit_first: bool
 
 
 @dataclass(frozen=True, slots=True)
 class InvokeOnPartitionsAssigned(Action):
-    """Run on_partitions_assigned with the *newly added* partitions (maybe none)."""
+    """Run on_partitions_assigned with the *newly added* partitions (maybe none).
 
-    partitions: frozenset[TopicPartition]
+    ``generation_id``: the generation they were assigned in (the member epoch under
+    the consumer protocol), for the log line.
+    """
+
+    partitions: frozenset[Partition]
     generation_id: int
 
 
 @dataclass(frozen=True, slots=True)
 class InvokeOnPartitionsLost(Action):
-    partitions: frozenset[TopicPartition]
+    partitions: frozenset[Partition]
 
 
 @dataclass(frozen=True, slots=True)
 class CancelListener(Action):
     """The running listener overran the rebalance timeout; cancel it."""
 
-    kind: str
+    kind: Listener
     reason: str
 
 
 @dataclass(frozen=True, slots=True)
 class SetAssignment(Action):
-    """Install this assignment on the subscription state (None: no assignment at all)."""
+    """Install this assignment on the subscription state (None: no assignment at all).
 
-    partitions: frozenset[TopicPartition] | None
+    Performed before the listener that follows, so the fetcher serves exactly these.
+    """
+
+    partitions: frozenset[Partition] | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,44 +56,53 @@ from __future__ import annotations
 import enum
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from aiogroup._membership.actions import (
+    Action,
+    FindCoordinator,
+    InvokeOnPartitionsAssigned,
+    InvokeOnPartitionsLost,
+    InvokeOnPartitionsRevoked,
+    LogWarning,
+    RaiseToApplication,
+    RequestMetadata,
+    SendConsumerGroupHeartbeat,
+    SetAssignment,
+)
 from aiogroup._membership.codes import ErrorCode, code_name
 from aiogroup._membership.commit_outcomes import CommitGate
+from aiogroup._membership.events import (
+    ApplicationPolled,
+    BrokerIncompatible,
+    CloseRequested,
+    CommittedOffsetsUnavailable,
+    ConsumerGroupHeartbeatFailed,
+    ConsumerGroupHeartbeatResponseReceived,
+    CoordinatorFound,
+    CoordinatorLookupFailed,
+    Event,
+    Listener,
+    ListenerCompleted,
+    RoutineFailed,
+    SessionTimeoutLearned,
+    Subscribed,
+    TimerFired,
+    TopicNamesResolved,
+    UnsubscribeRequested,
+)
 
 __all__ = [
+    "ACTION_TYPES",
     "EVENT_TRANSITIONS",
+    "EVENT_TYPES",
     "HEARTBEAT_REACTIONS",
     "STATE_RULES",
-    "ApplicationPolled",
-    "BrokerIncompatible",
-    "CloseRequested",
-    "CommittedOffsetsUnavailable",
     "ConsumerMemberState",
     "ConsumerMembership",
     "ConsumerMembershipError",
-    "CoordinatorFound",
-    "CoordinatorLookupFailed",
-    "FindCoordinator",
-    "HeartbeatFailed",
     "HeartbeatReaction",
-    "HeartbeatResponseReceived",
-    "InvokeOnPartitionsAssigned",
-    "InvokeOnPartitionsLost",
-    "InvokeOnPartitionsRevoked",
-    "ListenerCompleted",
-    "LogWarning",
-    "RaiseToApplication",
-    "RequestMetadata",
-    "RoutineFailed",
-    "SendHeartbeat",
-    "SessionTimeoutLearned",
-    "SetAssignment",
-    "Subscribed",
-    "TimerFired",
-    "TopicNamesResolved",
-    "UnsubscribeRequested",
     "heartbeat_reaction",
     "mermaid_diagram",
 ]
@@ -139,146 +148,15 @@ _CAN_RECONCILE = frozenset({S.JOINING, S.RECONCILING, S.ACKNOWLEDGING, S.STABLE}
 C = ErrorCode
 
 
-# --- events (inputs) ------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    """Base class, only so that tables can be typed."""
-
-
-@dataclass(frozen=True, slots=True)
-class Subscribed(Event):
-    """The application subscribed (or changed its subscription): topic names or a regex."""
-
-    topics: frozenset[str] = frozenset()
-    #: A broker-side RE2J pattern (Kafka 4, heartbeat v1+); exclusive with ``topics``.
-    regex: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.regex is not None and self.topics:
-            raise ValueError("subscribe to topic names or to a regex, not both")
-        if self.regex is None and not self.topics:
-            raise ValueError("a subscription needs at least one topic (or a regex)")
-
-
-@dataclass(frozen=True, slots=True)
-class UnsubscribeRequested(Event):
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class CloseRequested(Event):
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class CoordinatorFound(Event):
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class CoordinatorLookupFailed(Event):
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class HeartbeatResponseReceived(Event):
-    error_code: int
-    member_epoch: int = 0
-    heartbeat_interval_ms: int = 0
-    member_id: str | None = None
-    #: The target assignment by topic id, or None when unchanged.
-    assignment: Mapping[uuid.UUID, tuple[int, ...]] | None = None
-    error_message: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class HeartbeatFailed(Event):
-    """The request never got an answer (connection lost, timeout)."""
-
-    reason: str
-
-
-class Listener(enum.Enum):
-    REVOKED = "on_partitions_revoked"
-    ASSIGNED = "on_partitions_assigned"
-    LOST = "on_partitions_lost"
-
-
-@dataclass(frozen=True, slots=True)
-class ListenerCompleted(Event):
-    listener: Listener
-    #: The listener's exception, described, or None.
-    error: str | None = None
-    #: The exception itself (what the application's next poll raises).
-    exception: BaseException | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class TopicNamesResolved(Event):
-    """Metadata named more topic ids (the assignment speaks ids; listeners speak names)."""
-
-    names: Mapping[uuid.UUID, str]
-
-
-@dataclass(frozen=True, slots=True)
-class ApplicationPolled(Event):
-    """The application polled (noticed at the step's ``now``).
-
-    ``waiting``: a getone/getmany is in progress, waiting for records - the
-    application is asking, so it counts as polling for as long as it waits.
-    """
-
-    waiting: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class SessionTimeoutLearned(Event):
-    """The coordinator's session timeout for this group, as the broker configures it
-    (DescribeConfigs): the delivery gate's bound from now on."""
-
-    session_timeout_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class TimerFired(Event):
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerIncompatible(Event):
-    """The broker speaks no version of ``api`` this client can use (sent nothing)."""
-
-    api: str
-    error: BaseException
-
-
-@dataclass(frozen=True, slots=True)
-class CommittedOffsetsUnavailable(Event):
-    """Looking up committed offsets failed; ``retriable``: asking again may succeed
-    (the shell asks again either way); the machine decides whether the user hears."""
-
-    error: BaseException
-    retriable: bool
-
-
-@dataclass(frozen=True, slots=True)
-class RoutineFailed(Event):
-    """The coordination routine failed (a bug): the member stops, the application hears."""
-
-    message: str
-    error: BaseException
-
-
+#: The events this machine takes (its table names each in some state).
 EVENT_TYPES: tuple[type[Event], ...] = (
     Subscribed,
     UnsubscribeRequested,
     CloseRequested,
     CoordinatorFound,
     CoordinatorLookupFailed,
-    HeartbeatResponseReceived,
-    HeartbeatFailed,
+    ConsumerGroupHeartbeatResponseReceived,
+    ConsumerGroupHeartbeatFailed,
     ListenerCompleted,
     TopicNamesResolved,
     ApplicationPolled,
@@ -290,79 +168,20 @@ EVENT_TYPES: tuple[type[Event], ...] = (
 )
 
 
-# --- actions (outputs) ----------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Action:
-    """Base class, only so that lists can be typed."""
-
-
-@dataclass(frozen=True, slots=True)
-class FindCoordinator(Action):
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class SendHeartbeat(Action):
-    """One ConsumerGroupHeartbeat; None in an optional field means "unchanged"."""
-
-    member_id: str
-    member_epoch: int
-    instance_id: str | None
-    rebalance_timeout_ms: int = -1
-    subscribed_topic_names: tuple[str, ...] | None = None
-    subscribed_topic_regex: str | None = None
-    server_assignor: str | None = None
-    topic_partitions: dict[uuid.UUID, tuple[int, ...]] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class InvokeOnPartitionsRevoked(Action):
-    partitions: frozenset[TopicPartition]
-    #: Commit the consumed offsets of these partitions first (auto-commit, as Java does).
-    commit_first: bool
-
-
-@dataclass(frozen=True, slots=True)
-class InvokeOnPartitionsAssigned(Action):
-    partitions: frozenset[TopicPartition]
-
-
-@dataclass(frozen=True, slots=True)
-class InvokeOnPartitionsLost(Action):
-    partitions: frozenset[TopicPartition]
-
-
-@dataclass(frozen=True, slots=True)
-class SetAssignment(Action):
-    """The partitions the fetcher may serve from now on (before the listener that follows)."""
-
-    partitions: frozenset[TopicPartition]
-
-
-@dataclass(frozen=True, slots=True)
-class RequestMetadata(Action):
-    """Some assigned topic ids have no name yet; refresh metadata and feed TopicNamesResolved."""
-
-    topic_ids: frozenset[uuid.UUID]
-
-
-@dataclass(frozen=True, slots=True)
-class RaiseToApplication(Action):
-    error_code: int
-    message: str
-    #: True: the member is finished (FATAL); False: reported once, the member carries on.
-    fatal: bool
-    #: What the application raises (None: the exception class of ``error_code``).
-    exception: BaseException | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class LogWarning(Action):
-    """Tell the operator what the application's polling cost (or restored); nothing else."""
-
-    message: str
+#: Every action this machine can return (the shell has a performer for each).
+ACTION_TYPES: frozenset[type[Action]] = frozenset(
+    {
+        FindCoordinator,
+        SendConsumerGroupHeartbeat,
+        SetAssignment,
+        InvokeOnPartitionsRevoked,
+        InvokeOnPartitionsAssigned,
+        InvokeOnPartitionsLost,
+        RequestMetadata,
+        RaiseToApplication,
+        LogWarning,
+    }
+)
 
 
 class ConsumerMembershipError(RuntimeError):
@@ -635,7 +454,7 @@ class ConsumerMembership:
 
     def _emit(self, action: Action) -> None:
         if isinstance(action, SetAssignment):
-            self.fetching = action.partitions
+            self.fetching = action.partitions or frozenset()
         self._out.append(action)
 
     def _stop_fetching(self) -> None:
@@ -689,9 +508,9 @@ class ConsumerMembership:
         return self.state in _IN_GROUP or self.state is S.LEAVING
 
     def _report(
-        self, code: int, message: str, *, fatal: bool, exception: BaseException | None = None
+        self, code: int | None, message: str, *, fatal: bool, exception: BaseException | None = None
     ) -> None:
-        action = RaiseToApplication(code, message, fatal, exception)
+        action = RaiseToApplication(message, code, exception, fatal)
         if fatal:
             self.error = action
         self._emit(action)
@@ -726,7 +545,7 @@ class ConsumerMembership:
         if urgent_heartbeat(self) or self.now >= self.next_heartbeat_at:
             self._emit(self._heartbeat())
 
-    def _heartbeat(self) -> SendHeartbeat:
+    def _heartbeat(self) -> SendConsumerGroupHeartbeat:
         cfg = self.config
         self.heartbeat_in_flight = True
         self.heartbeat_sent_at = self.now
@@ -735,7 +554,7 @@ class ConsumerMembership:
             self.leave_sent = True
             # Java: a static member always leaves with -2, so its instance id keeps
             # the assignment until the session expires or it comes back.
-            return SendHeartbeat(
+            return SendConsumerGroupHeartbeat(
                 self.member_id,
                 LEAVE_EPOCH if cfg.instance_id is None else LEAVE_STATIC_EPOCH,
                 cfg.instance_id,
@@ -768,7 +587,7 @@ class ConsumerMembership:
             self.inflight_owned = reported
         else:
             self.inflight_owned = None
-        return SendHeartbeat(
+        return SendConsumerGroupHeartbeat(
             self.member_id,
             self.member_epoch,
             cfg.instance_id,
@@ -894,7 +713,7 @@ def _on_coordinator_lookup_failed(m: M, ev: Event) -> None:
 
 
 def _on_heartbeat_failed(m: M, ev: Event) -> None:
-    assert isinstance(ev, HeartbeatFailed)
+    assert isinstance(ev, ConsumerGroupHeartbeatFailed)
     m.heartbeat_in_flight = False
     m.inflight_owned = None
     m._reset_sent()
@@ -908,7 +727,7 @@ def _on_heartbeat_failed(m: M, ev: Event) -> None:
 
 
 def _on_heartbeat_response(m: M, ev: Event) -> None:
-    assert isinstance(ev, HeartbeatResponseReceived)
+    assert isinstance(ev, ConsumerGroupHeartbeatResponseReceived)
     if not m.heartbeat_in_flight:
         return  # pragma: no cover - the shell has one heartbeat in flight at most
     m.heartbeat_in_flight = False
@@ -953,7 +772,7 @@ def _on_heartbeat_response(m: M, ev: Event) -> None:
         m._fail(ev.error_code, ev.error_message)
 
 
-def _describe(ev: HeartbeatResponseReceived) -> str:
+def _describe(ev: ConsumerGroupHeartbeatResponseReceived) -> str:
     text = f"ConsumerGroupHeartbeat failed with {code_name(ev.error_code)}"
     return f"{text}: {ev.error_message}" if ev.error_message else text
 
@@ -988,26 +807,25 @@ def _finish_leaving(m: M) -> None:
 
 def _on_listener_completed(m: M, ev: Event) -> None:
     assert isinstance(ev, ListenerCompleted)
-    if ev.listener is not m.listener:
+    if ev.kind is not m.listener:
         m.state = S.FATAL
-        raise ConsumerMembershipError(f"{ev.listener.value} completed but {m.listener} was running")
+        raise ConsumerMembershipError(f"{ev.kind.method} completed but {m.listener} was running")
     m.listener = None
     released, m.revoking = m.revoking, frozenset()
-    if ev.error is not None or ev.exception is not None:
-        error = ev.error if ev.error is not None else repr(ev.exception)
-        m._report(-1, f"{ev.listener.value} raised: {error}", fatal=False, exception=ev.exception)
+    if ev.error is not None:
+        m._report(None, f"{ev.kind.method} raised: {ev.error!r}", fatal=False, exception=ev.error)
     rec = m.reconciliation
     if rec is not None and m.state is S.RECONCILING:
-        if ev.listener is Listener.REVOKED and rec.step == "revoke":
+        if ev.kind is Listener.REVOKED and rec.step == "revoke":
             _assign_step(m, rec)
-        elif ev.listener is Listener.ASSIGNED and rec.step == "assign":
+        elif ev.kind is Listener.ASSIGNED and rec.step == "assign":
             rec.step = "done"
             m.owned = rec.goal
             m.acknowledged = False
             # Report the partitions on the next heartbeat even if the set looks
             # unchanged (Java's local assignment epoch does the same).
             m.sent.owned = None
-    if ev.listener is Listener.REVOKED and m.fetching & released:
+    if ev.kind is Listener.REVOKED and m.fetching & released:
         # The revoke was overtaken (a leave dropped its reconciliation, so no assign
         # step follows): the revoked partitions still leave the fetcher now.
         m._emit(SetAssignment(m.fetching - released))
@@ -1018,7 +836,7 @@ def _on_listener_completed(m: M, ev: Event) -> None:
 def _assign_step(m: M, rec: _Reconciliation) -> None:
     rec.step = "assign"
     m._emit(SetAssignment(m._named(rec.goal)))
-    m._invoke(InvokeOnPartitionsAssigned(m._named(rec.added)))
+    m._invoke(InvokeOnPartitionsAssigned(m._named(rec.added), m.member_epoch))
 
 
 def _on_topic_names(m: M, ev: Event) -> None:
@@ -1030,7 +848,7 @@ def _on_topic_names(m: M, ev: Event) -> None:
 def _on_polled(m: M, ev: Event) -> None:
     """The poll rule's input: a waiting poll is polling; after a poll leave, a rejoin is due."""
     assert isinstance(ev, ApplicationPolled)
-    m.last_poll = m.now
+    m.last_poll = min(ev.at, m.now)
     m.poll_waiting = ev.waiting
     if m.leave_reason is LeaveReason.POLL_TIMEOUT:
         # Also while the leave is still under way: the STALE rule rejoins when it ends.
@@ -1060,7 +878,7 @@ def _ignore(m: M, ev: Event) -> None:
 def _on_broker_incompatible(m: M, ev: Event) -> None:
     assert isinstance(ev, BrokerIncompatible)
     why = f"{ev.api}: the broker does not support it: {ev.error}"
-    m._report(-1, why, fatal=False, exception=ev.error)
+    m._report(None, why, fatal=False, exception=ev.error)
 
 
 def _on_committed_unavailable(m: M, ev: Event) -> None:
@@ -1068,13 +886,13 @@ def _on_committed_unavailable(m: M, ev: Event) -> None:
     assert isinstance(ev, CommittedOffsetsUnavailable)
     if not ev.retriable:
         why = f"cannot fetch committed offsets: {ev.error!r}"
-        m._report(-1, why, fatal=False, exception=ev.error)
+        m._report(None, why, fatal=False, exception=ev.error)
 
 
 def _on_routine_failed(m: M, ev: Event) -> None:
     """The shell broke: finished here (no listener can run any more)."""
     assert isinstance(ev, RoutineFailed)
-    m._report(-1, ev.message, fatal=True, exception=ev.error)
+    m._report(None, ev.message, fatal=True, exception=ev.error)
     m.state = S.FATAL
 
 
@@ -1114,8 +932,8 @@ for _s in S:
     EVENT_TRANSITIONS[(_s, TimerFired)] = _t(_on_timer)
     EVENT_TRANSITIONS[(_s, SessionTimeoutLearned)] = _t(_on_session_timeout)
     EVENT_TRANSITIONS[(_s, ListenerCompleted)] = _t(_on_listener_completed)
-    EVENT_TRANSITIONS[(_s, HeartbeatResponseReceived)] = _t(_on_late_heartbeat)
-    EVENT_TRANSITIONS[(_s, HeartbeatFailed)] = _t(_on_late_heartbeat)
+    EVENT_TRANSITIONS[(_s, ConsumerGroupHeartbeatResponseReceived)] = _t(_on_late_heartbeat)
+    EVENT_TRANSITIONS[(_s, ConsumerGroupHeartbeatFailed)] = _t(_on_late_heartbeat)
     EVENT_TRANSITIONS[(_s, BrokerIncompatible)] = _t(_on_broker_incompatible)
     EVENT_TRANSITIONS[(_s, CommittedOffsetsUnavailable)] = _t(_on_committed_unavailable)
     EVENT_TRANSITIONS[(_s, RoutineFailed)] = _t(_on_routine_failed, S.FATAL)
@@ -1132,18 +950,20 @@ for _s in (S.PREPARE_LEAVING, S.LEAVING):
     EVENT_TRANSITIONS[(_s, UnsubscribeRequested)] = _t(_on_leave_requested)
     EVENT_TRANSITIONS[(_s, CloseRequested)] = _t(_on_leave_requested)
 for _s in (*_MEMBER, S.PREPARE_LEAVING):
-    EVENT_TRANSITIONS[(_s, HeartbeatResponseReceived)] = _t(
+    EVENT_TRANSITIONS[(_s, ConsumerGroupHeartbeatResponseReceived)] = _t(
         _on_heartbeat_response, S.FENCED, S.FATAL
     )
-    EVENT_TRANSITIONS[(_s, HeartbeatFailed)] = _t(_on_heartbeat_failed)
+    EVENT_TRANSITIONS[(_s, ConsumerGroupHeartbeatFailed)] = _t(_on_heartbeat_failed)
 # Fenced while releasing: no FENCED detour, the leave ends without a leave heartbeat.
-EVENT_TRANSITIONS[(S.PREPARE_LEAVING, HeartbeatResponseReceived)] = _t(
+EVENT_TRANSITIONS[(S.PREPARE_LEAVING, ConsumerGroupHeartbeatResponseReceived)] = _t(
     _on_heartbeat_response, S.FATAL
 )
-EVENT_TRANSITIONS[(S.LEAVING, HeartbeatResponseReceived)] = _t(
+EVENT_TRANSITIONS[(S.LEAVING, ConsumerGroupHeartbeatResponseReceived)] = _t(
     _on_heartbeat_response, S.UNSUBSCRIBED, S.STALE
 )
-EVENT_TRANSITIONS[(S.LEAVING, HeartbeatFailed)] = _t(_on_heartbeat_failed, S.UNSUBSCRIBED, S.STALE)
+EVENT_TRANSITIONS[(S.LEAVING, ConsumerGroupHeartbeatFailed)] = _t(
+    _on_heartbeat_failed, S.UNSUBSCRIBED, S.STALE
+)
 # FATAL: the machine is finished; late answers, timers and a close are swallowed.
 for _ev in (
     CoordinatorFound,
@@ -1159,8 +979,8 @@ for _ev in (
 ):
     EVENT_TRANSITIONS[(S.FATAL, _ev)] = _t(_ignore)
 EVENT_TRANSITIONS[(S.FATAL, RoutineFailed)] = _t(_on_routine_failed)
-EVENT_TRANSITIONS[(S.FATAL, HeartbeatResponseReceived)] = _t(_on_late_heartbeat)
-EVENT_TRANSITIONS[(S.FATAL, HeartbeatFailed)] = _t(_on_late_heartbeat)
+EVENT_TRANSITIONS[(S.FATAL, ConsumerGroupHeartbeatResponseReceived)] = _t(_on_late_heartbeat)
+EVENT_TRANSITIONS[(S.FATAL, ConsumerGroupHeartbeatFailed)] = _t(_on_late_heartbeat)
 # The lost listener started on the way into FATAL still reports back.
 EVENT_TRANSITIONS[(S.FATAL, ListenerCompleted)] = _t(_on_listener_completed)
 

@@ -1,4 +1,13 @@
-"""Inputs to the membership machine: things that *happened*, named in the past tense.
+"""Inputs to the membership machines: things that *happened*, named in the past tense.
+
+One vocabulary for every group protocol.  The events of a member's life - the
+timer, the application's polls, its listeners ending, a close, a broker too old, a
+crash of the routine, a coordinator found or not - are the same events whichever
+protocol the member speaks, so both machines (classic and the consumer protocol,
+KIP-848) take these very classes and the routine builds them without knowing which
+machine it drives.  A protocol's own wire answers are named after their API
+(``JoinGroupResponseReceived``, ``ConsumerGroupHeartbeatResponseReceived``); each
+machine's transition table says which events it accepts.
 
 Each event is a frozen, slotted dataclass.  Responses carry the generation their
 request was sent under so the machine can drop a reply that arrives after the
@@ -8,6 +17,9 @@ generation).
 
 from __future__ import annotations
 
+import enum
+import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -25,13 +37,14 @@ if TYPE_CHECKING:  # the machine must not import aiokafka at run time
 __all__ = [
     "API_NAMES",
     "FAILURE_KINDS",
-    "LISTENER_KINDS",
     "REQUEST_FAILURES",
     "ApplicationPolled",
     "AssignmentComputed",
     "BrokerIncompatible",
     "CloseRequested",
     "CommittedOffsetsUnavailable",
+    "ConsumerGroupHeartbeatFailed",
+    "ConsumerGroupHeartbeatResponseReceived",
     "CoordinatorFound",
     "CoordinatorLookupFailed",
     "CoordinatorRequested",
@@ -43,6 +56,7 @@ __all__ = [
     "JoinGroupResponseReceived",
     "LeaveGroupFailed",
     "LeaveGroupResponseReceived",
+    "Listener",
     "ListenerCompleted",
     "MetadataChanged",
     "OffsetCommitFailed",
@@ -50,17 +64,33 @@ __all__ = [
     "OffsetFetchFailed",
     "RequestFailed",
     "RoutineFailed",
+    "SessionTimeoutLearned",
+    "Subscribed",
     "SubscriptionChanged",
     "SyncGroupFailed",
     "SyncGroupResponseReceived",
     "TimerFired",
+    "TopicNamesResolved",
+    "UnsubscribeRequested",
     "request_failed",
 ]
 
 #: connection: the socket broke; timeout: no answer in time; coordinator: the broker
 #: said it is not (or no longer) the coordinator, seen outside a table-driven API.
 FAILURE_KINDS = frozenset({"connection", "timeout", "coordinator"})
-LISTENER_KINDS = frozenset({"revoked", "assigned", "lost"})
+
+
+class Listener(enum.Enum):
+    """The three rebalance callbacks (Java's ConsumerRebalanceListener)."""
+
+    REVOKED = "revoked"
+    ASSIGNED = "assigned"
+    LOST = "lost"
+
+    @property
+    def method(self) -> str:
+        """The callback's name on the listener: ``on_partitions_<kind>``."""
+        return f"on_partitions_{self.value}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +115,8 @@ class MetadataChanged(Event):
 
 @dataclass(frozen=True, slots=True)
 class CoordinatorFound(Event):
+    """FindCoordinator named the group's coordinator and a connection to it works."""
+
     node_id: int
 
     def __post_init__(self) -> None:
@@ -158,12 +190,12 @@ class OffsetCommitResponseReceived(Event):
 class ListenerCompleted(Event):
     """A rebalance listener coroutine finished (error holds what it raised, if anything)."""
 
-    kind: str
+    kind: Listener
     error: BaseException | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in LISTENER_KINDS:
-            raise ValueError(f"listener kind must be one of {sorted(LISTENER_KINDS)}")
+        if not isinstance(self.kind, Listener):
+            raise TypeError(f"listener kind must be a Listener, got {self.kind!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +256,13 @@ class OffsetFetchFailed(RequestFailed):
     api: ClassVar[str] = "OffsetFetch"
 
 
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupHeartbeatFailed(RequestFailed):
+    """A consumer-protocol heartbeat got no answer (connection lost, timeout)."""
+
+    api: ClassVar[str] = "ConsumerGroupHeartbeat"
+
+
 #: API name -> its failure event, for the shell's one generic request path.
 REQUEST_FAILURES: dict[str, type[RequestFailed]] = {
     cls.api: cls
@@ -235,9 +274,10 @@ REQUEST_FAILURES: dict[str, type[RequestFailed]] = {
         LeaveGroupFailed,
         OffsetCommitFailed,
         OffsetFetchFailed,
+        ConsumerGroupHeartbeatFailed,
     )
 }
-#: The group APIs whose transport failures the machine reacts to.
+#: The group APIs whose transport failures the machines react to.
 API_NAMES = frozenset(REQUEST_FAILURES)
 
 
@@ -299,3 +339,58 @@ class RoutineFailed(Event):
 @dataclass(frozen=True, slots=True)
 class CloseRequested(Event):
     """The consumer is stopping: revoke, leave (dynamic members), then CLOSED."""
+
+
+# --- the consumer protocol (KIP-848) ---------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribed(Event):
+    """The application subscribed (or changed its subscription): topic names or a regex.
+
+    The consumer protocol sends the subscription itself, where the classic one only
+    needs to know it changed (:class:`SubscriptionChanged`).
+    """
+
+    topics: frozenset[str] = frozenset()
+    #: A broker-side RE2J pattern (Kafka 4, heartbeat v1+); exclusive with ``topics``.
+    regex: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.regex is not None and self.topics:
+            raise ValueError("subscribe to topic names or to a regex, not both")
+        if self.regex is None and not self.topics:
+            raise ValueError("a subscription needs at least one topic (or a regex)")
+
+
+@dataclass(frozen=True, slots=True)
+class UnsubscribeRequested(Event):
+    """The application unsubscribed: revoke what is owned, then leave."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupHeartbeatResponseReceived(Event):
+    """ConsumerGroupHeartbeat answered (error code, epoch, maybe a new target)."""
+
+    error_code: int
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    member_id: str | None = None
+    #: The target assignment by topic id, or None when unchanged.
+    assignment: Mapping[uuid.UUID, tuple[int, ...]] | None = None
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicNamesResolved(Event):
+    """Metadata named more topic ids (the assignment speaks ids; listeners speak names)."""
+
+    names: Mapping[uuid.UUID, str]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionTimeoutLearned(Event):
+    """The coordinator's session timeout for this group, as the broker configures it
+    (DescribeConfigs): the delivery gate's bound from now on."""
+
+    session_timeout_ms: int

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from aiogroup.structs import RebalanceProtocol, TopicPartition
 
 __all__ = [
+    "ACTION_TYPES",
     "AUTOMATIC_TRANSITIONS",
     "FIND_COORDINATOR_REACTIONS",
     "HEARTBEAT_ANSWERS",
@@ -456,7 +457,7 @@ class Membership:
         self._awaiting_assignment = False
         self._pending_assignment: frozenset[TopicPartition] | None = None
         self._revoking: frozenset[TopicPartition] = _NO_PARTITIONS
-        self.listener_kind: str | None = None
+        self.listener_kind: E.Listener | None = None
         self._listener_deadline: float | None = None
         self._backoff_until: float | None = None
         self._poll_expired_at: float | None = None
@@ -850,7 +851,7 @@ class Membership:
         added = new - self.owned
         self.owned = new
         out.append(A.SetAssignment(new))
-        self._start_listener("assigned")
+        self._start_listener(E.Listener.ASSIGNED)
         self.state = S.ASSIGNING
         out.append(A.InvokeOnPartitionsAssigned(added, self.generation_id))
 
@@ -898,25 +899,22 @@ class Membership:
 
     def _on_listener_completed(self, ev: E.Event, out: list[A.Action]) -> None:
         assert isinstance(ev, E.ListenerCompleted)
-        if ev.kind != self.listener_kind:
+        if ev.kind is not self.listener_kind:
             self.state = S.FATAL
-            raise MembershipProtocolError(
-                f"on_partitions_{ev.kind} completed while on_partitions_{self.listener_kind} ran"
-            )
+            running = "nothing" if self.listener_kind is None else self.listener_kind.method
+            raise MembershipProtocolError(f"{ev.kind.method} completed while {running} ran")
         self.listener_kind = None
         self._listener_deadline = None
         if ev.error is not None:
             out.append(
-                A.RaiseToApplication(
-                    f"on_partitions_{ev.kind} raised {ev.error!r}", exception=ev.error
-                )
+                A.RaiseToApplication(f"{ev.kind.method} raised {ev.error!r}", exception=ev.error)
             )
-        if ev.kind == "assigned":
+        if ev.kind is E.Listener.ASSIGNED:
             self.state = S.STABLE
             if self.auto_commit_interval is not None:
                 self._next_auto_commit = self._now + self.auto_commit_interval
             return
-        if ev.kind == "lost":
+        if ev.kind is E.Listener.LOST:
             self.owned = _NO_PARTITIONS
             out.append(A.SetAssignment(None))
             self.state = S.UNJOINED
@@ -1056,7 +1054,7 @@ class Membership:
 
     # -- stages -------------------------------------------------------------------------------
 
-    def _start_listener(self, kind: str) -> None:
+    def _start_listener(self, kind: E.Listener) -> None:
         self.listener_kind = kind
         self._listener_deadline = self._now + self.rebalance_timeout
 
@@ -1064,13 +1062,13 @@ class Membership:
         self._revoking = parts
         if parts:
             out.append(A.MarkRevoking(parts))
-        self._start_listener("revoked")
+        self._start_listener(E.Listener.REVOKED)
         self.state = S.REVOKING
         out.append(A.InvokeOnPartitionsRevoked(parts, commit_first and bool(parts)))
 
     def _start_lost(self, out: list[A.Action]) -> None:
         out.append(A.MarkRevoking(self.owned))
-        self._start_listener("lost")
+        self._start_listener(E.Listener.LOST)
         self.state = S.LOSING
         out.append(A.InvokeOnPartitionsLost(self.owned))
 
@@ -1164,7 +1162,7 @@ class Membership:
             out.append(
                 A.CancelListener(
                     self.listener_kind,
-                    f"on_partitions_{self.listener_kind} overran the rebalance timeout "
+                    f"{self.listener_kind.method} overran the rebalance timeout "
                     f"({self.rebalance_timeout:g}s)",
                 )
             )
@@ -1467,6 +1465,28 @@ STATE_RULES: tuple[StateRule, ...] = (
 )
 
 #: The rules as edges, by source state: {state: {target: reason}} (self-loops left out).
+#: Every action this machine can return (the shell has a performer for each).
+ACTION_TYPES: frozenset[type[A.Action]] = frozenset(
+    {
+        A.FindCoordinator,
+        A.SendJoinGroup,
+        A.ComputeAssignment,
+        A.SendSyncGroup,
+        A.SendHeartbeat,
+        A.SendLeaveGroup,
+        A.MarkRevoking,
+        A.InvokeOnPartitionsRevoked,
+        A.InvokeOnPartitionsAssigned,
+        A.InvokeOnPartitionsLost,
+        A.CancelListener,
+        A.SetAssignment,
+        A.AutoCommit,
+        A.Backoff,
+        A.RaiseToApplication,
+        A.LogWarning,
+    }
+)
+
 AUTOMATIC_TRANSITIONS: dict[MemberState, dict[MemberState, str]] = {}
 for _rule in STATE_RULES:
     for _source in sorted(_rule.sources, key=lambda st: st.value):

@@ -142,15 +142,15 @@ async def test_coordinator_waits_for_an_overrunning_sync_callback_and_reports_it
     listener = BlockingRevoke()
     coordinator._listener = as_async_listener(listener, thread=coordinator._listener_thread)
     coordinator._listeners.start(
-        "revoked", lambda: coordinator._listener.on_partitions_revoked({TP})
+        E.Listener.REVOKED, lambda: coordinator._listener.on_partitions_revoked({TP})
     )
     assert await asyncio.to_thread(listener.entered.wait, HANDSHAKE)
-    coordinator._perform(A.CancelListener("revoked", "on_partitions_revoked overran (1s)"))
+    coordinator._perform(A.CancelListener(E.Listener.REVOKED, "on_partitions_revoked overran (1s)"))
     await asyncio.sleep(0.05)
     assert coordinator._inbox.empty()  # still waiting for the thread
     listener.release.set()
     done = await asyncio.wait_for(coordinator._inbox.get(), HANDSHAKE)
-    assert isinstance(done, E.ListenerCompleted) and done.kind == "revoked"
+    assert isinstance(done, E.ListenerCompleted) and done.kind is E.Listener.REVOKED
     assert isinstance(done.error, RebalanceListenerError)
     assert "overran" in str(done.error) and "listener thread" in str(done.error)
     await coordinator.abort()
@@ -166,10 +166,10 @@ async def test_coordinator_still_cancels_an_overrunning_async_callback() -> None
 
     coordinator._listener = Slow()
     coordinator._listeners.start(
-        "revoked", lambda: coordinator._listener.on_partitions_revoked({TP})
+        E.Listener.REVOKED, lambda: coordinator._listener.on_partitions_revoked({TP})
     )
     await asyncio.sleep(0)
-    coordinator._perform(A.CancelListener("revoked", "on_partitions_revoked overran (1s)"))
+    coordinator._perform(A.CancelListener(E.Listener.REVOKED, "on_partitions_revoked overran (1s)"))
     done = await asyncio.wait_for(coordinator._inbox.get(), HANDSHAKE)
     assert isinstance(done, E.ListenerCompleted)
     assert isinstance(done.error, RebalanceListenerError) and "overran" in str(done.error)
@@ -202,7 +202,7 @@ async def test_new_partitions_are_held_until_the_assigned_callback_ends(ending: 
     assert not state.is_fetchable
     release.set()
     done = await asyncio.wait_for(coordinator._inbox.get(), HANDSHAKE)
-    assert isinstance(done, E.ListenerCompleted) and done.kind == "assigned"
+    assert isinstance(done, E.ListenerCompleted) and done.kind is E.Listener.ASSIGNED
     assert state.is_fetchable
     assert state.position == (3 if ending == "returns" else 0)
     assert (done.error is None) == (ending == "returns")
@@ -262,11 +262,16 @@ async def test_leader_snapshot_keeps_what_the_assignor_saw() -> None:
     assert task is None or task.done()
 
 
-def test_every_classic_action_has_a_performer() -> None:
+def test_every_action_has_a_performer_in_the_shell_of_each_machine_that_returns_it() -> None:
+    from aiogroup._coordination import consumer_protocol_routine
     from aiogroup._coordination.classic_routine import _PERFORMERS
+    from aiogroup._membership import consumer_group, machine
 
     # From the module, not Action.__subclasses__(): dataclass(slots=True) replaces each class.
     declared = {v for v in vars(A).values() if isinstance(v, type) and issubclass(v, A.Action)} - {
         A.Action
     }
-    assert len(declared) > 10 and declared == set(_PERFORMERS)
+    assert set(_PERFORMERS) == machine.ACTION_TYPES
+    assert set(consumer_protocol_routine._PERFORMERS) == consumer_group.ACTION_TYPES
+    # One vocabulary: no action is left that no machine returns.
+    assert machine.ACTION_TYPES | consumer_group.ACTION_TYPES == declared

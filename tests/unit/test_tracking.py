@@ -11,7 +11,6 @@ from aiogroup._coordination.tracking import (
     partition_count_change,
     snapshot_counts,
 )
-from aiogroup._membership import consumer_group as cg
 from aiogroup._membership import events as E
 
 TOPICS = SubscriptionView("AUTO_TOPICS", frozenset({"a"}), frozenset({"a"}))
@@ -45,13 +44,13 @@ def test_classic_unsubscribe_and_assign_leave_once() -> None:
 
 def test_consumer_protocol_sends_the_pattern_not_its_matches() -> None:
     first = consumer_subscription_diff(None, PATTERN)
-    assert first.event == cg.Subscribed(regex="t.*")
+    assert first.event == E.Subscribed(regex="t.*")
     more = SubscriptionView("AUTO_PATTERN", frozenset(), frozenset({"t1", "t2"}), PATTERN.pattern)
     assert consumer_subscription_diff(first.key, more).event is None
     topics = consumer_subscription_diff(first.key, TOPICS)
-    assert topics.event == cg.Subscribed(frozenset({"a"}))
+    assert topics.event == E.Subscribed(frozenset({"a"}))
     none = SubscriptionView("NONE", frozenset(), frozenset())
-    assert consumer_subscription_diff(topics.key, none).event == cg.UnsubscribeRequested()
+    assert consumer_subscription_diff(topics.key, none).event == E.UnsubscribeRequested()
     assert consumer_subscription_diff(None, none).event is None
 
 

@@ -114,5 +114,5 @@ def to_stable(
         A.SetAssignment(partitions),
         A.InvokeOnPartitionsAssigned(partitions, generation),
     ]
-    assert m.handle(E.ListenerCompleted("assigned"), now) == []
+    assert m.handle(E.ListenerCompleted(E.Listener.ASSIGNED), now) == []
     assert m.state is MemberState.STABLE

@@ -8,6 +8,7 @@ import pytest
 
 from aiogroup._membership import events as E
 from aiogroup._membership.machine import (
+    ACTION_TYPES,
     AUTOMATIC_TRANSITIONS,
     TRANSITIONS,
     Membership,
@@ -65,7 +66,7 @@ def _assigning(m: Membership) -> Membership:
 
 
 def _stable(m: Membership) -> Membership:
-    _assigning(m).handle(E.ListenerCompleted("assigned"), 0.0)
+    _assigning(m).handle(E.ListenerCompleted(E.Listener.ASSIGNED), 0.0)
     return m
 
 
@@ -78,7 +79,7 @@ def _stable_empty_lapsed(m: Membership) -> Membership:
     """STABLE owning nothing, its session lapsed without a heartbeat answer: it keeps
     heartbeating (member id and generation kept) while the coordinator is looked up."""
     _completing_follower(m).handle(sync_ok(1, frozenset()), 0.0)
-    m.handle(E.ListenerCompleted("assigned"), 0.0)
+    m.handle(E.ListenerCompleted(E.Listener.ASSIGNED), 0.0)
     m.handle(E.TimerFired(), 1.0)  # a heartbeat goes out and is never answered
     m.handle(E.TimerFired(), SESSION)
     assert m.session_unproven and m.coordinator_id is None and m.generation_id == 1
@@ -100,7 +101,7 @@ def _losing(m: Membership) -> Membership:
 
 
 def _leaving(m: Membership) -> Membership:
-    _revoking(m).handle(E.ListenerCompleted("revoked"), 0.2)
+    _revoking(m).handle(E.ListenerCompleted(E.Listener.REVOKED), 0.2)
     return m
 
 
@@ -155,7 +156,7 @@ def sample(event_type: type[E.Event], m: Membership) -> E.Event:
         E.OffsetCommitResponseReceived: E.OffsetCommitResponseReceived(
             OffsetCommitResult({("t", 0): 0}), gen
         ),
-        E.ListenerCompleted: E.ListenerCompleted(m.listener_kind or "assigned"),
+        E.ListenerCompleted: E.ListenerCompleted(m.listener_kind or E.Listener.ASSIGNED),
         E.FindCoordinatorFailed: E.FindCoordinatorFailed("connection"),
         E.JoinGroupFailed: E.JoinGroupFailed("connection", gen),
         E.SyncGroupFailed: E.SyncGroupFailed("timeout", gen),
@@ -169,6 +170,13 @@ def sample(event_type: type[E.Event], m: Membership) -> E.Event:
         E.BrokerIncompatible: E.BrokerIncompatible("JoinGroup", ValueError("no v9")),
         E.CommittedOffsetsUnavailable: E.CommittedOffsetsUnavailable(ValueError("no"), False),
         E.RoutineFailed: E.RoutineFailed("group coordination failed: bug", ValueError("bug")),
+        # The consumer protocol's own events: a classic member refuses every one.
+        E.Subscribed: E.Subscribed(frozenset({"t"})),
+        E.UnsubscribeRequested: E.UnsubscribeRequested(),
+        E.ConsumerGroupHeartbeatResponseReceived: E.ConsumerGroupHeartbeatResponseReceived(0),
+        E.ConsumerGroupHeartbeatFailed: E.ConsumerGroupHeartbeatFailed("connection"),
+        E.TopicNamesResolved: E.TopicNamesResolved({}),
+        E.SessionTimeoutLearned: E.SessionTimeoutLearned(45000),
     }
     return samples[event_type]
 
@@ -213,12 +221,13 @@ def test_every_state_and_event(protocol: object, builder: str, event_type: type[
         assert m.state is (state if state in (S.CLOSED, S.FATAL) else S.FATAL)
         return
     try:
-        m.handle(event, 0.5)
+        out = m.handle(event, 0.5)
     except MembershipProtocolError:
         # only a handler's own consistency check may refuse, and it leaves FATAL behind
         assert m.state is S.FATAL
         return
     assert m.state in _reachable(transition.targets)
+    assert {type(a) for a in out} <= ACTION_TYPES, out
 
 
 def test_mermaid_diagram_is_drawn_from_the_tables() -> None:

@@ -12,7 +12,14 @@ import uuid
 
 import pytest
 
+from aiogroup._membership import actions as acts
 from aiogroup._membership import consumer_group as cg
+from aiogroup._membership import events as E
+from aiogroup._membership.actions import (
+    InvokeOnPartitionsLost,
+    RaiseToApplication,
+    SendConsumerGroupHeartbeat,
+)
 from aiogroup._membership.codes import ErrorCode
 from aiogroup._membership.commit_outcomes import (
     COMMIT_OUTCOMES,
@@ -28,26 +35,32 @@ from aiogroup._membership.consumer_group import (
     EVENT_TYPES,
     HEARTBEAT_REACTIONS,
     STATE_RULES,
-    ApplicationPolled,
-    CloseRequested,
     ConsumerMembership,
     ConsumerMembershipError,
     ConsumerMemberState,
+    HeartbeatReaction,
+    heartbeat_reaction,
+)
+from aiogroup._membership.events import (
+    ApplicationPolled,
+    CloseRequested,
+    ConsumerGroupHeartbeatFailed,
+    ConsumerGroupHeartbeatResponseReceived,
     CoordinatorFound,
     CoordinatorLookupFailed,
-    HeartbeatFailed,
-    HeartbeatReaction,
-    HeartbeatResponseReceived,
-    InvokeOnPartitionsLost,
     Listener,
     ListenerCompleted,
-    RaiseToApplication,
-    SendHeartbeat,
     Subscribed,
     TimerFired,
     TopicNamesResolved,
     UnsubscribeRequested,
-    heartbeat_reaction,
+)
+from aiogroup._protocol.results import (
+    HeartbeatResult,
+    JoinGroupResult,
+    LeaveGroupResult,
+    OffsetCommitResult,
+    SyncGroupResult,
 )
 
 S = ConsumerMemberState
@@ -59,8 +72,8 @@ FIRED: set[str] = set()
 
 def ok(
     epoch: int, assignment: dict[uuid.UUID, tuple[int, ...]] | None = None
-) -> HeartbeatResponseReceived:
-    return HeartbeatResponseReceived(
+) -> ConsumerGroupHeartbeatResponseReceived:
+    return ConsumerGroupHeartbeatResponseReceived(
         0, member_epoch=epoch, heartbeat_interval_ms=1000, assignment=assignment
     )
 
@@ -70,10 +83,11 @@ def member() -> tuple[ConsumerMembership, list[float]]:
     return ConsumerMembership("g", "m", max_poll_interval=100.0), clock
 
 
-def feed(m: ConsumerMembership, clock: list[float], *events: cg.Event) -> list[cg.Action]:
-    out: list[cg.Action] = []
+def feed(m: ConsumerMembership, clock: list[float], *events: E.Event) -> list[acts.Action]:
+    out: list[acts.Action] = []
     for ev in events:
         out = m.handle(ev, clock[0])
+        assert {type(a) for a in out} <= cg.ACTION_TYPES, out
     FIRED.update(why for _, _, why in m.trace)
     return out
 
@@ -87,7 +101,7 @@ def joined(
         clock,
         TopicNamesResolved({A: "a", B: "b"}),
         Subscribed(frozenset({"a"})),
-        CoordinatorFound(),
+        CoordinatorFound(1),
         ok(1, assignment),
     )
     return m, clock
@@ -100,7 +114,7 @@ def in_state(state: ConsumerMemberState) -> tuple[ConsumerMembership, list[float
         return member()
     if state is S.JOINING:
         m, clock = member()
-        feed(m, clock, Subscribed(frozenset({"a"})), CoordinatorFound())
+        feed(m, clock, Subscribed(frozenset({"a"})), CoordinatorFound(1))
         return m, clock
     if state is S.RECONCILING:
         m, clock = joined({A: (0,)})
@@ -119,7 +133,7 @@ def in_state(state: ConsumerMemberState) -> tuple[ConsumerMembership, list[float
         return m, clock
     if state is S.FENCED:
         m, clock = in_state(S.STABLE)
-        feed(m, clock, HeartbeatResponseReceived(110))
+        feed(m, clock, ConsumerGroupHeartbeatResponseReceived(110))
         return m, clock
     if state is S.PREPARE_LEAVING:
         m, clock = in_state(S.STABLE)
@@ -139,7 +153,7 @@ def in_state(state: ConsumerMemberState) -> tuple[ConsumerMembership, list[float
         return m, clock
     if state is S.FATAL:
         m, clock = in_state(S.STABLE)
-        feed(m, clock, HeartbeatResponseReceived(30))
+        feed(m, clock, ConsumerGroupHeartbeatResponseReceived(30))
         return m, clock
     raise AssertionError(state)
 
@@ -150,33 +164,67 @@ def test_every_state_is_reachable(state: ConsumerMemberState) -> None:
     assert m.state is state
 
 
-SAMPLES: dict[type[cg.Event], list[cg.Event]] = {
+SAMPLES: dict[type[E.Event], list[E.Event]] = {
     Subscribed: [Subscribed(frozenset({"a", "b"})), Subscribed(regex="a.*")],
     UnsubscribeRequested: [UnsubscribeRequested()],
     CloseRequested: [CloseRequested()],
-    CoordinatorFound: [CoordinatorFound()],
-    CoordinatorLookupFailed: [CoordinatorLookupFailed("x")],
-    HeartbeatResponseReceived: [
+    CoordinatorFound: [CoordinatorFound(1)],
+    CoordinatorLookupFailed: [CoordinatorLookupFailed(-1, "x")],
+    ConsumerGroupHeartbeatResponseReceived: [
         ok(2, {A: (0,), B: (1,)}),
         ok(1),
-        *(HeartbeatResponseReceived(int(code)) for code in ErrorCode if code),
-        HeartbeatResponseReceived(9999),
+        *(ConsumerGroupHeartbeatResponseReceived(int(code)) for code in ErrorCode if code),
+        ConsumerGroupHeartbeatResponseReceived(9999),
     ],
-    HeartbeatFailed: [HeartbeatFailed("lost")],
+    ConsumerGroupHeartbeatFailed: [ConsumerGroupHeartbeatFailed("connection")],
     ListenerCompleted: [ListenerCompleted(kind) for kind in Listener],
     TopicNamesResolved: [TopicNamesResolved({uuid.UUID(int=0xC): "c"})],
-    ApplicationPolled: [ApplicationPolled()],
+    ApplicationPolled: [ApplicationPolled(0.0)],
     TimerFired: [TimerFired()],
-    cg.SessionTimeoutLearned: [cg.SessionTimeoutLearned(6000), cg.SessionTimeoutLearned(0)],
-    cg.BrokerIncompatible: [cg.BrokerIncompatible("Metadata", ValueError("no v12"))],
-    cg.CommittedOffsetsUnavailable: [
-        cg.CommittedOffsetsUnavailable(ValueError("denied"), retriable=False),
-        cg.CommittedOffsetsUnavailable(ValueError("timeout"), retriable=True),
+    E.SessionTimeoutLearned: [E.SessionTimeoutLearned(6000), E.SessionTimeoutLearned(0)],
+    E.BrokerIncompatible: [E.BrokerIncompatible("Metadata", ValueError("no v12"))],
+    E.CommittedOffsetsUnavailable: [
+        E.CommittedOffsetsUnavailable(ValueError("denied"), retriable=False),
+        E.CommittedOffsetsUnavailable(ValueError("timeout"), retriable=True),
     ],
-    cg.RoutineFailed: [cg.RoutineFailed("group coordination failed: bug", ValueError("bug"))],
+    E.RoutineFailed: [E.RoutineFailed("group coordination failed: bug", ValueError("bug"))],
 }
 assert set(SAMPLES) == set(EVENT_TYPES)
-PAIRS = [(state, event) for state in S for etype in EVENT_TYPES for event in SAMPLES[etype]]
+#: The classic protocol's own events: this machine refuses every one.
+CLASSIC_SAMPLES: dict[type[E.Event], list[E.Event]] = {
+    E.SubscriptionChanged: [E.SubscriptionChanged(True)],
+    E.MetadataChanged: [E.MetadataChanged("partitions added")],
+    E.CoordinatorRequested: [E.CoordinatorRequested()],
+    E.JoinGroupResponseReceived: [
+        E.JoinGroupResponseReceived(JoinGroupResult(0, 1, "consumer", "range", "m", "m"))
+    ],
+    E.AssignmentComputed: [E.AssignmentComputed()],
+    E.SyncGroupResponseReceived: [E.SyncGroupResponseReceived(SyncGroupResult(0, b""), 1)],
+    E.HeartbeatResponseReceived: [E.HeartbeatResponseReceived(HeartbeatResult(0), 1)],
+    E.LeaveGroupResponseReceived: [E.LeaveGroupResponseReceived(LeaveGroupResult(0))],
+    E.OffsetCommitResponseReceived: [
+        E.OffsetCommitResponseReceived(OffsetCommitResult({("a", 0): 0}), 1)
+    ],
+    **{cls: [cls("connection")] for cls in E.REQUEST_FAILURES.values()},
+}
+del CLASSIC_SAMPLES[E.ConsumerGroupHeartbeatFailed]
+VOCABULARY = {
+    cls for cls in vars(E).values() if isinstance(cls, type) and issubclass(cls, E.Event)
+} - {E.Event, E.RequestFailed}
+
+
+def test_samples_cover_the_whole_vocabulary() -> None:
+    assert set(SAMPLES) | set(CLASSIC_SAMPLES) == VOCABULARY
+    assert not set(SAMPLES) & set(CLASSIC_SAMPLES)
+
+
+ALL_SAMPLES = {**SAMPLES, **CLASSIC_SAMPLES}
+PAIRS = [
+    (state, event)
+    for state in S
+    for etype in sorted(ALL_SAMPLES, key=lambda c: c.__name__)
+    for event in ALL_SAMPLES[etype]
+]
 RULE_TARGETS = {rule.target for rule in STATE_RULES}
 
 
@@ -184,7 +232,7 @@ RULE_TARGETS = {rule.target for rule in STATE_RULES}
     ("state", "event"), PAIRS, ids=lambda x: getattr(x, "value", type(x).__name__)
 )
 def test_every_pair_is_a_declared_move_or_the_protocol_error(
-    state: ConsumerMemberState, event: cg.Event
+    state: ConsumerMemberState, event: E.Event
 ) -> None:
     m, clock = in_state(state)
     clock[0] += 0.5
@@ -196,7 +244,7 @@ def test_every_pair_is_a_declared_move_or_the_protocol_error(
         # Undeclared pair, or a listener completing that is not the one running.
         assert tr is None or isinstance(event, ListenerCompleted)
         if isinstance(event, ListenerCompleted):
-            assert event.listener is not m.listener or m.listener is None
+            assert event.kind is not m.listener or m.listener is None
         return
     assert tr is not None, f"{type(event).__name__} accepted in {state} without a table entry"
     assert m.state in {state} | tr.targets | RULE_TARGETS
@@ -212,14 +260,14 @@ def test_every_state_rule_fires_somewhere() -> None:
     assert m.state is S.JOINING
     m, clock = joined({})  # first target equals owned (nothing): still assigned once
     m, clock = in_state(S.STALE)
-    feed(m, clock, ApplicationPolled())
+    feed(m, clock, ApplicationPolled(clock[0]))
     m, clock = member()
     feed(m, clock, Subscribed(frozenset({"a"})), CloseRequested())  # nothing to leave
     m, clock = in_state(S.STABLE)
     feed(m, clock, ok(1))
     clock[0] = 100.0
     feed(m, clock, TimerFired())
-    feed(m, clock, HeartbeatResponseReceived(110), ListenerCompleted(Listener.REVOKED))
+    feed(m, clock, ConsumerGroupHeartbeatResponseReceived(110), ListenerCompleted(Listener.REVOKED))
     assert m.state is S.STALE
     m, clock = in_state(S.LEAVING)
     feed(m, clock, Subscribed(frozenset({"b"})), ok(1))
@@ -263,7 +311,9 @@ def test_every_documented_heartbeat_code_has_a_reaction() -> None:
 def test_each_heartbeat_code_from_stable(code: int) -> None:
     m, clock = in_state(S.STABLE)
     out = feed(
-        m, clock, HeartbeatResponseReceived(code, member_epoch=1, heartbeat_interval_ms=1000)
+        m,
+        clock,
+        ConsumerGroupHeartbeatResponseReceived(code, member_epoch=1, heartbeat_interval_ms=1000),
     )
     reaction = heartbeat_reaction(code)
     assert not m.heartbeat_in_flight or reaction is HeartbeatReaction.FIND_COORDINATOR
@@ -275,7 +325,9 @@ def test_each_heartbeat_code_from_stable(code: int) -> None:
         assert m.next_deadline() == pytest.approx(1.1)
         clock[0] = 1.1
         assert [type(a).__name__ for a in feed(m, clock, TimerFired())] == ["FindCoordinator"]
-        assert [type(a).__name__ for a in feed(m, clock, CoordinatorFound())] == ["SendHeartbeat"]
+        assert [type(a).__name__ for a in feed(m, clock, CoordinatorFound(1))] == [
+            "SendConsumerGroupHeartbeat"
+        ]
     elif reaction is HeartbeatReaction.RETRY_BACKOFF:
         assert m.state is S.STABLE and out == []
         assert m.next_deadline() == pytest.approx(1.1)
@@ -294,7 +346,7 @@ def test_each_heartbeat_code_from_stable(code: int) -> None:
 @pytest.mark.parametrize("code", [*sorted(int(c) for c in ErrorCode), 9999])
 def test_each_heartbeat_code_while_leaving_ends_the_leave(code: int) -> None:
     m, clock = in_state(S.LEAVING)
-    feed(m, clock, HeartbeatResponseReceived(code))
+    feed(m, clock, ConsumerGroupHeartbeatResponseReceived(code))
     assert m.state is S.UNSUBSCRIBED
 
 
@@ -336,4 +388,6 @@ def test_heartbeat_keeps_flowing_in_every_member_state() -> None:
             assert deadline is not None
             clock[0] = deadline
             out = feed(m, clock, TimerFired())
-            assert any(isinstance(a, SendHeartbeat) for a in out) or m.heartbeat_in_flight
+            assert (
+                any(isinstance(a, SendConsumerGroupHeartbeat) for a in out) or m.heartbeat_in_flight
+            )

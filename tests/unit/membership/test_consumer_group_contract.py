@@ -23,7 +23,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from aiogroup._membership import actions as A
 from aiogroup._membership import consumer_group as cg
+from aiogroup._membership import events as E
 from aiogroup._membership.codes import ErrorCode
 
 S = cg.ConsumerMemberState
@@ -46,20 +48,20 @@ class ConsumerContract(RuleBasedStateMachine):
         self.now = 0.0
         self.m = cg.ConsumerMembership("g", "m", max_poll_interval=1000.0)
         self.held: set[tuple[str, int]] = set()
-        self.running: list[cg.Action] = []  # the listener the shell runs now (at most one)
+        self.running: list[A.Action] = []  # the listener the shell runs now (at most one)
         self.fetching: frozenset[tuple[str, int]] = frozenset()
         self.pending_assign: set[tuple[str, int]] = set()
-        self.in_flight: cg.SendHeartbeat | None = None
+        self.in_flight: A.SendConsumerGroupHeartbeat | None = None
         self.fenced_since_join = False
         self.epoch = 0
-        self.feed(cg.TopicNamesResolved(TOPICS))
+        self.feed(E.TopicNamesResolved(TOPICS))
 
-    def feed(self, event: cg.Event) -> None:
+    def feed(self, event: E.Event) -> None:
         for action in self.m.handle(event, self.now):
             self.perform(action)
 
-    def perform(self, action: cg.Action) -> None:
-        if isinstance(action, cg.SendHeartbeat):
+    def perform(self, action: A.Action) -> None:
+        if isinstance(action, A.SendConsumerGroupHeartbeat):
             assert self.in_flight is None, "two heartbeats in flight"
             assert self.m.state not in NOT_IN_GROUP, f"heartbeat in {self.m.state}"
             if action.member_epoch == 0:
@@ -67,28 +69,28 @@ class ConsumerContract(RuleBasedStateMachine):
             if action.member_epoch < 0:
                 assert self.m.state is S.LEAVING
             self.in_flight = action
-        elif isinstance(action, (cg.InvokeOnPartitionsRevoked, cg.InvokeOnPartitionsLost)):
+        elif isinstance(action, (A.InvokeOnPartitionsRevoked, A.InvokeOnPartitionsLost)):
             assert not self.running, "listeners overlap"
             assert set(action.partitions) <= self.held, "released what was never given"
-            if isinstance(action, cg.InvokeOnPartitionsRevoked):
+            if isinstance(action, A.InvokeOnPartitionsRevoked):
                 assert self.m.member_epoch > 0, "revoked after the membership was lost"
             self.running.append(action)
-        elif isinstance(action, cg.InvokeOnPartitionsAssigned):
+        elif isinstance(action, A.InvokeOnPartitionsAssigned):
             assert not self.running, "listeners overlap"
             assert not (set(action.partitions) & self.held), "assigned twice"
             self.running.append(action)
-        elif isinstance(action, cg.SetAssignment):
+        elif isinstance(action, A.SetAssignment):
             self.fetching = action.partitions
-        elif isinstance(action, cg.RequestMetadata):
+        elif isinstance(action, A.RequestMetadata):
             pass
-        elif isinstance(action, cg.FindCoordinator):
-            self.feed(cg.CoordinatorFound())
-        elif isinstance(action, cg.RaiseToApplication):
+        elif isinstance(action, A.FindCoordinator):
+            self.feed(E.CoordinatorFound(1))
+        elif isinstance(action, A.RaiseToApplication):
             pass
 
     @rule(topics=st.sets(st.sampled_from(["a", "b"]), min_size=1))
     def subscribe(self, topics: set[str]) -> None:
-        self.feed(cg.Subscribed(frozenset(topics)))
+        self.feed(E.Subscribed(frozenset(topics)))
 
     @precondition(lambda self: self.in_flight is not None)
     @rule(assignment=assignments, bump=st.integers(0, 2))
@@ -98,7 +100,7 @@ class ConsumerContract(RuleBasedStateMachine):
         self.in_flight = None
         self.epoch = max(self.epoch, sent.member_epoch, 0) + bump + (sent.member_epoch == 0)
         self.feed(
-            cg.HeartbeatResponseReceived(
+            E.ConsumerGroupHeartbeatResponseReceived(
                 0, member_epoch=self.epoch, heartbeat_interval_ms=1000, assignment=assignment
             )
         )
@@ -107,53 +109,53 @@ class ConsumerContract(RuleBasedStateMachine):
     @rule(code=codes)
     def heartbeat_error(self, code: int) -> None:
         self.in_flight = None
-        self.feed(cg.HeartbeatResponseReceived(code))
+        self.feed(E.ConsumerGroupHeartbeatResponseReceived(code))
 
     @precondition(lambda self: self.in_flight is not None)
     @rule()
     def heartbeat_lost(self) -> None:
         self.in_flight = None
-        self.feed(cg.HeartbeatFailed("connection reset"))
+        self.feed(E.ConsumerGroupHeartbeatFailed("connection", -1, "connection reset"))
 
     @precondition(lambda self: bool(self.running))
     @rule(fail=st.booleans())
     def listener_returns(self, fail: bool) -> None:
         action = self.running.pop()
-        if isinstance(action, cg.InvokeOnPartitionsAssigned):
+        if isinstance(action, A.InvokeOnPartitionsAssigned):
             self.held |= set(action.partitions)
-            kind = cg.Listener.ASSIGNED
+            kind = E.Listener.ASSIGNED
         else:
-            assert isinstance(action, (cg.InvokeOnPartitionsRevoked, cg.InvokeOnPartitionsLost))
+            assert isinstance(action, (A.InvokeOnPartitionsRevoked, A.InvokeOnPartitionsLost))
             self.held -= set(action.partitions)
             kind = (
-                cg.Listener.REVOKED
-                if isinstance(action, cg.InvokeOnPartitionsRevoked)
-                else cg.Listener.LOST
+                E.Listener.REVOKED
+                if isinstance(action, A.InvokeOnPartitionsRevoked)
+                else E.Listener.LOST
             )
-        self.feed(cg.ListenerCompleted(kind, "boom" if fail else None))
+        self.feed(E.ListenerCompleted(kind, RuntimeError("boom") if fail else None))
 
     @rule(dt=st.floats(0.0, 3.0))
     def time_passes(self, dt: float) -> None:
         self.now += dt
-        self.feed(cg.TimerFired())
+        self.feed(E.TimerFired())
 
     @rule()
     def poll(self) -> None:
-        self.feed(cg.ApplicationPolled())
+        self.feed(E.ApplicationPolled(self.now))
 
     @rule()
     def unsubscribe(self) -> None:
-        self.feed(cg.UnsubscribeRequested())
+        self.feed(E.UnsubscribeRequested())
 
     @rule()
     def close(self) -> None:
-        self.feed(cg.CloseRequested())
+        self.feed(E.CloseRequested())
 
     @invariant()
     def fetcher_serves_only_what_is_or_is_being_given(self) -> None:
         coming: set[tuple[str, int]] = set()
         for action in self.running:
-            if isinstance(action, cg.InvokeOnPartitionsAssigned):
+            if isinstance(action, A.InvokeOnPartitionsAssigned):
                 coming |= set(action.partitions)
         assert set(self.fetching) <= self.held | coming
 
@@ -162,7 +164,7 @@ class ConsumerContract(RuleBasedStateMachine):
         # The shell marks only revocations (their auto-commit reads the positions);
         # a loss has the fetcher stop serving its partitions before it starts.
         for action in self.running:
-            if isinstance(action, cg.InvokeOnPartitionsLost):
+            if isinstance(action, A.InvokeOnPartitionsLost):
                 assert not (self.fetching & action.partitions), "fetcher serves lost partitions"
 
     @invariant()

@@ -9,27 +9,33 @@ import uuid
 
 import pytest
 
+from aiogroup._membership import actions as acts
 from aiogroup._membership import consumer_group as cg
-from aiogroup._membership.consumer_group import (
-    ApplicationPolled,
-    CloseRequested,
-    ConsumerMembership,
-    ConsumerMembershipError,
-    ConsumerMemberState,
-    CoordinatorFound,
-    CoordinatorLookupFailed,
+from aiogroup._membership import events as E
+from aiogroup._membership.actions import (
     FindCoordinator,
-    HeartbeatFailed,
-    HeartbeatResponseReceived,
     InvokeOnPartitionsAssigned,
     InvokeOnPartitionsLost,
     InvokeOnPartitionsRevoked,
-    Listener,
-    ListenerCompleted,
     RaiseToApplication,
     RequestMetadata,
-    SendHeartbeat,
+    SendConsumerGroupHeartbeat,
     SetAssignment,
+)
+from aiogroup._membership.consumer_group import (
+    ConsumerMembership,
+    ConsumerMembershipError,
+    ConsumerMemberState,
+)
+from aiogroup._membership.events import (
+    ApplicationPolled,
+    CloseRequested,
+    ConsumerGroupHeartbeatFailed,
+    ConsumerGroupHeartbeatResponseReceived,
+    CoordinatorFound,
+    CoordinatorLookupFailed,
+    Listener,
+    ListenerCompleted,
     Subscribed,
     TimerFired,
     TopicNamesResolved,
@@ -49,14 +55,14 @@ def tps(*pairs: tuple[str, int]) -> frozenset[TopicPartition]:
 
 def ok(
     epoch: int, assignment: dict[uuid.UUID, tuple[int, ...]] | None = None
-) -> HeartbeatResponseReceived:
-    return HeartbeatResponseReceived(
+) -> ConsumerGroupHeartbeatResponseReceived:
+    return ConsumerGroupHeartbeatResponseReceived(
         0, member_epoch=epoch, heartbeat_interval_ms=3000, assignment=assignment
     )
 
 
-def error(code: int, message: str | None = None) -> HeartbeatResponseReceived:
-    return HeartbeatResponseReceived(code, error_message=message)
+def error(code: int, message: str | None = None) -> ConsumerGroupHeartbeatResponseReceived:
+    return ConsumerGroupHeartbeatResponseReceived(code, error_message=message)
 
 
 class Driver:
@@ -66,7 +72,7 @@ class Driver:
         self.now = 0.0
         self.m = ConsumerMembership("g", "m-1", **kwargs)  # type: ignore[arg-type]
 
-    def send(self, event: cg.Event) -> list[cg.Action]:
+    def send(self, event: E.Event) -> list[acts.Action]:
         return self.m.handle(event, self.now)
 
     @property
@@ -79,8 +85,8 @@ class Driver:
         assert self.send(Subscribed(frozenset({"a", "b"}))) == [
             FindCoordinator("heartbeat in JOINING")
         ]
-        out = self.send(CoordinatorFound())
-        assert [type(a) for a in out] == [SendHeartbeat]
+        out = self.send(CoordinatorFound(1))
+        assert [type(a) for a in out] == [SendConsumerGroupHeartbeat]
         self.send(ok(1, assignment if assignment is not None else {}))
 
     def stable_with(self, assignment: dict[uuid.UUID, tuple[int, ...]]) -> None:
@@ -96,8 +102,8 @@ def test_join_sends_full_state_with_empty_owned_partitions() -> None:
     d = Driver(server_assignor="uniform", instance_id="i-1", rebalance_timeout_ms=60000)
     d.send(Subscribed(frozenset({"b", "a"})))
     assert d.state is S.JOINING
-    (hb,) = d.send(CoordinatorFound())
-    assert hb == SendHeartbeat(
+    (hb,) = d.send(CoordinatorFound(1))
+    assert hb == SendConsumerGroupHeartbeat(
         member_id="m-1",
         member_epoch=0,
         instance_id="i-1",
@@ -120,13 +126,15 @@ def test_first_assignment_is_assigned_then_acknowledged() -> None:
     assert d.m.heartbeat_interval == 3.0
     d.now = 3.0
     (hb,) = d.send(TimerFired())
-    assert isinstance(hb, SendHeartbeat) and hb.topic_partitions is None  # still reconciling
+    assert (
+        isinstance(hb, SendConsumerGroupHeartbeat) and hb.topic_partitions is None
+    )  # still reconciling
     assert hb.subscribed_topic_names is None and hb.rebalance_timeout_ms == -1  # unchanged
     d.send(ok(1))
     out = d.send(ListenerCompleted(Listener.ASSIGNED))
     assert d.state is S.ACKNOWLEDGING
     (ack,) = out
-    assert isinstance(ack, SendHeartbeat) and ack.topic_partitions == {A: (0, 1)}
+    assert isinstance(ack, SendConsumerGroupHeartbeat) and ack.topic_partitions == {A: (0, 1)}
     d.send(ok(1))
     assert d.state is S.STABLE
     assert d.m.owned_partitions() == tps(("a", 0), ("a", 1))
@@ -136,11 +144,11 @@ def test_first_assignment_actions_in_order() -> None:
     d = Driver()
     d.send(TopicNamesResolved(NAMES))
     d.send(Subscribed(frozenset({"a"})))
-    d.send(CoordinatorFound())
+    d.send(CoordinatorFound(1))
     out = d.send(ok(1, {A: (1, 0)}))
     assert out == [
         SetAssignment(tps(("a", 0), ("a", 1))),
-        InvokeOnPartitionsAssigned(tps(("a", 0), ("a", 1))),
+        InvokeOnPartitionsAssigned(tps(("a", 0), ("a", 1)), 1),
     ]
 
 
@@ -148,12 +156,12 @@ def test_empty_assignment_still_calls_assigned_once() -> None:
     d = Driver()
     d.send(TopicNamesResolved(NAMES))
     d.send(Subscribed(frozenset({"a"})))
-    d.send(CoordinatorFound())
+    d.send(CoordinatorFound(1))
     out = d.send(ok(1, {}))
-    assert out == [SetAssignment(frozenset()), InvokeOnPartitionsAssigned(frozenset())]
+    assert out == [SetAssignment(frozenset()), InvokeOnPartitionsAssigned(frozenset(), 1)]
     out = d.send(ListenerCompleted(Listener.ASSIGNED))
     assert d.state is S.ACKNOWLEDGING
-    assert [a.topic_partitions for a in out if isinstance(a, SendHeartbeat)] == [{}]
+    assert [a.topic_partitions for a in out if isinstance(a, SendConsumerGroupHeartbeat)] == [{}]
     d.send(ok(1))
     assert d.state is S.STABLE
 
@@ -170,19 +178,22 @@ def test_new_target_revokes_first_then_assigns_heartbeats_flowing() -> None:
     for t in (6.0, 9.0, 12.0):
         d.now = t
         (hb,) = d.send(TimerFired())
-        assert isinstance(hb, SendHeartbeat) and hb.member_epoch == 2
+        assert isinstance(hb, SendConsumerGroupHeartbeat) and hb.member_epoch == 2
         assert hb.topic_partitions is None
         d.send(ok(2))
         assert d.state is S.RECONCILING
     out = d.send(ListenerCompleted(Listener.REVOKED))
     assert out == [
         SetAssignment(tps(("a", 1), ("b", 0))),
-        InvokeOnPartitionsAssigned(tps(("b", 0))),
+        InvokeOnPartitionsAssigned(tps(("b", 0)), 2),
     ]
     out = d.send(ListenerCompleted(Listener.ASSIGNED))
     assert d.state is S.ACKNOWLEDGING
     (ack,) = out
-    assert isinstance(ack, SendHeartbeat) and ack.topic_partitions == {A: (1,), B: (0,)}
+    assert isinstance(ack, SendConsumerGroupHeartbeat) and ack.topic_partitions == {
+        A: (1,),
+        B: (0,),
+    }
     d.send(ok(2))
     assert d.state is S.STABLE
 
@@ -198,14 +209,14 @@ def test_target_changing_mid_reconciliation_is_reconciled_next() -> None:
     d.send(ok(3, {A: (1,), B: (0,)}))  # new target while revoking
     assert d.send(ListenerCompleted(Listener.REVOKED)) == [
         SetAssignment(tps(("a", 1))),
-        InvokeOnPartitionsAssigned(frozenset()),
+        InvokeOnPartitionsAssigned(frozenset(), 3),
     ]
     out = d.send(ListenerCompleted(Listener.ASSIGNED))
     # The first reconciliation is done; the next starts at once from ACKNOWLEDGING.
     assert d.state is S.RECONCILING
     assert out == [
         SetAssignment(tps(("a", 1), ("b", 0))),
-        InvokeOnPartitionsAssigned(tps(("b", 0))),
+        InvokeOnPartitionsAssigned(tps(("b", 0)), 3),
     ]
 
 
@@ -213,10 +224,10 @@ def test_unresolved_topic_ids_ask_for_metadata_and_wait() -> None:
     d = Driver()
     d.send(TopicNamesResolved({A: "a"}))
     d.send(Subscribed(frozenset({"a", "b"})))
-    d.send(CoordinatorFound())
+    d.send(CoordinatorFound(1))
     out = d.send(ok(1, {A: (0,), B: (0,)}))
     assert out[0] == RequestMetadata(frozenset({B}))
-    assert out[1:] == [SetAssignment(tps(("a", 0))), InvokeOnPartitionsAssigned(tps(("a", 0)))]
+    assert out[1:] == [SetAssignment(tps(("a", 0))), InvokeOnPartitionsAssigned(tps(("a", 0)), 1)]
     d.send(ListenerCompleted(Listener.ASSIGNED))
     d.send(ok(1))
     assert d.state is S.STABLE
@@ -224,7 +235,7 @@ def test_unresolved_topic_ids_ask_for_metadata_and_wait() -> None:
     assert d.state is S.RECONCILING
     assert out == [
         SetAssignment(tps(("a", 0), ("b", 0))),
-        InvokeOnPartitionsAssigned(tps(("b", 0))),
+        InvokeOnPartitionsAssigned(tps(("b", 0)), 1),
     ]
 
 
@@ -242,21 +253,25 @@ def test_fenced_loses_partitions_and_rejoins_with_epoch_zero(code: int) -> None:
     out = d.send(ListenerCompleted(Listener.LOST))
     assert d.state is S.JOINING
     (hb,) = out
-    assert isinstance(hb, SendHeartbeat) and hb.member_epoch == 0 and hb.member_id == "m-1"
+    assert (
+        isinstance(hb, SendConsumerGroupHeartbeat)
+        and hb.member_epoch == 0
+        and hb.member_id == "m-1"
+    )
     assert hb.topic_partitions == {} and hb.subscribed_topic_names == ("a", "b")
 
 
 def test_fenced_with_nothing_owned_rejoins_at_once() -> None:
     d = Driver()
     d.send(Subscribed(frozenset({"a"})))
-    d.send(CoordinatorFound())
+    d.send(CoordinatorFound(1))
     d.send(ok(1))  # joined, no assignment yet: heartbeats now wait for the interval
     assert d.state is S.JOINING and d.m.next_deadline() == 3.0
     d.now = 3.0
     d.send(TimerFired())
     out = d.send(error(110))
     assert d.state is S.JOINING
-    assert [type(a) for a in out] == [SendHeartbeat]
+    assert [type(a) for a in out] == [SendConsumerGroupHeartbeat]
 
 
 def test_fenced_mid_revoke_waits_for_the_listener_then_loses_the_rest() -> None:
@@ -289,7 +304,7 @@ def test_fenced_mid_assign_loses_the_goal() -> None:
 @pytest.mark.parametrize(("instance_id", "epoch"), [(None, -1), ("i-1", -2)])
 @pytest.mark.parametrize("leave", [UnsubscribeRequested(), CloseRequested()])
 def test_leave_revokes_then_sends_leave_epoch(
-    instance_id: str | None, epoch: int, leave: cg.Event
+    instance_id: str | None, epoch: int, leave: E.Event
 ) -> None:
     d = Driver(instance_id=instance_id)
     d.stable_with({A: (0,)})
@@ -300,7 +315,7 @@ def test_leave_revokes_then_sends_leave_epoch(
     clear, hb = d.send(ListenerCompleted(Listener.REVOKED))
     assert clear == SetAssignment(frozenset())
     assert d.state is S.LEAVING
-    assert hb == SendHeartbeat("m-1", epoch, instance_id)
+    assert hb == SendConsumerGroupHeartbeat("m-1", epoch, instance_id)
     d.send(error(25))  # whatever the answer
     assert d.state is S.UNSUBSCRIBED
     assert d.m.finished == isinstance(leave, CloseRequested)
@@ -314,8 +329,8 @@ def test_leave_while_a_heartbeat_is_in_flight_waits_for_it() -> None:
     assert d.send(CloseRequested()) == []
     assert d.state is S.LEAVING
     (hb,) = d.send(ok(1))
-    assert isinstance(hb, SendHeartbeat) and hb.member_epoch == -1
-    d.send(HeartbeatFailed("connection lost"))
+    assert isinstance(hb, SendConsumerGroupHeartbeat) and hb.member_epoch == -1
+    d.send(ConsumerGroupHeartbeatFailed("connection", 1, "connection lost"))
     assert d.state is S.UNSUBSCRIBED and d.m.finished
 
 
@@ -333,12 +348,16 @@ def test_fenced_while_leaving_skips_the_leave_heartbeat() -> None:
 def test_close_before_the_join_is_answered() -> None:
     d = Driver()
     d.send(Subscribed(frozenset({"a"})))
-    d.send(CoordinatorFound())
+    d.send(CoordinatorFound(1))
     assert d.send(CloseRequested()) == []
     assert d.state is S.PREPARE_LEAVING
     # The join is answered: now a member, so it leaves properly.
     (hb,) = d.send(ok(1, {A: (0,)}))
-    assert d.state is S.LEAVING and isinstance(hb, SendHeartbeat) and hb.member_epoch == -1
+    assert (
+        d.state is S.LEAVING
+        and isinstance(hb, SendConsumerGroupHeartbeat)
+        and hb.member_epoch == -1
+    )
 
 
 def test_close_before_any_heartbeat_needs_no_leave() -> None:
@@ -364,7 +383,7 @@ def test_resubscribe_after_unsubscribe_rejoins() -> None:
     assert d.state is S.UNSUBSCRIBED
     (hb,) = d.send(Subscribed(frozenset({"b"})))
     assert d.state is S.JOINING
-    assert isinstance(hb, SendHeartbeat) and hb.member_epoch == 0
+    assert isinstance(hb, SendConsumerGroupHeartbeat) and hb.member_epoch == 0
     assert hb.subscribed_topic_names == ("b",)
 
 
@@ -374,14 +393,14 @@ def test_subscription_change_goes_out_with_the_next_heartbeat() -> None:
     assert d.send(Subscribed(frozenset({"a"}))) == []
     d.now = 3.0
     (hb,) = d.send(TimerFired())
-    assert isinstance(hb, SendHeartbeat) and hb.subscribed_topic_names == ("a",)
+    assert isinstance(hb, SendConsumerGroupHeartbeat) and hb.subscribed_topic_names == ("a",)
 
 
 def test_regex_subscription_is_sent_instead_of_names() -> None:
     d = Driver()
     d.send(Subscribed(regex="t-.*"))
-    (hb,) = d.send(CoordinatorFound())
-    assert isinstance(hb, SendHeartbeat)
+    (hb,) = d.send(CoordinatorFound(1))
+    assert isinstance(hb, SendConsumerGroupHeartbeat)
     assert hb.subscribed_topic_regex == "t-.*" and hb.subscribed_topic_names is None
 
 
@@ -403,7 +422,7 @@ def test_poll_timeout_leaves_and_the_next_poll_rejoins() -> None:
     out = d.send(TimerFired())
     assert d.state is S.PREPARE_LEAVING
     assert out[:2] == [
-        cg.LogWarning(
+        acts.LogWarning(
             "the application has not polled (getone/getmany/getmany_arrow/async for) for "
             "10.0s, longer than max_poll_interval_ms (10s): leaving the group so its "
             "partitions go to live members; the next poll rejoins"
@@ -414,17 +433,17 @@ def test_poll_timeout_leaves_and_the_next_poll_rejoins() -> None:
     assert d.send(ListenerCompleted(Listener.REVOKED)) == [SetAssignment(frozenset())]
     assert d.state is S.LEAVING
     (hb,) = d.send(ok(1))
-    assert isinstance(hb, SendHeartbeat) and hb.member_epoch == -1
+    assert isinstance(hb, SendConsumerGroupHeartbeat) and hb.member_epoch == -1
     d.send(ok(1))
     assert d.state is S.STALE and not d.m.finished and d.m.awaiting_poll
     d.now = 12.0
-    warning, hb = d.send(ApplicationPolled())
-    assert warning == cg.LogWarning(
+    warning, hb = d.send(ApplicationPolled(d.now))
+    assert warning == acts.LogWarning(
         "the application polled again 2.0s after this member left its group because "
         "max_poll_interval_ms (10s) passed without a poll: rejoining"
     )
     assert d.state is S.JOINING and not d.m.awaiting_poll
-    assert isinstance(hb, SendHeartbeat) and hb.member_epoch == 0
+    assert isinstance(hb, SendConsumerGroupHeartbeat) and hb.member_epoch == 0
 
 
 def test_coordinator_errors() -> None:
@@ -435,21 +454,21 @@ def test_coordinator_errors() -> None:
     assert d.send(error(16)) == []  # NOT_COORDINATOR: look it up again after a backoff
     d.now = 3.1
     assert d.send(TimerFired()) == [FindCoordinator("heartbeat in STABLE")]
-    (hb,) = d.send(CoordinatorFound())
+    (hb,) = d.send(CoordinatorFound(1))
     # An error resets what was "sent": the next heartbeat repeats the full state.
-    assert isinstance(hb, SendHeartbeat) and hb.subscribed_topic_names == ("a", "b")
+    assert isinstance(hb, SendConsumerGroupHeartbeat) and hb.subscribed_topic_names == ("a", "b")
     assert hb.topic_partitions == {}
     d.send(error(14))  # COORDINATOR_LOAD_IN_PROGRESS: back off
     assert d.m.next_deadline() == pytest.approx(3.2)
     d.now = 3.25
     (hb,) = d.send(TimerFired())
-    assert d.send(HeartbeatFailed("connection reset")) == []
+    assert d.send(ConsumerGroupHeartbeatFailed("connection", 1, "connection reset")) == []
     assert d.m.coordinator_known is False
     assert d.m.next_deadline() == pytest.approx(3.35)
     d.now = 3.4
     (find,) = d.send(TimerFired())
     assert isinstance(find, FindCoordinator)
-    out = d.send(CoordinatorLookupFailed("none"))
+    out = d.send(CoordinatorLookupFailed(15))
     assert out == [] and d.m.next_deadline() == pytest.approx(3.5)
     d.now = 3.5
     assert [type(a) for a in d.send(TimerFired())] == [FindCoordinator]
@@ -478,7 +497,7 @@ def test_topic_authorization_is_reported_and_heartbeats_continue() -> None:
     d.send(TimerFired())
     (rep,) = d.send(error(29, "no access to t"))
     assert rep == RaiseToApplication(
-        29, "ConsumerGroupHeartbeat failed with TOPIC_AUTHORIZATION_FAILED: no access to t", False
+        "ConsumerGroupHeartbeat failed with TOPIC_AUTHORIZATION_FAILED: no access to t", 29
     )
     assert d.state is S.STABLE
 
@@ -486,8 +505,11 @@ def test_topic_authorization_is_reported_and_heartbeats_continue() -> None:
 def test_listener_error_is_reported_and_reconciliation_goes_on() -> None:
     d = Driver()
     d.join({A: (0,)})
-    out = d.send(ListenerCompleted(Listener.ASSIGNED, error="boom"))
-    assert out[0] == RaiseToApplication(-1, "on_partitions_assigned raised: boom", False)
+    boom = RuntimeError("boom")
+    out = d.send(ListenerCompleted(Listener.ASSIGNED, boom))
+    assert out[0] == RaiseToApplication(
+        "on_partitions_assigned raised: RuntimeError('boom')", None, boom, False
+    )
     assert d.state is S.ACKNOWLEDGING
 
 
@@ -511,9 +533,11 @@ def test_commit_gate_follows_membership() -> None:
 def test_member_id_from_the_coordinator_wins() -> None:
     d = Driver()
     d.send(Subscribed(frozenset({"a"})))
-    d.send(CoordinatorFound())
+    d.send(CoordinatorFound(1))
     d.send(
-        HeartbeatResponseReceived(0, member_epoch=1, heartbeat_interval_ms=5000, member_id="srv")
+        ConsumerGroupHeartbeatResponseReceived(
+            0, member_epoch=1, heartbeat_interval_ms=5000, member_id="srv"
+        )
     )
     assert d.m.member_id == "srv"
 
@@ -543,7 +567,7 @@ def test_subscribe_again_while_leaving_rejoins_after_the_leave() -> None:
     d.send(ListenerCompleted(Listener.REVOKED))
     (hb,) = d.send(ok(1))  # the leave's answer
     assert d.state is S.JOINING
-    assert isinstance(hb, SendHeartbeat) and hb.member_epoch == 0
+    assert isinstance(hb, SendConsumerGroupHeartbeat) and hb.member_epoch == 0
     assert hb.subscribed_topic_names == ("b",)
 
 
@@ -570,7 +594,7 @@ def test_close_overtaking_a_revoke_still_takes_the_revoked_out_of_the_fetcher() 
     ]
     clear, hb = d.send(ListenerCompleted(Listener.REVOKED))
     assert clear == SetAssignment(frozenset())
-    assert isinstance(hb, SendHeartbeat) and hb.member_epoch == -1
+    assert isinstance(hb, SendConsumerGroupHeartbeat) and hb.member_epoch == -1
     assert d.state is S.LEAVING
 
 
@@ -584,7 +608,7 @@ def test_fenced_while_a_close_waits_to_revoke_loses_instead() -> None:
     assert d.send(CloseRequested()) == []
     d.now = 3.0
     (hb,) = d.send(TimerFired())
-    assert isinstance(hb, SendHeartbeat) and hb.member_epoch == 1
+    assert isinstance(hb, SendConsumerGroupHeartbeat) and hb.member_epoch == 1
     # Fenced: the queued revoke becomes a loss, so the fetcher stops before it starts.
     assert d.send(error(110)) == [SetAssignment(frozenset())]
     assert d.m.member_epoch == 0
@@ -620,18 +644,21 @@ def test_no_client_side_session_expiry_only_the_broker_fences() -> None:
     while d.now < 60.0:
         d.now += 0.5
         for action in d.send(TimerFired()):
-            if isinstance(action, SendHeartbeat):
-                assert d.send(HeartbeatFailed("connection refused")) == []
+            if isinstance(action, SendConsumerGroupHeartbeat):
+                assert (
+                    d.send(ConsumerGroupHeartbeatFailed("connection", 1, "connection refused"))
+                    == []
+                )
             elif isinstance(action, FindCoordinator):
-                assert d.send(CoordinatorLookupFailed("no broker")) == []
+                assert d.send(CoordinatorLookupFailed(-1, "no broker")) == []
             else:
                 pytest.fail(f"unexpected {action}")
     assert (d.state, d.m.owned, d.m.member_epoch) == (S.STABLE, owned, epoch)
     d.now += 1.0
     out = d.send(TimerFired())
     if any(isinstance(a, FindCoordinator) for a in out):
-        out = d.send(CoordinatorFound())
-    assert [type(a) for a in out] == [SendHeartbeat]
+        out = d.send(CoordinatorFound(1))
+    assert [type(a) for a in out] == [SendConsumerGroupHeartbeat]
     out = d.send(error(110))  # FENCED_MEMBER_EPOCH: now the partitions are lost
     assert InvokeOnPartitionsLost(tps(("a", 0), ("a", 1))) in out, out
 
@@ -644,7 +671,7 @@ def test_no_gate_before_the_join_is_answered() -> None:
     assert d.m.membership_valid_until() is None
     d.send(TopicNamesResolved(NAMES))
     d.send(Subscribed(frozenset({"a"})))
-    d.send(CoordinatorFound())
+    d.send(CoordinatorFound(1))
     assert d.m.membership_valid_until() is None  # epoch 0, owns nothing
 
 
@@ -652,17 +679,17 @@ def test_gate_is_the_acknowledged_send_time_plus_the_interval_until_the_session_
     d = Driver()
     d.stable_with({A: (0,)})  # every heartbeat sent and answered at t=0
     assert d.m.membership_valid_until() == 3.0  # interval 3 s: shorter than any session
-    d.send(cg.SessionTimeoutLearned(45_000))
+    d.send(E.SessionTimeoutLearned(45_000))
     assert d.m.membership_valid_until() == 45.0
 
 
 def test_gate_moves_with_the_send_time_not_the_arrival_of_the_answer() -> None:
     d = Driver()
     d.stable_with({A: (0,)})
-    d.send(cg.SessionTimeoutLearned(6000))
+    d.send(E.SessionTimeoutLearned(6000))
     d.now = 3.0
     (hb,) = d.send(TimerFired())
-    assert isinstance(hb, SendHeartbeat)
+    assert isinstance(hb, SendConsumerGroupHeartbeat)
     d.now = 5.5  # a slow answer: the broker's session restarted no earlier than t=3
     d.send(ok(1))
     assert d.m.membership_valid_until() == 9.0
@@ -671,14 +698,14 @@ def test_gate_moves_with_the_send_time_not_the_arrival_of_the_answer() -> None:
 def test_gate_does_not_move_on_an_error_or_a_lost_request() -> None:
     d = Driver()
     d.stable_with({A: (0,)})
-    d.send(cg.SessionTimeoutLearned(6000))
+    d.send(E.SessionTimeoutLearned(6000))
     d.now = 3.0
     d.send(TimerFired())
     d.now = 3.1
-    d.send(HeartbeatFailed("connection lost"))
+    d.send(ConsumerGroupHeartbeatFailed("connection", 1, "connection lost"))
     assert d.m.membership_valid_until() == 6.0
     d.now = 3.2
-    d.send(CoordinatorFound())
+    d.send(CoordinatorFound(1))
     d.now = 3.3
     d.send(error(15))  # COORDINATOR_NOT_AVAILABLE: an answer, but no proof of membership
     assert d.state is S.STABLE
@@ -688,14 +715,14 @@ def test_gate_does_not_move_on_an_error_or_a_lost_request() -> None:
 def test_a_fence_clears_the_gate_and_the_rejoin_sets_it_anew() -> None:
     d = Driver()
     d.stable_with({A: (0,)})
-    d.send(cg.SessionTimeoutLearned(6000))
+    d.send(E.SessionTimeoutLearned(6000))
     d.now = 20.0  # woke after a freeze: the gate (t=6) has long passed
     assert d.m.membership_valid_until() == 6.0
     d.send(TimerFired())
     d.send(error(110))  # FENCED_MEMBER_EPOCH
     assert d.m.membership_valid_until() is None
     (hb,) = d.send(ListenerCompleted(Listener.LOST))
-    assert isinstance(hb, SendHeartbeat) and hb.member_epoch == 0
+    assert isinstance(hb, SendConsumerGroupHeartbeat) and hb.member_epoch == 0
     d.now = 20.2
     d.send(ok(2, {A: (0,)}))
     assert d.m.membership_valid_until() == 26.0
@@ -704,5 +731,5 @@ def test_a_fence_clears_the_gate_and_the_rejoin_sets_it_anew() -> None:
 def test_an_unusable_session_timeout_is_ignored() -> None:
     d = Driver()
     d.stable_with({A: (0,)})
-    d.send(cg.SessionTimeoutLearned(0))
+    d.send(E.SessionTimeoutLearned(0))
     assert d.m.membership_valid_until() == 3.0

@@ -82,7 +82,7 @@ def test_heartbeat_code(code: int) -> None:
         assert out[-1] == A.InvokeOnPartitionsLost(tps(0))
     if react in (R.FENCED, R.FATAL):
         assert [r.fatal for r in _raised(out)] == [True]
-        m.handle(E.ListenerCompleted("lost"), 1.2)
+        m.handle(E.ListenerCompleted(E.Listener.LOST), 1.2)
         assert m.state is S.FATAL
     elif react is R.REPORT_RETRY:
         assert [(r.error_code, r.fatal) for r in _raised(out)] == [(code, False)]

@@ -124,7 +124,7 @@ def in_stable() -> Membership:
     m = machine()
     _joined(m)
     m.handle(sync_ok(1, tps(0, 1)), 0.0)
-    m.handle(E.ListenerCompleted("assigned"), 0.0)
+    m.handle(E.ListenerCompleted(E.Listener.ASSIGNED), 0.0)
     _beat(m, 1.0)
     return m
 
@@ -136,7 +136,7 @@ def in_stable_lapsed() -> Membership:
     m = machine()
     _joined(m)
     m.handle(sync_ok(1, frozenset()), 0.0)
-    m.handle(E.ListenerCompleted("assigned"), 0.0)
+    m.handle(E.ListenerCompleted(E.Listener.ASSIGNED), 0.0)
     _beat(m, 1.0)
     out = m.handle(E.TimerFired(), SESSION)
     assert [type(a) for a in out] == [A.FindCoordinator] and m.coordinator_id is None
@@ -166,7 +166,7 @@ def in_revoking_cooperative() -> Membership:
     m = machine(COOPERATIVE)
     _joined(m)
     m.handle(sync_ok(1, tps(0, 1)), 0.0)
-    m.handle(E.ListenerCompleted("assigned"), 0.0)
+    m.handle(E.ListenerCompleted(E.Listener.ASSIGNED), 0.0)
     m.handle(E.MetadataChanged("a member joined"), 0.5)
     m.handle(join_ok(2), 0.6)
     m.handle(sync_ok(2, tps(0)), 0.7)
@@ -193,7 +193,7 @@ def in_preparing() -> Membership:
     m = machine(COOPERATIVE)
     _joined(m)
     m.handle(sync_ok(1, tps(0, 1)), 0.0)
-    m.handle(E.ListenerCompleted("assigned"), 0.0)
+    m.handle(E.ListenerCompleted(E.Listener.ASSIGNED), 0.0)
     _beat(m, 1.0)
     m.handle(E.MetadataChanged("partitions added"), 1.1)
     assert m.state is S.PREPARING_REBALANCE
@@ -217,7 +217,7 @@ def in_leaving() -> Membership:
     m = machine()
     _joined(m)
     m.handle(sync_ok(1, frozenset()), 0.0)
-    m.handle(E.ListenerCompleted("assigned"), 0.0)
+    m.handle(E.ListenerCompleted(E.Listener.ASSIGNED), 0.0)
     _beat(m, 1.0)
     m.handle(E.SubscriptionChanged(False), 1.1)
     assert m.state is S.LEAVING
@@ -235,7 +235,7 @@ def in_closed() -> Membership:
 def in_fatal() -> Membership:
     m = in_stable()
     m.handle(heartbeat(C.UNSUPPORTED_VERSION, 1), 1.1)
-    m.handle(E.ListenerCompleted("lost"), 1.2)
+    m.handle(E.ListenerCompleted(E.Listener.LOST), 1.2)
     assert m.state is S.FATAL
     return m
 
@@ -347,7 +347,7 @@ def test_eager_revoke_five_session_timeouts_then_rejoin_at_once() -> None:
     assert out[-1] == A.InvokeOnPartitionsRevoked(tps(0, 1), False)
     now = _beat_through(m, 1.1, 1.1 + SLOW, C.REBALANCE_IN_PROGRESS)
     assert m.state is S.REVOKING and (m.generation_id, m.member_id) == (1, "m1")
-    out = m.handle(E.ListenerCompleted("revoked"), now + 0.5)
+    out = m.handle(E.ListenerCompleted(E.Listener.REVOKED), now + 0.5)
     # the JoinGroup goes out in the same step, under the identity the broker kept
     assert out == [
         A.SetAssignment(None),
@@ -360,10 +360,10 @@ def test_eager_assigned_five_session_timeouts_then_revoke_and_rejoin() -> None:
     m.handle(heartbeat(C.REBALANCE_IN_PROGRESS, 1), 1.1)
     assert m.state is S.ASSIGNING
     now = _beat_through(m, 1.1, 1.1 + SLOW, C.REBALANCE_IN_PROGRESS)
-    out = m.handle(E.ListenerCompleted("assigned"), now + 0.5)
+    out = m.handle(E.ListenerCompleted(E.Listener.ASSIGNED), now + 0.5)
     assert m.state is S.REVOKING and out[-1] == A.InvokeOnPartitionsRevoked(tps(0, 1), False)
     _beat_through(m, now + 0.5, now + 3.5, C.REBALANCE_IN_PROGRESS)
-    out = m.handle(E.ListenerCompleted("revoked"), now + 4.0)
+    out = m.handle(E.ListenerCompleted(E.Listener.REVOKED), now + 4.0)
     assert isinstance(out[-1], A.SendJoinGroup) and out[-1].member_id == "m1"
 
 
@@ -374,7 +374,7 @@ def test_cooperative_assigned_five_session_timeouts_then_rejoin_keeping_partitio
     _beat(m, 1.0)
     m.handle(heartbeat(C.REBALANCE_IN_PROGRESS, 1), 1.1)
     now = _beat_through(m, 1.1, 1.1 + SLOW, C.REBALANCE_IN_PROGRESS)
-    out = m.handle(E.ListenerCompleted("assigned"), now + 0.5)
+    out = m.handle(E.ListenerCompleted(E.Listener.ASSIGNED), now + 0.5)
     assert out == [A.SendJoinGroup("Heartbeat: REBALANCE_IN_PROGRESS", "m1", 1, tps(0, 1))]
 
 
@@ -384,9 +384,9 @@ def test_cooperative_revoke_five_session_timeouts_then_rejoin(code: int) -> None
     m.handle(heartbeat(code, 2), 1.8)
     now = _beat_through(m, 1.8, 1.8 + SLOW, code)
     assert (m.state, m.generation_id, m.owned) == (S.REVOKING, 2, tps(0, 1))
-    out = m.handle(E.ListenerCompleted("revoked"), now + 0.5)
+    out = m.handle(E.ListenerCompleted(E.Listener.REVOKED), now + 0.5)
     assert out == [A.SetAssignment(tps(0)), A.InvokeOnPartitionsAssigned(frozenset(), 2)]
-    out = m.handle(E.ListenerCompleted("assigned"), now + 0.6)
+    out = m.handle(E.ListenerCompleted(E.Listener.ASSIGNED), now + 0.6)
     assert [type(a) for a in out] == [A.SendJoinGroup] and out[0].owned_partitions == tps(0)
 
 
@@ -424,7 +424,7 @@ def test_session_rule_fires_when_the_broker_stops_answering(failure: E.Event | N
         assert [a for a in out if isinstance(a, A.FindCoordinator)], out
     # the revoke still runs; when it returns, the rejoin keeps the identity (the
     # JoinGroup itself is the broker's judgement; eager: nothing is owned any more)
-    out = m.handle(E.ListenerCompleted("revoked"), now + 1.0)
+    out = m.handle(E.ListenerCompleted(E.Listener.REVOKED), now + 1.0)
     out += m.handle(E.CoordinatorFound(1), now + 1.1)
     assert isinstance(out[-1], A.SendJoinGroup), out
     assert (out[-1].member_id, out[-1].generation_id, out[-1].owned_partitions) == (

@@ -66,7 +66,7 @@ class ListenerContract(RuleBasedStateMachine):
         was_in_generation = self.m.in_generation
         out = self.m.handle(event, self.now)
         if was_in_generation and not self.m.in_generation and self.view and not self.closing:
-            if self.listener is None or self.listener == "assigned":
+            if self.listener is None or self.listener is E.Listener.ASSIGNED:
                 self.must_lose = True
         for action in out:
             self.check(action)
@@ -89,20 +89,20 @@ class ListenerContract(RuleBasedStateMachine):
             self.synced = None
             self.assigned_generations.append(action.generation_id)
             self.view |= action.partitions
-            self.listener = "assigned"
+            self.listener = E.Listener.ASSIGNED
         elif isinstance(action, A.InvokeOnPartitionsRevoked):
             assert not self.must_lose, "revoked after the membership was lost"
             assert action.partitions <= self.view
             if m.protocol is COOPERATIVE:
                 assert action.partitions, "cooperative revoke with nothing to revoke"
             self.view -= action.partitions
-            self.listener = "revoked"
+            self.listener = E.Listener.REVOKED
         elif isinstance(action, A.InvokeOnPartitionsLost):
             assert action.partitions, "lost with nothing to lose"
             assert action.partitions <= self.view
             self.view -= action.partitions
             self.must_lose = False
-            self.listener = "lost"
+            self.listener = E.Listener.LOST
         elif isinstance(action, A.SendHeartbeat):
             assert m.member_id and action.generation_id >= 0
             assert m.state in (S.STABLE, S.ASSIGNING, S.REVOKING), m.state
@@ -302,5 +302,5 @@ def test_membership_lost_while_a_join_is_in_flight_means_lost_not_revoked() -> N
     assert run.must_lose
     run.subscription_changes(die=0, subscribed=False)
     run.answer_join(code=0, leader=False)  # the checker raises on a revoke here
-    assert run.listener == "lost" and not run.must_lose
+    assert run.listener is E.Listener.LOST and not run.must_lose
     invariants()

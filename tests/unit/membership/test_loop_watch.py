@@ -122,7 +122,7 @@ def test_after_the_lost_listener_the_member_joins_again_unwatched() -> None:
     m = rejoining()
     m.handle(join_ok(2), 1.1 + 2 * SESSION)
     assert m.state is S.LOSING
-    out = m.handle(E.ListenerCompleted("lost"), 1.1 + 2 * SESSION + 0.1)
+    out = m.handle(E.ListenerCompleted(E.Listener.LOST), 1.1 + 2 * SESSION + 0.1)
     assert any(isinstance(a, A.SendJoinGroup) and not a.owned_partitions for a in out), out
     assert not m.owned and not m.loop_watched and m.membership_valid_until() is None
 
@@ -133,7 +133,7 @@ def test_an_eager_member_owns_nothing_in_its_join_phase_so_nothing_is_watched() 
     m.handle(E.TimerFired(), 1.0)
     m.handle(heartbeat(C.REBALANCE_IN_PROGRESS, 1), 1.1)
     # Eager revokes first (REVOKING, heartbeating); the join phase then owns nothing.
-    m.handle(E.ListenerCompleted("revoked"), 1.2)
+    m.handle(E.ListenerCompleted(E.Listener.REVOKED), 1.2)
     assert m.state is S.PREPARING_REBALANCE and not m.owned
     assert not m.loop_watched and m.membership_valid_until() is None
     out = m.handle(join_ok(2), 1.2 + 2 * SESSION)

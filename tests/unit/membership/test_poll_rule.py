@@ -75,7 +75,7 @@ def _taken_out(m: Membership) -> float:
     to_stable(m, tps(0))
     _beat_until(m, 0.0, MAX_POLL - HEARTBEAT)
     m.handle(E.TimerFired(), MAX_POLL)
-    m.handle(E.ListenerCompleted("revoked"), MAX_POLL + 0.1)
+    m.handle(E.ListenerCompleted(E.Listener.REVOKED), MAX_POLL + 0.1)
     m.handle(leave_ok(), MAX_POLL + 0.2)
     assert m.state is S.UNJOINED and m.awaiting_poll and not m.in_generation
     return MAX_POLL + 0.2
@@ -113,7 +113,7 @@ def test_classic_a_poll_during_the_poll_leave_revoke_rejoins_after_it() -> None:
     assert len(_warnings(out)) == 1 and not m.awaiting_poll
     # No LeaveGroup went out: still in its generation, the member rejoins with its id;
     # the revoke it ran for the leave was this rebalance's (no second, empty one).
-    out = m.handle(E.ListenerCompleted("revoked"), MAX_POLL + 0.1)
+    out = m.handle(E.ListenerCompleted(E.Listener.REVOKED), MAX_POLL + 0.1)
     assert out == [
         A.SetAssignment(None),
         A.SendJoinGroup("the application polled again after max_poll_interval_ms", "m1", 1, tps()),
@@ -139,40 +139,40 @@ def _cg_stable(max_poll: float = 10.0) -> Driver:
     return d
 
 
-def _cg_beat_until(d: Driver, end: float, epoch: int = 1) -> list[cg.Action]:
-    seen: list[cg.Action] = []
+def _cg_beat_until(d: Driver, end: float, epoch: int = 1) -> list[A.Action]:
+    seen: list[A.Action] = []
     while True:
         due = d.m.next_deadline()
         assert due is not None
         if due > end:
             return seen
         d.now = due
-        out = d.send(cg.TimerFired())
+        out = d.send(E.TimerFired())
         seen += out
-        if any(isinstance(a, cg.SendHeartbeat) for a in out):
+        if any(isinstance(a, A.SendConsumerGroupHeartbeat) for a in out):
             seen += d.send(ok(epoch))
 
 
 def test_cg_a_waiting_poll_keeps_the_member_in_for_three_intervals() -> None:
     d = _cg_stable()
-    d.send(cg.ApplicationPolled(waiting=True))
+    d.send(E.ApplicationPolled(d.now, waiting=True))
     seen = _cg_beat_until(d, 30.0)
     assert d.state is CS.STABLE and d.m.member_epoch == 1
-    assert [a for a in seen if not isinstance(a, cg.SendHeartbeat)] == []
-    assert all(a.member_epoch == 1 for a in seen if isinstance(a, cg.SendHeartbeat))
+    assert [a for a in seen if not isinstance(a, A.SendConsumerGroupHeartbeat)] == []
+    assert all(a.member_epoch == 1 for a in seen if isinstance(a, A.SendConsumerGroupHeartbeat))
 
 
 def test_cg_the_idle_time_starts_when_the_waiting_poll_returns() -> None:
     d = _cg_stable()
-    d.send(cg.ApplicationPolled(waiting=True))
+    d.send(E.ApplicationPolled(d.now, waiting=True))
     _cg_beat_until(d, 25.0)
     d.now = 25.0
-    d.send(cg.ApplicationPolled(waiting=False))
-    assert _cg_beat_until(d, 34.9) == [cg.SendHeartbeat("m-1", 1, None)] * 3
+    d.send(E.ApplicationPolled(d.now, waiting=False))
+    assert _cg_beat_until(d, 34.9) == [A.SendConsumerGroupHeartbeat("m-1", 1, None)] * 3
     d.now = 35.0
-    out = d.send(cg.TimerFired())
+    out = d.send(E.TimerFired())
     assert d.state is CS.PREPARE_LEAVING
-    assert isinstance(out[0], cg.LogWarning) and "for 10.0s" in out[0].message
+    assert isinstance(out[0], A.LogWarning) and "for 10.0s" in out[0].message
 
 
 def test_cg_a_poll_while_the_poll_leave_is_under_way_rejoins_when_it_ends() -> None:
@@ -181,21 +181,21 @@ def test_cg_a_poll_while_the_poll_leave_is_under_way_rejoins_when_it_ends() -> N
     for a poll that had already happened)."""
     d = _cg_stable()
     d.now = 10.0
-    d.send(cg.TimerFired())
+    d.send(E.TimerFired())
     assert d.state is CS.PREPARE_LEAVING
-    d.send(cg.ListenerCompleted(cg.Listener.REVOKED))
+    d.send(E.ListenerCompleted(E.Listener.REVOKED))
     (leave,) = d.send(ok(1))  # the heartbeat sent with the revocation
     assert d.state is CS.LEAVING and leave.member_epoch == -1
     d.now = 10.5
-    assert d.send(cg.ApplicationPolled(waiting=True)) == []
+    assert d.send(E.ApplicationPolled(d.now, waiting=True)) == []
     assert d.state is CS.LEAVING
     warning, join = d.send(ok(-1))
     assert d.state is CS.JOINING and not d.m.awaiting_poll
-    assert warning == cg.LogWarning(
+    assert warning == A.LogWarning(
         "the application polled again 0.5s after this member left its group because "
         "max_poll_interval_ms (10s) passed without a poll: rejoining"
     )
-    assert join == cg.SendHeartbeat("m-1", 0, None, 300_000, ("a", "b"), None, None, {})
+    assert join == A.SendConsumerGroupHeartbeat("m-1", 0, None, 300_000, ("a", "b"), None, None, {})
     assert (CS.LEAVING, CS.STALE) in {(a, b) for a, b, _ in d.m.trace}
     assert (CS.STALE, CS.JOINING, "the application polled again") in d.m.trace
 
@@ -203,11 +203,11 @@ def test_cg_a_poll_while_the_poll_leave_is_under_way_rejoins_when_it_ends() -> N
 def test_cg_without_a_poll_the_stale_member_waits_for_one() -> None:
     d = _cg_stable()
     d.now = 10.0
-    d.send(cg.TimerFired())
-    d.send(cg.ListenerCompleted(cg.Listener.REVOKED))
+    d.send(E.TimerFired())
+    d.send(E.ListenerCompleted(E.Listener.REVOKED))
     d.send(ok(1))
     d.send(ok(-1))
     assert d.state is CS.STALE and d.m.awaiting_poll and d.m.owned == frozenset()
     assert d.m.next_deadline() is None  # only the poll (the routine's PollPoke) wakes it
     d.now = 40.0
-    assert d.send(cg.TimerFired()) == [] and d.state is CS.STALE
+    assert d.send(E.TimerFired()) == [] and d.state is CS.STALE

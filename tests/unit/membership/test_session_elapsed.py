@@ -89,7 +89,7 @@ def test_owned_partitions_are_lost_and_the_rejoin_keeps_the_identity(
     assert out == [FIND, A.MarkRevoking(tps(0, 1)), A.InvokeOnPartitionsLost(tps(0, 1))]
     assert (m.state, m.generation_id, m.member_id) == (S.LOSING, 1, "m1")
     assert not m.commit_gate(tps(0)).allowed
-    assert m.handle(E.ListenerCompleted("lost"), SESSION + 1) == [A.SetAssignment(None)]
+    assert m.handle(E.ListenerCompleted(E.Listener.LOST), SESSION + 1) == [A.SetAssignment(None)]
     assert m.state is S.UNJOINED and not m.session_unproven
     # no eager pre-join revoke: the lost callback prepared this rebalance
     out = m.handle(E.CoordinatorFound(2), SESSION + 2)
@@ -103,12 +103,12 @@ def test_the_broker_keeping_us_gives_the_assignment_back_in_the_same_generation(
     """Kafka answers a follower that rejoins with unchanged metadata with its current
     generation and assignment: no rebalance for the others."""
     m, _ = lapsed()
-    m.handle(E.ListenerCompleted("lost"), SESSION + 1)
+    m.handle(E.ListenerCompleted(E.Listener.LOST), SESSION + 1)
     m.handle(E.CoordinatorFound(2), SESSION + 2)
     assert m.handle(join_ok(1), SESSION + 3) == [A.SendSyncGroup(1, "m1", "range", ())]
     out = m.handle(sync_ok(1, tps(0, 1)), SESSION + 4)
     assert out == [A.SetAssignment(tps(0, 1)), A.InvokeOnPartitionsAssigned(tps(0, 1), 1)]
-    m.handle(E.ListenerCompleted("assigned"), SESSION + 4)
+    m.handle(E.ListenerCompleted(E.Listener.ASSIGNED), SESSION + 4)
     assert m.state is S.STABLE and m.commit_gate(tps(0)).allowed
     assert m.timers.session_deadline() == SESSION + 3 + SESSION  # from the SyncGroup's sending
 
@@ -164,14 +164,14 @@ def test_a_proof_during_a_listener_ends_the_lapse() -> None:
     m = _assigning()
     assert m.handle(E.CoordinatorFound(1), SESSION + 1) == [A.SendHeartbeat(1, "m1")]
     m.handle(heartbeat(C.NONE, 1), SESSION + 1.1)
-    out = m.handle(E.ListenerCompleted("assigned"), SESSION + 2)
+    out = m.handle(E.ListenerCompleted(E.Listener.ASSIGNED), SESSION + 2)
     assert out == [A.SendHeartbeat(1, "m1")]  # the next beat is due; nothing is lost
     assert m.state is S.STABLE and not m.session_unproven and m.commit_gate(tps(0)).allowed
 
 
 def test_no_proof_during_a_listener_means_lost_when_it_returns() -> None:
     m = _assigning()
-    out = m.handle(E.ListenerCompleted("assigned"), SESSION + 1)
+    out = m.handle(E.ListenerCompleted(E.Listener.ASSIGNED), SESSION + 1)
     assert out == [A.MarkRevoking(tps(0)), A.InvokeOnPartitionsLost(tps(0))]
     assert (m.generation_id, m.member_id) == (1, "m1")
 
@@ -185,7 +185,7 @@ def test_a_cooperative_pending_assignment_is_not_installed_after_a_lapse() -> No
     assert m.state is S.REVOKING and out[-1] == A.InvokeOnPartitionsRevoked(tps(1), False)
     m.handle(E.TimerFired(), 1.7)  # heartbeat, never answered
     assert m.handle(E.TimerFired(), 0.7 + SESSION) == [FIND]
-    out = m.handle(E.ListenerCompleted("revoked"), 0.7 + SESSION + 1)
+    out = m.handle(E.ListenerCompleted(E.Listener.REVOKED), 0.7 + SESSION + 1)
     # what was kept (p0) is lost now; the pending assignment is dropped
     assert out == [
         A.SetAssignment(tps(0)),
@@ -200,7 +200,7 @@ def test_no_coordinator_ever_found_waits_and_closes_without_hanging() -> None:
     backoff for as long as it runs; close() ends without a LeaveGroup, which has
     nowhere to go."""
     m, _ = lapsed()
-    m.handle(E.ListenerCompleted("lost"), SESSION + 0.05)
+    m.handle(E.ListenerCompleted(E.Listener.LOST), SESSION + 0.05)
     now = SESSION + 0.05
     for _ in range(int(10 * SESSION / BACKOFF)):
         now += BACKOFF
@@ -274,5 +274,5 @@ def test_a_sync_answer_read_after_a_freeze_proves_the_session_only_from_its_send
     assert m.timers.session_deadline() == SESSION
     assert m.session_unproven and not m.commit_gate(tps(0)).allowed
     # the listener runs to its end; then what it was given is lost, not kept
-    out = m.handle(E.ListenerCompleted("assigned"), woke + 0.1)
+    out = m.handle(E.ListenerCompleted(E.Listener.ASSIGNED), woke + 0.1)
     assert out == [A.MarkRevoking(tps(0)), A.InvokeOnPartitionsLost(tps(0))]

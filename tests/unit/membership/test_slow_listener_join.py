@@ -123,7 +123,7 @@ def test_the_slow_member_pays_one_rebalance_for_one_join() -> None:
     t += HEARTBEAT
     assert a.handle(E.TimerFired(), t) == [A.SendHeartbeat(1, "A")]  # its answer comes late
     t = now + LISTENER
-    (join,) = joins(a.handle(E.ListenerCompleted("revoked"), t))
+    (join,) = joins(a.handle(E.ListenerCompleted(E.Listener.REVOKED), t))
     assert join.member_id == "A" and join.generation_id == 1 and join.owned_partitions == tps()
     # The broker answers both joins in the same millisecond: generation 2, A leads.
     out = a.handle(join_ok(2, "A", leader="A", members=("A", "B")), t + 0.002)
@@ -134,7 +134,7 @@ def test_the_slow_member_pays_one_rebalance_for_one_join() -> None:
     assert out == [A.SetAssignment(tps(0, 1)), A.InvokeOnPartitionsAssigned(tps(0, 1), 2)]
     # The beat sent under generation 1 is answered now: stale, nothing follows.
     assert a.handle(heartbeat(REBALANCE_IN_PROGRESS, 1), t + 0.005) == []
-    assert a.handle(E.ListenerCompleted("assigned"), t + 0.006) == []
+    assert a.handle(E.ListenerCompleted(E.Listener.ASSIGNED), t + 0.006) == []
     assert a.state is MemberState.STABLE and a.generation_id == 2
     # Generation 2 heartbeats: no further revoke or join.
     for k in range(1, 16):
@@ -182,7 +182,7 @@ def test_a_held_sync_group_does_not_cost_the_follower_its_new_partitions() -> No
     assert out == [A.SetAssignment(tps(2, 3)), A.InvokeOnPartitionsAssigned(tps(2, 3), 2)]
     gate = b.membership_valid_until()
     assert gate is not None and gate > answered + SESSION / 2
-    assert b.handle(E.ListenerCompleted("assigned"), answered + 0.01) == []
+    assert b.handle(E.ListenerCompleted(E.Listener.ASSIGNED), answered + 0.01) == []
     # The next heartbeats: no lapse, no lost, no rejoin.
     for k in range(1, 2 * int(SESSION)):
         t = answered + k * HEARTBEAT + 0.01
@@ -205,6 +205,6 @@ def test_a_sync_group_answer_read_after_the_loop_stood_still_proves_only_from_it
     gate = b.membership_valid_until()
     assert gate is not None and gate <= answered  # the delivery gate is shut
     assert A.InvokeOnPartitionsAssigned(tps(2, 3), 2) in out
-    out = b.handle(E.ListenerCompleted("assigned"), answered + 0.01)
+    out = b.handle(E.ListenerCompleted(E.Listener.ASSIGNED), answered + 0.01)
     out += b.handle(E.TimerFired(), answered + HEARTBEAT)
     assert A.InvokeOnPartitionsLost(tps(2, 3)) in out

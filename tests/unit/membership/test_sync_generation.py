@@ -80,7 +80,7 @@ def test_the_current_generation_answered_without_a_new_round_is_then_owned() -> 
     out = m.handle(sync_ok(2, tps(2, 3)), 11.2)
     assert out == [A.SetAssignment(tps(2, 3)), A.InvokeOnPartitionsAssigned(tps(2, 3), 2)]
     assert m.owned_generation == 2
-    m.handle(E.ListenerCompleted("assigned"), 11.3)
+    m.handle(E.ListenerCompleted(E.Listener.ASSIGNED), 11.3)
     assert m.state is S.STABLE
     rejoin = _join(_heard(m, REBALANCE_IN_PROGRESS, 2, 12.2))
     assert (rejoin.generation_id, rejoin.owned_generation) == (2, 2)
@@ -106,7 +106,7 @@ def test_eager_rejoin_still_names_the_last_synced_generation() -> None:
     to_stable(m, tps(0, 1), generation=4)
     out = _heard(m, REBALANCE_IN_PROGRESS, 4, 1.0)
     assert out == [A.MarkRevoking(tps(0, 1)), A.InvokeOnPartitionsRevoked(tps(0, 1), False)]
-    join = _join(m.handle(E.ListenerCompleted("revoked"), 1.1))
+    join = _join(m.handle(E.ListenerCompleted(E.Listener.REVOKED), 1.1))
     assert (join.generation_id, join.owned_generation, join.owned_partitions) == (
         4,
         4,
@@ -121,7 +121,7 @@ def test_a_lost_membership_forgets_the_owned_generation() -> None:
     out = _heard(m, UNKNOWN_MEMBER_ID, 1, 1.0)
     assert m.owned_generation == -1 and m.generation_id == -1
     assert out == [A.MarkRevoking(tps(0, 1)), A.InvokeOnPartitionsLost(tps(0, 1))]
-    join = _join(m.handle(E.ListenerCompleted("lost"), 1.1))
+    join = _join(m.handle(E.ListenerCompleted(E.Listener.LOST), 1.1))
     assert (join.member_id, join.generation_id, join.owned_generation) == ("", -1, -1)
     assert join.owned_partitions == frozenset()
 
@@ -161,7 +161,7 @@ def test_an_unreadable_assignment_releases_cooperative_partitions_before_the_rej
     assert A.MarkRevoking(tps(0, 1)) in out
     assert A.InvokeOnPartitionsRevoked(tps(0, 1), False) in out
     assert not [a for a in out if isinstance(a, A.SendJoinGroup)]  # not before the revoke
-    out = m.handle(E.ListenerCompleted("revoked"), 2.2)
+    out = m.handle(E.ListenerCompleted(E.Listener.REVOKED), 2.2)
     assert A.SetAssignment(None) in out and m.owned == frozenset()
     rejoin = _join(out + m.handle(E.TimerFired(), 3.0))
     assert (rejoin.generation_id, rejoin.owned_generation) == (2, 2)
