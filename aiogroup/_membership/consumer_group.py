@@ -57,8 +57,9 @@ import enum
 import uuid
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from aiogroup._membership import table
 from aiogroup._membership.actions import (
     Action,
     FindCoordinator,
@@ -373,11 +374,7 @@ class ConsumerMembership:
     # -- public API --------------------------------------------------------------------
 
     def handle(self, event: Event, now: float) -> list[Action]:
-        tr = EVENT_TRANSITIONS.get((self.state, type(event)))
-        if tr is None:
-            state = self.state
-            self.state = S.FATAL
-            raise ConsumerMembershipError(f"{type(event).__name__} is illegal in {state.value}")
+        tr = table.transition_for(EVENT_TRANSITIONS, self.state, event, self._illegal)
         self.now = max(self.now, now)
         before = self.state
         tr.handler(self, event)
@@ -389,6 +386,11 @@ class ConsumerMembership:
         self._schedule()
         out, self._out = self._out, []
         return out
+
+    def _illegal(self, text: str) -> ConsumerMembershipError:
+        """An event the table does not take here: a shell bug, and the member's end."""
+        self.state = S.FATAL
+        return ConsumerMembershipError(text)
 
     def next_deadline(self) -> float | None:
         """When to feed TimerFired next (None: only an event can move the machine)."""
@@ -602,15 +604,13 @@ class ConsumerMembership:
 
     def _advance(self) -> None:
         for _ in range(32):
-            for rule in STATE_RULES:
-                if self.state in rule.sources and rule.guard(self):
-                    self.trace.append((self.state, rule.target, rule.reason))
-                    self.state = rule.target
-                    if rule.enter is not None:
-                        rule.enter(self)
-                    break
-            else:
+            rule = table.first_rule(STATE_RULES, self, self.state)
+            if rule is None:
                 return
+            self.trace.append((self.state, rule.target, rule.reason))
+            self.state = rule.target
+            if rule.step is not None:
+                rule.step(self)
         raise AssertionError("state rules did not settle")  # pragma: no cover
 
 
@@ -906,16 +906,12 @@ _LISTENER_OF: dict[type[Action], Listener] = {
 # --- the event table ------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Transition:
-    """One event-table entry: the handler and the states it may move to directly."""
-
-    handler: Callable[[ConsumerMembership, Event], None]
-    targets: frozenset[ConsumerMemberState] = field(default_factory=frozenset)
+Handler = Callable[["ConsumerMembership", Event], None]
+Transition = table.Transition[ConsumerMemberState, Handler]
 
 
-def _t(handler: Callable[[ConsumerMembership, Event], None], *targets: S) -> Transition:
-    return Transition(handler, frozenset(targets))
+def _t(handler: Handler, *targets: S) -> Transition:
+    return table.Transition(handler, frozenset(targets))
 
 
 _MEMBER = (S.JOINING, S.RECONCILING, S.ACKNOWLEDGING, S.STABLE)
@@ -988,16 +984,9 @@ EVENT_TRANSITIONS[(S.FATAL, ListenerCompleted)] = _t(_on_listener_completed)
 # --- the state-triggered rules --------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Rule:
-    """A state-triggered edge: in one of ``sources``, when ``guard`` holds, go to ``target``."""
-
-    sources: frozenset[ConsumerMemberState]
-    guard: Callable[[ConsumerMembership], bool]
-    target: ConsumerMemberState
-    reason: str
-    #: The step taken on entering ``target`` by this rule.
-    enter: Callable[[ConsumerMembership], None] | None = None
+#: The engine moves the machine to the rule's target, then runs its step.
+RuleStep = Callable[["ConsumerMembership"], None]
+Rule = table.StateRule[ConsumerMemberState, "ConsumerMembership", RuleStep]
 
 
 def _poll_expired(m: M) -> bool:
@@ -1122,59 +1111,78 @@ def _member_released(m: M) -> bool:
 
 #: Ordered: the first rule whose source and guard match fires; then all are tried again.
 STATE_RULES: tuple[Rule, ...] = (
-    Rule(
+    table.StateRule(
+        "max-poll-interval-exceeded",
         frozenset(_MEMBER),
         _poll_expired,
         S.PREPARE_LEAVING,
         "max_poll_interval exceeded",
         _start_poll_leave,
     ),
-    Rule(
+    table.StateRule(
+        "new-target-assignment",
         frozenset({S.JOINING, S.STABLE, S.ACKNOWLEDGING}),
         _new_target,
         S.RECONCILING,
         "new target assignment",
         _start_reconciliation,
     ),
-    Rule(
+    table.StateRule(
+        "first-target-equals-owned",
         frozenset({S.JOINING}),
         _first_target_is_current,
         S.RECONCILING,
         "first target equals owned",
         _start_reconciliation,
     ),
-    Rule(frozenset({S.RECONCILING}), _reconciled, S.ACKNOWLEDGING, "reconciled"),
-    Rule(frozenset({S.ACKNOWLEDGING}), _acknowledged, S.STABLE, "acknowledged"),
-    Rule(frozenset({S.FENCED}), _lost_done, S.JOINING, "partitions lost", _end_fencing),
-    Rule(
+    table.StateRule(
+        "reconciled", frozenset({S.RECONCILING}), _reconciled, S.ACKNOWLEDGING, "reconciled"
+    ),
+    table.StateRule(
+        "acknowledged", frozenset({S.ACKNOWLEDGING}), _acknowledged, S.STABLE, "acknowledged"
+    ),
+    table.StateRule(
+        "partitions-lost",
+        frozenset({S.FENCED}),
+        _lost_done,
+        S.JOINING,
+        "partitions lost",
+        _end_fencing,
+    ),
+    table.StateRule(
+        "not-a-member-poll-timeout",
         frozenset({S.PREPARE_LEAVING}),
         lambda m: _nothing_to_leave(m) and m.leave_reason is LeaveReason.POLL_TIMEOUT,
         S.STALE,
         "not a member (poll timeout)",
         _left_without_heartbeat,
     ),
-    Rule(
+    table.StateRule(
+        "not-a-member",
         frozenset({S.PREPARE_LEAVING}),
         _nothing_to_leave,
         S.UNSUBSCRIBED,
         "not a member",
         _left_without_heartbeat,
     ),
-    Rule(
+    table.StateRule(
+        "partitions-released",
         frozenset({S.PREPARE_LEAVING}),
         _member_released,
         S.LEAVING,
         "partitions released",
         _start_leave_heartbeat,
     ),
-    Rule(
+    table.StateRule(
+        "the-application-polled-again",
         frozenset({S.STALE}),
         _polled_again,
         S.JOINING,
         "the application polled again",
         _rejoin_after_poll_leave,
     ),
-    Rule(
+    table.StateRule(
+        "subscribed-while-leaving",
         frozenset({S.UNSUBSCRIBED}),
         _resubscribed,
         S.JOINING,
@@ -1185,19 +1193,7 @@ STATE_RULES: tuple[Rule, ...] = (
 
 
 def mermaid_diagram() -> str:
-    """Both tables as a mermaid stateDiagram (self-loops left out; rules in brackets)."""
-    edges: dict[tuple[S, S], set[str]] = {}
-    for (state, event), tr in EVENT_TRANSITIONS.items():
-        for target in tr.targets:
-            if target is not state:
-                edges.setdefault((state, target), set()).add(event.__name__)
-    for rule in STATE_RULES:
-        for src in rule.sources:
-            edges.setdefault((src, rule.target), set()).add(f"[{rule.reason}]")
-    lines = ["stateDiagram-v2", f"    [*] --> {S.UNSUBSCRIBED.value}"]
-    for (src, dst), labels in sorted(
-        edges.items(), key=lambda kv: (kv[0][0].value, kv[0][1].value)
-    ):
-        lines.append(f"    {src.value} --> {dst.value}: {', '.join(sorted(labels))}")
-    lines.append(f"    {S.FATAL.value} --> [*]")
-    return "\n".join(lines) + "\n"
+    """:data:`EVENT_TRANSITIONS` and :data:`STATE_RULES` as a mermaid stateDiagram."""
+    return table.mermaid_diagram(
+        EVENT_TRANSITIONS, STATE_RULES, initial=S.UNSUBSCRIBED, finals=(S.FATAL,)
+    )

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from aiogroup._membership import actions as A
 from aiogroup._membership import events as E
+from aiogroup._membership import table
 from aiogroup._membership.codes import ErrorCode, code_name
 from aiogroup._membership.commit_outcomes import CommitGate
 from aiogroup._membership.heartbeat import HeartbeatTimers
@@ -610,14 +611,7 @@ class Membership:
 
     def handle(self, event: E.Event, now: float) -> list[A.Action]:
         """Feed one event at loop time ``now``; return the actions to perform, in order."""
-        tr = TRANSITIONS.get((self.state, type(event)))
-        if tr is None:
-            previous = self.state
-            if self.state not in _TERMINAL:
-                self.state = S.FATAL
-            raise MembershipProtocolError(
-                f"{type(event).__name__} is not valid in state {previous.value}"
-            )
+        tr = table.transition_for(TRANSITIONS, self.state, event, self._illegal)
         if self.loop_watched and not self._loop_stalled:
             stood_still = now - self._now
             if stood_still >= self.loop_watch_limit:
@@ -646,6 +640,12 @@ class Membership:
         if not self.loop_watched:
             self._loop_stalled = False  # the join phase is over: proofs take over
         return out
+
+    def _illegal(self, text: str) -> MembershipProtocolError:
+        """An event the table does not take here: a shell bug, and the member's end."""
+        if self.state not in _TERMINAL:
+            self.state = S.FATAL
+        return MembershipProtocolError(text)
 
     # -- handlers ---------------------------------------------------------------------------
 
@@ -1106,11 +1106,10 @@ class Membership:
 
     def _advance_once(self, out: list[A.Action]) -> StateRule | None:
         """Perform the first rule whose guard holds; returns it (None: nothing to do)."""
-        for rule in STATE_RULES:
-            if rule.guard(self):
-                rule.perform(self, out)
-                return rule
-        return None
+        rule = table.first_rule(STATE_RULES, self, self.state)
+        if rule is not None and rule.step is not None:
+            rule.step(self, out)
+        return rule
 
     def _rest(self) -> None:
         if self.in_generation:
@@ -1247,16 +1246,11 @@ def _failure_reason(ev: E.RequestFailed) -> str:
 Handler = Callable[[Membership, E.Event, list[A.Action]], None]
 
 
-@dataclass(frozen=True, slots=True)
-class Transition:
-    """One table entry: the handler and the states it may move to *directly*."""
-
-    handler: Handler
-    targets: frozenset[MemberState]
+Transition = table.Transition[MemberState, Handler]
 
 
 def _t(handler: Handler, *targets: MemberState) -> Transition:
-    return Transition(handler, frozenset(targets))
+    return table.Transition(handler, frozenset(targets))
 
 
 _LIVE = tuple(s for s in MemberState if s not in _TERMINAL)
@@ -1328,18 +1322,10 @@ del _s, _ev, _handler
 # spell out the conditions that matter to their own rule.
 
 
-@dataclass(frozen=True)
-class StateRule:
-    """One state-triggered move."""
-
-    #: Short name, for tests and logs.
-    name: str
-    #: The resting states it fires from in practice (the diagram's edge sources).
-    sources: frozenset[MemberState]
-    guard: Callable[[Membership], bool]
-    target: MemberState
-    reason: str
-    perform: Callable[[Membership, list[A.Action]], None]
+#: A rule's step moves the machine to its target itself (several steps share helpers
+#: that set the state), with the action list to append to.
+RuleStep = Callable[[Membership, list[A.Action]], None]
+StateRule = table.StateRule[MemberState, Membership, RuleStep]
 
 
 def _auto_commits(m: Membership) -> bool:
@@ -1379,7 +1365,7 @@ def _may_join(m: Membership) -> bool:
 _BOTH = frozenset({S.UNJOINED, S.STABLE})
 
 STATE_RULES: tuple[StateRule, ...] = (
-    StateRule(
+    table.StateRule(
         "lost",
         _BOTH,
         lambda m: bool(m.owned) and (not m.in_generation or m._session_lapsed),
@@ -1388,7 +1374,7 @@ STATE_RULES: tuple[StateRule, ...] = (
         "generation) or with a lapsed session",
         lambda m, out: m._start_lost(out),
     ),
-    StateRule(
+    table.StateRule(
         "close-revoke",
         _BOTH,
         lambda m: m.closing and bool(m.owned) and m.in_generation,
@@ -1396,7 +1382,7 @@ STATE_RULES: tuple[StateRule, ...] = (
         "closing: revoke owned partitions",
         lambda m, out: m._start_revoke(out, m.owned, commit_first=_auto_commits(m)),
     ),
-    StateRule(
+    table.StateRule(
         "close-leave",
         _BOTH,
         lambda m: m.closing and not m.owned and _can_send_leave(m),
@@ -1404,7 +1390,7 @@ STATE_RULES: tuple[StateRule, ...] = (
         "closing: leave the group (dynamic member)",
         lambda m, out: m._send_leave(out, "the consumer is closing"),
     ),
-    StateRule(
+    table.StateRule(
         "close",
         _BOTH,
         lambda m: m.closing,
@@ -1412,7 +1398,7 @@ STATE_RULES: tuple[StateRule, ...] = (
         "closing, nothing left to release",
         lambda m, out: m._close(),
     ),
-    StateRule(
+    table.StateRule(
         "fatal",
         _BOTH,
         lambda m: m.fatal,
@@ -1420,7 +1406,7 @@ STATE_RULES: tuple[StateRule, ...] = (
         "fatal error raised",
         lambda m, out: setattr(m, "state", S.FATAL),
     ),
-    StateRule(
+    table.StateRule(
         "leave-revoke",
         _BOTH,
         lambda m: _leaving_reason(m) is not None and bool(m.owned),
@@ -1428,7 +1414,7 @@ STATE_RULES: tuple[StateRule, ...] = (
         "unsubscribed or max poll expired: revoke owned partitions",
         lambda m, out: _leave_revoke(m, out),
     ),
-    StateRule(
+    table.StateRule(
         "leave",
         _BOTH,
         lambda m: _leaving_reason(m) is not None and not m.owned and _can_send_leave(m),
@@ -1436,7 +1422,7 @@ STATE_RULES: tuple[StateRule, ...] = (
         "unsubscribed or max poll expired, nothing owned: leave (dynamic member)",
         lambda m, out: m._send_leave(out, _leaving_reason(m) or ""),
     ),
-    StateRule(
+    table.StateRule(
         "rest",
         _BOTH,
         lambda m: _leaving_reason(m) is not None,
@@ -1444,7 +1430,7 @@ STATE_RULES: tuple[StateRule, ...] = (
         "unsubscribed or max poll expired, nothing to release or leave: rest",
         lambda m, out: m._rest(),
     ),
-    StateRule(
+    table.StateRule(
         "prejoin-revoke",
         # Not from UNJOINED: an eager member there in a generation has already revoked
         # for this rebalance (a failed JoinGroup keeps ``_prejoin_done`` until a sync).
@@ -1454,7 +1440,7 @@ STATE_RULES: tuple[StateRule, ...] = (
         "eager rebalance: revoke everything before joining",
         lambda m, out: m._prejoin_revoke(out),
     ),
-    StateRule(
+    table.StateRule(
         "join",
         _BOTH,
         _may_join,
@@ -1487,39 +1473,13 @@ ACTION_TYPES: frozenset[type[A.Action]] = frozenset(
     }
 )
 
-AUTOMATIC_TRANSITIONS: dict[MemberState, dict[MemberState, str]] = {}
-for _rule in STATE_RULES:
-    for _source in sorted(_rule.sources, key=lambda st: st.value):
-        if _rule.target is not _source:
-            _moves = AUTOMATIC_TRANSITIONS.setdefault(_source, {})
-            _moves[_rule.target] = (
-                f"{_moves[_rule.target]}; {_rule.reason}"
-                if _rule.target in _moves
-                else _rule.reason
-            )
-del _rule, _source, _moves
+AUTOMATIC_TRANSITIONS: dict[MemberState, dict[MemberState, str]] = table.automatic_transitions(
+    STATE_RULES
+)
 
 
 def mermaid_diagram() -> str:
-    """Render :data:`TRANSITIONS` and the state-triggered rules as a mermaid stateDiagram.
-
-    Self-loops (events handled without a state change) are left out so the picture
-    shows movement; dashed-looking labels in brackets are the automatic rules.
-    """
-    edges: dict[tuple[MemberState, MemberState], set[str]] = {}
-    for (state, event), tr in TRANSITIONS.items():
-        for target in tr.targets:
-            if target is not state:
-                edges.setdefault((state, target), set()).add(event.__name__)
-    for rule in STATE_RULES:
-        for source in rule.sources:
-            if rule.target is not source:
-                edges.setdefault((source, rule.target), set()).add(f"[{rule.reason}]")
-    lines = ["stateDiagram-v2", f"    [*] --> {S.UNJOINED.value}"]
-    for (src, dst), labels in sorted(
-        edges.items(), key=lambda kv: (kv[0][0].value, kv[0][1].value)
-    ):
-        lines.append(f"    {src.value} --> {dst.value}: {', '.join(sorted(labels))}")
-    lines.append(f"    {S.CLOSED.value} --> [*]")
-    lines.append(f"    {S.FATAL.value} --> [*]")
-    return "\n".join(lines) + "\n"
+    """:data:`TRANSITIONS` and :data:`STATE_RULES` as a mermaid stateDiagram."""
+    return table.mermaid_diagram(
+        TRANSITIONS, STATE_RULES, initial=S.UNJOINED, finals=(S.CLOSED, S.FATAL)
+    )
