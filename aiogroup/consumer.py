@@ -36,7 +36,6 @@ from aiogroup._coordination.consumer_protocol_routine import (
 )
 from aiogroup._fetch import offset_lookups as _offsets
 from aiogroup._fetch.fetcher import Fetcher
-from aiogroup._membership.machine import MemberState
 from aiogroup._state.subscription import (
     FetchStatus,
     PartitionState,
@@ -328,7 +327,7 @@ class GroupConsumer:
                     error.cancel()
                 if assigned.done():
                     break
-                if coordinator.state.value == MemberState.FATAL.value:  # either protocol
+                if coordinator.failed:
                     sub.raise_pending_error()  # what made it fatal
                     raise KafkaError(f"group {cfg.group_id!r}: coordination failed")
                 pending = sub.pending_error
@@ -1056,18 +1055,12 @@ class GroupConsumer:
         state = self._member_state()
         started = self._lifecycle is _Lifecycle.STARTED
         sub = self._subscription
+        coordinator = self._coordinator
         group_managed = sub is not None and sub.subscription.group_managed
         joined = (
             group_managed
-            # ASSIGNING: in the generation, on_partitions_assigned still running.
-            # RECONCILING/ACKNOWLEDGING: the consumer protocol's equivalents.
-            and state
-            in (
-                MemberState.STABLE.value,
-                MemberState.ASSIGNING.value,
-                "RECONCILING",
-                "ACKNOWLEDGING",
-            )
+            and coordinator is not None
+            and coordinator.joined
             and sub is not None
             and sub.assignment is not None
         )
@@ -1077,7 +1070,7 @@ class GroupConsumer:
         live = started
         if not started:
             reasons.append(f"consumer is {self._lifecycle}")
-        if state == MemberState.FATAL.value:
+        if coordinator is not None and coordinator.failed:
             live = False
             reasons.append("fatal group error")
         if (
@@ -1109,7 +1102,7 @@ class GroupConsumer:
 
     def _member_state(self) -> str:
         if self._coordinator is not None:
-            return str(self._coordinator.state.value)
+            return self._coordinator.state_name
         return "NO_GROUP" if self._lifecycle is _Lifecycle.STARTED else self._lifecycle.upper()
 
     def _seconds_since_poll(self) -> float | None:

@@ -394,9 +394,8 @@ _PERFORMERS: dict[type[A.Action], Callable[[GroupCoordinator, Any], object]] = {
     A.InvokeOnPartitionsLost: GroupCoordinator._lost,
     A.CancelListener: lambda c, a: c._listeners.cancel(a.reason),
     A.SetAssignment: GroupCoordinator._perform_set_assignment,
-    # Interval auto-commits serve one generation (supervision.py).
-    A.AutoCommit: lambda c, a: c._generation.spawn(c._auto_commit(None, a.reason), "auto-commit"),
+    A.AutoCommit: GroupCoordinator._perform_auto_commit,
     A.Backoff: GroupCoordinator._backoff,
     A.RaiseToApplication: GroupCoordinator._perform_raise,
-    A.LogWarning: lambda c, a: log.warning("group %s: %s", c._group_id, a.message),
+    A.LogWarning: GroupCoordinator._perform_log_warning,
 }

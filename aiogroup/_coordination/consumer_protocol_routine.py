@@ -135,6 +135,7 @@ class ConsumerGroupCoordinator(CoordinationRoutine):
             retry_backoff=config.retry_backoff_ms / 1000,
             max_poll_interval=config.max_poll_interval_ms / 1000,
             auto_commit=config.enable_auto_commit,
+            auto_commit_interval=config.auto_commit_interval_ms / 1000,
         )
         #: The session is the broker's (group.consumer.session.timeout.ms).
         super().__init__(
@@ -183,8 +184,6 @@ class ConsumerGroupCoordinator(CoordinationRoutine):
 
     def _on_start(self) -> None:
         self._children.spawn(self._learn_session_timeout(), "DescribeConfigs")
-        if self._config.enable_auto_commit:
-            self._children.spawn(self._auto_commit_loop(), "auto-commit")
 
     # -- the performers (one an action type; the table is _PERFORMERS below) -------------
 
@@ -417,13 +416,6 @@ class ConsumerGroupCoordinator(CoordinationRoutine):
             await asyncio.sleep(self._retry_backoff)
         return self._node
 
-    async def _auto_commit_loop(self) -> None:
-        interval = self._config.auto_commit_interval_ms / 1000
-        while not self._subscription.closed:
-            await asyncio.sleep(interval)
-            if self._membership.in_group:
-                await self._auto_commit(None, "on the interval")
-
     def commit_request(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> tuple[Any, int]:
         if not self._subscription.subscription.group_managed:
             # User-assigned partitions: a simple commit outside the group.
@@ -478,5 +470,6 @@ _PERFORMERS: dict[type[A.Action], Callable[[ConsumerGroupCoordinator, Any], None
     A.InvokeOnPartitionsLost: ConsumerGroupCoordinator._lost,
     A.RequestMetadata: ConsumerGroupCoordinator._request_metadata,
     A.RaiseToApplication: ConsumerGroupCoordinator._perform_raise,
-    A.LogWarning: lambda c, a: log.warning("group %s: %s", c._group_id, a.message),
+    A.LogWarning: ConsumerGroupCoordinator._perform_log_warning,
+    A.AutoCommit: ConsumerGroupCoordinator._perform_auto_commit,
 }

@@ -91,6 +91,18 @@ class Machine(Protocol):
     def awaiting_poll(self) -> bool:
         """Out of the group for want of a poll: the application's next poll must wake us."""
 
+    @property
+    def failed(self) -> bool:
+        """Stopped for good on an unrecoverable error."""
+
+    @property
+    def joined(self) -> bool:
+        """In the group with an assignment installed (readiness)."""
+
+    @property
+    def state_name(self) -> str:
+        """The member state's name, in the protocol's own vocabulary (Java's names)."""
+
 
 @dataclass(frozen=True, slots=True)
 class SubscriptionPoke:
@@ -155,6 +167,23 @@ class CoordinationRoutine(ABC):
         self._subscription_key: object = None
         #: Replaced by GroupConsumer with the consumer's shared instance.
         self.metrics = metrics
+
+    # -- what the facade reads, whichever protocol --------------------------------------------
+
+    @property
+    def failed(self) -> bool:
+        """The member stopped for good: its next poll raises what stopped it."""
+        return self._machine.failed
+
+    @property
+    def joined(self) -> bool:
+        """In the group with an assignment installed."""
+        return self._machine.joined
+
+    @property
+    def state_name(self) -> str:
+        """The member state's name (Java's names; reported by metrics and health)."""
+        return self._machine.state_name
 
     # -- what each shell provides ---------------------------------------------------------
 
@@ -363,6 +392,13 @@ class CoordinationRoutine(ABC):
         self._listeners.start(
             E.Listener.LOST, lambda: self._listener.on_partitions_lost(set(parts))
         )
+
+    def _perform_auto_commit(self, action: A.AutoCommit) -> None:
+        # Interval auto-commits serve one generation (supervision.py).
+        self._generation.spawn(self._auto_commit(None, action.reason), "auto-commit")
+
+    def _perform_log_warning(self, action: A.LogWarning) -> None:
+        log.warning("group %s: %s", self._group_id, action.message)
 
     async def _run_assigned(self, partitions: frozenset[TopicPartition]) -> None:
         offsets = await self._listener.on_partitions_assigned(set(partitions))

@@ -62,6 +62,7 @@ from dataclasses import dataclass
 from aiogroup._membership import table
 from aiogroup._membership.actions import (
     Action,
+    AutoCommit,
     FindCoordinator,
     InvokeOnPartitionsAssigned,
     InvokeOnPartitionsLost,
@@ -172,6 +173,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
 #: Every action this machine can return (the shell has a performer for each).
 ACTION_TYPES: frozenset[type[Action]] = frozenset(
     {
+        AutoCommit,
         FindCoordinator,
         SendConsumerGroupHeartbeat,
         SetAssignment,
@@ -283,6 +285,8 @@ class _Config:
     retry_backoff: float
     max_poll_interval: float
     auto_commit: bool
+    #: Seconds between interval auto-commits (None: auto-commit is off).
+    auto_commit_interval: float | None
 
 
 class ConsumerMembership:
@@ -299,6 +303,7 @@ class ConsumerMembership:
         retry_backoff: float = 0.1,
         max_poll_interval: float = 300.0,
         auto_commit: bool = True,
+        auto_commit_interval: float | None = None,
         now: float = 0.0,
     ) -> None:
         if not group_id:
@@ -307,6 +312,8 @@ class ConsumerMembership:
             raise ValueError("member_id must not be empty (the client generates it, KIP-1082)")
         if rebalance_timeout_ms <= 0 or retry_backoff <= 0 or max_poll_interval <= 0:
             raise ValueError("timeouts and backoff must be positive")
+        if auto_commit_interval is not None and auto_commit_interval <= 0:
+            raise ValueError("auto_commit_interval must be > 0 or None (no interval commits)")
         self.config = _Config(
             group_id,
             member_id,
@@ -316,7 +323,10 @@ class ConsumerMembership:
             retry_backoff,
             max_poll_interval,
             auto_commit,
+            auto_commit_interval if auto_commit else None,
         )
+        #: When the next interval auto-commit is due (Java's auto-commit timer).
+        self.next_auto_commit = now + (auto_commit_interval or 0.0)
         self.state = S.UNSUBSCRIBED
         self.member_id = member_id
         self.member_epoch = JOIN_EPOCH
@@ -384,6 +394,7 @@ class ConsumerMembership:
             self.trace.append((before, self.state, type(event).__name__))
         self._advance()
         self._schedule()
+        self._auto_commit_on_interval()
         out, self._out = self._out, []
         return out
 
@@ -402,6 +413,8 @@ class ConsumerMembership:
                 deadlines.append(self.lookup_retry_at)
         if self.state in _IN_GROUP and not self.poll_waiting:
             deadlines.append(self.last_poll + self.config.max_poll_interval)
+        if self.config.auto_commit_interval is not None and self.state is not S.FATAL:
+            deadlines.append(self.next_auto_commit)
         return min(deadlines) if deadlines else None
 
     def commit_gate(self) -> CommitGate:
@@ -444,6 +457,20 @@ class ConsumerMembership:
     def awaiting_poll(self) -> bool:
         """Out of the group for want of a poll: only the application's next poll moves it."""
         return self.state is S.STALE and self.leave_reason is LeaveReason.POLL_TIMEOUT
+
+    @property
+    def failed(self) -> bool:
+        """Stopped for good on an unrecoverable error (FATAL)."""
+        return self.state is S.FATAL
+
+    @property
+    def joined(self) -> bool:
+        """In the group with an assignment installed: reconciling, acknowledging or stable."""
+        return self.state in (S.RECONCILING, S.ACKNOWLEDGING, S.STABLE)
+
+    @property
+    def state_name(self) -> str:
+        return self.state.value
 
     @property
     def in_group(self) -> bool:
@@ -535,6 +562,16 @@ class ConsumerMembership:
         self._stop_fetching()
 
     # -- scheduler: what goes out now --------------------------------------------------
+
+    def _auto_commit_on_interval(self) -> None:
+        """Every auto_commit_interval: commit the consumed positions while in the group
+        (Java's auto-commit timer; out of the group the turn passes without a commit)."""
+        interval = self.config.auto_commit_interval
+        if interval is None or self.now < self.next_auto_commit:
+            return
+        self.next_auto_commit = self.now + interval
+        if self.in_group:
+            self._emit(AutoCommit("auto_commit_interval_ms elapsed"))
 
     def _schedule(self) -> None:
         if not self._wants_heartbeat() or self.heartbeat_in_flight:

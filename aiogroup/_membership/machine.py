@@ -483,6 +483,21 @@ class Membership:
     # -- queries ---------------------------------------------------------------------------
 
     @property
+    def failed(self) -> bool:
+        """Stopped for good on an unrecoverable error (FATAL)."""
+        return self.state is S.FATAL
+
+    @property
+    def joined(self) -> bool:
+        """In a generation whose assignment is installed (its on_partitions_assigned may
+        still run): what readiness means, whichever protocol."""
+        return self.state in (S.STABLE, S.ASSIGNING)
+
+    @property
+    def state_name(self) -> str:
+        return self.state.value
+
+    @property
     def in_generation(self) -> bool:
         return self.generation_id >= 0 and self.member_id != ""
 

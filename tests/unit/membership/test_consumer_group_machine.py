@@ -733,3 +733,36 @@ def test_an_unusable_session_timeout_is_ignored() -> None:
     d.stable_with({A: (0,)})
     d.send(E.SessionTimeoutLearned(0))
     assert d.m.membership_valid_until() == 3.0
+
+
+def test_interval_auto_commit_is_the_machines_decision() -> None:
+    """Java's auto-commit timer, on virtual time: one AutoCommit per interval while in
+    the group; out of it the turn passes without a commit; off, never and no deadline."""
+    d = Driver(auto_commit_interval=5.0)
+    d.stable_with({A: (0,)})
+    assert d.m.next_deadline() is not None and d.m.next_deadline() <= 5.0  # type: ignore[operator]
+    d.now = 4.9
+    assert not any(isinstance(a, acts.AutoCommit) for a in d.send(TimerFired()))
+    d.now = 5.0
+    out = d.send(TimerFired())
+    assert [a for a in out if isinstance(a, acts.AutoCommit)] == [
+        acts.AutoCommit("auto_commit_interval_ms elapsed")
+    ]
+    d.now = 6.0
+    assert not any(isinstance(a, acts.AutoCommit) for a in d.send(TimerFired()))
+    # Fenced: out of the group, so the next turn commits nothing (its epoch is gone).
+    d.send(error(110))
+    assert not d.m.in_group
+    d.now = 10.0
+    assert not any(isinstance(a, acts.AutoCommit) for a in d.send(TimerFired()))
+    assert d.m.next_auto_commit == 15.0
+
+    off = Driver(auto_commit=False, auto_commit_interval=5.0)
+    off.stable_with({A: (0,)})
+    for t in (5.0, 10.0, 15.0):
+        off.now = t
+        assert not any(isinstance(a, acts.AutoCommit) for a in off.send(TimerFired()))
+    deadline = off.m.next_deadline()
+    assert deadline is None or deadline != off.m.next_auto_commit
+    with pytest.raises(ValueError, match="auto_commit_interval"):
+        ConsumerMembership("g", "m", auto_commit_interval=0)
