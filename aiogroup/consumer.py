@@ -448,7 +448,10 @@ class GroupConsumer:
                 "subscribe() after assign(): call unsubscribe() first; a consumer either uses "
                 "group-managed or manually assigned partitions"
             )
-        normalized = HookedListener(listener, self._rebalance_hooks)
+        coordinator = self._coordinator
+        assert coordinator is not None  # started with a group_id
+        # Wrapped once, here, with the thread the routine runs sync callbacks in.
+        hooked = HookedListener(listener, self._rebalance_hooks, coordinator.listener_thread)
         if pattern is not None:
             try:
                 compiled = re.compile(pattern)
@@ -456,9 +459,12 @@ class GroupConsumer:
                 raise ConfigurationError(
                     f"invalid subscription pattern {pattern!r}: {exc}"
                 ) from exc
-            sub.subscribe_pattern(compiled, listener=normalized)
+            coordinator.set_listener(hooked)
+            sub.subscribe_pattern(compiled)
         else:
-            sub.subscribe(validate_topics(topic_list), listener=normalized)
+            topics_checked = validate_topics(topic_list)
+            coordinator.set_listener(hooked)
+            sub.subscribe(topics_checked)
 
     def _subscribe_before_start(
         self, topic_list: list[str], pattern: str | None, listener: object | None

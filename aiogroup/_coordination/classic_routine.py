@@ -45,7 +45,6 @@ from aiogroup.errors import (
     authorization_error,
     error_for_code,
 )
-from aiogroup.listeners import as_async_listener
 from aiogroup.metrics import ConsumerMetrics
 from aiogroup.structs import OffsetAndMetadata, RebalanceProtocol, TopicPartition
 
@@ -315,8 +314,6 @@ class GroupCoordinator(CoordinationRoutine):
     def _on_subscription_poke(self) -> None:
         sub = self._subscription.subscription
         if sub.group_managed:
-            # Kept after unsubscribe: the revocation that follows must reach it.
-            self._listener = as_async_listener(sub.listener, thread=self._listener_thread)
             self._topics.follow_subscription()
         elif sub.type is SubscriptionType.USER_ASSIGNED:
             self._subscription.request_commit_refresh()

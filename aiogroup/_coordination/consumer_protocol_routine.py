@@ -60,7 +60,6 @@ from aiogroup.errors import (
     error_for_code,
     is_authorization_error,
 )
-from aiogroup.listeners import as_async_listener
 from aiogroup.metrics import ConsumerMetrics
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
 
@@ -247,9 +246,7 @@ class ConsumerGroupCoordinator(CoordinationRoutine):
 
     def _on_subscription_poke(self) -> None:
         sub = self._subscription.subscription
-        if sub.group_managed:
-            self._listener = as_async_listener(sub.listener, thread=self._listener_thread)
-        elif sub.type is SubscriptionType.USER_ASSIGNED:
+        if sub.type is SubscriptionType.USER_ASSIGNED:
             self._subscription.request_commit_refresh()
         diff = consumer_subscription_diff(self._subscription_key, subscription_view(sub))
         self._subscription_key = diff.key

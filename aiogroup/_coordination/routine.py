@@ -153,6 +153,8 @@ class CoordinationRoutine(ABC):
         self._commits = CommitClient(self, self._group_id, self._retry_backoff)
         #: Sync listener methods run here, off the loop, one at a time.
         self._listener_thread = ListenerThread()
+        #: The application's listener, handed over once by ``set_listener``; kept after
+        #: unsubscribe, since the revocation that follows must reach it.
         self._listener: AsyncConsumerRebalanceListener = AsyncConsumerRebalanceListener()
         #: Callbacks belong to their generation's scope and are awaited, never cancelled,
         #: when it ends: cancelling one is the machine's decision (its overrun rule).
@@ -169,6 +171,16 @@ class CoordinationRoutine(ABC):
         self.metrics = metrics
 
     # -- what the facade reads, whichever protocol --------------------------------------------
+
+    @property
+    def listener_thread(self) -> ListenerThread:
+        """The thread a sync listener's methods run in (one callback at a time)."""
+        return self._listener_thread
+
+    def set_listener(self, listener: AsyncConsumerRebalanceListener) -> None:
+        """The listener for the callbacks from now on (``subscribe()`` hands it over;
+        a sync one must already be adapted to run in :attr:`listener_thread`)."""
+        self._listener = listener
 
     @property
     def failed(self) -> bool:

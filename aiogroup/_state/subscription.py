@@ -313,7 +313,6 @@ class Subscription:
     type: SubscriptionType
     topics: frozenset[str] = frozenset()
     pattern: re.Pattern[str] | None = None
-    listener: Any = None  # an AsyncConsumerRebalanceListener; typed loosely to avoid a cycle
     user_partitions: frozenset[TopicPartition] = frozenset()
     #: Topics matched by ``pattern`` against the last metadata (AUTO_PATTERN only).
     matched_topics: frozenset[str] = field(default_factory=frozenset)
@@ -377,17 +376,14 @@ class SubscriptionState:
         if self._closed is not None:
             raise ConsumerStoppedError()
 
-    def subscribe(self, topics: Iterable[str], listener: Any = None) -> None:
+    def subscribe(self, topics: Iterable[str]) -> None:
+        """Subscribe to ``topics`` (the listener goes to the routine, not through here)."""
         self._check_open()
-        self._set_subscription(
-            Subscription(SubscriptionType.AUTO_TOPICS, topics=frozenset(topics), listener=listener)
-        )
+        self._set_subscription(Subscription(SubscriptionType.AUTO_TOPICS, topics=frozenset(topics)))
 
-    def subscribe_pattern(self, pattern: re.Pattern[str], listener: Any = None) -> None:
+    def subscribe_pattern(self, pattern: re.Pattern[str]) -> None:
         self._check_open()
-        self._set_subscription(
-            Subscription(SubscriptionType.AUTO_PATTERN, pattern=pattern, listener=listener)
-        )
+        self._set_subscription(Subscription(SubscriptionType.AUTO_PATTERN, pattern=pattern))
 
     def assign_from_user(self, partitions: Iterable[TopicPartition]) -> None:
         self._check_open()

@@ -38,6 +38,7 @@ from aiogroup._state.subscription import FetchStatus, SubscriptionState
 from aiogroup.assignors import resolve_assignors
 from aiogroup.config import ConsumerConfig
 from aiogroup.errors import CommitFailedError, KafkaError, MalformedProtocolDataError
+from aiogroup.listeners import as_async_listener
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
 from tests.unit.virtual_clock import run_virtual
 
@@ -251,7 +252,8 @@ async def joined(
 ) -> tuple[GroupCoordinator, SubscriptionState, ScriptedBroker, Recorder]:
     coordinator, sub, broker = make(**options)
     recorder = listener or Recorder()
-    sub.subscribe(["t"], recorder)
+    coordinator.set_listener(as_async_listener(recorder, thread=coordinator.listener_thread))
+    sub.subscribe(["t"])
     await coordinator.start()
     await broker.until(lambda: coordinator.state is MemberState.STABLE)
     return coordinator, sub, broker, recorder
@@ -405,7 +407,8 @@ def test_a_partition_count_change_rejoins() -> None:
 def test_a_pattern_subscription_follows_the_matching_topics() -> None:
     async def scenario() -> None:
         coordinator, sub, broker = make()
-        sub.subscribe_pattern(re.compile("t.*"), Recorder())
+        coordinator.set_listener(as_async_listener(Recorder(), thread=coordinator.listener_thread))
+        sub.subscribe_pattern(re.compile("t.*"))
         await coordinator.start()
         await broker.until(lambda: coordinator.state is MemberState.STABLE)
         assert broker.topics == []  # a pattern asks for every topic's metadata
@@ -461,7 +464,8 @@ def test_close_during_a_held_join_leaves_on_another_connection() -> None:
     async def scenario() -> None:
         coordinator, sub, broker = make()
         broker.hold_join = asyncio.Event()
-        sub.subscribe(["t"], Recorder())
+        coordinator.set_listener(as_async_listener(Recorder(), thread=coordinator.listener_thread))
+        sub.subscribe(["t"])
         await coordinator.start()
         await broker.until(lambda: "JoinGroup" in broker.names())
         await coordinator.close(timeout=5)
@@ -564,7 +568,8 @@ def test_a_peer_with_undecodable_metadata_is_reported_and_gets_nothing() -> None
     async def scenario() -> None:
         coordinator, sub, broker = make()
         broker.peers = [{"member_id": "bad", "group_instance_id": None, "metadata": b"\x00\x07x"}]
-        sub.subscribe(["t"], Recorder())
+        coordinator.set_listener(as_async_listener(Recorder(), thread=coordinator.listener_thread))
+        sub.subscribe(["t"])
         await coordinator.start()
         await broker.until(lambda: coordinator.state is MemberState.STABLE)
         with pytest.raises(MalformedProtocolDataError):

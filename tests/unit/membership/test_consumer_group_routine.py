@@ -29,6 +29,7 @@ from aiogroup._protocol.schema import struct_to_dict
 from aiogroup._state.subscription import SubscriptionState
 from aiogroup.config import ConsumerConfig
 from aiogroup.errors import KafkaError
+from aiogroup.listeners import as_async_listener
 from aiogroup.structs import OffsetAndMetadata
 
 TID = uuid.UUID(int=0x42)
@@ -216,7 +217,8 @@ async def test_join_assign_acknowledge_commit_and_leave() -> None:
     listener = Recorder()
     await coord.start()
     try:
-        sub.subscribe(["t"], listener=listener)
+        coord.set_listener(as_async_listener(listener, thread=coord.listener_thread))
+        sub.subscribe(["t"])
         expected = {TopicPartition("t", 0), TopicPartition("t", 1)}
         await broker.until(lambda: len(broker.of("ConsumerGroupHeartbeat")) >= 2)
         join, ack = broker.of("ConsumerGroupHeartbeat")[:2]
@@ -305,7 +307,8 @@ async def test_a_listener_error_reaches_the_application_as_raised() -> None:
     coord, sub = coordinator(broker)
     await coord.start()
     try:
-        sub.subscribe(["t"], Raising())
+        coord.set_listener(as_async_listener(Raising(), thread=coord.listener_thread))
+        sub.subscribe(["t"])
         await broker.until(lambda: sub.pending_error is not None)
         # Through the machine's RaiseToApplication, with the callback's own exception.
         with pytest.raises(LookupError, match="boom in assigned"):
