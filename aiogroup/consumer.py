@@ -29,6 +29,7 @@ from aiokafka.errors import (
 )
 
 from aiogroup._coordination.classic_routine import GroupCoordinator
+from aiogroup._coordination.commit_outcome import positions_to_commit
 from aiogroup._coordination.consumer_protocol_routine import (
     CLASSIC_ONLY_OPTIONS,
     ConsumerGroupCoordinator,
@@ -680,16 +681,12 @@ class GroupConsumer:
         if self._coordinator is None:
             raise IllegalOperation("commit() needs a group_id: offsets are stored per group")
         if offsets is None:
-            result: dict[TopicPartition, OffsetAndMetadata] = {}
             assignment = sub.assignment
-            if assignment is not None:
-                # Partitions being revoked are included: a revoke listener commits them.
-                for st in assignment.states():
-                    if st.has_valid_position:
-                        assert st.position is not None
-                        result[st.tp] = OffsetAndMetadata(st.position, "")
-            return result
-        result = {}
+            if assignment is None:
+                return {}
+            # A revoke listener's commit() commits the partitions it is handed.
+            return positions_to_commit(assignment.states(), None, revoking=True)
+        result: dict[TopicPartition, OffsetAndMetadata] = {}
         for tp, value in offsets.items():
             if not isinstance(tp, TopicPartition):
                 raise TypeError(f"commit() keys must be TopicPartition, got {tp!r}")

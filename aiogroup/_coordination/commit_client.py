@@ -155,7 +155,7 @@ async def auto_commit(
     assignment = sub.assignment
     if assignment is None:
         return
-    offsets = positions_to_commit(assignment.states(), partitions)
+    offsets = positions_to_commit(assignment.states(), partitions, revoking=False)
     if not offsets:
         return
     try:

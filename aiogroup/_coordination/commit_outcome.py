@@ -149,14 +149,25 @@ class _Position(Protocol):
 
 
 def positions_to_commit(
-    states: Iterable[_Position], partitions: Iterable[TopicPartition] | None
+    states: Iterable[_Position],
+    partitions: Iterable[TopicPartition] | None,
+    *,
+    revoking: bool,
 ) -> dict[TopicPartition, OffsetAndMetadata]:
-    """What an auto-commit commits: the positions of ``partitions`` (None: every
-    assigned partition not being revoked) that have one."""
+    """The one rule for what a commit without offsets commits: the consumed positions
+    of ``partitions`` (None: every assigned partition) that have one.
+
+    ``revoking``: include partitions whose revocation has begun.  The application's
+    ``commit()`` does (Java's ``commitSync()`` commits every consumed position, and a
+    revoke listener commits the partitions it is handed that way); the interval
+    auto-commit does not - the commit before the revocation (``commit_first``) is
+    theirs, made with the positions the revoke step saw.  Named partitions are
+    committed whatever their state.
+    """
     wanted = None if partitions is None else frozenset(partitions)
     offsets: dict[TopicPartition, OffsetAndMetadata] = {}
     for st in states:
-        if wanted is None and st.revoking:
+        if wanted is None and st.revoking and not revoking:
             continue
         if wanted is not None and st.tp not in wanted:
             continue

@@ -106,6 +106,12 @@ class Pos:
 def test_positions_to_commit() -> None:
     a, b, c = TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("t", 2)
     states = [Pos(a), Pos(b, revoking=True), Pos(c, has_valid_position=False)]
-    assert positions_to_commit(states, None) == {a: OffsetAndMetadata(7, "")}
-    assert positions_to_commit(states, [b]) == {b: OffsetAndMetadata(7, "")}
-    assert positions_to_commit(states, [c]) == {}
+    # The interval auto-commit leaves what is being revoked to the commit before it.
+    assert positions_to_commit(states, None, revoking=False) == {a: OffsetAndMetadata(7, "")}
+    # The application's commit() (Java's commitSync()) commits every consumed position.
+    assert positions_to_commit(states, None, revoking=True) == {
+        a: OffsetAndMetadata(7, ""),
+        b: OffsetAndMetadata(7, ""),
+    }
+    assert positions_to_commit(states, [b], revoking=False) == {b: OffsetAndMetadata(7, "")}
+    assert positions_to_commit(states, [c], revoking=True) == {}
