@@ -135,12 +135,15 @@ class ConsumerGroupCoordinator(CoordinationRoutine):
             max_poll_interval=config.max_poll_interval_ms / 1000,
             auto_commit=config.enable_auto_commit,
             auto_commit_interval=config.auto_commit_interval_ms / 1000,
+            learn_session_timeout=True,
         )
         #: The session is the broker's (group.consumer.session.timeout.ms).
         super().__init__(
             client, subscription, config, ConsumerMetrics(), self._membership, _PERFORMERS
         )
         self._node: int | None = None
+        #: Set once the coordinator is first known (commits wait on it).
+        self._node_known = asyncio.Event()
         #: Woken after every heartbeat answer: commits waiting for a fresh epoch retry.
         self._epoch_changed = asyncio.Event()
 
@@ -180,9 +183,6 @@ class ConsumerGroupCoordinator(CoordinationRoutine):
         m = self._membership
         kind = CommitKind.AUTO if auto else CommitKind.USER
         return CommitRules(CommitProtocol.CONSUMER, _STALE_EPOCH, kind, lambda: m.in_group)
-
-    def _on_start(self) -> None:
-        self._children.spawn(self._learn_session_timeout(), "DescribeConfigs")
 
     # -- the performers (one an action type; the table is _PERFORMERS below) -------------
 
@@ -228,6 +228,9 @@ class ConsumerGroupCoordinator(CoordinationRoutine):
         lost = topic_partitions(action.partitions)
         self.metrics.partitions_were_lost(len(lost))
         self._start_lost(lost)
+
+    def _lookup_session_timeout(self, action: A.LookupSessionTimeout) -> None:
+        self._children.spawn(self._learn_session_timeout(), "DescribeConfigs")
 
     def _request_metadata(self, action: A.RequestMetadata) -> None:
         self._children.spawn(self._resolve_topic_ids(), "Metadata")
@@ -300,6 +303,7 @@ class ConsumerGroupCoordinator(CoordinationRoutine):
             elif await self._client.ready(result.node_id, group=ConnectionGroup.COORDINATION):
                 log.info("group %s: coordinator is node %d", self._group_id, result.node_id)
                 self._node = result.node_id
+                self._node_known.set()
                 event = E.CoordinatorFound(result.node_id)
             else:
                 event = E.CoordinatorLookupFailed(-1, f"cannot connect to node {result.node_id}")
@@ -362,55 +366,57 @@ class ConsumerGroupCoordinator(CoordinationRoutine):
         self._epoch_changed = asyncio.Event()
 
     async def _learn_session_timeout(self) -> None:
-        """Ask a broker for the group's session timeout, once; until it answers (or if
-        it never does: no DESCRIBE_CONFIGS permission, an older broker) the delivery
-        gate uses the heartbeat interval, which is shorter."""
-        for attempt in range(3):
-            node = self._client.get_random_node()
-            try:
-                if node is None:
-                    raise KafkaError("no broker known")
-                resp = await self._client.send(node, session_timeout_request(self._group_id, node))
-                ms = parse_session_timeout(resp)
-            except (KafkaError, OSError, asyncio.TimeoutError) as exc:
-                log.debug("group %s: session timeout lookup failed (%r)", self._group_id, exc)
-                await asyncio.sleep(self._retry_backoff * (attempt + 1))
-                continue
-            if ms is None:
-                log.info(
-                    "group %s: the broker did not tell the consumer session timeout; "
-                    "records are handed out only within a heartbeat interval of the "
-                    "last heartbeat acknowledged",
-                    self._group_id,
-                )
-            else:
-                self._inbox.put_nowait(E.SessionTimeoutLearned(ms))
+        """Ask a broker for the group's session timeout (one try; the machine decides
+        whether and when to ask again)."""
+        node = self._client.get_random_node()
+        try:
+            if node is None:
+                raise KafkaError("no broker known")
+            resp = await self._client.send(node, session_timeout_request(self._group_id, node))
+            ms = parse_session_timeout(resp)
+        except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+            log.debug("group %s: session timeout lookup failed (%r)", self._group_id, exc)
+            self._inbox.put_nowait(E.SessionTimeoutLookupFailed(exc))
             return
+        if ms is None:
+            log.info(
+                "group %s: the broker did not tell the consumer session timeout; "
+                "records are handed out only within a heartbeat interval of the "
+                "last heartbeat acknowledged",
+                self._group_id,
+            )
+        self._inbox.put_nowait(E.SessionTimeoutLearned(ms or 0))
 
     async def _resolve_topic_ids(self) -> None:
-        """Ask any broker for the id <-> name map of every topic (assignments speak ids)."""
-        names: dict[uuid.UUID, str] = {}
-        for attempt in range(3):
-            node = self._client.get_random_node()
-            try:
-                if node is None:
-                    raise KafkaError("no broker known")
-                names = parse_topic_ids(await self._client.send(node, TopicIdsRequest(None)))
-                break
-            except IncompatibleBrokerVersion as exc:
-                self._inbox.put_nowait(E.BrokerIncompatible("Metadata", exc))
-                return
-            except (KafkaError, OSError) as exc:
-                log.debug("group %s: topic id lookup failed (%r)", self._group_id, exc)
-                await asyncio.sleep(self._retry_backoff * (attempt + 1))
+        """Ask any broker for the id <-> name map of every topic (one try; the machine
+        asks again while an assigned id has no name)."""
+        node = self._client.get_random_node()
+        try:
+            if node is None:
+                raise KafkaError("no broker known")
+            names = parse_topic_ids(await self._client.send(node, TopicIdsRequest(None)))
+        except IncompatibleBrokerVersion as exc:
+            self._inbox.put_nowait(E.BrokerIncompatible("Metadata", exc))
+            return
+        except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+            log.debug("group %s: topic id lookup failed (%r)", self._group_id, exc)
+            self._inbox.put_nowait(E.TopicNamesLookupFailed(exc))
+            return
         self._inbox.put_nowait(E.TopicNamesResolved(names))
 
     # -- commits -----------------------------------------------------------------------
 
     async def coordinator_node(self) -> int:
+        """The coordinator, once the heartbeat's lookup found it (or the routine ended)."""
         while self._node is None:
             self.check_running()
-            await asyncio.sleep(self._retry_backoff)
+            routine = self._routine
+            assert routine is not None
+            known = asyncio.ensure_future(self._node_known.wait())
+            try:
+                await asyncio.wait({known, routine}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                known.cancel()
         return self._node
 
     def commit_request(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> tuple[Any, int]:
@@ -469,4 +475,5 @@ _PERFORMERS: dict[type[A.Action], Callable[[ConsumerGroupCoordinator, Any], None
     A.RaiseToApplication: ConsumerGroupCoordinator._perform_raise,
     A.LogWarning: ConsumerGroupCoordinator._perform_log_warning,
     A.AutoCommit: ConsumerGroupCoordinator._perform_auto_commit,
+    A.LookupSessionTimeout: ConsumerGroupCoordinator._lookup_session_timeout,
 }

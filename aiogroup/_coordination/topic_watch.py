@@ -18,6 +18,7 @@ from aiokafka.client import AIOKafkaClient
 
 from aiogroup._coordination.tracking import partition_count_change, snapshot_counts
 from aiogroup._membership import events as E
+from aiogroup._membership.backoff import RetryPolicy
 from aiogroup._state.subscription import SubscriptionState, SubscriptionType
 
 __all__ = ["TopicWatch"]
@@ -105,9 +106,12 @@ class TopicWatch:
         see, refresh with a capped backoff; once the topic appears the metadata
         listener reports the partition-count change and the member rejoins.
         """
-        delay = self._retry_backoff
+        policy = RetryPolicy(
+            self._retry_backoff, max(self._retry_backoff, MISSING_TOPIC_BACKOFF_MAX)
+        )
         cluster = self._client.cluster
+        misses = 0
         while any(not cluster.partitions_for_topic(t) for t in topics):
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, MISSING_TOPIC_BACKOFF_MAX)
+            misses += 1
+            await asyncio.sleep(policy.delay(misses))
             await self._client.force_metadata_update()

@@ -40,6 +40,7 @@ __all__ = [
     "InvokeOnPartitionsLost",
     "InvokeOnPartitionsRevoked",
     "LogWarning",
+    "LookupSessionTimeout",
     "MarkRevoking",
     "Partition",
     "RaiseToApplication",
@@ -132,6 +133,12 @@ class RequestMetadata(Action):
     """Some assigned topic ids have no name yet: refresh metadata, feed TopicNamesResolved."""
 
     topic_ids: frozenset[uuid.UUID]
+
+
+@dataclass(frozen=True, slots=True)
+class LookupSessionTimeout(Action):
+    """Ask a broker for the group's session timeout (DescribeConfigs, KIP-848): feed
+    SessionTimeoutLearned or SessionTimeoutLookupFailed."""
 
 
 @dataclass(frozen=True, slots=True)

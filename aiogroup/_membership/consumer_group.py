@@ -68,11 +68,13 @@ from aiogroup._membership.actions import (
     InvokeOnPartitionsLost,
     InvokeOnPartitionsRevoked,
     LogWarning,
+    LookupSessionTimeout,
     RaiseToApplication,
     RequestMetadata,
     SendConsumerGroupHeartbeat,
     SetAssignment,
 )
+from aiogroup._membership.backoff import RetryPolicy
 from aiogroup._membership.codes import ErrorCode, code_name
 from aiogroup._membership.commit_outcomes import CommitGate
 from aiogroup._membership.events import (
@@ -89,8 +91,10 @@ from aiogroup._membership.events import (
     ListenerCompleted,
     RoutineFailed,
     SessionTimeoutLearned,
+    SessionTimeoutLookupFailed,
     Subscribed,
     TimerFired,
+    TopicNamesLookupFailed,
     TopicNamesResolved,
     UnsubscribeRequested,
 )
@@ -161,9 +165,11 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     ConsumerGroupHeartbeatFailed,
     ListenerCompleted,
     TopicNamesResolved,
+    TopicNamesLookupFailed,
     ApplicationPolled,
     TimerFired,
     SessionTimeoutLearned,
+    SessionTimeoutLookupFailed,
     BrokerIncompatible,
     CommittedOffsetsUnavailable,
     RoutineFailed,
@@ -175,6 +181,7 @@ ACTION_TYPES: frozenset[type[Action]] = frozenset(
     {
         AutoCommit,
         FindCoordinator,
+        LookupSessionTimeout,
         SendConsumerGroupHeartbeat,
         SetAssignment,
         InvokeOnPartitionsRevoked,
@@ -247,6 +254,44 @@ _FATAL_HINTS: dict[int, str] = {
 # --- the machine ----------------------------------------------------------------------
 
 
+#: Tries at the group's session timeout before the delivery gate keeps the heartbeat
+#: interval as its bound (no DESCRIBE_CONFIGS permission, an older broker).
+SESSION_LOOKUP_ATTEMPTS = 3
+
+
+@dataclass(slots=True)
+class _Lookup:
+    """One lookup the machine retries by its :class:`RetryPolicy`: in flight or not,
+    consecutive failures, when the next try is due, or done for good."""
+
+    policy: RetryPolicy
+    in_flight: bool = False
+    failures: int = 0
+    due_at: float = 0.0
+    done: bool = False
+
+    def due(self, now: float) -> bool:
+        return not self.done and not self.in_flight and now >= self.due_at
+
+    def deadline(self) -> list[float]:
+        return [] if self.done or self.in_flight else [self.due_at]
+
+    def sent(self) -> None:
+        self.in_flight = True
+
+    def succeeded(self) -> None:
+        self.in_flight = False
+        self.failures = 0
+
+    def failed(self, now: float) -> None:
+        self.in_flight = False
+        self.failures += 1
+        if self.policy.exhausted(self.failures):
+            self.done = True
+        else:
+            self.due_at = now + self.policy.delay(self.failures)
+
+
 class LeaveReason(enum.Enum):
     UNSUBSCRIBE = "unsubscribe"
     CLOSE = "close"
@@ -304,6 +349,7 @@ class ConsumerMembership:
         max_poll_interval: float = 300.0,
         auto_commit: bool = True,
         auto_commit_interval: float | None = None,
+        learn_session_timeout: bool = False,
         now: float = 0.0,
     ) -> None:
         if not group_id:
@@ -374,7 +420,15 @@ class ConsumerMembership:
         self.leave_sent = False
         #: The application subscribed again while the member was leaving: rejoin after.
         self.resubscribed = False
-        self.requested_ids: frozenset[uuid.UUID] = frozenset()
+        #: Asking Metadata for the names of assigned topic ids: until every id of the
+        #: target has a name (the assignment speaks ids, listeners names), without limit.
+        self.names_lookup = _Lookup(RetryPolicy(retry_backoff, max(retry_backoff, 1.0)))
+        #: Asking for the group's session timeout (the delivery gate's bound): a few
+        #: tries; without it the heartbeat interval, which is shorter, bounds the gate.
+        self.session_lookup = _Lookup(
+            RetryPolicy(retry_backoff, max(retry_backoff, 1.0), attempts=SESSION_LOOKUP_ATTEMPTS),
+            done=not learn_session_timeout,
+        )
         self.error: RaiseToApplication | None = None
         self.now = now
         #: The latest state changes as (from, to, why): an event's name or a rule's reason.
@@ -394,6 +448,8 @@ class ConsumerMembership:
             self.trace.append((before, self.state, type(event).__name__))
         self._advance()
         self._schedule()
+        self._lookup_names()
+        self._lookup_session_timeout()
         self._auto_commit_on_interval()
         out, self._out = self._out, []
         return out
@@ -415,6 +471,11 @@ class ConsumerMembership:
             deadlines.append(self.last_poll + self.config.max_poll_interval)
         if self.config.auto_commit_interval is not None and self.state is not S.FATAL:
             deadlines.append(self.next_auto_commit)
+        if self.state is not S.FATAL:
+            if self._unnamed_ids():
+                deadlines.extend(self.names_lookup.deadline())
+            if self._wants_session_timeout():
+                deadlines.extend(self.session_lookup.deadline())
         return min(deadlines) if deadlines else None
 
     def commit_gate(self) -> CommitGate:
@@ -562,6 +623,27 @@ class ConsumerMembership:
         self._stop_fetching()
 
     # -- scheduler: what goes out now --------------------------------------------------
+
+    def _unnamed_ids(self) -> frozenset[uuid.UUID]:
+        if self.target is None:
+            return frozenset()
+        return frozenset(tid for tid, _ in self.target if tid not in self.names)
+
+    def _lookup_names(self) -> None:
+        """Ask for the names of the target's unnamed topic ids, when the policy says."""
+        missing = self._unnamed_ids()
+        if missing and self.state is not S.FATAL and self.names_lookup.due(self.now):
+            self.names_lookup.sent()
+            self._emit(RequestMetadata(missing))
+
+    def _wants_session_timeout(self) -> bool:
+        return self.state in _IN_GROUP and not self.session_lookup.done
+
+    def _lookup_session_timeout(self) -> None:
+        """Ask for the group's session timeout once in the group, a few times at most."""
+        if self._wants_session_timeout() and self.session_lookup.due(self.now):
+            self.session_lookup.sent()
+            self._emit(LookupSessionTimeout())
 
     def _auto_commit_on_interval(self) -> None:
         """Every auto_commit_interval: commit the consumed positions while in the group
@@ -786,10 +868,7 @@ def _on_heartbeat_response(m: M, ev: Event) -> None:
         m.next_heartbeat_at = m.now + m.heartbeat_interval
         if ev.assignment is not None and m.state in _CAN_RECONCILE:
             m.target = frozenset((tid, p) for tid, parts in ev.assignment.items() for p in parts)
-            missing = frozenset(tid for tid, _ in m.target if tid not in m.names)
-            if missing - m.requested_ids:
-                m.requested_ids |= missing
-                m._emit(RequestMetadata(missing))
+            m._lookup_names()
         if reported is not None and reported == m.owned:
             m.acknowledged = True
     elif reaction is H.FIND_COORDINATOR:
@@ -877,9 +956,24 @@ def _assign_step(m: M, rec: _Reconciliation) -> None:
 
 
 def _on_topic_names(m: M, ev: Event) -> None:
+    """Names arrived; an id still without one (the broker answering Metadata has not
+    learnt the topic yet) is asked for again after the policy's backoff."""
     assert isinstance(ev, TopicNamesResolved)
     m.names.update(ev.names)
-    m.requested_ids -= frozenset(ev.names)
+    if m._unnamed_ids():
+        m.names_lookup.failed(m.now)
+    else:
+        m.names_lookup.succeeded()
+
+
+def _on_topic_names_failed(m: M, ev: Event) -> None:
+    assert isinstance(ev, TopicNamesLookupFailed)
+    m.names_lookup.failed(m.now)
+
+
+def _on_session_lookup_failed(m: M, ev: Event) -> None:
+    assert isinstance(ev, SessionTimeoutLookupFailed)
+    m.session_lookup.failed(m.now)
 
 
 def _on_polled(m: M, ev: Event) -> None:
@@ -898,6 +992,8 @@ def _on_timer(m: M, ev: Event) -> None:
 
 def _on_session_timeout(m: M, ev: Event) -> None:
     assert isinstance(ev, SessionTimeoutLearned)
+    m.session_lookup.succeeded()
+    m.session_lookup.done = True
     if ev.session_timeout_ms > 0:
         m.session_timeout = ev.session_timeout_ms / 1000
 
@@ -961,6 +1057,8 @@ for _s in S:
     EVENT_TRANSITIONS[(_s, CoordinatorFound)] = _t(_on_coordinator_found)
     EVENT_TRANSITIONS[(_s, CoordinatorLookupFailed)] = _t(_on_coordinator_lookup_failed)
     EVENT_TRANSITIONS[(_s, TopicNamesResolved)] = _t(_on_topic_names)
+    EVENT_TRANSITIONS[(_s, TopicNamesLookupFailed)] = _t(_on_topic_names_failed)
+    EVENT_TRANSITIONS[(_s, SessionTimeoutLookupFailed)] = _t(_on_session_lookup_failed)
     EVENT_TRANSITIONS[(_s, ApplicationPolled)] = _t(_on_polled)
     EVENT_TRANSITIONS[(_s, TimerFired)] = _t(_on_timer)
     EVENT_TRANSITIONS[(_s, SessionTimeoutLearned)] = _t(_on_session_timeout)
@@ -1007,6 +1105,9 @@ for _ev in (
     UnsubscribeRequested,
     Subscribed,
     TopicNamesResolved,
+    TopicNamesLookupFailed,
+    SessionTimeoutLearned,
+    SessionTimeoutLookupFailed,
     BrokerIncompatible,
     CommittedOffsetsUnavailable,
 ):

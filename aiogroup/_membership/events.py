@@ -65,11 +65,13 @@ __all__ = [
     "RequestFailed",
     "RoutineFailed",
     "SessionTimeoutLearned",
+    "SessionTimeoutLookupFailed",
     "Subscribed",
     "SubscriptionChanged",
     "SyncGroupFailed",
     "SyncGroupResponseReceived",
     "TimerFired",
+    "TopicNamesLookupFailed",
     "TopicNamesResolved",
     "UnsubscribeRequested",
     "request_failed",
@@ -391,6 +393,22 @@ class TopicNamesResolved(Event):
 @dataclass(frozen=True, slots=True)
 class SessionTimeoutLearned(Event):
     """The coordinator's session timeout for this group, as the broker configures it
-    (DescribeConfigs): the delivery gate's bound from now on."""
+    (DescribeConfigs): the delivery gate's bound from now on.  0: the broker answered
+    without it (the heartbeat interval stays the bound)."""
 
     session_timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicNamesLookupFailed(Event):
+    """The Metadata request for topic ids got no answer (the machine decides when to
+    ask again)."""
+
+    error: BaseException
+
+
+@dataclass(frozen=True, slots=True)
+class SessionTimeoutLookupFailed(Event):
+    """DescribeConfigs for the group's session timeout got no answer."""
+
+    error: BaseException

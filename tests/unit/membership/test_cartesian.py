@@ -177,6 +177,8 @@ def sample(event_type: type[E.Event], m: Membership) -> E.Event:
         E.ConsumerGroupHeartbeatFailed: E.ConsumerGroupHeartbeatFailed("connection"),
         E.TopicNamesResolved: E.TopicNamesResolved({}),
         E.SessionTimeoutLearned: E.SessionTimeoutLearned(45000),
+        E.SessionTimeoutLookupFailed: E.SessionTimeoutLookupFailed(OSError("refused")),
+        E.TopicNamesLookupFailed: E.TopicNamesLookupFailed(OSError("refused")),
     }
     return samples[event_type]
 

@@ -182,6 +182,8 @@ SAMPLES: dict[type[E.Event], list[E.Event]] = {
     ApplicationPolled: [ApplicationPolled(0.0)],
     TimerFired: [TimerFired()],
     E.SessionTimeoutLearned: [E.SessionTimeoutLearned(6000), E.SessionTimeoutLearned(0)],
+    E.SessionTimeoutLookupFailed: [E.SessionTimeoutLookupFailed(OSError("refused"))],
+    E.TopicNamesLookupFailed: [E.TopicNamesLookupFailed(OSError("refused"))],
     E.BrokerIncompatible: [E.BrokerIncompatible("Metadata", ValueError("no v12"))],
     E.CommittedOffsetsUnavailable: [
         E.CommittedOffsetsUnavailable(ValueError("denied"), retriable=False),

@@ -165,6 +165,7 @@ def test_the_machines_import_only_pure_aiogroup_modules() -> None:
     assert loaded == {
         "aiogroup._membership",
         "aiogroup._membership.actions",
+        "aiogroup._membership.backoff",
         "aiogroup._membership.codes",
         "aiogroup._membership.commit_outcomes",
         "aiogroup._membership.consumer_group",
