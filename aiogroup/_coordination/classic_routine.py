@@ -63,11 +63,6 @@ class _MetadataPoke:
     """Cluster metadata was refreshed (pattern matches, partition counts)."""
 
 
-@dataclass(frozen=True, slots=True)
-class _AbandonJoin:
-    """close() was called: a JoinGroup still held by the broker is given up (leave at once)."""
-
-
 class GroupCoordinator(CoordinationRoutine):
     """Keeps one consumer in its group: join, heartbeat, rebalance listeners, commits."""
 
@@ -151,9 +146,6 @@ class GroupCoordinator(CoordinationRoutine):
 
     # -- the routine's hooks -------------------------------------------------------------
 
-    def _close_requested(self) -> list[Any]:
-        return [E.CloseRequested(), _AbandonJoin()]
-
     def _generation_key(self) -> object:
         m = self._membership
         return (m.generation_id, m.member_id) if m.in_generation else None
@@ -179,8 +171,6 @@ class GroupCoordinator(CoordinationRoutine):
     def _dispatch_other(self, item: Any) -> None:
         if isinstance(item, _MetadataPoke):
             self._on_metadata_poke()
-        elif isinstance(item, _AbandonJoin):
-            self._abandon_join()
         else:
             self._feed(item)
 
@@ -191,28 +181,12 @@ class GroupCoordinator(CoordinationRoutine):
         self._leave_after_close = None
         await wait_for(self._requests.leave_abandoned(node, member_id), remaining)
 
-    def _abandon_join(self) -> None:
-        """Give up a JoinGroup in flight so close() leaves at once.
-
-        A broker holds a JoinGroup until the rebalance completes (up to the rebalance
-        timeout; Tansu about half the session timeout), so waiting for its answer made
-        stop() take seconds.  The request task is cancelled - it then reports nothing -
-        and the machine is told the join failed, which takes it to UNJOINED; with
-        ``closing`` set it then leaves (LeaveGroup with the member id it has, if any)
-        and closes.  Checked here, in the routine, so the state is current.
-        """
-        task = self._join_task
-        m = self._membership
-        if m.state is MemberState.PREPARING_REBALANCE and task is not None and task.cancel():
-            if m.member_id and m.coordinator_id is not None and not m.static_member:
-                # The machine counts the join as a failure (coordinator unknown) and
-                # closes without a LeaveGroup; close() sends it once the routine ends.
-                self._leave_after_close = (m.coordinator_id, m.member_id)
-            self._feed(
-                E.JoinGroupFailed(
-                    "connection", m.generation_id, "abandoned: the consumer is closing"
-                )
-            )
+    def _abandon_join(self, action: A.AbandonJoin) -> None:
+        """Cancel the JoinGroup task (it then reports nothing); the LeaveGroup, if the
+        machine asks for one, goes out once the routine ended (``_after_close``)."""
+        if self._join_task is not None:
+            self._join_task.cancel()
+        self._leave_after_close = action.leave
 
     # -- the performers (one an action type; the table is _PERFORMERS below) ---------------
 
@@ -375,6 +349,7 @@ class GroupCoordinator(CoordinationRoutine):
 
 #: Action type -> its performer: every action the classic machine can return.
 _PERFORMERS: dict[type[A.Action], Callable[[GroupCoordinator, Any], object]] = {
+    A.AbandonJoin: GroupCoordinator._abandon_join,
     A.FindCoordinator: GroupCoordinator._find_coordinator,
     A.SendJoinGroup: GroupCoordinator._join_group,
     A.ComputeAssignment: lambda c, a: c._children.spawn(

@@ -199,10 +199,6 @@ class CoordinationRoutine(ABC):
 
     # -- what each shell provides ---------------------------------------------------------
 
-    def _close_requested(self) -> list[Any]:
-        """What ``close()`` puts on the inbox."""
-        return [E.CloseRequested()]
-
     @abstractmethod
     def _after_step(self) -> None:
         """After every machine step: publish what the machine says (the delivery gate)."""
@@ -252,8 +248,7 @@ class CoordinationRoutine(ABC):
         if routine is None or routine.done():
             await self._finish_routine()
             return
-        for item in self._close_requested():
-            self._inbox.put_nowait(item)
+        self._inbox.put_nowait(E.CloseRequested())
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         try:

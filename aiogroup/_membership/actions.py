@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 Partition = tuple[str, int]
 
 __all__ = [
+    "AbandonJoin",
     "Action",
     "AutoCommit",
     "Backoff",
@@ -89,6 +90,16 @@ class SendJoinGroup(Action):
     owned_partitions: frozenset[TopicPartition]
     timeout: float | None = field(default=None, compare=False)
     owned_generation: int = field(default=-1, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class AbandonJoin(Action):
+    """Give up the JoinGroup in flight (the consumer is closing): its answer, if one
+    still comes, is void.  ``leave``: (coordinator node, member id) to send LeaveGroup
+    for once the routine ended - on a connection of its own, since the coordinator's
+    may still hold the JoinGroup - or None (no member id yet, or a static member)."""
+
+    leave: tuple[int, str] | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -455,6 +455,9 @@ class Membership:
         #: The generation was lost while a JoinGroup was in flight with partitions owned:
         #: its answer must not turn what is owned from lost into revoked.
         self._lost_during_join = False
+        #: close() gave up the JoinGroup in flight: its answer, if it still comes, is void,
+        #: and the shell (not the machine) sends the LeaveGroup.
+        self._join_abandoned = False
         self._awaiting_assignment = False
         self._pending_assignment: frozenset[TopicPartition] | None = None
         self._revoking: frozenset[TopicPartition] = _NO_PARTITIONS
@@ -724,6 +727,33 @@ class Membership:
 
     def _on_close(self, ev: E.Event, out: list[A.Action]) -> None:
         self.closing = True
+
+    def _on_close_while_joining(self, ev: E.Event, out: list[A.Action]) -> None:
+        """Close with a JoinGroup in flight: give it up (Java does too).
+
+        A broker may hold a JoinGroup until every member of the last generation rejoined
+        (up to the rebalance timeout; Tansu about half the session timeout), so waiting
+        for its answer made stop() take seconds.  A dynamic member with an id leaves;
+        the shell sends that LeaveGroup after the routine ends.  Then the closing rules
+        run from UNJOINED: revoke what is still owned (cooperative), close.
+        """
+        self.closing = True
+        leave = None
+        if self.member_id and self.coordinator_id is not None and not self.static_member:
+            leave = (self.coordinator_id, self.member_id)
+        self._join_abandoned = True
+        self._lost_during_join = False  # no answer is awaited any more
+        out.append(A.AbandonJoin(leave))
+        self.state = S.UNJOINED
+
+    def _on_abandoned_join_answer(self, ev: E.Event, out: list[A.Action]) -> None:
+        """The answer to a JoinGroup given up on close: void.  Anywhere else it would be
+        an answer to a request the member never sent (a shell bug)."""
+        if not self._join_abandoned:
+            self.state = S.FATAL
+            raise MembershipProtocolError(
+                f"{type(ev).__name__} in state {self.state.value} without a JoinGroup in flight"
+            )
 
     def _on_timer(self, ev: E.Event, out: list[A.Action]) -> None:
         """Deadlines are checked after every event (``_tick``); nothing else to do."""
@@ -1302,7 +1332,13 @@ for _s in _LIVE:
 # Terminal states swallow late answers, failures and timers, nothing else - except the
 # routine's failure, which the application still hears.
 for _s in _TERMINAL:
-    for _ev in (*_ANYWHERE, E.JoinGroupFailed, E.SyncGroupFailed, E.LeaveGroupFailed):
+    for _ev in (
+        *_ANYWHERE,
+        E.JoinGroupResponseReceived,
+        E.JoinGroupFailed,
+        E.SyncGroupFailed,
+        E.LeaveGroupFailed,
+    ):
         TRANSITIONS[(_s, _ev)] = _t(M._ignore, _s)
     TRANSITIONS[(_s, E.RoutineFailed)] = _t(M._on_routine_failed, _s)
 # The request that a stage waits on ends it, answered or failed; its failure is legal
@@ -1310,6 +1346,11 @@ for _s in _TERMINAL:
 TRANSITIONS[(S.PREPARING_REBALANCE, E.JoinGroupResponseReceived)] = _t(
     M._on_join_response, S.COMPLETING_REBALANCE, S.UNJOINED
 )
+TRANSITIONS[(S.PREPARING_REBALANCE, E.CloseRequested)] = _t(M._on_close_while_joining, S.UNJOINED)
+# After close() gave up the JoinGroup, its answer may still be on its way.
+for _s in (S.UNJOINED, S.REVOKING, S.LEAVING):
+    TRANSITIONS[(_s, E.JoinGroupResponseReceived)] = _t(M._on_abandoned_join_answer, _s)
+    TRANSITIONS[(_s, E.JoinGroupFailed)] = _t(M._on_abandoned_join_answer, _s)
 TRANSITIONS[(S.PREPARING_REBALANCE, E.JoinGroupFailed)] = _t(M._on_join_or_sync_failed, S.UNJOINED)
 TRANSITIONS[(S.COMPLETING_REBALANCE, E.AssignmentComputed)] = _t(
     M._on_assignment_computed, S.COMPLETING_REBALANCE, S.UNJOINED
@@ -1365,8 +1406,14 @@ def _leave_revoke(m: Membership, out: list[A.Action]) -> None:
 
 
 def _can_send_leave(m: Membership) -> bool:
-    """LeaveGroup makes sense: in a generation, dynamic (static members just go quiet)."""
-    return m.in_generation and not m.static_member and m.coordinator_id is not None
+    """LeaveGroup makes sense: in a generation, dynamic (static members just go quiet),
+    and not already handed to the shell with an abandoned JoinGroup."""
+    return (
+        m.in_generation
+        and not m.static_member
+        and m.coordinator_id is not None
+        and not m._join_abandoned
+    )
 
 
 def _may_join(m: Membership) -> bool:
@@ -1469,6 +1516,7 @@ STATE_RULES: tuple[StateRule, ...] = (
 #: Every action this machine can return (the shell has a performer for each).
 ACTION_TYPES: frozenset[type[A.Action]] = frozenset(
     {
+        A.AbandonJoin,
         A.FindCoordinator,
         A.SendJoinGroup,
         A.ComputeAssignment,

@@ -13,7 +13,11 @@ what each was assigned, and writes what changed into a
 * ``gone`` when it disappears - a fence, unless the member recorded ``leaving``
   first - with ``since`` = the send time of the last sample that still showed it
   and ``t`` = the arrival of the first that did not, so the real moment lies in
-  ``[since, t]``,
+  ``[since, t]``.  An absence counts once a second sample confirms it (or the
+  member's name comes back under another id): during a coordinator failover a node
+  can answer one sample with the group but without its members, and the next shows
+  them again under the same ids - no fence happened, as the broker's generation
+  says.  Such a transient absence is counted (``transient_absences``) and logged,
 * ``broker_assignment`` when a member's assignment changes in a Stable group,
 * ``group_state`` (member :data:`~aiogroup.testing.history.GROUP`) when the group's
   state - or, for a KIP-848 group, its epoch (``detail`` "Stable epoch=7") - changes:
@@ -180,6 +184,13 @@ class GroupObserver:
         self._task: asyncio.Task[None] | None = None
         self._sampled = asyncio.Event()
         self._last_state: str | None = None
+        #: name -> (member id, last seen, arrival of the first sample without it, state
+        #: of that sample): absences waiting for the next sample to confirm them.
+        self._absent: dict[str, tuple[str, float, float, str]] = {}
+        #: client id -> (member id, assignment, send time of the last sample showing it)
+        self._known: dict[str, tuple[str, tuple[Partition, ...], float]] = {}
+        #: Absences the next sample disproved (the same member id was back).
+        self.transient_absences = 0
 
     async def start(self) -> GroupObserver:
         self._client = AIOKafkaClient(
@@ -205,6 +216,7 @@ class GroupObserver:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+            self._flush_absences(self._known)
         if self._client is not None:
             await self._client.close()
             self._client = None
@@ -215,10 +227,39 @@ class GroupObserver:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
+    def _confirm(self, sample: GroupSample) -> list[tuple[str, tuple[str, float, float]]]:
+        """Absences of the sample before, settled by this one: those still absent (or
+        back under another id) are returned as gone; those back under the same id
+        were a transient gap in the coordinator's answer, and are dropped."""
+        gone: list[tuple[str, tuple[str, float, float]]] = []
+        for name, (member_id, last_seen, first_absent_at, state) in list(self._absent.items()):
+            del self._absent[name]
+            now = sample.members.get(name)
+            if now is not None and now[0] == member_id:
+                self.transient_absences += 1
+                log.warning(
+                    "group %s: %s (%s) was missing from one %s sample and is back under "
+                    "the same id: not a fence",
+                    self.group,
+                    name,
+                    member_id,
+                    state,
+                )
+                continue
+            gone.append((name, (member_id, last_seen, first_absent_at)))
+        return gone
+
+    def _flush_absences(self, known: dict[str, tuple[str, tuple[Partition, ...], float]]) -> None:
+        """At the end no sample can confirm an absence any more: each counts as gone."""
+        for name, (member_id, last_seen, first_absent_at, _state) in self._absent.items():
+            self.recorder.add(name, "gone", t=first_absent_at, since=last_seen, detail=member_id)
+            known.pop(name, None)
+        self._absent.clear()
+
     async def _run(self) -> None:
         assert self._client is not None
         # client id -> (member id, assignment, send time of the last sample showing it)
-        known: dict[str, tuple[str, tuple[Partition, ...], float]] = {}
+        known = self._known
         while True:
             sent = time.monotonic()
             try:
@@ -255,12 +296,21 @@ class GroupObserver:
         if state != self._last_state:
             rec.add(GROUP, "group_state", t=arrived, detail=state)
             self._last_state = state
+        for name, (member_id, last_seen, first_absent_at) in self._confirm(sample):
+            rec.add(name, "gone", t=first_absent_at, since=last_seen, detail=member_id)
+            known.pop(name, None)
         for name, (member_id, _parts, last_seen) in list(known.items()):
             now = sample.members.get(name)
-            if now is None or now[0] != member_id:
+            if name in self._absent:
+                continue
+            if now is None:
+                self._absent[name] = (member_id, last_seen, arrived, sample.state)
+            elif now[0] != member_id:  # a new id under the name: the old one is surely gone
                 rec.add(name, "gone", t=arrived, since=last_seen, detail=member_id)
                 del known[name]
         for name, (member_id, parts) in sample.members.items():
+            if name in self._absent:
+                continue  # absent in the sample before, present now: see _confirm
             previous = known.get(name)
             if previous is None:
                 rec.add(name, "joined", t=arrived, detail=member_id)

@@ -89,3 +89,54 @@ def test_a_new_member_id_under_one_name_is_a_gone_then_a_join() -> None:
 def test_the_sampling_interval_must_be_positive() -> None:
     with pytest.raises(ValueError, match="interval must be positive"):
         GroupObserver("127.0.0.1:1", "g", HistoryRecorder(), interval=0)
+
+
+def feed_observer(samples: list[tuple[float, float, GroupSample]]) -> GroupObserver:
+    observer = GroupObserver("127.0.0.1:1", "g", HistoryRecorder())
+    for sent, arrived, sample in samples:
+        observer._apply(observer._known, sample, sent, arrived)
+    return observer
+
+
+def test_one_sample_without_the_members_is_a_gap_not_a_fence() -> None:
+    """A coordinator failing over can answer one DescribeGroups with the group but none
+    of its members; the next sample shows them under the same ids: nobody was fenced."""
+    observer = feed_observer(
+        [
+            (1.0, 1.1, GroupSample("Stable", {"A": ("a1", (P0,)), "B": ("b1", (P1,))})),
+            (2.0, 2.1, GroupSample("Stable", {})),
+            (3.0, 3.1, GroupSample("Stable", {"A": ("a1", (P0,)), "B": ("b1", (P1,))})),
+        ]
+    )
+    events = observer.recorder.events()
+    assert not [e for e in events if e.kind == "gone"]
+    assert [e.member for e in events if e.kind == "joined"] == ["A", "B"]  # not again
+    assert observer.transient_absences == 2
+    assert check_history(events).evictions == []
+
+
+def test_an_absence_the_next_sample_confirms_is_a_fence_dated_by_the_first() -> None:
+    observer = feed_observer(
+        [
+            (1.0, 1.1, GroupSample("Stable", {"A": ("a1", ()), "B": ("b1", ())})),
+            (2.0, 2.1, GroupSample("Stable", {"B": ("b1", ())})),
+            (3.0, 3.1, GroupSample("PreparingRebalance", {"B": ("b1", ())})),
+        ]
+    )
+    gone = [(e.member, e.t, e.since) for e in observer.recorder.events() if e.kind == "gone"]
+    assert gone == [("A", 2.1, 1.0)]
+    assert observer.transient_absences == 0
+    assert check_history(observer.recorder.events()).evictions == [("A", 2.1)]
+
+
+def test_an_absence_in_the_last_sample_counts_as_gone_when_the_observer_stops() -> None:
+    observer = feed_observer(
+        [
+            (1.0, 1.1, GroupSample("Stable", {"A": ("a1", ())})),
+            (2.0, 2.1, GroupSample("Empty", {})),
+        ]
+    )
+    assert not [e for e in observer.recorder.events() if e.kind == "gone"]
+    observer._flush_absences(observer._known)
+    gone = [(e.member, e.t, e.since) for e in observer.recorder.events() if e.kind == "gone"]
+    assert gone == [("A", 2.1, 1.0)]

@@ -121,6 +121,10 @@ class ListenerContract(RuleBasedStateMachine):
             self.pending[key] = action
         elif isinstance(action, A.CancelListener):
             assert self.listener == action.kind
+        elif isinstance(action, A.AbandonJoin):
+            # The shell cancels the JoinGroup: no answer comes back.
+            assert self.closing and "SendJoinGroup" in self.pending
+            del self.pending["SendJoinGroup"]
 
     # -- the broker -----------------------------------------------------------------------
 

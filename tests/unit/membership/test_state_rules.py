@@ -71,11 +71,21 @@ def test_unknown_member_on_a_rejoin_loses_from_unjoined() -> None:
     assert m.state is S.LOSING and m.generation_id == -1
 
 
-def test_closing_member_whose_rejoin_finds_it_unknown_loses_not_revokes() -> None:
+def test_closing_during_a_cooperative_rejoin_revokes_what_it_still_owns() -> None:
+    """The JoinGroup is given up on close; the member still holds its generation and
+    its partitions, so they are revoked (not lost) before it closes."""
     m = make(COOPERATIVE)
     to_stable(m, tps(0))
     _heartbeat_answer(m, 27)
-    assert m.handle(E.CloseRequested(), 1.15) == []  # JoinGroup in flight: wait for it
-    out = m.handle(join_error(25), 1.2)
-    assert out == [A.MarkRevoking(tps(0)), A.InvokeOnPartitionsLost(tps(0))]
-    assert m.state is S.LOSING and m.closing
+    assert m.state is S.PREPARING_REBALANCE
+    out = m.handle(E.CloseRequested(), 1.15)
+    assert out == [
+        A.AbandonJoin((1, "m1")),
+        A.MarkRevoking(tps(0)),
+        A.InvokeOnPartitionsRevoked(tps(0), commit_first=False),
+    ]
+    assert m.state is S.REVOKING and m.closing
+    # The abandoned join's answer is void while the revoke runs.
+    assert m.handle(join_error(25), 1.2) == []
+    assert m.handle(E.ListenerCompleted(E.Listener.REVOKED), 1.3) == [A.SetAssignment(None)]
+    assert m.state is S.CLOSED
