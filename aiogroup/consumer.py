@@ -14,7 +14,6 @@ import logging
 import re
 import warnings
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from aiokafka.client import AIOKafkaClient
@@ -55,7 +54,15 @@ from aiogroup.errors import (
     is_authorization_error,
 )
 from aiogroup.listeners import HookedListener, RebalanceHooks, as_async_listener, loop_bound
-from aiogroup.metrics import ConsumerMetrics, Health, MetricsSnapshot, PartitionMetrics
+from aiogroup.metrics import (
+    ConsumerMetrics,
+    Health,
+    MemberView,
+    MetricsSnapshot,
+    assess_health,
+    partition_metrics,
+    snapshot,
+)
 from aiogroup.structs import (
     ConsumerRecord,
     OffsetAndMetadata,
@@ -1017,90 +1024,36 @@ class GroupConsumer:
         Lag is the high watermark of the last Fetch response minus the position; it
         does not use ``end_offsets()`` (see the module docstring for why).
         """
-        m = self._metrics
-        records_rate, bytes_rate = m.rates()
-        partitions: dict[TopicPartition, PartitionMetrics] = {}
         sub = self._subscription
-        if sub is not None and sub.assignment is not None:
-            for st in sub.assignment.states():
-                lag = None
-                if st.highwater is not None and st.position is not None:
-                    lag = max(0, st.highwater - st.position)
-                partitions[st.tp] = PartitionMetrics(
-                    st.position, st.highwater, lag, m.partition_fetch_ms.get(st.tp)
-                )
-        return MetricsSnapshot(
-            records_consumed=m.records_consumed,
-            bytes_consumed=m.bytes_consumed,
-            records_per_second=records_rate,
-            bytes_per_second=bytes_rate,
-            fetch_latency=replace(m.fetch_latency),
-            heartbeat_latency=replace(m.heartbeat_latency),
-            commit_latency=replace(m.commit_latency),
-            rebalances=m.rebalances,
-            rebalance_in_progress=m.rebalance_started_at is not None,
-            last_rebalance_seconds=m.last_rebalance_s,
-            total_rebalance_seconds=m.total_rebalance_s,
-            partitions_lost=m.partitions_lost,
-            seconds_since_last_heartbeat=m.seconds_since_heartbeat(),
-            seconds_since_last_poll=self._seconds_since_poll(),
-            member_state=self._member_state(),
-            member_id=self.member_id,
-            generation=self.generation,
-            group_requests={api: replace(st) for api, st in m.request_latency.items()},
-            partitions=partitions,
-            processing=None if m.processing is None else m.processing(),
-        )
+        assignment = None if sub is None else sub.assignment
+        states = () if assignment is None else assignment.states()
+        partitions = partition_metrics(states, self._metrics.partition_fetch_ms)
+        return snapshot(self._metrics, self._view(), partitions)
 
     def health(self) -> Health:
         """Readiness and liveness for probes: joined, broker reachable, heartbeat and poll age."""
-        m = self._metrics
-        state = self._member_state()
-        started = self._lifecycle is _Lifecycle.STARTED
+        return assess_health(self._metrics, self._view())
+
+    def _view(self) -> MemberView:
+        """This consumer as metrics and health read it, at this moment."""
         sub = self._subscription
         coordinator = self._coordinator
-        group_managed = sub is not None and sub.subscription.group_managed
-        joined = (
-            group_managed
-            and coordinator is not None
-            and coordinator.joined
-            and sub is not None
-            and sub.assignment is not None
-        )
-        reachable = m.broker_reachable()
-        poll_age = self._seconds_since_poll()
-        reasons: list[str] = []
-        live = started
-        if not started:
-            reasons.append(f"consumer is {self._lifecycle}")
-        if coordinator is not None and coordinator.failed:
-            live = False
-            reasons.append("fatal group error")
-        if (
-            group_managed
-            and poll_age is not None
-            and poll_age * 1000 > self._config.max_poll_interval_ms
-        ):
-            live = False
-            reasons.append(f"no poll for {poll_age:.1f}s (> max_poll_interval_ms)")
-        if not reachable:
-            reasons.append("no broker request succeeded within session_timeout_ms")
-        if group_managed and not joined:
-            reasons.append(f"not joined (member state {state})")
-        ready = live and reachable and (joined or not group_managed)
-        pending = None if sub is None else sub.pending_error
-        return Health(
-            live=live,
-            ready=ready,
-            started=started,
-            joined=joined,
-            broker_reachable=reachable,
-            member_state=state,
-            seconds_since_last_heartbeat=m.seconds_since_heartbeat(),
-            seconds_since_last_poll=poll_age,
-            seconds_since_broker_response=m.seconds_since_broker_response(),
-            last_error=repr(pending) if pending is not None else m.last_broker_error,
-            reasons=tuple(reasons),
+        return MemberView(
+            lifecycle=self._lifecycle,
+            group_managed=sub is not None and sub.subscription.group_managed,
+            joined=(
+                coordinator is not None
+                and coordinator.joined
+                and sub is not None
+                and sub.assignment is not None
+            ),
+            failed=coordinator is not None and coordinator.failed,
+            member_state=self._member_state(),
+            member_id=self.member_id,
+            generation=self.generation,
+            seconds_since_poll=self._seconds_since_poll(),
+            max_poll_interval_s=self._config.max_poll_interval_ms / 1000,
+            pending_error=None if sub is None else sub.pending_error,
         )
 
     def _member_state(self) -> str:

@@ -35,12 +35,22 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import asdict, dataclass, field
-from typing import Any, TypeVar
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Protocol, TypeVar
 
 from aiogroup.structs import TopicPartition
 
-__all__ = ["ConsumerMetrics", "Health", "LatencyStats", "MetricsSnapshot", "PartitionMetrics"]
+__all__ = [
+    "ConsumerMetrics",
+    "Health",
+    "LatencyStats",
+    "MemberView",
+    "MetricsSnapshot",
+    "PartitionMetrics",
+    "assess_health",
+    "partition_metrics",
+    "snapshot",
+]
 
 health_log = logging.getLogger("aiogroup.health")
 
@@ -365,3 +375,123 @@ class ConsumerMetrics:
                 self.session_timeout_s,
                 self.last_broker_error,
             )
+
+
+# -- snapshots and health, from what the consumer gathered at one moment -------------------
+
+
+@dataclass(frozen=True)
+class MemberView:
+    """What ``GroupConsumer`` reads of itself for ``metrics()`` and ``health()``, in
+    plain values: the judgement below is then a pure function, unit-tested alone."""
+
+    #: The consumer's lifecycle: "new", "started", "stopping" or "stopped".
+    lifecycle: str
+    #: Subscribed (the group assigns the partitions), not assign()ed nor group-less.
+    group_managed: bool
+    #: In the group with an assignment installed (the routine's ``joined``).
+    joined: bool
+    #: The group member stopped for good on an unrecoverable error.
+    failed: bool
+    member_state: str
+    member_id: str | None
+    generation: int | None
+    #: Seconds since the application last polled (0 while a poll waits; None: never).
+    seconds_since_poll: float | None
+    max_poll_interval_s: float
+    pending_error: BaseException | None = None
+
+
+class _PartitionState(Protocol):
+    @property
+    def tp(self) -> TopicPartition: ...
+    @property
+    def position(self) -> int | None: ...
+    @property
+    def highwater(self) -> int | None: ...
+
+
+def partition_metrics(
+    states: Iterable[_PartitionState], fetched_ms: dict[TopicPartition, int]
+) -> dict[TopicPartition, PartitionMetrics]:
+    """Each assigned partition's position, high watermark, lag and last fetch time."""
+    out: dict[TopicPartition, PartitionMetrics] = {}
+    for st in states:
+        lag = None
+        if st.highwater is not None and st.position is not None:
+            lag = max(0, st.highwater - st.position)
+        out[st.tp] = PartitionMetrics(st.position, st.highwater, lag, fetched_ms.get(st.tp))
+    return out
+
+
+def snapshot(
+    m: ConsumerMetrics,
+    view: MemberView,
+    partitions: dict[TopicPartition, PartitionMetrics],
+) -> MetricsSnapshot:
+    """``GroupConsumer.metrics()``: the counters, copied, with the member's view."""
+    records_rate, bytes_rate = m.rates()
+    return MetricsSnapshot(
+        records_consumed=m.records_consumed,
+        bytes_consumed=m.bytes_consumed,
+        records_per_second=records_rate,
+        bytes_per_second=bytes_rate,
+        fetch_latency=replace(m.fetch_latency),
+        heartbeat_latency=replace(m.heartbeat_latency),
+        commit_latency=replace(m.commit_latency),
+        rebalances=m.rebalances,
+        rebalance_in_progress=m.rebalance_started_at is not None,
+        last_rebalance_seconds=m.last_rebalance_s,
+        total_rebalance_seconds=m.total_rebalance_s,
+        partitions_lost=m.partitions_lost,
+        seconds_since_last_heartbeat=m.seconds_since_heartbeat(),
+        seconds_since_last_poll=view.seconds_since_poll,
+        member_state=view.member_state,
+        member_id=view.member_id,
+        generation=view.generation,
+        group_requests={api: replace(st) for api, st in m.request_latency.items()},
+        partitions=partitions,
+        processing=None if m.processing is None else m.processing(),
+    )
+
+
+def assess_health(m: ConsumerMetrics, view: MemberView) -> Health:
+    """``GroupConsumer.health()``: live, ready, and the reasons when not.
+
+    Live: started, not failed, and (subscribed) polled within max_poll_interval - a
+    poll waiting for records is polling.  Ready: live, a broker answered within the
+    session timeout, and (subscribed) joined with an assignment.
+    """
+    started = view.lifecycle == "started"
+    reachable = m.broker_reachable()
+    poll_age = view.seconds_since_poll
+    joined = view.group_managed and view.joined
+    reasons: list[str] = []
+    live = started
+    if not started:
+        reasons.append(f"consumer is {view.lifecycle}")
+    if view.failed:
+        live = False
+        reasons.append("fatal group error")
+    if view.group_managed and poll_age is not None and poll_age > view.max_poll_interval_s:
+        live = False
+        reasons.append(f"no poll for {poll_age:.1f}s (> max_poll_interval_ms)")
+    if not reachable:
+        reasons.append("no broker request succeeded within session_timeout_ms")
+    if view.group_managed and not joined:
+        reasons.append(f"not joined (member state {view.member_state})")
+    ready = live and reachable and (joined or not view.group_managed)
+    pending = view.pending_error
+    return Health(
+        live=live,
+        ready=ready,
+        started=started,
+        joined=joined,
+        broker_reachable=reachable,
+        member_state=view.member_state,
+        seconds_since_last_heartbeat=m.seconds_since_heartbeat(),
+        seconds_since_last_poll=poll_age,
+        seconds_since_broker_response=m.seconds_since_broker_response(),
+        last_error=repr(pending) if pending is not None else m.last_broker_error,
+        reasons=tuple(reasons),
+    )

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, replace
 
 import pytest
 
-from aiogroup.metrics import ConsumerMetrics, LatencyStats
+from aiogroup.metrics import (
+    ConsumerMetrics,
+    LatencyStats,
+    MemberView,
+    assess_health,
+    partition_metrics,
+    snapshot,
+)
 from aiogroup.structs import TopicPartition
 
 
@@ -125,3 +133,91 @@ async def test_a_request_hanging_past_the_session_timeout_means_unreachable() ->
 
 class JoinGroupRequest:
     pass
+
+
+# -- health() and metrics() as pure functions of the consumer's view ------------------------
+
+JOINED = MemberView(
+    lifecycle="started",
+    group_managed=True,
+    joined=True,
+    failed=False,
+    member_state="STABLE",
+    member_id="m-1",
+    generation=3,
+    seconds_since_poll=0.5,
+    max_poll_interval_s=300.0,
+)
+
+
+def test_a_joined_member_that_polls_is_live_and_ready() -> None:
+    h = assess_health(ConsumerMetrics(), JOINED)
+    assert h.live and h.ready and h.joined and h.started and h.broker_reachable
+    assert h.reasons == () and h.member_state == "STABLE" and h.last_error is None
+
+
+@pytest.mark.parametrize(
+    ("change", "live", "ready", "reason"),
+    [
+        ({"lifecycle": "new"}, False, False, "consumer is new"),
+        ({"lifecycle": "stopped"}, False, False, "consumer is stopped"),
+        ({"failed": True, "member_state": "FATAL"}, False, False, "fatal group error"),
+        ({"seconds_since_poll": 301.0}, False, False, "no poll for 301.0s"),
+        (
+            {"joined": False, "member_state": "PREPARING_REBALANCE"},
+            True,
+            False,
+            "not joined (member state PREPARING_REBALANCE)",
+        ),
+        # A poll waiting for records is polling; never polled is no evidence.
+        ({"seconds_since_poll": None}, True, True, None),
+        # assign()ed or group-less: nothing to join, nor a poll interval to keep.
+        ({"group_managed": False, "joined": False, "seconds_since_poll": 999.0}, True, True, None),
+    ],
+)
+def test_health_names_each_reason(
+    change: dict[str, object], live: bool, ready: bool, reason: str | None
+) -> None:
+    h = assess_health(ConsumerMetrics(), replace(JOINED, **change))  # type: ignore[arg-type]
+    assert (h.live, h.ready) == (live, ready)
+    if reason is None:
+        assert h.reasons == ()
+    else:
+        assert any(r.startswith(reason) for r in h.reasons), h.reasons
+
+
+def test_health_without_a_broker_for_a_session_is_live_but_not_ready() -> None:
+    m = ConsumerMetrics(session_timeout_s=10.0)
+    m.created -= 20.0
+    m._broker_failed(ConnectionError("refused"))
+    h = assess_health(m, replace(JOINED, pending_error=KeyError("boom")))
+    assert h.live and not h.ready and not h.broker_reachable
+    assert "no broker request succeeded within session_timeout_ms" in h.reasons
+    assert h.last_error == "KeyError('boom')"
+
+
+@dataclass
+class _State:
+    tp: TopicPartition
+    position: int | None
+    highwater: int | None
+
+
+def test_partition_lag_is_the_high_watermark_minus_the_position_never_negative() -> None:
+    a, b, c = (TopicPartition("t", p) for p in range(3))
+    got = partition_metrics([_State(a, 10, 15), _State(b, 20, 15), _State(c, None, 7)], {a: 1234})
+    assert (got[a].lag, got[a].last_fetch_timestamp_ms) == (5, 1234)
+    assert got[b].lag == 0  # the position passed a stale high watermark
+    assert got[c].lag is None and got[c].last_fetch_timestamp_ms is None
+
+
+def test_a_snapshot_copies_the_counters_and_carries_the_view() -> None:
+    m = ConsumerMetrics()
+    m.delivered(3, 300)
+    m.rebalance_started()
+    snap = snapshot(m, JOINED, {})
+    assert (snap.records_consumed, snap.bytes_consumed) == (3, 300)
+    assert snap.rebalance_in_progress and snap.member_id == "m-1" and snap.generation == 3
+    m.fetch_latency.add(5.0)
+    assert snap.fetch_latency.count == 0  # a copy, not the live counter
+    assert snap.as_dict()["member_state"] == "STABLE" and snap.processing is None
