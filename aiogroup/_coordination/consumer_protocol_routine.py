@@ -28,6 +28,7 @@ from aiokafka.errors import IncompatibleBrokerVersion
 
 from aiogroup._coordination.commit_client import failure_kind
 from aiogroup._coordination.commit_outcome import CommitRules
+from aiogroup._coordination.coordinator_lookup import look_up_coordinator
 from aiogroup._coordination.routine import CoordinationRoutine, topic_partitions
 from aiogroup._coordination.tracking import consumer_subscription_diff
 from aiogroup._coordination.watch import subscription_view
@@ -45,10 +46,8 @@ from aiogroup._protocol.consumer_group import (
     parse_topic_ids,
 )
 from aiogroup._protocol.group import (
-    FindCoordinatorRequest,
     OffsetCommitRequest,
     OffsetFetchRequest,
-    parse_find_coordinator,
 )
 from aiogroup._protocol.group_configs import parse_session_timeout, session_timeout_request
 from aiogroup._state.subscription import SubscriptionState, SubscriptionType
@@ -58,7 +57,6 @@ from aiogroup.errors import (
     ConfigurationError,
     KafkaError,
     error_for_code,
-    is_authorization_error,
 )
 from aiogroup.metrics import ConsumerMetrics
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
@@ -282,33 +280,10 @@ class ConsumerGroupCoordinator(CoordinationRoutine):
     # -- requests (each in its own child task, each ending in one event) ---------------
 
     async def _find_coordinator(self) -> None:
-        event: E.Event
-        try:
-            node = self._client.get_random_node()
-            if node is None:
-                raise KafkaError("no broker known to ask for the coordinator")
-            result = parse_find_coordinator(
-                await self._client.send(node, FindCoordinatorRequest(self._group_id))
-            )
-            if result.error_code != 0:
-                if is_authorization_error(error_for_code(result.error_code)()):
-                    # As the classic member: the application hears it (start() and the
-                    # next poll raise it) while the lookup keeps retrying.
-                    self._raise_to_application(
-                        error_for_code(result.error_code)("FindCoordinator"),
-                        "FindCoordinator: GROUP_AUTHORIZATION_FAILED",
-                        False,
-                    )
-                event = E.CoordinatorLookupFailed(result.error_code)
-            elif await self._client.ready(result.node_id, group=ConnectionGroup.COORDINATION):
-                log.info("group %s: coordinator is node %d", self._group_id, result.node_id)
-                self._node = result.node_id
-                self._node_known.set()
-                event = E.CoordinatorFound(result.node_id)
-            else:
-                event = E.CoordinatorLookupFailed(-1, f"cannot connect to node {result.node_id}")
-        except (KafkaError, OSError) as exc:
-            event = E.CoordinatorLookupFailed(-1, repr(exc))
+        event = await look_up_coordinator(self._client, self._group_id, self.metrics)
+        if isinstance(event, E.CoordinatorFound):
+            self._node = event.node_id
+            self._node_known.set()
         self._inbox.put_nowait(event)
 
     async def _heartbeat(self, action: A.SendConsumerGroupHeartbeat) -> None:

@@ -25,6 +25,7 @@ from aiokafka.errors import (
 )
 
 from aiogroup._coordination.commit_client import failure_kind
+from aiogroup._coordination.coordinator_lookup import look_up_coordinator
 from aiogroup._membership import actions as A
 from aiogroup._membership import events as E
 from aiogroup._protocol.classic_embedded import (
@@ -36,12 +37,10 @@ from aiogroup._protocol.classic_embedded import (
     encode_subscription,
 )
 from aiogroup._protocol.group import (
-    FindCoordinatorRequest,
     HeartbeatRequest,
     JoinGroupRequest,
     LeaveGroupRequest,
     SyncGroupRequest,
-    parse_find_coordinator,
     parse_heartbeat,
     parse_join_group,
     parse_leave_group,
@@ -162,37 +161,7 @@ class ClassicRequests:
             raise RequestTimedOutError() from exc
 
     async def find_coordinator(self) -> None:
-        event: E.Event
-        try:
-            node = self._client.get_random_node()
-            if node is None:
-                raise KafkaError("no broker known to ask for the coordinator")
-            request = FindCoordinatorRequest(self._group_id)
-            resp = await self._metrics().timed_group_request(
-                request, self._client.send(node, request)
-            )
-            result = parse_find_coordinator(resp)
-            if result.error_code != 0:
-                event = E.CoordinatorLookupFailed(result.error_code, result.error_message or "")
-            else:
-                ready = await self._client.ready(result.node_id, group=ConnectionGroup.COORDINATION)
-                if ready:
-                    log.info(
-                        "group %s: coordinator is node %d (%s:%d)",
-                        self._group_id,
-                        result.node_id,
-                        result.host,
-                        result.port,
-                    )
-                    event = E.CoordinatorFound(result.node_id)
-                else:
-                    event = E.CoordinatorLookupFailed(
-                        -1, f"cannot connect to node {result.node_id}"
-                    )
-        except KafkaError as exc:
-            log.debug("group %s: FindCoordinator failed: %r", self._group_id, exc)
-            event = E.CoordinatorLookupFailed(-1, repr(exc))
-        self._put(event)
+        self._put(await look_up_coordinator(self._client, self._group_id, self._metrics()))
 
     def _coordinator(self, api: str) -> int:
         node = self._coordinator_id()

@@ -825,10 +825,15 @@ def _on_coordinator_found(m: M, ev: Event) -> None:
 
 
 def _on_coordinator_lookup_failed(m: M, ev: Event) -> None:
+    """Look again after a backoff; a missing ACL is also told to the application (its
+    start() and next poll raise it, naming the group) while the lookup keeps trying,
+    as in the classic machine."""
     assert isinstance(ev, CoordinatorLookupFailed)
     m.lookup_in_flight = False
     m.coordinator_known = False
     m.lookup_retry_at = m.now + m.config.retry_backoff
+    if ev.error_code == C.GROUP_AUTHORIZATION_FAILED:
+        m._report(ev.error_code, "FindCoordinator: GROUP_AUTHORIZATION_FAILED", fatal=False)
 
 
 def _on_heartbeat_failed(m: M, ev: Event) -> None:

@@ -766,3 +766,17 @@ def test_interval_auto_commit_is_the_machines_decision() -> None:
     assert deadline is None or deadline != off.m.next_auto_commit
     with pytest.raises(ValueError, match="auto_commit_interval"):
         ConsumerMembership("g", "m", auto_commit_interval=0)
+
+
+def test_a_coordinator_lookup_refused_by_acls_is_told_and_retried() -> None:
+    d = Driver()
+    d.send(Subscribed(frozenset({"a"})))
+    out = d.send(CoordinatorLookupFailed(30))
+    assert out == [
+        RaiseToApplication("FindCoordinator: GROUP_AUTHORIZATION_FAILED", 30, None, False)
+    ]
+    assert d.state is S.JOINING and d.m.next_deadline() == pytest.approx(0.1)
+    d.now = 0.1
+    assert d.send(TimerFired()) == [FindCoordinator("heartbeat in JOINING")]
+    # Other failures only back off.
+    assert d.send(CoordinatorLookupFailed(15)) == []
