@@ -18,6 +18,9 @@ what each was assigned, and writes what changed into a
   can answer one sample with the group but without its members, and the next shows
   them again under the same ids - no fence happened, as the broker's generation
   says.  Such a transient absence is counted (``transient_absences``) and logged,
+* ``back`` when a classic member's id recorded ``gone`` shows up again: a classic
+  coordinator never hands a removed id back, so the absence was a gap in its
+  answers, however many samples it lasted, and the checker retracts the fence,
 * ``broker_assignment`` when a member's assignment changes in a Stable group,
 * ``group_state`` (member :data:`~aiogroup.testing.history.GROUP`) when the group's
   state - or, for a KIP-848 group, its epoch (``detail`` "Stable epoch=7") - changes:
@@ -78,6 +81,8 @@ class GroupSample:
     members: dict[str, tuple[str, tuple[Partition, ...]]]
     #: KIP-848: the group epoch (bumped once per membership change); None for classic.
     epoch: int | None = None
+    #: The node that answered (for the log when a sample surprises).
+    node: int | None = None
 
 
 async def describe_group(client: AIOKafkaClient, group: str) -> GroupSample:
@@ -102,7 +107,7 @@ async def describe_group(client: AIOKafkaClient, group: str) -> GroupSample:
             str(member_id),
             tuple(sorted((tp.topic, tp.partition) for tp in parts)),
         )
-    return GroupSample(str(state), members)
+    return GroupSample(str(state), members, node=int(node))
 
 
 async def describe_consumer_group(client: AIOKafkaClient, group: str) -> GroupSample:
@@ -121,7 +126,7 @@ async def describe_consumer_group(client: AIOKafkaClient, group: str) -> GroupSa
         member_name(m.client_id, m.member_id): (m.member_id, tuple(sorted(m.assignment)))
         for m in described.members
     }
-    return GroupSample(described.group_state, members, described.group_epoch)
+    return GroupSample(described.group_state, members, described.group_epoch, node=int(node))
 
 
 async def describe_any_group(client: AIOKafkaClient, group: str) -> GroupSample:
@@ -191,6 +196,11 @@ class GroupObserver:
         self._known: dict[str, tuple[str, tuple[Partition, ...], float]] = {}
         #: Absences the next sample disproved (the same member id was back).
         self.transient_absences = 0
+        #: name -> member id of a classic member recorded "gone", while its id coming
+        #: back would disprove the fence (see _arrived).
+        self._gone_ids: dict[str, str] = {}
+        #: The sample before the one being applied (for the log).
+        self._previous: GroupSample | None = None
 
     async def start(self) -> GroupObserver:
         self._client = AIOKafkaClient(
@@ -246,8 +256,47 @@ class GroupObserver:
                     state,
                 )
                 continue
+            log.warning(
+                "group %s: %s (%s) missing from two samples in a row (%s from node %s, then "
+                "%s from node %s with members %s): counted as gone",
+                self.group,
+                name,
+                member_id,
+                state,
+                self._previous.node if self._previous else None,
+                sample.state,
+                sample.node,
+                {n: m for n, (m, _) in sample.members.items()},
+            )
             gone.append((name, (member_id, last_seen, first_absent_at)))
         return gone
+
+    def _gone(self, sample: GroupSample, name: str, member_id: str, t: float, since: float) -> None:
+        self.recorder.add(name, "gone", t=t, since=since, detail=member_id)
+        if sample.epoch is None:
+            self._gone_ids[name] = member_id
+
+    def _arrived(self, sample: GroupSample, name: str, member_id: str, t: float) -> None:
+        """A name the observer does not hold as a member shows up.
+
+        Classic member ids are made by the coordinator and never handed out again: a
+        member it removed rejoins under a new one.  So an id recorded "gone" that comes
+        back was never fenced - the coordinator's answers lacked it for a while (seen
+        at the start of a 3-node cluster's first test and around coordinator moves) -
+        and is recorded as "back", which retracts the fence in the checker.  Under
+        KIP-848 a fenced member does rejoin under its own id: there it is a new join.
+        """
+        if sample.epoch is None and self._gone_ids.get(name) == member_id:
+            log.warning(
+                "group %s: %s (%s), counted gone, is back under the same id: never fenced",
+                self.group,
+                name,
+                member_id,
+            )
+            self.recorder.add(name, "back", t=t, detail=member_id)
+        else:
+            self.recorder.add(name, "joined", t=t, detail=member_id)
+        self._gone_ids.pop(name, None)
 
     def _flush_absences(self, known: dict[str, tuple[str, tuple[Partition, ...], float]]) -> None:
         """At the end no sample can confirm an absence any more: each counts as gone."""
@@ -297,7 +346,7 @@ class GroupObserver:
             rec.add(GROUP, "group_state", t=arrived, detail=state)
             self._last_state = state
         for name, (member_id, last_seen, first_absent_at) in self._confirm(sample):
-            rec.add(name, "gone", t=first_absent_at, since=last_seen, detail=member_id)
+            self._gone(sample, name, member_id, first_absent_at, last_seen)
             known.pop(name, None)
         for name, (member_id, _parts, last_seen) in list(known.items()):
             now = sample.members.get(name)
@@ -306,16 +355,17 @@ class GroupObserver:
             if now is None:
                 self._absent[name] = (member_id, last_seen, arrived, sample.state)
             elif now[0] != member_id:  # a new id under the name: the old one is surely gone
-                rec.add(name, "gone", t=arrived, since=last_seen, detail=member_id)
+                self._gone(sample, name, member_id, arrived, last_seen)
                 del known[name]
         for name, (member_id, parts) in sample.members.items():
             if name in self._absent:
                 continue  # absent in the sample before, present now: see _confirm
             previous = known.get(name)
             if previous is None:
-                rec.add(name, "joined", t=arrived, detail=member_id)
+                self._arrived(sample, name, member_id, arrived)
                 previous = (member_id, (), sent)
             if sample.state == "Stable" and parts != previous[1]:
                 rec.add(name, "broker_assignment", t=arrived, partitions=parts)
                 previous = (member_id, parts, sent)
             known[name] = (member_id, previous[1], sent)
+        self._previous = sample

@@ -295,7 +295,20 @@ class Scenario:
         # coordinator up again and keeps its member id (aiogroup also gives up its
         # partitions as lost and rejoins under that id), and the new coordinator,
         # which restarts every member's session when it loads the group, keeps it.
-        assert not report.evictions, report.evictions
+        assert not report.evictions, (report.evictions, self.membership_timeline())
+
+    def membership_timeline(self) -> str:
+        """The observer's and the listeners' view of membership, for a failure message."""
+        kinds = {"joined", "gone", "group_state", "leaving", "revoke_started", "assigned", "lost"}
+        events = [e for e in self.history.events() if e.kind in kinds]
+        t0 = events[0].t if events else 0.0
+        lines = [
+            f"{e.t - t0:8.3f} {e.member:>6} {e.kind:<12} {e.detail} "
+            f"{[p for _, p in e.partitions] if e.partitions else ''}"
+            + (f" since={e.since - t0:.3f}" if e.since is not None else "")
+            for e in events
+        ]
+        return "\n" + "\n".join(lines)
 
     async def coordinator(self) -> int:
         client = AIOKafkaClient(bootstrap_servers=self.bootstrap)
