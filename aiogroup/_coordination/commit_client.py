@@ -1,4 +1,4 @@
-"""The commit / offset-fetch client: sends, sleeps and raises what ``commit_outcome`` decides.
+"""The commit / offset-fetch client: sends, waits and raises what ``offset_request`` decides.
 
 One performer serves both group protocols.  What differs between them - which
 request a commit is (group commit under the generation or member epoch, or a
@@ -18,14 +18,21 @@ from aiokafka.errors import IncompatibleBrokerVersion, KafkaTimeoutError, Reques
 
 from aiogroup._coordination.commit_outcome import (
     CommitRules,
-    Next,
     commit_verdict,
     fetch_verdict,
     positions_to_commit,
 )
+from aiogroup._coordination.offset_request import (
+    AwaitEpoch,
+    Done,
+    Fail,
+    OffsetRequest,
+    Step,
+)
+from aiogroup._membership.backoff import RetryPolicy
 from aiogroup._protocol.group import parse_offset_commit, parse_offset_fetch
 from aiogroup._state.subscription import FetchStatus, SubscriptionState
-from aiogroup.errors import KafkaError, authorization_error, is_authorization_error
+from aiogroup.errors import KafkaError
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
 
 __all__ = ["CommitClient", "CommitPort", "auto_commit", "failure_kind", "refresh_committed"]
@@ -73,15 +80,19 @@ class CommitPort(Protocol):
 
 
 class CommitClient:
-    """Commit and fetch committed offsets for one group, retrying what may be retried."""
+    """Commit and fetch committed offsets for one group; performs what
+    :class:`~aiogroup._coordination.offset_request.OffsetRequest` decides."""
 
     def __init__(self, port: CommitPort, group_id: str, retry_backoff: float) -> None:
         self._port = port
         self._group_id = group_id
-        self._retry_backoff = retry_backoff
+        self._policy = RetryPolicy.from_backoff(retry_backoff)
 
     async def commit(self, offsets: Offsets, rules: CommitRules) -> None:
         port = self._port
+        op = OffsetRequest(
+            "OffsetCommit", self._group_id, {tp.topic for tp in offsets}, self._policy
+        )
         while True:
             port.check_running()
             request, generation = port.commit_request(offsets)
@@ -92,56 +103,61 @@ class CommitClient:
             except IncompatibleBrokerVersion:
                 raise
             except (KafkaError, OSError) as exc:
-                log.debug("group %s: OffsetCommit failed: %r; retrying", self._group_id, exc)
+                log.debug("group %s: OffsetCommit failed: %r", self._group_id, exc)
                 port.offsets_request_failed(
                     "OffsetCommit", failure_kind(exc), generation, repr(exc)
                 )
-                await asyncio.sleep(self._retry_backoff)
-                continue
-            result = parse_offset_commit(resp)
-            port.commit_answered(result, generation)
-            verdict = commit_verdict(result, rules)
-            if verdict.coordinator_moved:
-                port.offsets_request_failed("OffsetCommit", "coordinator", generation, "")
-            if verdict.next is Next.DONE:
+                step = op.unanswered()
+            else:
+                result = parse_offset_commit(resp)
+                port.commit_answered(result, generation)
+                verdict = commit_verdict(result, rules)
+                if verdict.coordinator_moved:
+                    port.offsets_request_failed("OffsetCommit", "coordinator", generation, "")
+                step = op.answered(verdict)
+            if await _perform(step, epoch) is not None:
                 log.debug("group %s: committed %s", self._group_id, offsets)
                 return
-            if verdict.error is not None:
-                if is_authorization_error(verdict.error):  # name the group and the ACL
-                    raise authorization_error(
-                        getattr(verdict.error, "errno", 0),
-                        group_id=self._group_id,
-                        topics={tp.topic for tp in offsets},
-                        during="OffsetCommit",
-                    ) from verdict.error
-                raise verdict.error
-            if verdict.next is Next.RETRY_WITH_LATEST_EPOCH:
-                await epoch()
-            else:
-                await asyncio.sleep(self._retry_backoff)
 
     async def fetch(self, partitions: list[TopicPartition], rules: CommitRules) -> Committed:
         port = self._port
+        op = OffsetRequest(
+            "OffsetFetch", self._group_id, {tp.topic for tp in partitions}, self._policy
+        )
         while True:
             port.check_running()
             request = port.fetch_request(partitions)
             node = await port.coordinator_node()
+            epoch = port.next_epoch()
             try:
                 resp = await port.send(node, request)
             except IncompatibleBrokerVersion:
                 raise
             except (KafkaError, OSError) as exc:
                 port.offsets_request_failed("OffsetFetch", failure_kind(exc), -1, repr(exc))
-                await asyncio.sleep(self._retry_backoff)
-                continue
-            verdict = fetch_verdict(parse_offset_fetch(resp), partitions, self._group_id, rules)
-            if verdict.error is not None:
-                raise verdict.error
-            if verdict.next is Next.DONE:
-                return verdict.offsets
-            if verdict.coordinator_moved:
-                port.offsets_request_failed("OffsetFetch", "coordinator", -1, "")
-            await asyncio.sleep(self._retry_backoff)
+                step = op.unanswered()
+            else:
+                parsed = parse_offset_fetch(resp)
+                verdict = fetch_verdict(parsed, partitions, self._group_id, rules)
+                if verdict.coordinator_moved:
+                    port.offsets_request_failed("OffsetFetch", "coordinator", -1, "")
+                step = op.answered(verdict)
+            done = await _perform(step, epoch)
+            if done is not None:
+                return done.offsets
+
+
+async def _perform(step: Step, epoch: Callable[[], Awaitable[None]]) -> Done | None:
+    """Carry out ``step``: the result when done, None once the next try is due."""
+    if isinstance(step, Done):
+        return step
+    if isinstance(step, Fail):
+        raise step.error
+    if isinstance(step, AwaitEpoch):
+        await epoch()
+    else:
+        await asyncio.sleep(step.delay)
+    return None
 
 
 async def auto_commit(
@@ -174,9 +190,12 @@ async def refresh_committed(
     """Give partitions awaiting their committed offset a position (or hand them to reset).
 
     Runs for the routine's lifetime, woken by ``commit_refresh_needed``.  A failed
-    lookup is handed to ``failed`` (the machine decides whether the application
-    hears of it) and asked again after the backoff.
+    lookup (its own tries spent within ``request_timeout_ms``, or a fatal answer) is
+    handed to ``failed`` - the machine decides whether the application hears of it -
+    and asked again after the policy's backoff for that many failures in a row.
     """
+    policy = RetryPolicy.from_backoff(retry_backoff)
+    failures = 0
     while not sub.closed:
         await sub.commit_refresh_needed.wait()
         sub.commit_refresh_needed.clear()
@@ -191,9 +210,11 @@ async def refresh_committed(
         except (KafkaError, asyncio.TimeoutError) as exc:
             log.debug("committed-offset lookup failed: %r", exc)
             failed(exc)
-            await asyncio.sleep(retry_backoff)
+            failures += 1
+            await asyncio.sleep(policy.delay(failures))
             sub.request_commit_refresh()
             continue
+        failures = 0
         for tp, oam in committed.items():
             st = assignment.get(tp)
             if st is None or st.status is not FetchStatus.AWAITING_COMMITTED:

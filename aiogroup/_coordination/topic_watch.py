@@ -23,10 +23,6 @@ from aiogroup._state.subscription import SubscriptionState, SubscriptionType
 
 __all__ = ["TopicWatch"]
 
-#: Longest wait between metadata requests for a subscribed topic the cluster does not
-#: show yet (Java's retry.backoff.max.ms default).
-MISSING_TOPIC_BACKOFF_MAX = 1.0
-
 
 class TopicWatch:
     """Metadata topics, pattern matches and partition counts for one classic member."""
@@ -106,9 +102,7 @@ class TopicWatch:
         see, refresh with a capped backoff; once the topic appears the metadata
         listener reports the partition-count change and the member rejoins.
         """
-        policy = RetryPolicy(
-            self._retry_backoff, max(self._retry_backoff, MISSING_TOPIC_BACKOFF_MAX)
-        )
+        policy = RetryPolicy.from_backoff(self._retry_backoff)
         cluster = self._client.cluster
         misses = 0
         while any(not cluster.partitions_for_topic(t) for t in topics):

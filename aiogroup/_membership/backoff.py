@@ -18,7 +18,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["RetryPolicy"]
+__all__ = ["DEFAULT_BACKOFF_MAX", "RetryPolicy"]
+
+#: The longest wait between tries unless a caller says otherwise, in seconds: the
+#: default of Java's ``retry.backoff.max.ms``.
+DEFAULT_BACKOFF_MAX = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,3 +54,9 @@ class RetryPolicy:
     def exhausted(self, failures: int) -> bool:
         """No try is left after ``failures`` consecutive failures."""
         return self.attempts is not None and failures >= self.attempts
+
+    @classmethod
+    def from_backoff(cls, backoff: float, maximum: float = DEFAULT_BACKOFF_MAX) -> RetryPolicy:
+        """The policy of a ``retry_backoff_ms`` setting: doubling from it up to ``maximum``
+        (or to the backoff itself when that is longer)."""
+        return cls(backoff, max(backoff, maximum))

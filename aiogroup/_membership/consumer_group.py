@@ -74,7 +74,7 @@ from aiogroup._membership.actions import (
     SendConsumerGroupHeartbeat,
     SetAssignment,
 )
-from aiogroup._membership.backoff import RetryPolicy
+from aiogroup._membership.backoff import DEFAULT_BACKOFF_MAX, RetryPolicy
 from aiogroup._membership.codes import ErrorCode, code_name
 from aiogroup._membership.commit_outcomes import CommitGate
 from aiogroup._membership.events import (
@@ -422,11 +422,15 @@ class ConsumerMembership:
         self.resubscribed = False
         #: Asking Metadata for the names of assigned topic ids: until every id of the
         #: target has a name (the assignment speaks ids, listeners names), without limit.
-        self.names_lookup = _Lookup(RetryPolicy(retry_backoff, max(retry_backoff, 1.0)))
+        self.names_lookup = _Lookup(RetryPolicy.from_backoff(retry_backoff))
         #: Asking for the group's session timeout (the delivery gate's bound): a few
         #: tries; without it the heartbeat interval, which is shorter, bounds the gate.
         self.session_lookup = _Lookup(
-            RetryPolicy(retry_backoff, max(retry_backoff, 1.0), attempts=SESSION_LOOKUP_ATTEMPTS),
+            RetryPolicy(
+                retry_backoff,
+                max(retry_backoff, DEFAULT_BACKOFF_MAX),
+                attempts=SESSION_LOOKUP_ATTEMPTS,
+            ),
             done=not learn_session_timeout,
         )
         self.error: RaiseToApplication | None = None

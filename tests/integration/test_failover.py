@@ -295,7 +295,9 @@ class Scenario:
         # coordinator up again and keeps its member id (aiogroup also gives up its
         # partitions as lost and rejoins under that id), and the new coordinator,
         # which restarts every member's session when it loads the group, keeps it.
-        assert not report.evictions, (report.evictions, self.membership_timeline())
+        if report.evictions:  # the whole story on stdout: pytest cuts long messages
+            print("membership timeline:", self.membership_timeline())
+        assert not report.evictions, report.evictions
 
     def membership_timeline(self) -> str:
         """The observer's and the listeners' view of membership, for a failure message."""
