@@ -159,6 +159,10 @@ def confluent_member(
     retriable = {
         KafkaError.REBALANCE_IN_PROGRESS,
         KafkaError.ILLEGAL_GENERATION,
+        # The broker removed the member before its commit landed (seen once on Tansu, in
+        # the revoke callback's commit during member churn): Java's commitSync throws
+        # CommitFailedException for it as for the two above; librdkafka rejoins itself.
+        KafkaError.UNKNOWN_MEMBER_ID,
         KafkaError._NO_OFFSET,  # what was consumed was revoked before the commit
     }
 
