@@ -367,6 +367,7 @@ _PERFORMERS: dict[type[A.Action], Callable[[GroupCoordinator, Any], object]] = {
     A.CancelListener: lambda c, a: c._listeners.cancel(a.reason),
     A.SetAssignment: GroupCoordinator._perform_set_assignment,
     A.AutoCommit: GroupCoordinator._perform_auto_commit,
+    A.RefreshCommittedOffsets: GroupCoordinator._perform_refresh_committed,
     A.Backoff: GroupCoordinator._backoff,
     A.RaiseToApplication: GroupCoordinator._perform_raise,
     A.LogWarning: GroupCoordinator._perform_log_warning,

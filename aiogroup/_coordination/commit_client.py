@@ -184,18 +184,16 @@ async def auto_commit(
 async def refresh_committed(
     sub: SubscriptionState,
     fetch: Callable[[list[TopicPartition]], Awaitable[Committed]],
-    retry_backoff: float,
     failed: Callable[[BaseException], None],
 ) -> None:
     """Give partitions awaiting their committed offset a position (or hand them to reset).
 
-    Runs for the routine's lifetime, woken by ``commit_refresh_needed``.  A failed
-    lookup (its own tries spent within ``request_timeout_ms``, or a fatal answer) is
-    handed to ``failed`` - the machine decides whether the application hears of it -
-    and asked again after the policy's backoff for that many failures in a row.
+    Runs for the routine's lifetime, woken by ``commit_refresh_needed`` (a new
+    assignment, a seek to committed, or the machine's RefreshCommittedOffsets).  A
+    failed lookup (its own tries spent within ``request_timeout_ms``, or a fatal
+    answer) is handed to ``failed``: the machine decides whether the application
+    hears of it and when to ask again.
     """
-    policy = RetryPolicy.from_backoff(retry_backoff)
-    failures = 0
     while not sub.closed:
         await sub.commit_refresh_needed.wait()
         sub.commit_refresh_needed.clear()
@@ -210,11 +208,7 @@ async def refresh_committed(
         except (KafkaError, asyncio.TimeoutError) as exc:
             log.debug("committed-offset lookup failed: %r", exc)
             failed(exc)
-            failures += 1
-            await asyncio.sleep(policy.delay(failures))
-            sub.request_commit_refresh()
             continue
-        failures = 0
         for tp, oam in committed.items():
             st = assignment.get(tp)
             if st is None or st.status is not FetchStatus.AWAITING_COMMITTED:

@@ -450,5 +450,6 @@ _PERFORMERS: dict[type[A.Action], Callable[[ConsumerGroupCoordinator, Any], None
     A.RaiseToApplication: ConsumerGroupCoordinator._perform_raise,
     A.LogWarning: ConsumerGroupCoordinator._perform_log_warning,
     A.AutoCommit: ConsumerGroupCoordinator._perform_auto_commit,
+    A.RefreshCommittedOffsets: ConsumerGroupCoordinator._perform_refresh_committed,
     A.LookupSessionTimeout: ConsumerGroupCoordinator._lookup_session_timeout,
 }

@@ -295,9 +295,7 @@ class CoordinationRoutine(ABC):
         poke = lambda: self._inbox.put_nowait(SubscriptionPoke())  # noqa: E731
         self._children.spawn(watch_subscription(sub, poke), "subscription-watcher")
         sub.add_poll_callback(self._poll_started)
-        refresh = refresh_committed(
-            sub, self._fetch_for_refresh, self._retry_backoff, self._refresh
-        )
+        refresh = refresh_committed(sub, self._fetch_for_refresh, self._refresh)
         self._children.spawn(refresh, "commit-refresh")
         self._on_start()
         # One getter outlives timeouts: wait() never cancels it, so no inbox item is
@@ -404,6 +402,9 @@ class CoordinationRoutine(ABC):
         # Interval auto-commits serve one generation (supervision.py).
         self._generation.spawn(self._auto_commit(None, action.reason), "auto-commit")
 
+    def _perform_refresh_committed(self, action: A.RefreshCommittedOffsets) -> None:
+        self._subscription.request_commit_refresh()  # wakes the commit-refresh task
+
     def _perform_log_warning(self, action: A.LogWarning) -> None:
         log.warning("group %s: %s", self._group_id, action.message)
 
@@ -477,7 +478,8 @@ class CoordinationRoutine(ABC):
         )
 
     def _refresh(self, exc: BaseException) -> None:
-        """A committed-offset lookup failed: the machine decides whether the user hears."""
+        """A committed-offset lookup failed: the machine decides whether the user hears,
+        and when to ask again (RefreshCommittedOffsets)."""
         self._inbox.put_nowait(E.CommittedOffsetsUnavailable(exc, is_retriable(exc)))
 
     # -- CommitPort: what the commit client borrows ----------------------------------------

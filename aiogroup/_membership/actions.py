@@ -45,6 +45,7 @@ __all__ = [
     "MarkRevoking",
     "Partition",
     "RaiseToApplication",
+    "RefreshCommittedOffsets",
     "RequestMetadata",
     "SendConsumerGroupHeartbeat",
     "SendHeartbeat",
@@ -213,6 +214,12 @@ class AutoCommit(Action):
     """Commit the positions of every assigned, positioned partition."""
 
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RefreshCommittedOffsets(Action):
+    """Look up again the committed offsets that assigned partitions wait for: the last
+    lookup failed (CommittedOffsetsUnavailable) and its backoff has passed."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_BACKOFF_MAX", "RetryPolicy"]
+__all__ = ["DEFAULT_BACKOFF_MAX", "RetryPolicy", "Retrying"]
 
 #: The longest wait between tries unless a caller says otherwise, in seconds: the
 #: default of Java's ``retry.backoff.max.ms``.
@@ -60,3 +60,46 @@ class RetryPolicy:
         """The policy of a ``retry_backoff_ms`` setting: doubling from it up to ``maximum``
         (or to the backoff itself when that is longer)."""
         return cls(backoff, max(backoff, maximum))
+
+
+@dataclass(slots=True)
+class Retrying:
+    """One request a machine repeats by its :class:`RetryPolicy`: in flight or not,
+    consecutive failures, when the next try is due (None: nothing is due until a
+    failure), or done for good (the policy's attempts spent, or nothing left to ask).
+
+    The machine asks :meth:`due` on each tick and :meth:`deadline` for its next
+    timer; the shell sends what the machine emits and feeds the answer back.  No
+    clock is read here: ``now`` is the machine's.
+    """
+
+    policy: RetryPolicy
+    in_flight: bool = False
+    failures: int = 0
+    due_at: float | None = 0.0
+    done: bool = False
+
+    def due(self, now: float) -> bool:
+        return (
+            not self.done and not self.in_flight and self.due_at is not None and now >= self.due_at
+        )
+
+    def deadline(self) -> list[float]:
+        if self.done or self.in_flight or self.due_at is None:
+            return []
+        return [self.due_at]
+
+    def sent(self) -> None:
+        self.in_flight = True
+
+    def succeeded(self) -> None:
+        self.in_flight = False
+        self.failures = 0
+
+    def failed(self, now: float) -> None:
+        self.in_flight = False
+        self.failures += 1
+        if self.policy.exhausted(self.failures):
+            self.done = True
+        else:
+            self.due_at = now + self.policy.delay(self.failures)

@@ -70,11 +70,12 @@ from aiogroup._membership.actions import (
     LogWarning,
     LookupSessionTimeout,
     RaiseToApplication,
+    RefreshCommittedOffsets,
     RequestMetadata,
     SendConsumerGroupHeartbeat,
     SetAssignment,
 )
-from aiogroup._membership.backoff import DEFAULT_BACKOFF_MAX, RetryPolicy
+from aiogroup._membership.backoff import DEFAULT_BACKOFF_MAX, Retrying, RetryPolicy
 from aiogroup._membership.codes import ErrorCode, code_name
 from aiogroup._membership.commit_outcomes import CommitGate
 from aiogroup._membership.events import (
@@ -188,6 +189,7 @@ ACTION_TYPES: frozenset[type[Action]] = frozenset(
         InvokeOnPartitionsAssigned,
         InvokeOnPartitionsLost,
         RequestMetadata,
+        RefreshCommittedOffsets,
         RaiseToApplication,
         LogWarning,
     }
@@ -257,39 +259,6 @@ _FATAL_HINTS: dict[int, str] = {
 #: Tries at the group's session timeout before the delivery gate keeps the heartbeat
 #: interval as its bound (no DESCRIBE_CONFIGS permission, an older broker).
 SESSION_LOOKUP_ATTEMPTS = 3
-
-
-@dataclass(slots=True)
-class _Lookup:
-    """One lookup the machine retries by its :class:`RetryPolicy`: in flight or not,
-    consecutive failures, when the next try is due, or done for good."""
-
-    policy: RetryPolicy
-    in_flight: bool = False
-    failures: int = 0
-    due_at: float = 0.0
-    done: bool = False
-
-    def due(self, now: float) -> bool:
-        return not self.done and not self.in_flight and now >= self.due_at
-
-    def deadline(self) -> list[float]:
-        return [] if self.done or self.in_flight else [self.due_at]
-
-    def sent(self) -> None:
-        self.in_flight = True
-
-    def succeeded(self) -> None:
-        self.in_flight = False
-        self.failures = 0
-
-    def failed(self, now: float) -> None:
-        self.in_flight = False
-        self.failures += 1
-        if self.policy.exhausted(self.failures):
-            self.done = True
-        else:
-            self.due_at = now + self.policy.delay(self.failures)
 
 
 class LeaveReason(enum.Enum):
@@ -422,10 +391,13 @@ class ConsumerMembership:
         self.resubscribed = False
         #: Asking Metadata for the names of assigned topic ids: until every id of the
         #: target has a name (the assignment speaks ids, listeners names), without limit.
-        self.names_lookup = _Lookup(RetryPolicy.from_backoff(retry_backoff))
+        self.names_lookup = Retrying(RetryPolicy.from_backoff(retry_backoff))
         #: Asking for the group's session timeout (the delivery gate's bound): a few
         #: tries; without it the heartbeat interval, which is shorter, bounds the gate.
-        self.session_lookup = _Lookup(
+        #: Looking up committed offsets again after a failed lookup (the shell's refresh
+        #: task asks first, on each new assignment): one backoff after each failure.
+        self.committed_refresh = Retrying(RetryPolicy(retry_backoff, retry_backoff), due_at=None)
+        self.session_lookup = Retrying(
             RetryPolicy(
                 retry_backoff,
                 max(retry_backoff, DEFAULT_BACKOFF_MAX),
@@ -454,6 +426,7 @@ class ConsumerMembership:
         self._schedule()
         self._lookup_names()
         self._lookup_session_timeout()
+        self._refresh_committed()
         self._auto_commit_on_interval()
         out, self._out = self._out, []
         return out
@@ -480,6 +453,7 @@ class ConsumerMembership:
                 deadlines.extend(self.names_lookup.deadline())
             if self._wants_session_timeout():
                 deadlines.extend(self.session_lookup.deadline())
+            deadlines.extend(self.committed_refresh.deadline())
         return min(deadlines) if deadlines else None
 
     def commit_gate(self) -> CommitGate:
@@ -648,6 +622,12 @@ class ConsumerMembership:
         if self._wants_session_timeout() and self.session_lookup.due(self.now):
             self.session_lookup.sent()
             self._emit(LookupSessionTimeout())
+
+    def _refresh_committed(self) -> None:
+        """A committed-offset lookup failed: ask again once its backoff has passed."""
+        if self.state is not S.FATAL and self.committed_refresh.due(self.now):
+            self.committed_refresh.sent()
+            self._emit(RefreshCommittedOffsets())
 
     def _auto_commit_on_interval(self) -> None:
         """Every auto_commit_interval: commit the consumed positions while in the group
@@ -1026,6 +1006,7 @@ def _on_broker_incompatible(m: M, ev: Event) -> None:
 def _on_committed_unavailable(m: M, ev: Event) -> None:
     """Only what asking again cannot cure reaches the application."""
     assert isinstance(ev, CommittedOffsetsUnavailable)
+    m.committed_refresh.failed(m.now)
     if not ev.retriable:
         why = f"cannot fetch committed offsets: {ev.error!r}"
         m._report(None, why, fatal=False, exception=ev.error)

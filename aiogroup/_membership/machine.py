@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from aiogroup._membership import actions as A
 from aiogroup._membership import events as E
 from aiogroup._membership import table
+from aiogroup._membership.backoff import Retrying, RetryPolicy
 from aiogroup._membership.codes import ErrorCode, code_name
 from aiogroup._membership.commit_outcomes import CommitGate
 from aiogroup._membership.heartbeat import HeartbeatTimers
@@ -464,6 +465,9 @@ class Membership:
         self.listener_kind: E.Listener | None = None
         self._listener_deadline: float | None = None
         self._backoff_until: float | None = None
+        #: Looking up committed offsets again after a failed lookup (the shell's refresh
+        #: task asks first, on each new assignment): one backoff after each failure.
+        self.committed_refresh = Retrying(RetryPolicy(retry_backoff, retry_backoff), due_at=None)
         self._poll_expired_at: float | None = None
         #: A getone/getmany is waiting for records now: the application is polling.
         self._poll_waiting = False
@@ -601,6 +605,7 @@ class Membership:
             return None
         if self._backoff_until is not None:
             deadlines.append(self._backoff_until)
+        deadlines.extend(self.committed_refresh.deadline())
         if self.heartbeats_active and not self._session_lapsed:
             # The lapse is due at the proof deadline, coordinator known or not.
             deadlines.append(self.timers.session_deadline())
@@ -1030,6 +1035,7 @@ class Membership:
     def _on_committed_unavailable(self, ev: E.Event, out: list[A.Action]) -> None:
         """Only what asking again cannot cure reaches the application (the shell retries)."""
         assert isinstance(ev, E.CommittedOffsetsUnavailable)
+        self.committed_refresh.failed(self._now)
         if not ev.retriable:
             why = f"cannot fetch committed offsets: {ev.error!r}"
             out.append(A.RaiseToApplication(why, exception=ev.error))
@@ -1250,6 +1256,9 @@ class Membership:
             if now >= self._next_auto_commit:
                 self._next_auto_commit = now + (self.auto_commit_interval or 0.0)
                 out.append(A.AutoCommit("auto_commit_interval_ms elapsed"))
+        if self.committed_refresh.due(now):
+            self.committed_refresh.sent()
+            out.append(A.RefreshCommittedOffsets())
         if (
             self.coordinator_id is None
             and not self._finding_coordinator
@@ -1517,6 +1526,7 @@ STATE_RULES: tuple[StateRule, ...] = (
 ACTION_TYPES: frozenset[type[A.Action]] = frozenset(
     {
         A.AbandonJoin,
+        A.RefreshCommittedOffsets,
         A.FindCoordinator,
         A.SendJoinGroup,
         A.ComputeAssignment,

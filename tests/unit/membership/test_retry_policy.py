@@ -5,13 +5,15 @@ deadline, never a sleep."""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 
 from aiogroup._membership import actions as acts
 from aiogroup._membership import events as E
-from aiogroup._membership.backoff import RetryPolicy
+from aiogroup._membership.backoff import Retrying, RetryPolicy
 from aiogroup._membership.consumer_group import SESSION_LOOKUP_ATTEMPTS, ConsumerMembership
+from aiogroup._membership.machine import Membership
 
 T = uuid.UUID(int=0xA)
 
@@ -108,3 +110,65 @@ def test_without_learn_session_timeout_nothing_is_asked() -> None:
     m, out = _joined()
     assert not _of(acts.LookupSessionTimeout, out)
     assert not _of(acts.LookupSessionTimeout, m.handle(E.TimerFired(), 100.0))
+
+
+# -- asking again for committed offsets: both machines, on virtual time ------------------
+
+
+def _classic() -> Membership:
+    from tests.unit.membership.driver import make, to_stable, tps
+
+    m = make()
+    to_stable(m, tps(0, 1))
+    return m
+
+
+def _consumer() -> ConsumerMembership:
+    return _joined()[0]
+
+
+@pytest.mark.parametrize("machine", [_classic, _consumer], ids=["classic", "consumer"])
+def test_a_failed_committed_lookup_is_asked_again_once_after_one_backoff(machine: Any) -> None:
+    m = machine()
+    backoff = 0.1  # both machines are built with retry_backoff 0.1
+    failed = E.CommittedOffsetsUnavailable(TimeoutError("no answer"), retriable=True)
+    assert not _of(acts.RefreshCommittedOffsets, m.handle(E.TimerFired(), 0.5))  # idle
+    out = m.handle(failed, 1.0)
+    assert not _of(acts.RefreshCommittedOffsets, out)  # not at once: after the backoff
+    assert not _of(acts.RaiseToApplication, out)  # retriable: the application is not told
+    assert m.next_deadline() is not None and m.next_deadline() <= 1.0 + backoff
+    early = m.handle(E.TimerFired(), 1.0 + backoff / 2)
+    assert not _of(acts.RefreshCommittedOffsets, early)
+    due = m.handle(E.TimerFired(), 1.0 + backoff)
+    assert _of(acts.RefreshCommittedOffsets, due) == [acts.RefreshCommittedOffsets()]
+    # Asked: nothing more until the shell reports another failure.
+    assert not _of(acts.RefreshCommittedOffsets, m.handle(E.TimerFired(), 5.0))
+    m.handle(failed, 6.0)
+    again = m.handle(E.TimerFired(), 6.0 + backoff)
+    assert _of(acts.RefreshCommittedOffsets, again) == [acts.RefreshCommittedOffsets()]
+
+
+@pytest.mark.parametrize("machine", [_classic, _consumer], ids=["classic", "consumer"])
+def test_a_lookup_that_cannot_succeed_reaches_the_application_and_is_still_retried(
+    machine: Any,
+) -> None:
+    m = machine()
+    denied = E.CommittedOffsetsUnavailable(PermissionError("no READ on the group"), False)
+    out = m.handle(denied, 1.0)
+    raised = _of(acts.RaiseToApplication, out)
+    assert len(raised) == 1 and isinstance(raised[0], acts.RaiseToApplication)
+    assert isinstance(raised[0].exception, PermissionError)
+    # An ACL can be granted meanwhile: the positions are asked for again.
+    out = m.handle(E.TimerFired(), 1.1)  # retry_backoff 0.1
+    assert _of(acts.RefreshCommittedOffsets, out) == [acts.RefreshCommittedOffsets()]
+
+
+def test_retrying_is_idle_until_a_failure_when_built_without_a_due_time() -> None:
+    r = Retrying(RetryPolicy(0.1, 0.1), due_at=None)
+    assert not r.due(100.0) and r.deadline() == []
+    r.failed(1.0)
+    assert r.deadline() == [1.1] and not r.due(1.05) and r.due(1.1)
+    r.sent()
+    assert not r.due(2.0) and r.deadline() == []
+    r.failed(3.0)
+    assert r.failures == 2 and r.deadline() == [3.1]
