@@ -110,10 +110,8 @@ class GroupCoordinator(CoordinationRoutine):
             client,
             subscription,
             exclude_internal_topics=config.exclude_internal_topics,
-            retry_backoff=self._retry_backoff,
             group_topics=lambda: self._requests.group_topics,
             assignor_counts=lambda: self._requests.assignor_counts,
-            spawn=self._generation.spawn,
         )
         self._coordinator_known = asyncio.Event()
 
@@ -249,8 +247,16 @@ class GroupCoordinator(CoordinationRoutine):
             sub.set_assignment(None)
         else:
             sub.set_assignment(topic_partitions(action.partitions))
-            self._topics.snapshot()
+            missing = self._topics.snapshot()
+            self._inbox.put_nowait(E.SubscribedTopicsMissing(missing))
             self.metrics.rebalance_completed()
+
+    def _lookup_missing_topics(self, action: A.LookupMissingTopics) -> None:
+        async def lookup() -> None:
+            missing = await self._topics.still_missing(action.topics)
+            self._inbox.put_nowait(E.SubscribedTopicsMissing(missing))
+
+        self._generation.spawn(lookup(), "missing-topics")
 
     def _perform_raise(self, action: A.RaiseToApplication) -> None:
         exc: BaseException
@@ -368,6 +374,7 @@ _PERFORMERS: dict[type[A.Action], Callable[[GroupCoordinator, Any], object]] = {
     A.SetAssignment: GroupCoordinator._perform_set_assignment,
     A.AutoCommit: GroupCoordinator._perform_auto_commit,
     A.RefreshCommittedOffsets: GroupCoordinator._perform_refresh_committed,
+    A.LookupMissingTopics: GroupCoordinator._lookup_missing_topics,
     A.Backoff: GroupCoordinator._backoff,
     A.RaiseToApplication: GroupCoordinator._perform_raise,
     A.LogWarning: GroupCoordinator._perform_log_warning,

@@ -10,15 +10,12 @@ broker matches patterns and counts partitions itself.)
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
 
 from aiokafka.client import AIOKafkaClient
 
 from aiogroup._coordination.tracking import partition_count_change, snapshot_counts
 from aiogroup._membership import events as E
-from aiogroup._membership.backoff import RetryPolicy
 from aiogroup._state.subscription import SubscriptionState, SubscriptionType
 
 __all__ = ["TopicWatch"]
@@ -33,22 +30,17 @@ class TopicWatch:
         subscription: SubscriptionState,
         *,
         exclude_internal_topics: bool,
-        retry_backoff: float,
         group_topics: Callable[[], frozenset[str]],
         assignor_counts: Callable[[], dict[str, int | None]],
-        spawn: Callable[[Awaitable[Any], str], asyncio.Task[Any]],
     ) -> None:
         self._client = client
         self._subscription = subscription
         self._exclude_internal = exclude_internal_topics
-        self._retry_backoff = retry_backoff
         self._group_topics = group_topics
         self._assignor_counts = assignor_counts
-        self._spawn = spawn
         self._all_topics = False
         #: Partition counts the current assignment was made on (None: topic unknown).
         self.counts: dict[str, int | None] = {}
-        self.missing_task: asyncio.Task[Any] | None = None
 
     def follow_subscription(self) -> None:
         """Point the client's metadata at what a group subscription needs."""
@@ -83,29 +75,15 @@ class TopicWatch:
             self.snapshot()
         return change.event
 
-    def snapshot(self) -> None:
-        """A new assignment: remember the counts it was made on; chase missing topics."""
+    def snapshot(self) -> frozenset[str]:
+        """A new assignment: remember the counts it was made on; the subscribed topics
+        the metadata does not show (the machine asks for them again: SubscribedTopicsMissing)."""
         topics = self._group_topics() | self._subscription.subscription.effective_topics
         self.counts = snapshot_counts(topics, self._current(topics), self._assignor_counts())
-        missing = sorted(t for t, n in self.counts.items() if n is None)
-        if missing and (self.missing_task is None or self.missing_task.done()):
-            self.missing_task = self._spawn(self._refresh_until_known(missing), "missing-topics")
+        return frozenset(t for t, n in self.counts.items() if n is None)
 
-    async def _refresh_until_known(self, topics: list[str]) -> None:
-        """Ask for metadata again until every subscribed topic is known.
-
-        A topic created just before the group formed can be missing from the metadata
-        the assignment was computed on (the broker answering Metadata had not learnt
-        it yet).  The group is then stable with those partitions owned by nobody, and
-        the periodic refresh (``metadata_max_age_ms``, 5 minutes by default) would be
-        the first to notice.  As Java's client does for a subscribed topic it cannot
-        see, refresh with a capped backoff; once the topic appears the metadata
-        listener reports the partition-count change and the member rejoins.
-        """
-        policy = RetryPolicy.from_backoff(self._retry_backoff)
+    async def still_missing(self, topics: frozenset[str]) -> frozenset[str]:
+        """Ask for metadata again: which of ``topics`` it still does not show."""
+        await self._client.force_metadata_update()
         cluster = self._client.cluster
-        misses = 0
-        while any(not cluster.partitions_for_topic(t) for t in topics):
-            misses += 1
-            await asyncio.sleep(policy.delay(misses))
-            await self._client.force_metadata_update()
+        return frozenset(t for t in topics if not cluster.partitions_for_topic(t))

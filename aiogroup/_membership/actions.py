@@ -41,6 +41,7 @@ __all__ = [
     "InvokeOnPartitionsLost",
     "InvokeOnPartitionsRevoked",
     "LogWarning",
+    "LookupMissingTopics",
     "LookupSessionTimeout",
     "MarkRevoking",
     "Partition",
@@ -214,6 +215,14 @@ class AutoCommit(Action):
     """Commit the positions of every assigned, positioned partition."""
 
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class LookupMissingTopics(Action):
+    """Classic: ask for metadata again, then feed SubscribedTopicsMissing with those of
+    ``topics`` it still does not show."""
+
+    topics: frozenset[str]
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,6 +67,7 @@ __all__ = [
     "SessionTimeoutLearned",
     "SessionTimeoutLookupFailed",
     "Subscribed",
+    "SubscribedTopicsMissing",
     "SubscriptionChanged",
     "SyncGroupFailed",
     "SyncGroupResponseReceived",
@@ -316,6 +317,23 @@ class BrokerIncompatible(Event):
 
     api: str
     error: BaseException
+
+
+@dataclass(frozen=True, slots=True)
+class SubscribedTopicsMissing(Event):
+    """Classic: the metadata an assignment was made on (or the metadata asked for since)
+    does not show these subscribed topics yet; empty once it shows them all.
+
+    A topic created just before the group formed can be missing from the metadata the
+    assignment was computed on; the group is then stable with its partitions owned by
+    nobody, and the periodic refresh (``metadata_max_age_ms``, 5 minutes by default)
+    would be the first to notice.  The machine asks for metadata again by its retry
+    policy (LookupMissingTopics), as Java's client does for a subscribed topic it
+    cannot see; once the topic shows, its partition count changes and the member
+    rejoins (MetadataChanged).
+    """
+
+    topics: frozenset[str]
 
 
 @dataclass(frozen=True, slots=True)

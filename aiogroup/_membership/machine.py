@@ -468,6 +468,10 @@ class Membership:
         #: Looking up committed offsets again after a failed lookup (the shell's refresh
         #: task asks first, on each new assignment): one backoff after each failure.
         self.committed_refresh = Retrying(RetryPolicy(retry_backoff, retry_backoff), due_at=None)
+        #: Subscribed topics the metadata does not show yet, and the metadata lookups
+        #: asked for them (KIP-580's doubling up to Java's retry.backoff.max.ms).
+        self.missing_topics: frozenset[str] = frozenset()
+        self.missing_lookup = Retrying(RetryPolicy.from_backoff(retry_backoff), due_at=None)
         self._poll_expired_at: float | None = None
         #: A getone/getmany is waiting for records now: the application is polling.
         self._poll_waiting = False
@@ -606,6 +610,7 @@ class Membership:
         if self._backoff_until is not None:
             deadlines.append(self._backoff_until)
         deadlines.extend(self.committed_refresh.deadline())
+        deadlines.extend(self.missing_lookup.deadline())
         if self.heartbeats_active and not self._session_lapsed:
             # The lapse is due at the proof deadline, coordinator known or not.
             deadlines.append(self.timers.session_deadline())
@@ -1040,6 +1045,16 @@ class Membership:
             why = f"cannot fetch committed offsets: {ev.error!r}"
             out.append(A.RaiseToApplication(why, exception=ev.error))
 
+    def _on_topics_missing(self, ev: E.Event, out: list[A.Action]) -> None:
+        """Each report that topics are still missing is a failed lookup: the next one is
+        due after a longer backoff; none once every topic shows."""
+        assert isinstance(ev, E.SubscribedTopicsMissing)
+        self.missing_topics = ev.topics
+        if ev.topics:
+            self.missing_lookup.failed(self._now)
+        else:
+            self.missing_lookup = Retrying(self.missing_lookup.policy, due_at=None)
+
     def _on_routine_failed(self, ev: E.Event, out: list[A.Action]) -> None:
         assert isinstance(ev, E.RoutineFailed)
         out.append(A.RaiseToApplication(ev.message, exception=ev.error, fatal=True))
@@ -1259,6 +1274,9 @@ class Membership:
         if self.committed_refresh.due(now):
             self.committed_refresh.sent()
             out.append(A.RefreshCommittedOffsets())
+        if self.missing_topics and self.missing_lookup.due(now):
+            self.missing_lookup.sent()
+            out.append(A.LookupMissingTopics(self.missing_topics))
         if (
             self.coordinator_id is None
             and not self._finding_coordinator
@@ -1332,6 +1350,7 @@ _ANYWHERE: dict[type[E.Event], Handler] = {
     E.OffsetFetchFailed: M._on_offsets_request_failed,
     E.BrokerIncompatible: M._on_broker_incompatible,
     E.CommittedOffsetsUnavailable: M._on_committed_unavailable,
+    E.SubscribedTopicsMissing: M._on_topics_missing,
 }
 for _s in _LIVE:
     for _ev, _handler in _ANYWHERE.items():
@@ -1527,6 +1546,7 @@ ACTION_TYPES: frozenset[type[A.Action]] = frozenset(
     {
         A.AbandonJoin,
         A.RefreshCommittedOffsets,
+        A.LookupMissingTopics,
         A.FindCoordinator,
         A.SendJoinGroup,
         A.ComputeAssignment,

@@ -209,33 +209,33 @@ async def test_new_partitions_are_held_until_the_assigned_callback_ends(ending: 
     await coordinator.abort()
 
 
-async def test_a_subscribed_topic_missing_from_metadata_is_asked_for_until_it_appears() -> None:
+async def test_a_subscribed_topic_missing_from_metadata_is_reported_and_asked_for_again() -> None:
     """A group formed before the topic reached the broker's metadata must not wait
-    for the periodic refresh (minutes) to pick up its partitions."""
+    for the periodic refresh (minutes) to pick up its partitions: the shell tells the
+    machine which topics are missing and performs the lookups it asks for (when, is
+    the machine's: tests/unit/membership/test_retry_policy.py)."""
     coordinator, sub = make_coordinator({})
     client = coordinator._client
-    refreshed = asyncio.Event()
     calls = 0
 
     async def force_metadata_update() -> bool:
         nonlocal calls
         calls += 1
-        if calls == 3:  # the topic becomes visible on the third refresh
+        if calls == 2:  # the topic becomes visible on the second refresh
             client.cluster._partitions["late"] = 2  # type: ignore[attr-defined]
-            refreshed.set()
         return True
 
     client.force_metadata_update = force_metadata_update  # type: ignore[attr-defined]
+    sub.subscribe(["late"])
+    assert coordinator._topics.snapshot() == frozenset({"late"})
+    assert coordinator._topics.counts == {"late": None}
+    for still_missing in (frozenset({"late"}), frozenset()):
+        coordinator._perform(A.LookupMissingTopics(frozenset({"late"})))
+        reported = await asyncio.wait_for(coordinator._inbox.get(), HANDSHAKE)
+        assert reported == E.SubscribedTopicsMissing(still_missing)
+    assert calls == 2
     fed: list[object] = []
     coordinator._feed = fed.append  # type: ignore[method-assign]
-    sub.subscribe(["late"])
-    coordinator._topics.snapshot()
-    assert coordinator._topics.counts == {"late": None}
-    await asyncio.wait_for(refreshed.wait(), timeout=10)
-    task = coordinator._topics.missing_task
-    assert task is not None
-    await asyncio.wait_for(task, timeout=10)  # stops once the topic is known
-    assert calls == 3
     # A follower's own metadata lagging the leader's is no reason to rejoin: the leader
     # decides whether the assignment missed the topic.
     coordinator._membership.member_id = "me"
@@ -256,10 +256,9 @@ async def test_leader_snapshot_keeps_what_the_assignor_saw() -> None:
     await coordinator._requests._assign(A.ComputeAssignment(1, "range", (member("a", ("t",)),)), [])
     coordinator._client.cluster._partitions.clear()  # type: ignore[attr-defined]
     sub.subscribe(["t"])
-    coordinator._topics.snapshot()
+    missing = coordinator._topics.snapshot()
     assert coordinator._topics.counts == {"t": 2}
-    task = coordinator._topics.missing_task
-    assert task is None or task.done()
+    assert missing == frozenset()  # nothing to ask for again
 
 
 def test_every_action_has_a_performer_in_the_shell_of_each_machine_that_returns_it() -> None:

@@ -169,6 +169,7 @@ def sample(event_type: type[E.Event], m: Membership) -> E.Event:
         E.CloseRequested: E.CloseRequested(),
         E.BrokerIncompatible: E.BrokerIncompatible("JoinGroup", ValueError("no v9")),
         E.CommittedOffsetsUnavailable: E.CommittedOffsetsUnavailable(ValueError("no"), False),
+        E.SubscribedTopicsMissing: E.SubscribedTopicsMissing(frozenset({"t"})),
         E.RoutineFailed: E.RoutineFailed("group coordination failed: bug", ValueError("bug")),
         # The consumer protocol's own events: a classic member refuses every one.
         E.Subscribed: E.Subscribed(frozenset({"t"})),

@@ -201,6 +201,7 @@ CLASSIC_SAMPLES: dict[type[E.Event], list[E.Event]] = {
         E.JoinGroupResponseReceived(JoinGroupResult(0, 1, "consumer", "range", "m", "m"))
     ],
     E.AssignmentComputed: [E.AssignmentComputed()],
+    E.SubscribedTopicsMissing: [E.SubscribedTopicsMissing(frozenset({"a"}))],
     E.SyncGroupResponseReceived: [E.SyncGroupResponseReceived(SyncGroupResult(0, b""), 1)],
     E.HeartbeatResponseReceived: [E.HeartbeatResponseReceived(HeartbeatResult(0), 1)],
     E.LeaveGroupResponseReceived: [E.LeaveGroupResponseReceived(LeaveGroupResult(0))],

@@ -172,3 +172,27 @@ def test_retrying_is_idle_until_a_failure_when_built_without_a_due_time() -> Non
     assert not r.due(2.0) and r.deadline() == []
     r.failed(3.0)
     assert r.failures == 2 and r.deadline() == [3.1]
+
+
+def test_missing_subscribed_topics_are_looked_up_with_a_growing_backoff_until_they_show() -> None:
+    m = _classic()  # retry_backoff 0.1
+    late = frozenset({"late"})
+    assert not _of(acts.LookupMissingTopics, m.handle(E.SubscribedTopicsMissing(late), 1.0))
+    asked_at = []
+    now = 1.0
+    for _ in range(6):  # each answer: still missing
+        deadline = m.next_deadline()
+        assert deadline is not None
+        now = deadline
+        lookups = _of(acts.LookupMissingTopics, m.handle(E.TimerFired(), now))
+        if not lookups:
+            continue  # another of the machine's timers (the heartbeat)
+        assert lookups == [acts.LookupMissingTopics(late)]
+        asked_at.append(now)
+        m.handle(E.SubscribedTopicsMissing(late), now)
+    gaps = [round(b - a, 3) for a, b in zip([1.0, *asked_at], asked_at, strict=False)]
+    assert gaps[:4] == [0.1, 0.2, 0.4, 0.8][: len(gaps[:4])] and len(gaps) >= 3
+    assert all(g <= 1.0 for g in gaps)
+    # The topic shows: nothing more is asked for.
+    m.handle(E.SubscribedTopicsMissing(frozenset()), now)
+    assert not _of(acts.LookupMissingTopics, m.handle(E.TimerFired(), now + 30))
