@@ -220,6 +220,7 @@ class Scenario:
                     self.members.append(m)
                     await m.start()
                 await self.progress_beyond(load.acknowledged(), "the group to form and commit")
+                await self.formed()
                 yield load
             # Production stopped: drain to the final ends, then leave cleanly.
             await self.committed_up_to(load.end, "every acknowledged record to be committed")
@@ -231,6 +232,31 @@ class Scenario:
                     await m.consumer.abort()
             await observer.stop()
         self.judge(load)
+
+    async def formed(self) -> None:
+        """Until the broker shows the group Stable with every member holding partitions.
+
+        The scenarios kill nodes under a formed group: one whose generation the
+        coordinator has written to its log.  Progress alone is not that - two members
+        can read and commit every partition while the third one's first JoinGroup is
+        still pending - and a JoinGroup pending when the coordinator dies is in no log:
+        the new coordinator does not know that member id, and the member rejoins under a
+        new one (seen twice on this cluster: the observer reported it as an eviction).
+        """
+        client = AIOKafkaClient(bootstrap_servers=self.bootstrap)
+        await client.bootstrap()
+        try:
+            deadline = time.monotonic() + RECOVERY
+            while True:
+                sample = await describe_group(client, self.group)
+                held = [parts for _, parts in sample.members.values()]
+                if sample.state == "Stable" and len(held) == MEMBERS and all(held):
+                    return
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"the group never formed: {sample}; {self.describe()}")
+                await asyncio.sleep(0.2)  # the broker's view is polled, no event exists
+        finally:
+            await client.close()
 
     async def progress_beyond(self, ends: dict[int, int], what: str) -> None:
         """Until, for every partition, a record at or past ``ends`` was delivered and
