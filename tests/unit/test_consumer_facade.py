@@ -10,7 +10,6 @@ and how polling ends.  The wire is the integration tier's business.
 from __future__ import annotations
 
 import asyncio
-import logging
 import warnings
 from typing import Any
 
@@ -21,14 +20,13 @@ from aiokafka.errors import (
     IllegalStateError,
     KafkaConnectionError,
     KafkaTimeoutError,
-    UnknownTopicOrPartitionError,
 )
 
 from aiogroup import AsyncConsumerRebalanceListener, GroupConsumer
 from aiogroup._membership.codes import ErrorCode
-from aiogroup.errors import CommitFailedError, ConfigurationError, KafkaError
-from aiogroup.structs import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
-from tests.unit.scripted_client import BASE_TS, ScriptedClient, install, virtual
+from aiogroup.errors import ConfigurationError, KafkaError
+from aiogroup.structs import TopicPartition
+from tests.unit.scripted_client import ScriptedClient, install, virtual
 
 TP0, TP1 = TopicPartition("t", 0), TopicPartition("t", 1)
 ELSEWHERE = TopicPartition("other", 0)
@@ -141,7 +139,9 @@ def test_a_failed_bootstrap_says_why_and_closes_what_was_opened(client: Scripted
     async def scenario() -> None:
         client.bootstrap_error = KafkaConnectionError("Unable to bootstrap from [...]")
         c = consumer("t", bootstrap_servers="127.0.0.1:1")
-        with pytest.raises(KafkaConnectionError, match="127.0.0.1:1") as info:
+        with pytest.raises(
+            KafkaConnectionError, match=r"could not connect to 127\.0\.0\.1:1 \(PLAINTEXT\)"
+        ) as info:
             await c.start()
         assert isinstance(info.value.__cause__, KafkaConnectionError)
         assert client.closed == 1
@@ -239,7 +239,7 @@ def test_start_raises_a_missing_acl_at_once(client: ScriptedClient) -> None:
         c = consumer("t")
         loop = asyncio.get_running_loop()
         began = loop.time()
-        with pytest.raises(KafkaError, match="GROUP_AUTHORIZATION_FAILED|[Aa]uthoriz"):
+        with pytest.raises(KafkaError, match=r"not authorized for group 'g'"):
             await c.start()
         assert loop.time() - began < 5, "an ACL error is not waited out"
         assert client.closed == 1
@@ -251,7 +251,7 @@ def test_start_raises_a_fatal_group_error(client: ScriptedClient) -> None:
     async def scenario() -> None:
         client.script["JoinGroup"] = [ErrorCode.INCONSISTENT_GROUP_PROTOCOL]
         c = consumer("t")
-        with pytest.raises(KafkaError, match="INCONSISTENT_GROUP_PROTOCOL|coordination failed"):
+        with pytest.raises(KafkaError, match=r"INCONSISTENT_GROUP_PROTOCOL"):
             await c.start()
         assert client.closed == 1
 
@@ -259,7 +259,7 @@ def test_start_raises_a_fatal_group_error(client: ScriptedClient) -> None:
 
 
 def test_start_waits_through_a_retriable_error(client: ScriptedClient) -> None:
-    class FailsOnce(AsyncConsumerRebalanceListener):
+    class Counting(AsyncConsumerRebalanceListener):
         def __init__(self) -> None:
             self.calls = 0
 
@@ -271,11 +271,313 @@ def test_start_waits_through_a_retriable_error(client: ScriptedClient) -> None:
 
     async def scenario() -> None:
         client.script["JoinGroup"] = [ErrorCode.COORDINATOR_NOT_AVAILABLE]
-        listener = FailsOnce()
+        listener = Counting()
         c = consumer("t", listener=listener)
         await c.start()
         assert c.assignment() == {TP0, TP1} and listener.calls == 1
         assert client.names().count("JoinGroup") == 2
         await c.stop()
+
+    virtual(scenario)
+
+
+def test_a_listener_failing_in_the_first_assignment_ends_the_waiting_poll(
+    client: ScriptedClient,
+) -> None:
+    class Raising(AsyncConsumerRebalanceListener):
+        async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+            pass
+
+        async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+            raise ValueError("listener bug")
+
+    async def scenario() -> None:
+        c = consumer("t", listener=Raising())
+        await c.start()  # the assignment is in: the listener runs after start() returns
+        assert c.assignment() == {TP0, TP1}
+        with pytest.raises(ValueError, match="listener bug"):
+            await c.getmany(timeout_ms=60_000)  # woken by the error, not its timeout
+        assert await c.getmany() == {}  # reported once
+        await c.stop()
+
+    virtual(scenario)
+
+
+# -- subscribe and assign -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("started", [False, True], ids=["before-start", "after-start"])
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"topics": ["t"], "pattern": "t.*"}, "topics or pattern, not both"),
+        ({}, "needs topics or a pattern"),
+        ({"pattern": "("}, "invalid subscription pattern '\\('"),
+    ],
+)
+def test_subscribe_rejects_bad_arguments(
+    client: ScriptedClient, started: bool, kwargs: dict[str, Any], fragment: str
+) -> None:
+    async def scenario() -> None:
+        c = consumer()
+        if started:
+            await c.start()
+        with pytest.raises(ConfigurationError, match=fragment):
+            c.subscribe(**kwargs)
+        assert c.subscription() == frozenset()
+        await c.stop()
+
+    virtual(scenario)
+
+
+def test_subscribe_without_a_group_is_refused_after_start(client: ScriptedClient) -> None:
+    async def scenario() -> None:
+        c = consumer(group_id=None)
+        await c.start()
+        with pytest.raises(ConfigurationError, match="subscribe\\(\\) needs group_id"):
+            c.subscribe(["t"])
+        with pytest.raises(IllegalOperation, match="needs a group_id"):
+            await c.commit({TP0: 1})
+        with pytest.raises(IllegalOperation, match="committed\\(\\) needs a group_id"):
+            await c.committed(TP0)
+        assert c.member_id is None and c.generation is None
+        await c.stop()
+
+    virtual(scenario)
+
+
+def test_a_non_listener_passed_to_subscribe_before_start_is_refused() -> None:
+    c = consumer()
+    with pytest.raises(TypeError, match="on_partitions_revoked"):
+        c.subscribe(["t"], listener=object())
+    assert c.subscription() == frozenset()
+
+
+def test_subscribe_and_assign_exclude_each_other_after_start(client: ScriptedClient) -> None:
+    async def scenario() -> None:
+        c = await assigned(TP0)
+        with pytest.raises(IllegalStateError, match="subscribe\\(\\) after assign\\(\\)"):
+            c.subscribe(["t"])
+        c.unsubscribe()
+        assert c.assignment() == set()
+        c.subscribe("t")  # a single topic name is one topic, not its letters
+        assert c.subscription() == frozenset({"t"})
+        with pytest.raises(IllegalStateError, match="assign\\(\\) after subscribe\\(\\)"):
+            c.assign([TP0])
+        await c.stop()
+
+    virtual(scenario)
+
+
+def test_subscribe_by_pattern_after_start_follows_matching_topics(
+    client: ScriptedClient,
+) -> None:
+    async def scenario() -> None:
+        c = consumer()
+        await c.start()
+        c.subscribe(pattern="^t$")
+        await client.until(lambda: c.assignment() == {TP0, TP1})
+        assert c.subscription() == frozenset({"t"})
+        await c.stop()
+
+    virtual(scenario)
+
+
+@pytest.mark.parametrize("started", [False, True], ids=["before-start", "after-start"])
+@pytest.mark.parametrize(
+    ("partition", "error", "fragment"),
+    [
+        (("t", 0), TypeError, "assign\\(\\) takes TopicPartition objects"),
+        (TopicPartition("t", -1), ValueError, "partition numbers are >= 0"),
+        (TopicPartition("bad topic", 0), ValueError, "may contain only"),
+    ],
+)
+def test_assign_rejects_what_is_not_a_partition(
+    client: ScriptedClient, started: bool, partition: Any, error: type[Exception], fragment: str
+) -> None:
+    async def scenario() -> None:
+        c = consumer()
+        if started:
+            await c.start()
+        with pytest.raises(error, match=fragment):
+            c.assign([partition])
+        assert c.assignment() == set()
+        await c.stop()
+
+    virtual(scenario)
+
+
+def test_assign_after_unsubscribing_from_the_group_starts_from_committed(
+    client: ScriptedClient,
+) -> None:
+    async def scenario() -> None:
+        client.committed[("t", 0)] = 2
+        client.produce(TP0, 5)
+        c = await subscribed()
+        c.seek(TP0, 4)  # the group-era position is not carried into the assignment
+        c.unsubscribe()
+        assert c.assignment() == set()
+        c.assign([TP0])
+        assert c.assignment() == {TP0}
+        assert await c.position(TP0) == 2
+        await c.stop()
+
+    virtual(scenario)
+
+
+def test_without_a_group_an_assignment_starts_by_auto_offset_reset(
+    client: ScriptedClient,
+) -> None:
+    async def scenario() -> None:
+        client.produce(TP0, 3)
+        c = await assigned(TP0, group_id=None, auto_offset_reset="latest")
+        assert await c.position(TP0) == 3
+        assert "OffsetFetch" not in client.names()
+        await c.stop()
+
+    virtual(scenario)
+
+
+def test_unsubscribe_before_start_forgets_the_assignment() -> None:
+    c = consumer()
+    c.assign([TP0])
+    c.unsubscribe()
+    c.subscribe(["t"])  # no longer "after assign()"
+    assert c.subscription() == frozenset({"t"})
+
+
+# -- polling ----------------------------------------------------------------------------------
+
+
+def test_getmany_returns_what_is_there_bounded_by_max_records(client: ScriptedClient) -> None:
+    async def scenario() -> None:
+        client.produce(TP0, 5)
+        c = await subscribed()
+        first = await c.getmany(TP0, timeout_ms=1_000, max_records=2)
+        assert offsets(first) == {TP0: [0, 1]}
+        rest = await c.getmany(timeout_ms=1_000)
+        assert offsets(rest) == {TP0: [2, 3, 4]}
+        snap = c.metrics()
+        assert snap.records_consumed == 5 and snap.bytes_consumed > 0
+        await c.stop()
+
+    virtual(scenario)
+
+
+def test_max_poll_records_is_the_default_max_records(client: ScriptedClient) -> None:
+    async def scenario() -> None:
+        client.produce(TP1, 4)
+        c = await subscribed(max_poll_records=3)
+        assert offsets(await c.getmany(timeout_ms=1_000)) == {TP1: [0, 1, 2]}
+        await c.stop()
+
+    virtual(scenario)
+
+
+def test_getmany_waits_up_to_its_timeout_then_returns_nothing(client: ScriptedClient) -> None:
+    async def scenario() -> None:
+        c = await subscribed()
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        assert await c.getmany(timeout_ms=3_000) == {}
+        assert loop.time() - began == pytest.approx(3.0, abs=0.6)
+        began = loop.time()
+        assert await c.getmany() == {}  # timeout_ms=0: what is buffered, at once
+        assert loop.time() - began < 0.1
+        await c.stop()
+
+    virtual(scenario)
+
+
+def test_getmany_wakes_when_records_arrive(client: ScriptedClient) -> None:
+    async def scenario() -> None:
+        c = await subscribed()
+        waiting = asyncio.ensure_future(c.getmany(timeout_ms=60_000))
+        await client.until(lambda: c._subscription is not None and c._subscription.polls_waiting)
+        assert c.health().seconds_since_last_poll == 0.0  # waiting for records is polling
+        client.produce(TP1, 2)
+        assert offsets(await waiting) == {TP1: [0, 1]}
+        await c.stop()
+
+    virtual(scenario)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"timeout_ms": -1}, "timeout_ms must be >= 0, got -1"),
+        ({"max_records": 0}, "max_records must be > 0 or None, got 0"),
+    ],
+)
+def test_poll_arguments_are_checked(
+    client: ScriptedClient, kwargs: dict[str, int], fragment: str
+) -> None:
+    async def scenario() -> None:
+        c = await subscribed()
+        with pytest.raises(ValueError, match=fragment):
+            await c.getmany(**kwargs)
+        with pytest.raises(ValueError, match=fragment):
+            await c.getmany_arrow(**kwargs)
+        await c.stop()
+
+    virtual(scenario)
+
+
+def test_polling_an_unassigned_partition_names_it(client: ScriptedClient) -> None:
+    async def scenario() -> None:
+        c = await assigned(TP0)
+        for call in (c.getmany(TP1), c.getone(TP1), c.getmany_arrow(TP1)):
+            with pytest.raises(IllegalStateError, match=r"partition=1\).* is not assigned"):
+                await call
+        assert c._subscription is not None and c._subscription.polls_waiting == 0
+        await c.stop()
+
+    virtual(scenario)
+
+
+def test_getone_hands_out_records_in_order(client: ScriptedClient) -> None:
+    async def scenario() -> None:
+        client.produce(TP0, 2)
+        c = await assigned(TP0)
+        got = [(await c.getone()).offset, (await c.getone(TP0)).offset]
+        assert got == [0, 1]
+        assert c.metrics().records_consumed == 2
+        await c.stop()
+
+    virtual(scenario)
+
+
+def test_getmany_arrow_returns_one_batch_or_none(client: ScriptedClient) -> None:
+    async def scenario() -> None:
+        client.produce(TP0, 3)
+        c = await assigned(TP0)
+        batch = await c.getmany_arrow(timeout_ms=1_000)
+        assert batch is not None and batch.column("offset").to_pylist() == [0, 1, 2]
+        assert batch.column("value").to_pylist() == [b"v0", b"v1", b"v2"]
+        assert c.metrics().records_consumed == 3
+        assert await c.getmany_arrow(timeout_ms=100) is None
+        await c.stop()
+
+    virtual(scenario)
+
+
+def test_async_for_ends_when_the_consumer_is_stopped(client: ScriptedClient) -> None:
+    async def scenario() -> None:
+        client.produce(TP0, 3)
+        c = await assigned(TP0)
+        seen: list[int] = []
+        three = asyncio.Event()
+
+        async def consume() -> None:
+            async for record in c:
+                seen.append(record.offset)
+                if len(seen) == 3:
+                    three.set()
+
+        loop_task = asyncio.ensure_future(consume())
+        await three.wait()
+        await c.stop()
+        await asyncio.wait_for(loop_task, 5)  # the iteration ended, no exception
+        assert seen == [0, 1, 2]
 
     virtual(scenario)
