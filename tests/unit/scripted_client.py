@@ -90,6 +90,10 @@ class ScriptedClient(ScriptedBroker):
         self.metadata_fetches = 0
         #: Keyword arguments the consumer built its client with.
         self.options: dict[str, Any] = {}
+        #: Requests of these APIs wait for their event before they are answered.
+        self.held: dict[str, asyncio.Event] = {}
+        #: How many requests of each held API are waiting now.
+        self.holding: dict[str, int] = {}
 
     def log(self, tp: TopicPartition) -> PartitionLog:
         return self.logs.setdefault(tp, PartitionLog())
@@ -121,6 +125,13 @@ class ScriptedClient(ScriptedBroker):
             return await self._fetch(request)
         if isinstance(request, OffsetRequest):
             return self._list_offsets(request)
+        name = request.API.name
+        if name in self.held:
+            self.holding[name] = self.holding.get(name, 0) + 1
+            try:
+                await self.held[name].wait()
+            finally:
+                self.holding[name] -= 1
         return await super().send(node_id, request, group)
 
     async def _fetch(self, request: FetchRequest) -> Any:

@@ -10,6 +10,7 @@ and how polling ends.  The wire is the integration tier's business.
 from __future__ import annotations
 
 import asyncio
+import logging
 import warnings
 from typing import Any
 
@@ -20,13 +21,14 @@ from aiokafka.errors import (
     IllegalStateError,
     KafkaConnectionError,
     KafkaTimeoutError,
+    UnknownTopicOrPartitionError,
 )
 
 from aiogroup import AsyncConsumerRebalanceListener, GroupConsumer
 from aiogroup._membership.codes import ErrorCode
-from aiogroup.errors import ConfigurationError, KafkaError
-from aiogroup.structs import TopicPartition
-from tests.unit.scripted_client import ScriptedClient, install, virtual
+from aiogroup.errors import CommitFailedError, ConfigurationError, KafkaError
+from aiogroup.structs import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from tests.unit.scripted_client import BASE_TS, ScriptedClient, install, virtual
 
 TP0, TP1 = TopicPartition("t", 0), TopicPartition("t", 1)
 ELSEWHERE = TopicPartition("other", 0)
@@ -579,5 +581,362 @@ def test_async_for_ends_when_the_consumer_is_stopped(client: ScriptedClient) -> 
         await c.stop()
         await asyncio.wait_for(loop_task, 5)  # the iteration ended, no exception
         assert seen == [0, 1, 2]
+
+    virtual(scenario)
+
+
+# -- committing -------------------------------------------------------------------------------
+
+
+def test_commit_without_offsets_commits_the_consumed_positions(client: ScriptedClient) -> None:
+    async def scenario() -> None:
+        client.produce(TP0, 3)
+        c = await subscribed()
+        await c.getmany(timeout_ms=1_000)
+        await c.commit()
+        assert client.committed == {("t", 0): 3, ("t", 1): 0}
+        assert await c.committed(TP0) == 3
+        await c.stop()
+
+    virtual(scenario)
+
+
+def test_commit_takes_ints_and_offset_and_metadata(client: ScriptedClient) -> None:
+    async def scenario() -> None:
+        c = await subscribed()
+        await c.commit({TP0: 5, TP1: OffsetAndMetadata(7, "note")})
+        assert client.committed == {("t", 0): 5, ("t", 1): 7}
+        (sent,) = [t for t in client.of("OffsetCommit")[-1]["topics"]]
+        assert {p["committed_metadata"] for p in sent["partitions"]} == {"", "note"}
+        assert await c._fetch_committed([TP1]) == {TP1: OffsetAndMetadata(7, "")}
+        await c.stop()
+
+    virtual(scenario)
+
+
+@pytest.mark.parametrize(
+    ("offsets_given", "error", "fragment"),
+    [
+        ({("t", 0): 1}, TypeError, "commit\\(\\) keys must be TopicPartition"),
+        ({TP0: "5"}, TypeError, "must be int or OffsetAndMetadata"),
+        ({TP0: True}, TypeError, "must be int or OffsetAndMetadata"),
+        ({TP0: -1}, ValueError, "must be >= 0, got -1"),
+        ({TP0: OffsetAndMetadata(-3, "")}, ValueError, "must be >= 0, got -3"),
+        ({ELSEWHERE: 1}, CommitFailedError, "not assigned to this member"),
+    ],
+)
+def test_commit_rejects_bad_offsets_naming_them(
+    client: ScriptedClient, offsets_given: Any, error: type[Exception], fragment: str
+) -> None:
+    async def scenario() -> None:
+        c = await subscribed()
+        commits = len(client.of("OffsetCommit"))
+        with pytest.raises(error, match=fragment):
+            await c.commit(offsets_given)
+        assert len(client.of("OffsetCommit")) == commits
+        await c.stop()
+
+    virtual(scenario)
+
+
+def test_commit_of_an_unassigned_partition_under_assign_is_refused(
+    client: ScriptedClient,
+) -> None:
+    async def scenario() -> None:
+        c = await assigned(TP0)
+        with pytest.raises(CommitFailedError, match="not in this consumer's assign\\(\\)"):
+            await c.commit({TP1: 1})
+        await c.commit({TP0: 1})
+        assert client.committed == {("t", 0): 1}
+        await c.stop()
+
+    virtual(scenario)
+
+
+def test_commit_with_nothing_assigned_sends_nothing(client: ScriptedClient) -> None:
+    async def scenario() -> None:
+        c = consumer()
+        await c.start()
+        await c.commit()
+        await c.commit({})
+        assert "OffsetCommit" not in client.names()
+        await c.stop()
+
+    virtual(scenario)
+
+
+def test_commit_to_a_topic_the_cluster_lacks_fails_at_once(client: ScriptedClient) -> None:
+    async def scenario() -> None:
+        c = await assigned(TP0, ELSEWHERE, TopicPartition("t", 5))
+        with pytest.raises(UnknownTopicOrPartitionError, match="other"):
+            await c.commit({ELSEWHERE: 1})
+        assert client.metadata_fetches == 1  # not in the client's metadata: asked
+        with pytest.raises(UnknownTopicOrPartitionError, match="partition=5"):
+            await c.commit({TopicPartition("t", 5): 1})
+        assert client.metadata_fetches == 1  # topic known: its partitions answer
+        assert "OffsetCommit" not in client.names()
+        await c.stop()
+
+    virtual(scenario)
+
+
+def test_commit_beyond_the_high_watermark_is_warned_of(
+    client: ScriptedClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def scenario() -> None:
+        client.produce(TP0, 2)
+        c = await assigned(TP0)
+        await c.getmany(timeout_ms=1_000)
+        assert c.highwater(TP0) == 2
+        with caplog.at_level(logging.WARNING, logger="aiogroup.consumer"):
+            await c.commit({TP0: 2})
+            assert not caplog.records
+            await c.commit({TP0: 1_000})
+        assert "beyond its high watermark 2" in caplog.text
+        assert client.committed == {("t", 0): 1_000}  # said, not refused
+        await c.stop()
+
+    virtual(scenario)
+
+
+def test_commit_async_calls_back_with_the_offsets_and_the_outcome(
+    client: ScriptedClient,
+) -> None:
+    async def scenario() -> None:
+        c = await subscribed()
+        outcomes: list[tuple[dict[TopicPartition, OffsetAndMetadata], BaseException | None]] = []
+        await c.commit_async({TP0: 4}, callback=lambda o, e: outcomes.append((dict(o), e)))
+        assert outcomes == [({TP0: OffsetAndMetadata(4, "")}, None)]
+        client.script["OffsetCommit"] = [ErrorCode.OFFSET_METADATA_TOO_LARGE]
+        await c.commit_async({TP1: 1}, callback=lambda o, e: outcomes.append((dict(o), e)))
+        assert isinstance(outcomes[-1][1], KafkaError)
+        client.script["OffsetCommit"] = [ErrorCode.OFFSET_METADATA_TOO_LARGE]
+        with pytest.raises(KafkaError, match="OFFSET_METADATA_TOO_LARGE"):
+            await c.commit_async({TP1: 1})  # no callback: the task fails
+        await c.commit_async()  # the positions, captured now
+        assert client.committed[("t", 1)] == 0
+        await c.stop()
+
+    virtual(scenario)
+
+
+def test_commit_async_with_nothing_to_commit_still_calls_back(client: ScriptedClient) -> None:
+    async def scenario() -> None:
+        c = consumer()
+        await c.start()
+        outcomes: list[object] = []
+        await c.commit_async(callback=lambda o, e: outcomes.append((dict(o), e)))
+        assert outcomes == [({}, None)]
+        await c.stop()
+
+    virtual(scenario)
+
+
+# -- positions ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("offset", [-1, True, 1.5, "3"])
+def test_seek_rejects_what_is_not_an_offset(client: ScriptedClient, offset: Any) -> None:
+    async def scenario() -> None:
+        c = await assigned(TP0)
+        with pytest.raises(ValueError, match="seek\\(\\) offset must be an int >= 0"):
+            c.seek(TP0, offset)
+        await c.stop()
+
+    virtual(scenario)
+
+
+def test_calls_on_an_unassigned_partition_name_it(client: ScriptedClient) -> None:
+    async def scenario() -> None:
+        c = await assigned(TP0)
+        unassigned = f"partition {TP1} is not assigned to this consumer"
+        sync_calls = [
+            lambda: c.seek(TP1, 0),
+            lambda: c.pause(TP1),
+            lambda: c.resume(TP1),
+            lambda: c.highwater(TP1),
+            lambda: c.last_stable_offset(TP1),
+            lambda: c.last_poll_timestamp(TP1),
+            lambda: c.lag(TP1),
+        ]
+        for call in sync_calls:
+            with pytest.raises(IllegalStateError) as info:
+                call()
+            assert str(info.value).endswith(unassigned)
+        for coro in (c.seek_to_beginning(TP1), c.seek_to_end(TP1), c.position(TP1)):
+            with pytest.raises(IllegalStateError, match="is not assigned"):
+                await coro
+        await c.stop()
+
+    virtual(scenario)
+
+
+def test_seek_then_consume_from_there(client: ScriptedClient) -> None:
+    async def scenario() -> None:
+        client.produce(TP0, 6)
+        c = await assigned(TP0)
+        c.seek(TP0, 4)
+        assert await c.position(TP0) == 4
+        assert offsets(await c.getmany(timeout_ms=1_000)) == {TP0: [4, 5]}
+        await c.stop()
+
+    virtual(scenario)
+
+
+def test_seek_to_beginning_end_and_committed(client: ScriptedClient) -> None:
+    async def scenario() -> None:
+        log = client.log(TP0)
+        client.produce(TP0, 10)
+        log.start = 3  # retention removed the first three
+        client.committed[("t", 0)] = 6
+        c = await assigned(TP0, TP1)
+        assert await c.seek_to_end() is True
+        assert await c.position(TP0) == 10
+        assert await c.seek_to_beginning(TP0) is True
+        assert await c.position(TP0) == 3
+        assert await c.seek_to_committed() == {TP0: 6}  # TP1 has none: left alone
+        assert await c.position(TP0) == 6
+        await c.stop()
+
+    virtual(scenario)
+
+
+def test_seek_to_committed_needs_a_group(client: ScriptedClient) -> None:
+    async def scenario() -> None:
+        c = await assigned(TP0, group_id=None)
+        with pytest.raises(IllegalOperation, match="seek_to_committed\\(\\) needs a group_id"):
+            await c.seek_to_committed()
+        await c.stop()
+
+    virtual(scenario)
+
+
+def test_position_waits_within_its_timeout_and_ends_when_the_consumer_closes(
+    client: ScriptedClient,
+) -> None:
+    async def scenario() -> None:
+        client.held["OffsetFetch"] = asyncio.Event()  # the committed offset never comes
+        c = await assigned(TP0)
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        with pytest.raises(asyncio.TimeoutError):
+            await c.position(TP0, timeout_ms=500)
+        assert loop.time() - began == pytest.approx(0.5)
+        waiting = asyncio.ensure_future(c.position(TP0))
+        await client.until(lambda: client.holding.get("OffsetFetch") == 1)
+        await c.abort()  # stop() would wait for the held request
+        with pytest.raises(ConsumerStoppedError):
+            await waiting
+
+    virtual(scenario)
+
+
+def test_lag_highwater_and_fetch_time_after_a_fetch(client: ScriptedClient) -> None:
+    async def scenario() -> None:
+        c = await assigned(TP0)
+        assert c.lag(TP0) is None and c.highwater(TP0) is None
+        assert c.last_poll_timestamp(TP0) is None
+        client.produce(TP0, 5)
+        await c.getmany(TP0, timeout_ms=1_000, max_records=2)
+        assert (c.highwater(TP0), c.last_stable_offset(TP0)) == (5, 5)
+        assert c.lag(TP0) == 3
+        assert c.last_poll_timestamp(TP0) is not None
+        assert c.metrics().partitions[TP0].lag == 3
+        await c.stop()
+
+    virtual(scenario)
+
+
+def test_pause_and_resume(client: ScriptedClient) -> None:
+    async def scenario() -> None:
+        c = await assigned(TP0, TP1)
+        assert c.paused() == set()
+        c.pause(TP0, TP1)
+        assert c.paused() == {TP0, TP1}
+        client.produce(TP0, 2)
+        assert await c.getmany(timeout_ms=500) == {}
+        c.resume(TP0)
+        assert c.paused() == {TP1}
+        assert offsets(await c.getmany(timeout_ms=1_000)) == {TP0: [0, 1]}
+        c.unsubscribe()
+        assert c.paused() == set()
+        await c.stop()
+
+    virtual(scenario)
+
+
+# -- offsets and metadata lookups --------------------------------------------------------------
+
+
+def test_offset_lookups(client: ScriptedClient) -> None:
+    async def scenario() -> None:
+        client.produce(TP0, 4)
+        client.log(TP0).start = 1
+        c = consumer(group_id=None)
+        await c.start()
+        assert await c.beginning_offsets([TP0, TP1]) == {TP0: 1, TP1: 0}
+        assert await c.end_offsets([TP0]) == {TP0: 4}
+        found = await c.offsets_for_times({TP0: BASE_TS + 2, TP1: 0})
+        assert found == {TP0: OffsetAndTimestamp(2, BASE_TS + 2), TP1: None}
+        with pytest.raises(ValueError, match=r"timestamp for .* must be >= 0, got -5"):
+            await c.offsets_for_times({TP0: -5})
+        await c.stop()
+
+    virtual(scenario)
+
+
+def test_topics_and_partitions_for_topic(client: ScriptedClient) -> None:
+    async def scenario() -> None:
+        c = consumer(group_id=None)
+        await c.start()
+        assert c.partitions_for_topic("t") == {0, 1}
+        assert c.partitions_for_topic("x") is None  # not listed yet
+        listed = ScriptedClient().cluster
+        listed.partitions = {"t": 2, "x": 3}
+
+        async def everything() -> Any:
+            return listed
+
+        client.fetch_all_metadata = everything  # type: ignore[method-assign]
+        assert await c.topics() == {"t", "x"}
+        assert c.partitions_for_topic("x") == {0, 1, 2}  # from the last topics()
+        assert c.partitions_for_topic("y") is None
+        with pytest.raises(ValueError, match="may contain only"):
+            c.partitions_for_topic("bad topic")
+        await c.stop()
+
+    virtual(scenario)
+
+
+# -- metrics and health -------------------------------------------------------------------------
+
+
+def test_metrics_and_health_of_a_consumer_not_started() -> None:
+    c = consumer("t")
+    h = c.health()
+    assert (h.started, h.live, h.ready, h.member_state) == (False, False, False, "NEW")
+    snap = c.metrics()
+    assert snap.partitions == {} and snap.member_id is None and snap.records_consumed == 0
+
+
+def test_metrics_and_health_through_the_lifecycle(client: ScriptedClient) -> None:
+    async def scenario() -> None:
+        plain = consumer(group_id=None)
+        await plain.start()
+        assert plain.health().member_state == "NO_GROUP"
+        assert plain.health().seconds_since_last_poll is None  # never polled
+        await plain.stop()
+        assert plain.health().member_state == "STOPPED" and not plain.health().live
+        c = await subscribed()
+        await client.until(lambda: c.health().member_state == "STABLE")
+        await c.getmany()
+        h = c.health()
+        assert h.live and h.ready and h.joined and h.member_state == "STABLE"
+        assert h.seconds_since_last_poll is not None and h.seconds_since_last_poll >= 0
+        snap = c.metrics()
+        assert (snap.member_id, snap.generation) == ("m-1", 1)
+        assert set(snap.partitions) == {TP0, TP1}
+        await c.stop()
+        assert not c.health().live
 
     virtual(scenario)
