@@ -42,6 +42,7 @@ from aiogroup._state.subscription import (
     SubscriptionState,
     SubscriptionType,
 )
+from aiogroup._support import lifecycle
 from aiogroup._support.bootstrap_errors import explain_bootstrap_failure
 from aiogroup._support.call_arguments import (
     check_partition,
@@ -120,14 +121,6 @@ CommitCallback = Callable[[Mapping[TopicPartition, OffsetAndMetadata], BaseExcep
 
 def _record_bytes(record: ConsumerRecord) -> int:
     return max(0, int(record.serialized_key_size)) + max(0, int(record.serialized_value_size))
-
-
-class _Lifecycle:
-    NEW = "new"
-    STARTED = "started"
-    #: stop() is running: listeners called from it may still commit and read positions.
-    STOPPING = "stopping"
-    STOPPED = "stopped"
 
 
 class GroupConsumer:
@@ -234,7 +227,7 @@ class GroupConsumer:
             )
         if listener is not None:
             as_async_listener(listener)  # fail now on a non-listener
-        self._lifecycle = _Lifecycle.NEW
+        self._lifecycle: str = lifecycle.NEW
         self._client: AIOKafkaClient | None = None
         self._subscription: SubscriptionState | None = None
         self._fetcher: Fetcher | None = None
@@ -260,10 +253,7 @@ class GroupConsumer:
         past it the consumer is stopped and ``KafkaTimeoutError`` raised; a fatal
         group error (an unknown assignor, authorization) is raised at once.
         """
-        if self._lifecycle is _Lifecycle.STARTED:
-            raise IllegalStateError("GroupConsumer.start() called twice")
-        if self._lifecycle is _Lifecycle.STOPPED:
-            raise ConsumerStoppedError()
+        lifecycle.check_startable(self._lifecycle)
         cfg = self._config
         install_log_redaction()  # aiokafka's DEBUG log prints SASL bytes otherwise
         self._client = AIOKafkaClient(
@@ -298,7 +288,7 @@ class GroupConsumer:
         except BaseException:
             await self._shutdown(graceful=False)
             raise
-        self._lifecycle = _Lifecycle.STARTED
+        self._lifecycle = lifecycle.STARTED
         if self._initial_assignment is not None:
             self.assign(self._initial_assignment)
         elif self._initial_topics is not None:
@@ -355,16 +345,7 @@ class GroupConsumer:
 
     async def stop(self) -> None:
         """Commit (auto-commit), revoke, leave the group and close; safe to call twice."""
-        if self._lifecycle in (_Lifecycle.STOPPED, _Lifecycle.STOPPING):
-            return
-        if self._lifecycle is _Lifecycle.NEW:
-            self._lifecycle = _Lifecycle.STOPPED
-            return
-        self._lifecycle = _Lifecycle.STOPPING
-        try:
-            await self._shutdown(graceful=True)
-        finally:
-            self._lifecycle = _Lifecycle.STOPPED
+        await self._close(graceful=True)
 
     async def abort(self) -> None:
         """Drop everything at once, as if the process had died.
@@ -372,16 +353,21 @@ class GroupConsumer:
         No commit, no revoke callback, no LeaveGroup: the group notices only when
         the session expires.  Meant for tests and demos of crash recovery.
         """
-        if self._lifecycle in (_Lifecycle.STOPPED, _Lifecycle.STOPPING):
+        await self._close(graceful=False)
+
+    async def _close(self, *, graceful: bool) -> None:
+        """stop() (graceful) or abort(): what to do is the lifecycle's decision."""
+        action = lifecycle.closing(self._lifecycle)
+        if action is lifecycle.Closing.NOTHING:
             return
-        if self._lifecycle is _Lifecycle.NEW:
-            self._lifecycle = _Lifecycle.STOPPED
+        if action is lifecycle.Closing.SHUT_DOWN:
+            self._lifecycle = lifecycle.STOPPING
+            try:
+                await self._shutdown(graceful=graceful)
+            finally:
+                self._lifecycle = lifecycle.STOPPED
             return
-        self._lifecycle = _Lifecycle.STOPPING
-        try:
-            await self._shutdown(graceful=False)
-        finally:
-            self._lifecycle = _Lifecycle.STOPPED
+        self._lifecycle = lifecycle.STOPPED
 
     async def _shutdown(self, *, graceful: bool) -> None:
         try:
@@ -406,9 +392,8 @@ class GroupConsumer:
         await self.stop()
 
     def _require_started(self) -> SubscriptionState:
-        if self._lifecycle is _Lifecycle.NEW:
-            raise IllegalStateError("GroupConsumer is not started: await consumer.start() first")
-        if self._lifecycle is _Lifecycle.STOPPED or self._subscription is None:
+        lifecycle.check_usable(self._lifecycle)
+        if self._subscription is None:
             raise ConsumerStoppedError()
         return self._subscription
 
@@ -439,7 +424,7 @@ class GroupConsumer:
         by ``start()``, which then waits for the first assignment.
         """
         topics_given = topic_list(topics)
-        if self._lifecycle is _Lifecycle.NEW:
+        if self._lifecycle == lifecycle.NEW:
             self._subscribe_before_start(topics_given, pattern, listener)
             return
         sub = self._require_started()
@@ -501,7 +486,7 @@ class GroupConsumer:
         Before ``start()`` (as aiokafka allows) the partitions are kept and assigned
         by ``start()``.
         """
-        if self._lifecycle is _Lifecycle.NEW:
+        if self._lifecycle == lifecycle.NEW:
             parts = list(partitions)
             for tp in parts:
                 check_partition(tp)
@@ -539,7 +524,7 @@ class GroupConsumer:
     @loop_bound
     def unsubscribe(self) -> None:
         """Leave the group (revoking first) or drop the manual assignment."""
-        if self._lifecycle is _Lifecycle.NEW:
+        if self._lifecycle == lifecycle.NEW:
             self._initial_topics = self._initial_pattern = self._initial_assignment = None
             return
         sub = self._require_started()
@@ -795,7 +780,7 @@ class GroupConsumer:
 
     @property
     def _lifecycle_started(self) -> bool:
-        return self._lifecycle is _Lifecycle.STARTED
+        return self._lifecycle == lifecycle.STARTED
 
     async def process(self, handler: Any, **options: Any) -> None:
         """``await Processor(self, handler, **options).run()``: see aiogroup.processing."""
@@ -1013,7 +998,7 @@ class GroupConsumer:
     def _member_state(self) -> str:
         if self._coordinator is not None:
             return self._coordinator.state_name
-        return "NO_GROUP" if self._lifecycle is _Lifecycle.STARTED else self._lifecycle.upper()
+        return lifecycle.state_without_group(self._lifecycle)
 
     def _seconds_since_poll(self) -> float | None:
         sub = self._subscription

@@ -940,3 +940,46 @@ def test_metrics_and_health_through_the_lifecycle(client: ScriptedClient) -> Non
         assert not c.health().live
 
     virtual(scenario)
+
+
+# -- stopping -----------------------------------------------------------------------------------
+
+
+def test_a_second_stop_while_the_first_runs_returns_at_once(client: ScriptedClient) -> None:
+    async def scenario() -> None:
+        client.held["LeaveGroup"] = asyncio.Event()
+        c = await subscribed()
+        first = asyncio.ensure_future(c.stop())
+        await client.until(lambda: client.holding.get("LeaveGroup") == 1)
+        await c.stop()  # returns while the first is still leaving
+        assert not first.done() and client.closed == 0
+        client.held["LeaveGroup"].set()
+        await first
+        assert client.closed == 1 and c.health().member_state != "STABLE"
+
+    virtual(scenario)
+
+
+def test_the_revoke_listener_of_stop_may_still_commit(client: ScriptedClient) -> None:
+    class CommitsOnRevoke(AsyncConsumerRebalanceListener):
+        def __init__(self) -> None:
+            self.consumer: GroupConsumer | None = None
+
+        async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+            assert self.consumer is not None
+            await self.consumer.commit({tp: 9 for tp in revoked})
+
+        async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+            pass
+
+    async def scenario() -> None:
+        listener = CommitsOnRevoke()
+        c = consumer("t", listener=listener)
+        listener.consumer = c
+        await c.start()
+        await client.until(lambda: c.health().member_state == "STABLE")
+        await c.stop()
+        assert client.committed == {("t", 0): 9, ("t", 1): 9}
+        assert client.names()[-1] == "LeaveGroup"
+
+    virtual(scenario)
