@@ -211,7 +211,10 @@ def test_the_consumer_protocol_builds_its_own_coordinator(client: ScriptedClient
         c.assign([TP0])
         await c.start()
         assert type(c._coordinator).__name__ == "ConsumerGroupCoordinator"
+        assert c.assignment() == {TP0}
+        assert "JoinGroup" not in client.names()  # the classic join is not used
         await c.stop()
+        assert client.closed == 1
 
     virtual(scenario)
 
