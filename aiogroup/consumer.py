@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import difflib
 import logging
-import re
 import warnings
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -29,6 +28,7 @@ from aiokafka.errors import (
 
 from aiogroup._coordination.classic_routine import GroupCoordinator
 from aiogroup._coordination.commit_outcome import positions_to_commit
+from aiogroup._coordination.commit_request import check_owned, normalize_offsets
 from aiogroup._coordination.consumer_protocol_routine import (
     CLASSIC_ONLY_OPTIONS,
     ConsumerGroupCoordinator,
@@ -42,13 +42,22 @@ from aiogroup._state.subscription import (
     SubscriptionState,
     SubscriptionType,
 )
+from aiogroup._support import lifecycle
 from aiogroup._support.bootstrap_errors import explain_bootstrap_failure
+from aiogroup._support.call_arguments import (
+    check_partition,
+    check_poll_limits,
+    check_seek_offset,
+    check_timestamps,
+    check_topics_or_pattern,
+    compile_pattern,
+    topic_list,
+)
 from aiogroup._support.redaction import install_log_redaction
 from aiogroup._support.timeouts import wait_for
 from aiogroup.assignors import resolve_assignors
 from aiogroup.config import ConsumerConfig, validate_topic_name, validate_topics
 from aiogroup.errors import (
-    CommitFailedError,
     ConfigurationError,
     KafkaError,
     is_authorization_error,
@@ -112,22 +121,6 @@ CommitCallback = Callable[[Mapping[TopicPartition, OffsetAndMetadata], BaseExcep
 
 def _record_bytes(record: ConsumerRecord) -> int:
     return max(0, int(record.serialized_key_size)) + max(0, int(record.serialized_value_size))
-
-
-def _check_partition(tp: object) -> None:
-    if not isinstance(tp, TopicPartition):
-        raise TypeError(f"assign() takes TopicPartition objects, got {tp!r}")
-    validate_topic_name(tp.topic)
-    if tp.partition < 0:
-        raise ValueError(f"partition numbers are >= 0, got {tp}")
-
-
-class _Lifecycle:
-    NEW = "new"
-    STARTED = "started"
-    #: stop() is running: listeners called from it may still commit and read positions.
-    STOPPING = "stopping"
-    STOPPED = "stopped"
 
 
 class GroupConsumer:
@@ -234,7 +227,7 @@ class GroupConsumer:
             )
         if listener is not None:
             as_async_listener(listener)  # fail now on a non-listener
-        self._lifecycle = _Lifecycle.NEW
+        self._lifecycle: str = lifecycle.NEW
         self._client: AIOKafkaClient | None = None
         self._subscription: SubscriptionState | None = None
         self._fetcher: Fetcher | None = None
@@ -260,10 +253,7 @@ class GroupConsumer:
         past it the consumer is stopped and ``KafkaTimeoutError`` raised; a fatal
         group error (an unknown assignor, authorization) is raised at once.
         """
-        if self._lifecycle is _Lifecycle.STARTED:
-            raise IllegalStateError("GroupConsumer.start() called twice")
-        if self._lifecycle is _Lifecycle.STOPPED:
-            raise ConsumerStoppedError()
+        lifecycle.check_startable(self._lifecycle)
         cfg = self._config
         install_log_redaction()  # aiokafka's DEBUG log prints SASL bytes otherwise
         self._client = AIOKafkaClient(
@@ -298,7 +288,7 @@ class GroupConsumer:
         except BaseException:
             await self._shutdown(graceful=False)
             raise
-        self._lifecycle = _Lifecycle.STARTED
+        self._lifecycle = lifecycle.STARTED
         if self._initial_assignment is not None:
             self.assign(self._initial_assignment)
         elif self._initial_topics is not None:
@@ -355,16 +345,7 @@ class GroupConsumer:
 
     async def stop(self) -> None:
         """Commit (auto-commit), revoke, leave the group and close; safe to call twice."""
-        if self._lifecycle in (_Lifecycle.STOPPED, _Lifecycle.STOPPING):
-            return
-        if self._lifecycle is _Lifecycle.NEW:
-            self._lifecycle = _Lifecycle.STOPPED
-            return
-        self._lifecycle = _Lifecycle.STOPPING
-        try:
-            await self._shutdown(graceful=True)
-        finally:
-            self._lifecycle = _Lifecycle.STOPPED
+        await self._close(graceful=True)
 
     async def abort(self) -> None:
         """Drop everything at once, as if the process had died.
@@ -372,16 +353,21 @@ class GroupConsumer:
         No commit, no revoke callback, no LeaveGroup: the group notices only when
         the session expires.  Meant for tests and demos of crash recovery.
         """
-        if self._lifecycle in (_Lifecycle.STOPPED, _Lifecycle.STOPPING):
+        await self._close(graceful=False)
+
+    async def _close(self, *, graceful: bool) -> None:
+        """stop() (graceful) or abort(): what to do is the lifecycle's decision."""
+        action = lifecycle.closing(self._lifecycle)
+        if action is lifecycle.Closing.NOTHING:
             return
-        if self._lifecycle is _Lifecycle.NEW:
-            self._lifecycle = _Lifecycle.STOPPED
+        if action is lifecycle.Closing.SHUT_DOWN:
+            self._lifecycle = lifecycle.STOPPING
+            try:
+                await self._shutdown(graceful=graceful)
+            finally:
+                self._lifecycle = lifecycle.STOPPED
             return
-        self._lifecycle = _Lifecycle.STOPPING
-        try:
-            await self._shutdown(graceful=False)
-        finally:
-            self._lifecycle = _Lifecycle.STOPPED
+        self._lifecycle = lifecycle.STOPPED
 
     async def _shutdown(self, *, graceful: bool) -> None:
         try:
@@ -406,9 +392,8 @@ class GroupConsumer:
         await self.stop()
 
     def _require_started(self) -> SubscriptionState:
-        if self._lifecycle is _Lifecycle.NEW:
-            raise IllegalStateError("GroupConsumer is not started: await consumer.start() first")
-        if self._lifecycle is _Lifecycle.STOPPED or self._subscription is None:
+        lifecycle.check_usable(self._lifecycle)
+        if self._subscription is None:
             raise ConsumerStoppedError()
         return self._subscription
 
@@ -438,15 +423,12 @@ class GroupConsumer:
         Before ``start()`` (as aiokafka allows) the subscription is kept and applied
         by ``start()``, which then waits for the first assignment.
         """
-        topic_list = [topics] if isinstance(topics, str) else list(topics)
-        if self._lifecycle is _Lifecycle.NEW:
-            self._subscribe_before_start(topic_list, pattern, listener)
+        topics_given = topic_list(topics)
+        if self._lifecycle == lifecycle.NEW:
+            self._subscribe_before_start(topics_given, pattern, listener)
             return
         sub = self._require_started()
-        if topic_list and pattern is not None:
-            raise ConfigurationError("subscribe() takes topics or pattern, not both")
-        if not topic_list and pattern is None:
-            raise ConfigurationError("subscribe() needs topics or a pattern")
+        check_topics_or_pattern(topics_given, pattern)
         if self._config.group_id is None:
             raise ConfigurationError(
                 "subscribe() needs group_id; use assign() for group-less consumption"
@@ -461,26 +443,18 @@ class GroupConsumer:
         # Wrapped once, here, with the thread the routine runs sync callbacks in.
         hooked = HookedListener(listener, self._rebalance_hooks, coordinator.listener_thread)
         if pattern is not None:
-            try:
-                compiled = re.compile(pattern)
-            except re.error as exc:
-                raise ConfigurationError(
-                    f"invalid subscription pattern {pattern!r}: {exc}"
-                ) from exc
+            compiled = compile_pattern(pattern)
             coordinator.set_listener(hooked)
             sub.subscribe_pattern(compiled)
         else:
-            topics_checked = validate_topics(topic_list)
+            topics_checked = validate_topics(topics_given)
             coordinator.set_listener(hooked)
             sub.subscribe(topics_checked)
 
     def _subscribe_before_start(
-        self, topic_list: list[str], pattern: str | None, listener: object | None
+        self, topics: list[str], pattern: str | None, listener: object | None
     ) -> None:
-        if topic_list and pattern is not None:
-            raise ConfigurationError("subscribe() takes topics or pattern, not both")
-        if not topic_list and pattern is None:
-            raise ConfigurationError("subscribe() needs topics or a pattern")
+        check_topics_or_pattern(topics, pattern)
         if self._config.group_id is None:
             raise ConfigurationError(
                 "subscribe() needs group_id; use assign() for group-less consumption"
@@ -491,15 +465,10 @@ class GroupConsumer:
                 "group-managed or manually assigned partitions"
             )
         if pattern is not None:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ConfigurationError(
-                    f"invalid subscription pattern {pattern!r}: {exc}"
-                ) from exc
+            compile_pattern(pattern)
         if listener is not None:
             as_async_listener(listener)
-        self._initial_topics = validate_topics(topic_list) if topic_list else None
+        self._initial_topics = validate_topics(topics) if topics else None
         self._initial_pattern = pattern
         self._initial_listener = listener
 
@@ -517,10 +486,10 @@ class GroupConsumer:
         Before ``start()`` (as aiokafka allows) the partitions are kept and assigned
         by ``start()``.
         """
-        if self._lifecycle is _Lifecycle.NEW:
+        if self._lifecycle == lifecycle.NEW:
             parts = list(partitions)
             for tp in parts:
-                _check_partition(tp)
+                check_partition(tp)
             if self._initial_topics is not None or self._initial_pattern is not None:
                 raise IllegalStateError(
                     "assign() after subscribe(): call unsubscribe() first; a consumer either "
@@ -536,7 +505,7 @@ class GroupConsumer:
             )
         parts = list(partitions)
         for tp in parts:
-            _check_partition(tp)
+            check_partition(tp)
         if sub.subscription.type is SubscriptionType.NONE and sub.assignment is not None:
             # unsubscribe() left the group's partitions waiting for their revocation.  A
             # manual assignment is a new start, as in aiokafka and Java: each partition
@@ -555,7 +524,7 @@ class GroupConsumer:
     @loop_bound
     def unsubscribe(self) -> None:
         """Leave the group (revoking first) or drop the manual assignment."""
-        if self._lifecycle is _Lifecycle.NEW:
+        if self._lifecycle == lifecycle.NEW:
             self._initial_topics = self._initial_pattern = self._initial_assignment = None
             return
         sub = self._require_started()
@@ -617,10 +586,7 @@ class GroupConsumer:
         max_records: int | None = None,
     ) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Records by partition; waits up to ``timeout_ms`` when none are buffered."""
-        if timeout_ms < 0:
-            raise ValueError(f"timeout_ms must be >= 0, got {timeout_ms}")
-        if max_records is not None and max_records <= 0:
-            raise ValueError(f"max_records must be > 0 or None, got {max_records}")
+        check_poll_limits(timeout_ms, max_records)
         if max_records is None:
             max_records = self._config.max_poll_records
         sub = self._poll_started(partitions)
@@ -654,10 +620,7 @@ class GroupConsumer:
         For bulk readers that bound memory by the batch, not the record (the Spark
         source's executors).
         """
-        if timeout_ms < 0:
-            raise ValueError(f"timeout_ms must be >= 0, got {timeout_ms}")
-        if max_records is not None and max_records <= 0:
-            raise ValueError(f"max_records must be > 0 or None, got {max_records}")
+        check_poll_limits(timeout_ms, max_records)
         sub = self._poll_started(partitions)
         try:
             batch = await self._fetcher_or_raise.fetched_arrow(
@@ -693,34 +656,13 @@ class GroupConsumer:
                 return {}
             # A revoke listener's commit() commits the partitions it is handed.
             return positions_to_commit(assignment.states(), None, revoking=True)
-        result: dict[TopicPartition, OffsetAndMetadata] = {}
-        for tp, value in offsets.items():
-            if not isinstance(tp, TopicPartition):
-                raise TypeError(f"commit() keys must be TopicPartition, got {tp!r}")
-            if isinstance(value, OffsetAndMetadata):
-                oam = value
-            elif isinstance(value, int) and not isinstance(value, bool):
-                oam = OffsetAndMetadata(value, "")
-            else:
-                raise TypeError(f"commit() offset for {tp} must be int or OffsetAndMetadata")
-            if oam.offset < 0:
-                raise ValueError(f"commit() offset for {tp} must be >= 0, got {oam.offset}")
-            result[tp] = oam
-        if sub.subscription.group_managed:
-            unassigned = sorted(set(result) - sub.assigned_partitions)
-            if unassigned:
-                raise CommitFailedError(
-                    f"cannot commit partitions not assigned to this member: {unassigned}"
-                )
-        elif sub.subscription.type is SubscriptionType.USER_ASSIGNED:
-            # aiokafka raises IllegalStateError here; CommitFailedError is what the
-            # group-managed case raises, and both are KafkaErrors.
-            unassigned = sorted(set(result) - sub.assigned_partitions)
-            if unassigned:
-                raise CommitFailedError(
-                    f"cannot commit partitions not in this consumer's assign(): {unassigned}; "
-                    "assign() them first"
-                )
+        result = normalize_offsets(offsets)
+        check_owned(
+            result,
+            sub.assigned_partitions,
+            group_managed=sub.subscription.group_managed,
+            user_assigned=sub.subscription.type is SubscriptionType.USER_ASSIGNED,
+        )
         return result
 
     def _warn_beyond_highwater(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
@@ -838,7 +780,7 @@ class GroupConsumer:
 
     @property
     def _lifecycle_started(self) -> bool:
-        return self._lifecycle is _Lifecycle.STARTED
+        return self._lifecycle == lifecycle.STARTED
 
     async def process(self, handler: Any, **options: Any) -> None:
         """``await Processor(self, handler, **options).run()``: see aiogroup.processing."""
@@ -858,8 +800,7 @@ class GroupConsumer:
     @loop_bound
     def seek(self, partition: TopicPartition, offset: int) -> None:
         """Consume ``partition`` from ``offset`` next."""
-        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-            raise ValueError(f"seek() offset must be an int >= 0, got {offset!r}")
+        check_seek_offset(offset)
         self._state(partition).seek(offset)
 
     def _partitions_or_all(self, partitions: tuple[TopicPartition, ...]) -> list[TopicPartition]:
@@ -977,9 +918,7 @@ class GroupConsumer:
     async def offsets_for_times(
         self, timestamps: Mapping[TopicPartition, int]
     ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
-        for tp, ts in timestamps.items():
-            if ts < 0:
-                raise ValueError(f"timestamp for {tp} must be >= 0, got {ts}")
+        check_timestamps(timestamps)
         return await _offsets.offsets_for_times(
             self._client_or_raise,
             dict(timestamps),
@@ -1059,7 +998,7 @@ class GroupConsumer:
     def _member_state(self) -> str:
         if self._coordinator is not None:
             return self._coordinator.state_name
-        return "NO_GROUP" if self._lifecycle is _Lifecycle.STARTED else self._lifecycle.upper()
+        return lifecycle.state_without_group(self._lifecycle)
 
     def _seconds_since_poll(self) -> float | None:
         sub = self._subscription

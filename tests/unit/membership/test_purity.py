@@ -183,6 +183,7 @@ def test_the_machines_import_only_pure_aiogroup_modules() -> None:
 #: ban (aiokafka's encoding types allowed, its I/O modules not).
 PURE_SHELL_MODULES = (
     "aiogroup._coordination.commit_outcome",
+    "aiogroup._coordination.commit_request",
     "aiogroup._coordination.offset_request",
     "aiogroup._coordination.tracking",
 )
