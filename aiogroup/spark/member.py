@@ -25,13 +25,11 @@ from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from aiokafka.client import AIOKafkaClient
-
 from aiogroup._fetch import offset_lookups as _offsets
 from aiogroup.errors import ConsumerStoppedError, KafkaError
 from aiogroup.listeners import AsyncConsumerRebalanceListener
 from aiogroup.spark import watermarks
-from aiogroup.spark._consumers import new_consumer, subscribe
+from aiogroup.spark._consumers import new_client, new_consumer, subscribe
 from aiogroup.spark._loop_thread import LoopThread
 from aiogroup.spark.options import EARLIEST, LATEST, SourceOptions
 from aiogroup.spark.ranges import BatchOffset
@@ -155,10 +153,10 @@ class SourceMember:
     async def _start(self) -> None:
         opts = self._options
         self._settled = asyncio.Event()
-        self._consumer = new_consumer(**opts.group_consumer_kwargs())
+        self._consumer = new_consumer(opts, **opts.group_consumer_kwargs())
         await self._consumer.start()
         subscribe(self._consumer, opts.topics, opts.pattern, _Listener(self))
-        self._client = AIOKafkaClient(**opts.client_kwargs())
+        self._client = new_client(opts)
         await self._client.bootstrap()
         self._poller = asyncio.get_running_loop().create_task(self._poll_forever())
 

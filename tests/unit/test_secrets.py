@@ -20,7 +20,7 @@ import pytest
 from aiokafka.protocol.admin import SaslAuthenticateRequest_v0, SaslAuthenticateResponse_v0
 
 from aiogroup import GroupConsumer
-from aiogroup._support.redaction import REDACTED, install_log_redaction
+from aiogroup._support.redaction import REDACTED, install_log_redaction, redact
 from aiogroup.cli import (
     CliError,
     _jaas_credentials,
@@ -30,6 +30,7 @@ from aiogroup.cli import (
     run,
 )
 from aiogroup.errors import ConfigurationError
+from aiogroup.testing.secure import SecureSetup
 
 SECRET = "S3cr3t-Fed-Through-Every-Option"
 
@@ -300,3 +301,93 @@ def test_spark_source_options_never_print_the_password() -> None:
     for text in (repr(options), str(options)):
         assert "spark-s3cret" not in text
         assert "alice" in text  # the rest still prints
+
+
+def test_any_option_named_like_a_secret_is_redacted() -> None:
+    """The Java spellings and names no list foresaw: by the words in the name."""
+    for name in (
+        "sasl_plain_password",
+        "ssl.key.password",
+        "ssl.truststore.password",
+        "sasl.jaas.config",
+        "sasl_oauth_token",
+        "client-secret",
+        "ssl_context",
+    ):
+        assert SECRET not in redact(name, SECRET), name
+        assert SECRET not in redact(name, KeyedContext(ssl.PROTOCOL_TLS_CLIENT)), name
+    for name in ("sasl_plain_username", "ssl_keyfile", "key_deserializer", "client_id"):
+        assert redact(name, "shown") == "'shown'", name
+
+
+@pytest.fixture(scope="module")
+def pem(tmp_path_factory: pytest.TempPathFactory) -> SecureSetup:
+    return SecureSetup.create(tmp_path_factory.mktemp("tls"))
+
+
+def _spark_option_sets(pem: SecureSetup) -> list[dict[str, str]]:
+    """One Spark option map per secret-bearing ``kafka.*`` option, the secret in it."""
+    base = {
+        "kafka.bootstrap.servers": "localhost:9093",
+        "kafka.group.id": "g",
+        "subscribe": "orders",
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.ssl.cafile": str(pem.ca_path),
+    }
+    plain = {"kafka.sasl.plain.username": "alice", "kafka.sasl.plain.password": SECRET}
+    return [
+        {**base, **plain},
+        {**base, "kafka.sasl.jaas.config": JAAS, "kafka.sasl.mechanism": "SCRAM-SHA-512"},
+        {
+            **base,
+            **plain,
+            "kafka.ssl.keystore.location": str(pem.keystore_path),
+            "kafka.ssl.keystore.type": "PEM",
+            "kafka.ssl.key.password": SECRET,
+        },
+        {
+            **base,
+            **plain,
+            "kafka.ssl.certfile": str(pem.keystore_path),
+            "kafka.ssl.password": SECRET,
+        },
+    ]
+
+
+def test_spark_source_options_with_every_secret_print_none(pem: SecureSetup) -> None:
+    """Spark logs a source's options and ships them to executors: repr/str of the parsed
+    options and of their TLS part hide every secret; the secret still reaches the client."""
+    from aiogroup.spark.options import parse_options
+
+    for given in _spark_option_sets(pem):
+        options = parse_options(given)
+        texts = [repr(options), str(options), repr(options.tls), repr(options.consumer_options)]
+        secret_used = options.consumer_options.get("sasl_plain_password") == SECRET or (
+            options.tls is not None and options.tls.password == SECRET
+        )
+        assert secret_used, given
+        for text in texts[:3]:
+            assert SECRET not in text, text
+        assert REDACTED in repr(options)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"kafka.security.protocol": "BOGUS"},
+        {"kafka.ssl.truststore.location": "/x.jks"},
+        {"kafka.ssl.keystore.password": SECRET},
+        {"kafka.ssl.cafile": "/nonexistent.pem"},
+        {"kafka.sasl.jaas.config": f'x.Nope required password="{SECRET}";'},
+        {"kafka.sasl.mechanism": "OAUTHBEARER"},
+        {"kafka.ssl.keyfile": "/k.pem"},
+    ],
+)
+def test_spark_option_errors_never_echo_the_secret(pem: SecureSetup, bad: dict[str, str]) -> None:
+    from aiogroup.spark.options import parse_options
+
+    for given in _spark_option_sets(pem):
+        with pytest.raises(ConfigurationError) as caught:
+            parse_options({**given, **bad})
+        assert "kafka." in str(caught.value)  # names the option
+        assert SECRET not in str(caught.value) and SECRET not in repr(caught.value)
