@@ -391,3 +391,49 @@ def test_spark_option_errors_never_echo_the_secret(pem: SecureSetup, bad: dict[s
             parse_options({**given, **bad})
         assert "kafka." in str(caught.value)  # names the option
         assert SECRET not in str(caught.value) and SECRET not in repr(caught.value)
+
+
+def test_observers_take_the_consumers_security_options_and_print_no_secret() -> None:
+    """The test tools that judge a group from outside connect as a member would."""
+    from aiogroup.testing.history import HistoryRecorder
+    from aiogroup.testing.observer import GroupObserver
+    from aiogroup.testing.recording import CommitObserver
+
+    history = HistoryRecorder()
+    security: dict[str, Any] = {
+        "security_protocol": "SASL_SSL",
+        "ssl_context": KeyedContext(ssl.PROTOCOL_TLS_CLIENT),
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": "alice",
+        "sasl_plain_password": SECRET,
+    }
+    for tool in (
+        GroupObserver("127.0.0.1:1", "g", history, **security),
+        CommitObserver("127.0.0.1:1", "g", history, **security),
+    ):
+        assert SECRET not in repr(tool) and SECRET not in str(tool)
+        assert tool._security["sasl_plain_password"] == SECRET  # reaches the client
+
+
+@pytest.mark.parametrize(
+    ("options", "fragment"),
+    [
+        ({"sasl_plain_pasword": SECRET}, "unknown option(s): 'sasl_plain_pasword'"),
+        ({"security_protocol": "SASL_SSL"}, "needs an ssl_context"),
+        ({"security_protocol": "TLS"}, "security_protocol must be one of"),
+        ({"sasl_plain_password": SECRET.encode()}, "sasl_plain_password must be a str"),
+        ({"security_protocol": "SSL", "ssl_context": SECRET}, "ssl_context must be"),
+    ],
+)
+def test_observer_security_errors_name_the_option_not_the_secret(
+    options: dict[str, Any], fragment: str
+) -> None:
+    from aiogroup.testing.history import HistoryRecorder
+    from aiogroup.testing.observer import GroupObserver
+    from aiogroup.testing.recording import CommitObserver
+
+    for tool in (GroupObserver, CommitObserver):
+        with pytest.raises(ConfigurationError) as caught:
+            tool("127.0.0.1:1", "g", HistoryRecorder(), **options)
+        assert fragment in str(caught.value)
+        assert SECRET not in str(caught.value)
