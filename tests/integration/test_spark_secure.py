@@ -224,3 +224,32 @@ async def test_ingest_with_a_secure_member_delivers_every_record_and_commits(
     assert len({(p, o) for p, o, _ in rows}) == RECORDS
     assert progress.records >= RECORDS, progress
     assert secured.password not in repr(progress)
+
+
+def test_source_without_read_on_its_group_fails_the_query_naming_it(
+    spark: Any, secured: Secured, tmp_path: Path
+) -> None:
+    """The principal lacks READ on the group: the query fails promptly with the member's
+    error (the group and the missing permission named), not a wait for an assignment;
+    the password appears nowhere in it."""
+    group = unique_name("no-acl-spark")  # outside the granted prefix
+    reader = spark.readStream.format("aiogroup")
+    for key, value in secured.source_options(group).items():
+        reader = reader.option(key, value)
+    began = time.monotonic()
+    query = (
+        reader.load()
+        .writeStream.format("parquet")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(Exception) as caught:  # pyspark's StreamingQueryException
+        query.awaitTermination(120)
+    elapsed = time.monotonic() - began
+    message = str(caught.value)
+    assert "GroupAuthorizationFailedError" in message, message[-2000:]
+    assert repr(group) in message and "READ" in message, message[-2000:]
+    assert secured.password not in message
+    assert elapsed < 60, elapsed  # the source's own start bound is 120 s
