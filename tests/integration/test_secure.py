@@ -40,6 +40,7 @@ from aiogroup.testing.recording import CommitObserver, RecordingListener, record
 from aiogroup.testing.secure import (
     AclOperation,
     ResourceType,
+    SecureSetup,
     UnsecuredJwtProvider,
     grant,
     revoke,
@@ -523,3 +524,55 @@ async def test_plaintext_client_on_the_tls_port_fails_promptly(
     with pytest.raises(KafkaConnectionError, match="SSL or SASL_SSL"):
         await asyncio.wait_for(member.start(), PROMPT_S)
     assert time.monotonic() - began < PROMPT_S
+
+
+async def test_mutual_tls_from_the_spark_source_options(secured: Secured, tmp_path: Path) -> None:
+    """A PEM keystore given as the Spark source takes it (``kafka.ssl.keystore.location``:
+    the key and its chain in one file) becomes a context the SECURE listener accepts as a
+    client certificate; that listener verifies any certificate it is given, so one from
+    another CA is refused at the handshake, promptly and saying so."""
+    from aiogroup.spark.options import parse_options
+
+    security = secured.cluster.security
+    assert security is not None and security.client_keystore_path is not None
+    group = unique_name("ok-mtls")
+
+    def member_with(keystore: Path) -> GroupConsumer:
+        options = parse_options(
+            {
+                "kafka.bootstrap.servers": secured.cluster.secure_bootstrap_servers,
+                "kafka.group.id": group,
+                "subscribe": secured.topic,
+                "kafka.security.protocol": "SASL_SSL",
+                "kafka.sasl.mechanism": "SCRAM-SHA-512",
+                "kafka.sasl.jaas.config": (
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                    f'username="alice" password="{secured.password("alice")}";'
+                ),
+                "kafka.ssl.truststore.location": str(security.ca_path),
+                "kafka.ssl.truststore.type": "PEM",
+                "kafka.ssl.keystore.location": str(keystore),
+                "kafka.ssl.keystore.type": "PEM",
+            }
+        )
+        context = options.ssl_context()
+        assert context is not None
+        return _member(secured, "alice", group, "classic", ssl_context=context)
+
+    member = member_with(security.client_keystore_path)
+    try:
+        await member.start()
+        positions = await _drain([member], RECORDS)
+    finally:
+        await member.stop()
+    assert sum(positions.values()) == RECORDS
+
+    foreign = SecureSetup.create(tmp_path / "foreign-ca")
+    assert foreign.client_keystore_path is not None
+    stranger = member_with(foreign.client_keystore_path)
+    began = time.monotonic()
+    with pytest.raises(KafkaConnectionError) as caught:
+        await asyncio.wait_for(stranger.start(), PROMPT_S)
+    assert time.monotonic() - began < PROMPT_S
+    assert "does the broker trust the CA that signed it?" in str(caught.value)
+    assert secured.password("alice") not in str(caught.value)
