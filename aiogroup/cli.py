@@ -61,8 +61,9 @@ from aiogroup._protocol.group import (
     parse_offset_fetch,
 )
 from aiogroup._support.bootstrap_errors import explain_bootstrap_failure
+from aiogroup._support.client_security import TlsFiles, jaas_credentials
 from aiogroup._support.redaction import install_log_redaction
-from aiogroup.errors import KafkaError, error_for_code
+from aiogroup.errors import ConfigurationError, KafkaError, error_for_code
 from aiogroup.processing.offset_metadata import decode
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
 
@@ -313,8 +314,6 @@ SUPPORTED_PROPERTIES: dict[str, str] = {
 _SECRET_PROPERTIES = ("sasl.jaas.config", "sasl.password", "ssl.key.password")
 _SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-_JAAS_MODULES = ("PlainLoginModule", "ScramLoginModule")
-_JAAS_OPTION = re.compile(r'(\w+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s;"]+))')
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -340,26 +339,12 @@ def parse_properties(text: str) -> dict[str, str]:
 
 
 def _jaas_credentials(text: str) -> tuple[str, str]:
-    """``username``/``password`` of a PLAIN or SCRAM ``sasl.jaas.config``.
-
-    Errors name the problem, never the value (it holds the password).
-    """
-    module = text.split(None, 1)[0] if text.strip() else ""
-    if not module.endswith(_JAAS_MODULES):
-        shown = module if "=" not in module else "(unreadable)"
-        raise CliError(
-            f"sasl.jaas.config: login module {shown!r} is not supported; use "
-            "org.apache.kafka.common.security.plain.PlainLoginModule or "
-            "org.apache.kafka.common.security.scram.ScramLoginModule"
-        )
-    options = {
-        m.group(1): (m.group(2) if m.group(2) is not None else m.group(3))
-        for m in _JAAS_OPTION.finditer(text)
-    }
-    missing = [k for k in ("username", "password") if k not in options]
-    if missing:
-        raise CliError(f"sasl.jaas.config has no {' or '.join(missing)}")
-    return options["username"].replace('\\"', '"'), options["password"].replace('\\"', '"')
+    """``username``/``password`` of a PLAIN or SCRAM ``sasl.jaas.config`` (the shared
+    parser's errors, which name the problem and never the value, as CliError)."""
+    try:
+        return jaas_credentials(text)
+    except ConfigurationError as exc:
+        raise CliError(str(exc)) from None
 
 
 def client_options_from_properties(props: dict[str, str]) -> dict[str, Any]:
@@ -408,6 +393,7 @@ def client_options_from_properties(props: dict[str, str]) -> dict[str, Any]:
 
 def _ssl_context(props: dict[str, str]) -> ssl.SSLContext:
     cafile = props.get("ssl.ca.location")
+    names = {"cafile": "ssl.ca.location"}
     if "ssl.truststore.location" in props:
         kind = props.get("ssl.truststore.type", "JKS").upper()
         if kind != "PEM":
@@ -417,20 +403,24 @@ def _ssl_context(props: dict[str, str]) -> ssl.SSLContext:
                 "ssl.ca.location=ca.pem (or ssl.truststore.type=PEM)"
             )
         cafile = props["ssl.truststore.location"]
+        names["cafile"] = "ssl.truststore.location"
+    names.update(
+        certfile="ssl.certificate.location", keyfile="ssl.key.location", password="ssl.key.password"
+    )
+    certfile = props.get("ssl.certificate.location")
     try:
-        context = ssl.create_default_context(cafile=cafile)
-        if "ssl.certificate.location" in props:
-            context.load_cert_chain(
-                props["ssl.certificate.location"],
-                props.get("ssl.key.location"),
-                props.get("ssl.key.password"),
-            )
-    except (OSError, ssl.SSLError) as exc:
-        # The exception text names a file and the failure, not a password.
-        raise CliError(f"TLS setup failed: {type(exc).__name__}: {exc.strerror or exc}") from None
-    if props.get("ssl.endpoint.identification.algorithm", "https").strip() == "":
-        context.check_hostname = False
-    return context
+        return TlsFiles(
+            cafile=cafile,
+            certfile=certfile,
+            keyfile=props.get("ssl.key.location") if certfile else None,
+            password=props.get("ssl.key.password") if certfile else None,
+            check_hostname=props.get("ssl.endpoint.identification.algorithm", "https").strip()
+            != "",
+            names=tuple(sorted(names.items())),
+        ).context()
+    except ConfigurationError as exc:
+        # The message names the option and the failure, not a password.
+        raise CliError(f"TLS setup failed: {exc}") from None
 
 
 def client_options_from_args(args: argparse.Namespace) -> dict[str, Any]:

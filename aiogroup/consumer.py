@@ -53,6 +53,7 @@ from aiogroup._support.call_arguments import (
     compile_pattern,
     topic_list,
 )
+from aiogroup._support.client_security import SECURITY_OPTION_DEFAULTS
 from aiogroup._support.redaction import install_log_redaction
 from aiogroup._support.timeouts import wait_for
 from aiogroup.assignors import resolve_assignors
@@ -89,16 +90,7 @@ log = logging.getLogger("aiogroup.consumer")
 
 #: Options handed to aiokafka's client untouched (connection security), with
 #: aiokafka's defaults: only values that differ from them are passed on.
-_CLIENT_OPTION_DEFAULTS: dict[str, Any] = {
-    "security_protocol": "PLAINTEXT",
-    "ssl_context": None,
-    "sasl_mechanism": "PLAIN",
-    "sasl_plain_username": None,
-    "sasl_plain_password": None,
-    "sasl_kerberos_service_name": "kafka",
-    "sasl_kerberos_domain_name": None,
-    "sasl_oauth_token_provider": None,
-}
+_CLIENT_OPTION_DEFAULTS = SECURITY_OPTION_DEFAULTS
 _CLIENT_OPTIONS = tuple(_CLIENT_OPTION_DEFAULTS)
 #: Constructor parameters that are ConsumerConfig fields.
 _CONFIG_OPTIONS = tuple(

@@ -92,8 +92,20 @@ def _reason(cause: BaseException, protocol: str, options: Mapping[str, Any]) -> 
             "TLS, use security_protocol SSL or SASL_SSL with an ssl_context"
         )
     if isinstance(cause, KafkaConnectionError) and protocol.startswith("SASL"):
-        return f"{cause} (does the listener expect SASL {mechanism}?)"
+        hints = [f"does the listener expect SASL {mechanism}?"]
+        if protocol.endswith("SSL"):
+            hints.append(_CLIENT_CERTIFICATE_HINT)
+        return f"{cause} ({'; '.join(hints)})"
+    if isinstance(cause, KafkaConnectionError) and protocol.endswith("SSL"):
+        return f"{cause} ({_CLIENT_CERTIFICATE_HINT})"
     return f"{type(cause).__name__}: {cause}"
+
+
+#: A broker that verifies client certificates (``ssl.client.auth``) closes the connection
+#: right after a TLS 1.3 handshake the client saw succeed: no alert reaches the reason.
+_CLIENT_CERTIFICATE_HINT = (
+    "if the ssl_context presents a client certificate, does the broker trust the CA that signed it?"
+)
 
 
 def _broker_text(cause: BaseException) -> str:

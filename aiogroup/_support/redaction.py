@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-__all__ = ["REDACTED", "SECRET_OPTIONS", "install_log_redaction", "redact"]
+__all__ = ["REDACTED", "SECRET_OPTIONS", "install_log_redaction", "is_secret", "redact"]
 
 #: Options whose value is, or can yield, a credential.  ``sasl_oauth_token_provider``
 #: is an object the application wrote, whose own repr may hold a token, so only its
@@ -21,13 +21,27 @@ SECRET_OPTIONS = frozenset(
     {"sasl_plain_password", "sasl_oauth_token_provider", "ssl_context", "ssl_password"}
 )
 
+#: Words that make any option name secret, whatever else it says: the Java client's
+#: ``ssl.key.password``/``ssl.truststore.password``, ``sasl.jaas.config`` (it holds the
+#: password), a ``sasl.oauthbearer`` token, and names no list here foresaw.  Matched
+#: against the name's parts split at ``.``, ``_`` and ``-``.
+_SECRET_WORDS = frozenset({"password", "passwd", "secret", "token", "jaas", "credentials"})
+
 #: What a secret value prints as.
 REDACTED = "***"
 
 
+def is_secret(name: str) -> bool:
+    """Whether an option called ``name`` (aiokafka's or Java's spelling) holds a secret."""
+    lowered = name.lower()
+    if lowered in SECRET_OPTIONS:
+        return True
+    return not _SECRET_WORDS.isdisjoint(lowered.replace(".", "_").replace("-", "_").split("_"))
+
+
 def redact(name: str, value: object) -> str:
     """``repr(value)``, or a placeholder naming only the type when ``name`` is a secret."""
-    if name not in SECRET_OPTIONS or value is None:
+    if value is None or not is_secret(name):
         return repr(value)
     if isinstance(value, str):
         return repr(REDACTED)

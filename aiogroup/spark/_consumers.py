@@ -9,15 +9,31 @@ from __future__ import annotations
 
 from typing import Any
 
+from aiokafka.client import AIOKafkaClient
+
 from aiogroup.consumer import GroupConsumer
 from aiogroup.listeners import AsyncConsumerRebalanceListener
+from aiogroup.spark.options import SourceOptions
 
-__all__ = ["new_consumer", "subscribe"]
+__all__ = ["new_client", "new_consumer", "subscribe"]
 
 
-def new_consumer(**kwargs: Any) -> GroupConsumer:
-    """A not-yet-started GroupConsumer built from keyword options."""
+def new_consumer(options: SourceOptions, **kwargs: Any) -> GroupConsumer:
+    """A not-yet-started GroupConsumer built from keyword options, with the TLS context
+    of ``options`` made here: contexts do not pickle, so each process builds its own."""
+    context = options.ssl_context()
+    if context is not None:
+        kwargs["ssl_context"] = context
     return GroupConsumer(**kwargs)
+
+
+def new_client(options: SourceOptions) -> AIOKafkaClient:
+    """A bare aiokafka client (the member's watermark probes), secured as the consumer."""
+    kwargs = options.client_kwargs()
+    context = options.ssl_context()
+    if context is not None:
+        kwargs["ssl_context"] = context
+    return AIOKafkaClient(**kwargs)
 
 
 def subscribe(

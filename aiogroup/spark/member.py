@@ -25,13 +25,11 @@ from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from aiokafka.client import AIOKafkaClient
-
 from aiogroup._fetch import offset_lookups as _offsets
 from aiogroup.errors import ConsumerStoppedError, KafkaError
 from aiogroup.listeners import AsyncConsumerRebalanceListener
 from aiogroup.spark import watermarks
-from aiogroup.spark._consumers import new_consumer, subscribe
+from aiogroup.spark._consumers import new_client, new_consumer, subscribe
 from aiogroup.spark._loop_thread import LoopThread
 from aiogroup.spark.options import EARLIEST, LATEST, SourceOptions
 from aiogroup.spark.ranges import BatchOffset
@@ -82,6 +80,8 @@ class SourceMember:
         # until the next assignment, so no batch is planned mid-rebalance.
         self._settled: asyncio.Event | None = None
         self._error: BaseException | None = None
+        #: Set with ``_error``: wakes a wait for an assignment that will never come.
+        self._failed: asyncio.Event | None = None
         self._stopped = False
         self._stop_lock = threading.Lock()
         # Loop-thread state: partitions gained since their begin was last decided; the
@@ -155,10 +155,11 @@ class SourceMember:
     async def _start(self) -> None:
         opts = self._options
         self._settled = asyncio.Event()
-        self._consumer = new_consumer(**opts.group_consumer_kwargs())
+        self._failed = asyncio.Event()
+        self._consumer = new_consumer(opts, **opts.group_consumer_kwargs())
         await self._consumer.start()
         subscribe(self._consumer, opts.topics, opts.pattern, _Listener(self))
-        self._client = AIOKafkaClient(**opts.client_kwargs())
+        self._client = new_client(opts)
         await self._client.bootstrap()
         self._poller = asyncio.get_running_loop().create_task(self._poll_forever())
 
@@ -187,6 +188,8 @@ class SourceMember:
             except Exception as exc:
                 log.error("aiogroup source member failed: %r", exc)
                 self._error = exc
+                if self._failed is not None:
+                    self._failed.set()
                 return
 
     def _on_assigned(self, assigned: set[TopicPartition]) -> None:
@@ -216,9 +219,19 @@ class SourceMember:
         An eager rebalance revokes everything before assigning again; planning in
         between would see no partitions - and an availableNow run would end early.
         """
-        assert self._settled is not None
+        assert self._settled is not None and self._failed is not None
         self._raise_pending()
-        await self._settled.wait()
+        # The member's error ends the wait: a member refused by the group (no READ on
+        # it, say) is never assigned, and Spark's call would otherwise wait out
+        # startTimeoutMs before failing the query with a timeout that names nothing.
+        settled = asyncio.ensure_future(self._settled.wait())
+        failed = asyncio.ensure_future(self._failed.wait())
+        try:
+            await asyncio.wait({settled, failed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            settled.cancel()
+            failed.cancel()
+        self._raise_pending()
 
     def owned(self) -> set[TopicPartition]:
         return set(self._consumer.assignment())

@@ -10,10 +10,17 @@ from __future__ import annotations
 
 import json
 import re
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
+from aiogroup._support.client_security import (
+    PROTOCOLS,
+    SASL_MECHANISMS,
+    TlsFiles,
+    jaas_credentials,
+)
 from aiogroup._support.redaction import redact
 from aiogroup.config import ConsumerConfig, validate_topic_name
 from aiogroup.errors import ConfigurationError
@@ -69,6 +76,37 @@ _CLIENT_OPTIONS = {
     "sasl_kerberos_domain_name",
 }
 
+# Connection security, without the ``kafka.`` prefix.  Spark's own Kafka source passes
+# ``kafka.*`` to the Java client, so its users write the Java names (``sasl.jaas.config``,
+# ``ssl.truststore.location``); aiokafka's names (``sasl.plain.username``, ``ssl.cafile``)
+# are accepted too.  Any other ``kafka.ssl.*``/``kafka.sasl.*`` key is refused by name:
+# a security setting silently ignored would connect with less security than asked for.
+_SASL_KEYS = (
+    "sasl.mechanism",
+    "sasl.jaas.config",
+    "sasl.plain.username",
+    "sasl.plain.password",
+    "sasl.kerberos.service.name",
+    "sasl.kerberos.domain.name",
+)
+#: TLS keys -> the TlsFiles field each fills (None: checked, not a file).
+_SSL_KEYS: dict[str, str | None] = {
+    "ssl.cafile": "cafile",
+    "ssl.certfile": "certfile",
+    "ssl.keyfile": "keyfile",
+    "ssl.password": "password",
+    "ssl.check.hostname": None,
+    "ssl.truststore.location": "cafile",
+    "ssl.truststore.type": None,
+    "ssl.truststore.password": None,
+    "ssl.keystore.location": "certfile",
+    "ssl.keystore.type": None,
+    "ssl.keystore.password": None,
+    "ssl.key.password": "password",
+    "ssl.endpoint.identification.algorithm": None,
+}
+_SECURITY_KEYS = ("security.protocol", *_SASL_KEYS, *_SSL_KEYS)
+
 # Options Spark itself may add to every data source's option map.
 _IGNORED = {"path"}
 
@@ -90,6 +128,9 @@ class SourceOptions:
     poll_timeout_s: float = 120.0
     #: Extra GroupConsumer keyword arguments translated from ``kafka.*`` options.
     consumer_options: Mapping[str, Any] = field(default_factory=dict)
+    #: SSL or SASL_SSL: the PEM files of ``kafka.ssl.*`` (the system's CAs when none);
+    #: the context is built by :meth:`ssl_context` where each client is made.
+    tls: TlsFiles | None = None
 
     def __repr__(self) -> str:
         # Written out (dataclass leaves a class's own __repr__ alone) so that the
@@ -150,6 +191,14 @@ class SourceOptions:
         kwargs.setdefault("fetch_max_wait_ms", READER_FETCH_MAX_WAIT_MS)
         return kwargs
 
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """A new client TLS context from :attr:`tls` (None without TLS).
+
+        Built on the machine that makes the client - the driver for the group member,
+        each executor for its readers - since a context cannot travel with the options.
+        """
+        return None if self.tls is None else self.tls.context()
+
     @property
     def read_committed(self) -> bool:
         return self.consumer_options.get("isolation_level") == "read_committed"
@@ -199,7 +248,7 @@ def _consumer_option(key: str, value: str) -> tuple[str, Any]:
     if name in _RESERVED_CONSUMER_OPTIONS:
         raise ConfigurationError(f"option {key} is set by the source and cannot be overridden")
     known = set(ConsumerConfig.__dataclass_fields__) - {"client_options"}
-    if name not in known and name not in _CLIENT_OPTIONS:
+    if name not in known:
         raise ConfigurationError(
             f"option {key} is not a consumer setting (kafka.* options map to GroupConsumer "
             f"arguments, e.g. kafka.session.timeout.ms -> session_timeout_ms)"
@@ -259,13 +308,13 @@ def _starting_offsets(value: str) -> StartingOffsets:
 def parse_options(options: Mapping[str, str]) -> SourceOptions:
     """Validate Spark's option map; raise ConfigurationError naming the first bad option."""
     opts = {str(k).lower(): str(v) for k, v in options.items()}
-    consumer: dict[str, Any] = {}
+    consumer, tls = _security(opts)
     for key, value in opts.items():
         if key in _UNSUPPORTED:
             raise ConfigurationError(f"option {_UNSUPPORTED[key]}")
         if key in _IGNORED or key in _SOURCE_OPTIONS:
             continue
-        if key in ("kafka.bootstrap.servers", "kafka.group.id"):
+        if key in ("kafka.bootstrap.servers", "kafka.group.id") or _is_security_key(key):
             continue
         if key.startswith("kafka."):
             name, converted = _consumer_option(key, value)
@@ -345,7 +394,10 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         )
         / 1000,
         consumer_options=consumer,
+        tls=tls,
     )
+    if tls is not None:
+        tls.context()  # an unreadable file fails load() here, naming its option
     # Let ConsumerConfig judge the values now (types, ranges, heartbeat < session), so
     # that a bad kafka.* value also fails at load() rather than in the source process.
     config_kwargs = {
@@ -358,3 +410,162 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     except TypeError as exc:  # a comparison between a str and an int, for instance
         raise ConfigurationError(f"kafka.* option has a value of the wrong type: {exc}") from None
     return result
+
+
+def _is_security_key(key: str) -> bool:
+    return key == "kafka.security.protocol" or key.startswith(("kafka.sasl.", "kafka.ssl."))
+
+
+def _security(opts: Mapping[str, str]) -> tuple[dict[str, Any], TlsFiles | None]:
+    """The client security options and the TLS files of the ``kafka.*`` security keys.
+
+    Values stay strings (a numeric password is still a password); each refusal names
+    the option and never echoes a secret's value.
+    """
+    given = {k[len("kafka.") :]: v for k, v in opts.items() if _is_security_key(k)}
+    unknown = sorted(k for k in given if k not in _SECURITY_KEYS)
+    if unknown:
+        raise ConfigurationError(
+            f"option kafka.{unknown[0]} is not supported; the security options are "
+            + ", ".join(f"kafka.{k}" for k in _SECURITY_KEYS)
+        )
+    client: dict[str, Any] = {}
+    protocol = given.get("security.protocol", "PLAINTEXT").strip().upper()
+    if protocol not in PROTOCOLS:
+        raise ConfigurationError(
+            f"option kafka.security.protocol must be one of {', '.join(PROTOCOLS)}, got "
+            f"{given['security.protocol']!r}"
+        )
+    if protocol != "PLAINTEXT":
+        client["security_protocol"] = protocol
+    sasl = [k for k in given if k.startswith("sasl.")]
+    if protocol.startswith("SASL_"):
+        client.update(_sasl(protocol, given))
+    elif sasl:
+        raise ConfigurationError(
+            f"option kafka.{sasl[0]} is set but kafka.security.protocol is {protocol}: SASL "
+            "needs SASL_PLAINTEXT or SASL_SSL"
+        )
+    tls_keys = [k for k in given if k.startswith("ssl.")]
+    if protocol.endswith("SSL"):
+        return client, _tls_files(given)
+    if tls_keys:
+        raise ConfigurationError(
+            f"option kafka.{tls_keys[0]} is set but kafka.security.protocol is {protocol}: "
+            "TLS needs SSL or SASL_SSL"
+        )
+    return client, None
+
+
+def _sasl(protocol: str, given: Mapping[str, str]) -> dict[str, Any]:
+    mechanism = given.get("sasl.mechanism", "PLAIN").strip().upper()
+    if mechanism == "OAUTHBEARER":
+        raise ConfigurationError(
+            "option kafka.sasl.mechanism OAUTHBEARER is not supported by the source: a token "
+            "comes from a provider object, which string options cannot carry; use ingest() "
+            "with a GroupConsumer(sasl_oauth_token_provider=...)"
+        )
+    if mechanism not in SASL_MECHANISMS:
+        raise ConfigurationError(
+            f"option kafka.sasl.mechanism must be one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 "
+            f"or GSSAPI, got {given['sasl.mechanism']!r}"
+        )
+    client: dict[str, Any] = {"sasl_mechanism": mechanism}
+    for key in ("sasl.kerberos.service.name", "sasl.kerberos.domain.name"):
+        if key in given:
+            client[key.replace(".", "_")] = given[key].strip()
+    plain = [k for k in ("sasl.plain.username", "sasl.plain.password") if k in given]
+    if "sasl.jaas.config" in given:
+        if plain:
+            raise ConfigurationError(
+                f"options kafka.sasl.jaas.config and kafka.{plain[0]} both give credentials; "
+                "set one"
+            )
+        user, password = jaas_credentials(
+            given["sasl.jaas.config"], "option kafka.sasl.jaas.config"
+        )
+    else:
+        user = given.get("sasl.plain.username", "")
+        password = given.get("sasl.plain.password", "")
+    if mechanism == "GSSAPI":
+        return client
+    if not user or not password:
+        raise ConfigurationError(
+            f"kafka.security.protocol {protocol} with SASL mechanism {mechanism} needs a "
+            "username and password: option kafka.sasl.jaas.config (as for Spark's Kafka "
+            "source), or kafka.sasl.plain.username and kafka.sasl.plain.password"
+        )
+    client.update(sasl_plain_username=user, sasl_plain_password=password)
+    return client
+
+
+def _tls_files(given: Mapping[str, str]) -> TlsFiles:
+    for store, key_file in (("truststore", "CA"), ("keystore", "client certificate and key")):
+        kind = given.get(f"ssl.{store}.type", "JKS" if f"ssl.{store}.location" in given else "PEM")
+        kind = kind.strip().upper()
+        if kind == "PEM":
+            continue
+        if kind not in ("JKS", "PKCS12"):
+            raise ConfigurationError(
+                f"option kafka.ssl.{store}.type must be PEM (JKS and PKCS12 are refused with "
+                f"how to convert them), got {given[f'ssl.{store}.type']!r}"
+            )
+        how = (
+            "keytool -exportcert -rfc -keystore TRUSTSTORE -alias CA -file ca.pem"
+            if store == "truststore"
+            else "openssl pkcs12 -in KEYSTORE.p12 -out client.pem (keytool -importkeystore "
+            "-srcstoretype JKS -deststoretype PKCS12 first, for JKS)"
+        )
+        raise ConfigurationError(
+            f"option kafka.ssl.{store}.location: a {kind} {store} (ssl.{store}.type "
+            f"{'defaults to JKS' if f'ssl.{store}.type' not in given else 'is ' + kind}) is "
+            f"Java-only; export the {key_file} as PEM ({how}) and set "
+            f"kafka.ssl.{store}.type=PEM"
+        )
+    if "ssl.keystore.password" in given:
+        raise ConfigurationError(
+            "option kafka.ssl.keystore.password is not used with a PEM keystore: give the "
+            "private key's password as kafka.ssl.key.password"
+        )
+    values: dict[str, str] = {}
+    names: dict[str, str] = {}
+    for key, target in _SSL_KEYS.items():
+        if target is None or key not in given:
+            continue
+        if target in values:
+            raise ConfigurationError(
+                f"options {names[target]} and kafka.{key} both set the same thing; set one"
+            )
+        values[target] = given[key].strip() if target != "password" else given[key]
+        names[target] = f"kafka.{key}"
+    if "ssl.keystore.location" in given and "keyfile" in values:
+        raise ConfigurationError(
+            "options kafka.ssl.keystore.location and kafka.ssl.keyfile: a PEM keystore holds "
+            "the key with the certificate; set kafka.ssl.certfile and kafka.ssl.keyfile instead"
+        )
+    check_hostname = True
+    if "ssl.check.hostname" in given:
+        check_hostname = _bool("kafka.ssl.check.hostname", given["ssl.check.hostname"])
+    algorithm = given.get("ssl.endpoint.identification.algorithm")
+    if algorithm is not None:
+        if algorithm.strip().lower() not in ("", "https"):
+            raise ConfigurationError(
+                "option kafka.ssl.endpoint.identification.algorithm must be https (check the "
+                f"broker's hostname, the default) or empty (do not), got {algorithm!r}"
+            )
+        check_hostname = check_hostname and algorithm.strip() != ""
+    for target in ("cafile", "certfile", "keyfile"):
+        if target in values and not values[target]:
+            raise ConfigurationError(f"option {names[target]} is empty")
+    names.setdefault("cafile", "kafka.ssl.cafile")
+    names.setdefault("certfile", "kafka.ssl.certfile")
+    names.setdefault("keyfile", "kafka.ssl.keyfile")
+    names.setdefault("password", "kafka.ssl.password")
+    return TlsFiles(
+        cafile=values.get("cafile"),
+        certfile=values.get("certfile"),
+        keyfile=values.get("keyfile"),
+        password=values.get("password"),
+        check_hostname=check_hostname,
+        names=tuple(sorted(names.items())),
+    )

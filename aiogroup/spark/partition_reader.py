@@ -112,9 +112,11 @@ class _PooledConsumer:
     the consumer runs on that loop; the worker's main thread only waits for results.
     """
 
-    def __init__(self, key: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def __init__(
+        self, key: tuple[Any, ...], options: SourceOptions, kwargs: dict[str, Any]
+    ) -> None:
         self.key = key
-        self.consumer: GroupConsumer = new_consumer(**kwargs)
+        self.consumer: GroupConsumer = new_consumer(options, **kwargs)
         self.started = False
         #: (partition, offset) when the consumer's position is exactly that.
         self.position: tuple[TopicPartition, int] | None = None
@@ -193,7 +195,8 @@ def _checkout(options: SourceOptions) -> tuple[_PooledConsumer, bool]:
     """This process's consumer for ``options``; (consumer, reused)."""
     global _pooled
     kwargs = options.reader_consumer_kwargs()
-    key = _freeze(kwargs)
+    # The TLS files, not a context: a context built per task never compares equal.
+    key = (_freeze(kwargs), options.tls)
     pooled = _pooled
     if pooled is not None and pooled.key == key:
         _pooled = None  # checked out: a read that dies half-way never returns it
@@ -201,7 +204,7 @@ def _checkout(options: SourceOptions) -> tuple[_PooledConsumer, bool]:
     if pooled is not None:
         _pooled = None
         pooled.close()
-    return _PooledConsumer(key, kwargs), False
+    return _PooledConsumer(key, options, kwargs), False
 
 
 def _checkin(pooled: _PooledConsumer) -> None:

@@ -27,6 +27,12 @@ what each was assigned, and writes what changed into a
   the rebalances the broker ran, counted by
   :func:`~aiogroup.testing.history.broker_rebalances`.
 
+On a secure cluster give the observer the members' own security options
+(``security_protocol``, ``ssl_context``, ``sasl_*``: the keyword arguments
+``GroupConsumer`` takes), so it judges the group over the listener the members use:
+``GroupObserver(bootstrap, group, recorder, **cluster.client_options("admin"))``.  Its
+principal needs DESCRIBE on the group (and on the topics, for KIP-848 assignments).
+
 Members are named by their ``client_id`` (give every member the name it records
 under as its client id).  Brokers that leave the client id out of DescribeGroups
 (the embedded Tansu broker does) still build the member id the Kafka way,
@@ -45,6 +51,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiokafka.client import AIOKafkaClient, CoordinationType
+from aiokafka.errors import KafkaConnectionError
 from aiokafka.protocol.admin import DescribeGroupsRequest
 
 from aiogroup._protocol.classic_embedded import decode_assignment
@@ -52,6 +59,9 @@ from aiogroup._protocol.consumer_group import (
     ConsumerGroupDescribeRequest,
     parse_consumer_group_describe,
 )
+from aiogroup._support.bootstrap_errors import explain_bootstrap_failure
+from aiogroup._support.client_security import check_security_options
+from aiogroup._support.redaction import install_log_redaction
 from aiogroup.errors import MalformedProtocolDataError
 from aiogroup.testing.history import GROUP, HistoryRecorder, Partition
 
@@ -172,11 +182,14 @@ class GroupObserver:
         interval: float = 0.1,
         request_timeout_ms: int = 5000,
         protocol: str = "classic",
+        **security: Any,
     ) -> None:
+        """``security``: the connection options ``GroupConsumer`` takes (see module doc)."""
         if interval <= 0:
             raise ValueError(f"interval must be positive, got {interval!r}")
         if protocol not in _DESCRIBERS:
             raise ValueError(f"protocol must be 'classic', 'consumer' or 'auto', got {protocol!r}")
+        self._security = check_security_options("GroupObserver", security)
         self._describe = _DESCRIBERS[protocol]
         self.bootstrap_servers = bootstrap_servers
         self.group = group
@@ -203,12 +216,21 @@ class GroupObserver:
         self._previous: GroupSample | None = None
 
     async def start(self) -> GroupObserver:
+        install_log_redaction()  # aiokafka's DEBUG log prints SASL bytes otherwise
         self._client = AIOKafkaClient(
             bootstrap_servers=self.bootstrap_servers,
             client_id="aiogroup-observer",
             request_timeout_ms=self._request_timeout_ms,
+            **self._security,
         )
-        await self._client.bootstrap()
+        try:
+            await self._client.bootstrap()
+        except KafkaConnectionError as exc:  # "Unable to bootstrap": say why
+            await self._client.close()
+            self._client = None
+            raise await explain_bootstrap_failure(
+                self.bootstrap_servers, self._security, exc
+            ) from exc
         self._task = asyncio.create_task(self._run(), name=f"observe-{self.group}")
         return self
 

@@ -35,8 +35,12 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from aiokafka.client import AIOKafkaClient, CoordinationType
+from aiokafka.errors import KafkaConnectionError
 
 from aiogroup._protocol.group import OffsetFetchRequest, parse_offset_fetch
+from aiogroup._support.bootstrap_errors import explain_bootstrap_failure
+from aiogroup._support.client_security import check_security_options
+from aiogroup._support.redaction import install_log_redaction
 from aiogroup.errors import error_for_code
 from aiogroup.listeners import (
     AsyncConsumerRebalanceListener,
@@ -211,6 +215,9 @@ class CommitObserver:
     "broker_committed" event - the commits the checker judges as the broker saw them.
 
     ``async with CommitObserver(bootstrap, group, recorder):`` - leaving takes a last read.
+    On a secure cluster pass the members' security options (``security_protocol``,
+    ``ssl_context``, ``sasl_*``, as ``GroupConsumer`` takes them); the principal needs
+    DESCRIBE on the group.
     """
 
     def __init__(
@@ -220,9 +227,11 @@ class CommitObserver:
         recorder: HistoryRecorder,
         *,
         interval: float = 0.1,
+        **security: Any,
     ) -> None:
         if interval <= 0:
             raise ValueError(f"interval must be positive, got {interval!r}")
+        self._security = check_security_options("CommitObserver", security)
         self.bootstrap_servers = bootstrap_servers
         self.group = group
         self.recorder = recorder
@@ -234,10 +243,20 @@ class CommitObserver:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> CommitObserver:
+        install_log_redaction()
         self._client = AIOKafkaClient(
-            bootstrap_servers=self.bootstrap_servers, client_id="aiogroup-commit-observer"
+            bootstrap_servers=self.bootstrap_servers,
+            client_id="aiogroup-commit-observer",
+            **self._security,
         )
-        await self._client.bootstrap()
+        try:
+            await self._client.bootstrap()
+        except KafkaConnectionError as exc:  # "Unable to bootstrap": say why
+            await self._client.close()
+            self._client = None
+            raise await explain_bootstrap_failure(
+                self.bootstrap_servers, self._security, exc
+            ) from exc
         self._task = asyncio.create_task(self._run(), name=f"observe-commits-{self.group}")
         return self
 

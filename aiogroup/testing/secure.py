@@ -86,11 +86,13 @@ _LITERAL = 3  # PatternType.LITERAL
 _PREFIXED = 4  # PatternType.PREFIXED
 
 
-def _write_tls_material(directory: Path) -> tuple[Path, Path]:
-    """A CA and a broker certificate it signed, as PEM: (ca.pem, broker.pem).
+def _write_tls_material(directory: Path) -> tuple[Path, Path, Path]:
+    """A CA and two certificates it signed, as PEM: (ca.pem, broker.pem, client.pem).
 
-    ``broker.pem`` holds the unencrypted PKCS#8 key and the chain, the layout
-    Kafka's PEM keystore reads.  Valid for a day; the key never leaves the directory.
+    ``broker.pem`` (for ``127.0.0.1``/``localhost``, server auth) and ``client.pem``
+    (``CN=alice``, client auth: mutual TLS) each hold the unencrypted PKCS#8 key and the
+    chain, the layout Kafka's PEM keystore reads.  Valid for a day; the keys never
+    leave the directory.
     """
     try:
         from cryptography import x509
@@ -132,35 +134,42 @@ def _write_tls_material(directory: Path) -> tuple[Path, Path]:
         )
         .sign(ca_key, hashes.SHA256())
     )
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.ExtendedKeyUsage([x509.OID_SERVER_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
     pem = serialization.Encoding.PEM
+
+    def issue(name: str, common_name: str, usage: Any, alt_names: list[Any] | None) -> Path:
+        key = ec.generate_private_key(ec.SECP256R1())
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+            .issuer_name(ca_name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now)
+            .not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        )
+        if alt_names:
+            builder = builder.add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
+        cert = builder.sign(ca_key, hashes.SHA256())
+        path = directory / name
+        path.write_bytes(
+            key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+            + cert.public_bytes(pem)
+            + ca_cert.public_bytes(pem)
+        )
+        path.chmod(0o600)
+        return path
+
     ca_path = directory / "ca.pem"
     ca_path.write_bytes(ca_cert.public_bytes(pem))
-    broker_path = directory / "broker.pem"
-    broker_path.write_bytes(
-        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-        + cert.public_bytes(pem)
-        + ca_cert.public_bytes(pem)
+    broker_path = issue(
+        "broker.pem",
+        "localhost",
+        x509.OID_SERVER_AUTH,
+        [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))],
     )
-    broker_path.chmod(0o600)
-    return ca_path, broker_path
+    client_path = issue("client.pem", "alice", x509.OID_CLIENT_AUTH, None)
+    return ca_path, broker_path, client_path
 
 
 @dataclass
@@ -172,13 +181,17 @@ class SecureSetup:
     keystore_path: Path
     #: SCRAM-SHA-512 user -> password (random per start).
     passwords: Mapping[str, str] = field(repr=False)
+    #: A client certificate the CA signed (``CN=alice``) with its key, as one PEM file:
+    #: the SECURE listener asks for a client certificate (``ssl.client.auth=requested``)
+    #: and verifies one that is given, so mutual TLS can be shown on it.
+    client_keystore_path: Path | None = None
 
     @classmethod
     def create(cls, directory: Path) -> SecureSetup:
         directory.mkdir(parents=True, exist_ok=True)
-        ca_path, keystore_path = _write_tls_material(directory)
+        ca_path, keystore_path, client_path = _write_tls_material(directory)
         passwords = {user: secrets.token_hex(12) for user in SCRAM_USERS}
-        return cls(directory, ca_path, keystore_path, passwords)
+        return cls(directory, ca_path, keystore_path, passwords, client_path)
 
     def format_args(self) -> list[str]:
         """``kafka-storage format`` arguments that create the SCRAM users."""
@@ -208,6 +221,11 @@ class SecureSetup:
             ),
             "listener.name.secure.ssl.keystore.type": "PEM",
             "listener.name.secure.ssl.keystore.location": str(self.keystore_path),
+            # Mutual TLS, optional: a client that presents a certificate must present
+            # one the CA signed; SASL still names the principal.
+            "listener.name.secure.ssl.client.auth": "requested",
+            "listener.name.secure.ssl.truststore.type": "PEM",
+            "listener.name.secure.ssl.truststore.location": str(self.ca_path),
             "listener.name.oauth.sasl.enabled.mechanisms": "OAUTHBEARER",
             # KIP-368: the broker ends an OAUTHBEARER session at the token's expiry or
             # after this long; a client that does not re-authenticate (aiokafka) is

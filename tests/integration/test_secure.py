@@ -33,11 +33,14 @@ from aiokafka.errors import (
 from aiogroup import GroupConsumer, TopicPartition
 from aiogroup.cli import Admin, CliError, run
 from aiogroup.testing.broker import KafkaBroker, unique_name
+from aiogroup.testing.history import HistoryRecorder, check_history
 from aiogroup.testing.kafka import KafkaCluster
-from aiogroup.testing.observer import describe_consumer_group
+from aiogroup.testing.observer import GroupObserver, describe_consumer_group
+from aiogroup.testing.recording import CommitObserver, RecordingListener, record_commits
 from aiogroup.testing.secure import (
     AclOperation,
     ResourceType,
+    SecureSetup,
     UnsecuredJwtProvider,
     grant,
     revoke,
@@ -207,6 +210,90 @@ async def test_a_group_over_sasl_ssl_consumes_and_commits(
         await asyncio.gather(*(m.stop() for m in members))
     committed = await _committed(secured, group)
     assert committed == {TopicPartition(secured.topic, p): RECORDS // PARTITIONS for p in range(3)}
+    _scan(secured.password("alice"), caplog.text)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_secure_group_is_judged_from_outside_by_the_observer(
+    secured: Secured, protocol: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The group observer and the commit observer reach the group over SASL_SSL with the
+    members' own options (alice: READ on the group implies the DESCRIBE they need).  The
+    observer sees both members join and get partitions, and no eviction; the checker,
+    fed the members' deliveries and commits and the broker's view, finds every record
+    delivered once, committed, and no violation."""
+    group = unique_name("ok-observed")
+    history = HistoryRecorder()
+    caplog.set_level(logging.DEBUG)
+    security = dict(secured.cluster.client_options("alice"))
+    bootstrap = str(security.pop("bootstrap_servers"))
+    names = ["sec-m0", "sec-m1"]
+    members = {
+        name: _member(
+            secured,
+            "alice",
+            group,
+            protocol,
+            client_id=name,
+            listener=RecordingListener(history.member(name)),
+        )
+        for name in names
+    }
+    for name, member in members.items():
+        record_commits(member, history.member(name))
+    observer = GroupObserver(bootstrap, group, history, interval=0.2, protocol=protocol, **security)
+    got = 0
+    try:
+        async with observer, CommitObserver(bootstrap, group, history, **security) as commits:
+            await asyncio.gather(*(m.start() for m in members.values()))
+
+            def formed() -> bool:
+                """The broker shows each member holding partitions (a Stable group)."""
+                holding = {e.member for e in history.events() if e.kind == "broker_assignment"}
+                return holding >= set(names)
+
+            deadline = time.monotonic() + 30
+            # Until every record is in and the broker's view shows the group formed:
+            # one member can drain the topic before the other's share reaches it.
+            while got < RECORDS or not formed():
+                assert time.monotonic() < deadline, f"{got} of {RECORDS} records in 30s"
+                for name, member in members.items():
+                    batch = await member.getmany(timeout_ms=200)
+                    for tp, records in batch.items():
+                        history.member(name).delivered(
+                            tp.topic, tp.partition, [r.offset for r in records]
+                        )
+                        got += len(records)
+                        await member.commit({tp: records[-1].offset + 1})
+            await observer.sampled()
+            await commits.read()
+            client = observer._client
+            assert client is not None
+            conns = list(client._conns.values())
+            assert conns and all(c._security_protocol == "SASL_SSL" for c in conns)
+            for name, member in members.items():
+                history.member(name).leaving()
+                await member.stop()
+    finally:
+        await asyncio.gather(*(m.stop() for m in members.values()))
+    events = history.events()
+    joined = {e.member for e in events if e.kind == "joined"}
+    assert joined == set(names), joined
+    last_seen: dict[str, tuple[tuple[str, int], ...]] = {}
+    for e in events:
+        if e.kind == "broker_assignment":
+            last_seen[e.member] = e.partitions
+    assert all(last_seen.get(name) for name in names), last_seen
+    owned = [p for parts in last_seen.values() for p in parts]
+    assert sorted(owned) == [(secured.topic, p) for p in range(PARTITIONS)], last_seen
+    assert observer.samples > 0
+    report = check_history(
+        events,
+        produced={TopicPartition(secured.topic, p): RECORDS // PARTITIONS for p in range(3)},
+    )
+    report.assert_clean()
+    assert report.evictions == [] and report.fences == [], report.summary()
+    assert report.records_checked == RECORDS
     _scan(secured.password("alice"), caplog.text)
 
 
@@ -437,3 +524,55 @@ async def test_plaintext_client_on_the_tls_port_fails_promptly(
     with pytest.raises(KafkaConnectionError, match="SSL or SASL_SSL"):
         await asyncio.wait_for(member.start(), PROMPT_S)
     assert time.monotonic() - began < PROMPT_S
+
+
+async def test_mutual_tls_from_the_spark_source_options(secured: Secured, tmp_path: Path) -> None:
+    """A PEM keystore given as the Spark source takes it (``kafka.ssl.keystore.location``:
+    the key and its chain in one file) becomes a context the SECURE listener accepts as a
+    client certificate; that listener verifies any certificate it is given, so one from
+    another CA is refused at the handshake, promptly and saying so."""
+    from aiogroup.spark.options import parse_options
+
+    security = secured.cluster.security
+    assert security is not None and security.client_keystore_path is not None
+    group = unique_name("ok-mtls")
+
+    def member_with(keystore: Path) -> GroupConsumer:
+        options = parse_options(
+            {
+                "kafka.bootstrap.servers": secured.cluster.secure_bootstrap_servers,
+                "kafka.group.id": group,
+                "subscribe": secured.topic,
+                "kafka.security.protocol": "SASL_SSL",
+                "kafka.sasl.mechanism": "SCRAM-SHA-512",
+                "kafka.sasl.jaas.config": (
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                    f'username="alice" password="{secured.password("alice")}";'
+                ),
+                "kafka.ssl.truststore.location": str(security.ca_path),
+                "kafka.ssl.truststore.type": "PEM",
+                "kafka.ssl.keystore.location": str(keystore),
+                "kafka.ssl.keystore.type": "PEM",
+            }
+        )
+        context = options.ssl_context()
+        assert context is not None
+        return _member(secured, "alice", group, "classic", ssl_context=context)
+
+    member = member_with(security.client_keystore_path)
+    try:
+        await member.start()
+        positions = await _drain([member], RECORDS)
+    finally:
+        await member.stop()
+    assert sum(positions.values()) == RECORDS
+
+    foreign = SecureSetup.create(tmp_path / "foreign-ca")
+    assert foreign.client_keystore_path is not None
+    stranger = member_with(foreign.client_keystore_path)
+    began = time.monotonic()
+    with pytest.raises(KafkaConnectionError) as caught:
+        await asyncio.wait_for(stranger.start(), PROMPT_S)
+    assert time.monotonic() - began < PROMPT_S
+    assert "does the broker trust the CA that signed it?" in str(caught.value)
+    assert secured.password("alice") not in str(caught.value)

@@ -52,6 +52,13 @@ def test_bootstrap_reasons_name_the_cause_never_the_password() -> None:
     verify.verify_message = "unable to get local issuer certificate"
     assert "must trust the CA" in _reason(verify, "SSL", {})
     assert "no answer within" in _reason(asyncio.TimeoutError(), "SSL", {})
+    # A broker that verifies client certificates closes the connection after a TLS 1.3
+    # handshake the client saw succeed: both likely causes are named.
+    closed_tls = _reason(KafkaConnectionError("Connection closed"), "SASL_SSL", options)
+    assert "does the listener expect SASL SCRAM-SHA-512?" in closed_tls
+    assert "does the broker trust the CA that signed it?" in closed_tls
+    assert "does the broker trust the CA" in _reason(KafkaConnectionError("closed"), "SSL", {})
+    assert "trust the CA" not in _reason(KafkaConnectionError("closed"), "SASL_PLAINTEXT", {})
 
 
 # -- the classic member's shell, over the scripted broker of test_coordinator_shell ------

@@ -20,7 +20,7 @@ import pytest
 from aiokafka.protocol.admin import SaslAuthenticateRequest_v0, SaslAuthenticateResponse_v0
 
 from aiogroup import GroupConsumer
-from aiogroup._support.redaction import REDACTED, install_log_redaction
+from aiogroup._support.redaction import REDACTED, install_log_redaction, redact
 from aiogroup.cli import (
     CliError,
     _jaas_credentials,
@@ -30,6 +30,7 @@ from aiogroup.cli import (
     run,
 )
 from aiogroup.errors import ConfigurationError
+from aiogroup.testing.secure import SecureSetup
 
 SECRET = "S3cr3t-Fed-Through-Every-Option"
 
@@ -300,3 +301,139 @@ def test_spark_source_options_never_print_the_password() -> None:
     for text in (repr(options), str(options)):
         assert "spark-s3cret" not in text
         assert "alice" in text  # the rest still prints
+
+
+def test_any_option_named_like_a_secret_is_redacted() -> None:
+    """The Java spellings and names no list foresaw: by the words in the name."""
+    for name in (
+        "sasl_plain_password",
+        "ssl.key.password",
+        "ssl.truststore.password",
+        "sasl.jaas.config",
+        "sasl_oauth_token",
+        "client-secret",
+        "ssl_context",
+    ):
+        assert SECRET not in redact(name, SECRET), name
+        assert SECRET not in redact(name, KeyedContext(ssl.PROTOCOL_TLS_CLIENT)), name
+    for name in ("sasl_plain_username", "ssl_keyfile", "key_deserializer", "client_id"):
+        assert redact(name, "shown") == "'shown'", name
+
+
+@pytest.fixture(scope="module")
+def pem(tmp_path_factory: pytest.TempPathFactory) -> SecureSetup:
+    return SecureSetup.create(tmp_path_factory.mktemp("tls"))
+
+
+def _spark_option_sets(pem: SecureSetup) -> list[dict[str, str]]:
+    """One Spark option map per secret-bearing ``kafka.*`` option, the secret in it."""
+    base = {
+        "kafka.bootstrap.servers": "localhost:9093",
+        "kafka.group.id": "g",
+        "subscribe": "orders",
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.ssl.cafile": str(pem.ca_path),
+    }
+    plain = {"kafka.sasl.plain.username": "alice", "kafka.sasl.plain.password": SECRET}
+    return [
+        {**base, **plain},
+        {**base, "kafka.sasl.jaas.config": JAAS, "kafka.sasl.mechanism": "SCRAM-SHA-512"},
+        {
+            **base,
+            **plain,
+            "kafka.ssl.keystore.location": str(pem.keystore_path),
+            "kafka.ssl.keystore.type": "PEM",
+            "kafka.ssl.key.password": SECRET,
+        },
+        {
+            **base,
+            **plain,
+            "kafka.ssl.certfile": str(pem.keystore_path),
+            "kafka.ssl.password": SECRET,
+        },
+    ]
+
+
+def test_spark_source_options_with_every_secret_print_none(pem: SecureSetup) -> None:
+    """Spark logs a source's options and ships them to executors: repr/str of the parsed
+    options and of their TLS part hide every secret; the secret still reaches the client."""
+    from aiogroup.spark.options import parse_options
+
+    for given in _spark_option_sets(pem):
+        options = parse_options(given)
+        texts = [repr(options), str(options), repr(options.tls), repr(options.consumer_options)]
+        secret_used = options.consumer_options.get("sasl_plain_password") == SECRET or (
+            options.tls is not None and options.tls.password == SECRET
+        )
+        assert secret_used, given
+        for text in texts[:3]:
+            assert SECRET not in text, text
+        assert REDACTED in repr(options)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"kafka.security.protocol": "BOGUS"},
+        {"kafka.ssl.truststore.location": "/x.jks"},
+        {"kafka.ssl.keystore.password": SECRET},
+        {"kafka.ssl.cafile": "/nonexistent.pem"},
+        {"kafka.sasl.jaas.config": f'x.Nope required password="{SECRET}";'},
+        {"kafka.sasl.mechanism": "OAUTHBEARER"},
+        {"kafka.ssl.keyfile": "/k.pem"},
+    ],
+)
+def test_spark_option_errors_never_echo_the_secret(pem: SecureSetup, bad: dict[str, str]) -> None:
+    from aiogroup.spark.options import parse_options
+
+    for given in _spark_option_sets(pem):
+        with pytest.raises(ConfigurationError) as caught:
+            parse_options({**given, **bad})
+        assert "kafka." in str(caught.value)  # names the option
+        assert SECRET not in str(caught.value) and SECRET not in repr(caught.value)
+
+
+def test_observers_take_the_consumers_security_options_and_print_no_secret() -> None:
+    """The test tools that judge a group from outside connect as a member would."""
+    from aiogroup.testing.history import HistoryRecorder
+    from aiogroup.testing.observer import GroupObserver
+    from aiogroup.testing.recording import CommitObserver
+
+    history = HistoryRecorder()
+    security: dict[str, Any] = {
+        "security_protocol": "SASL_SSL",
+        "ssl_context": KeyedContext(ssl.PROTOCOL_TLS_CLIENT),
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": "alice",
+        "sasl_plain_password": SECRET,
+    }
+    for tool in (
+        GroupObserver("127.0.0.1:1", "g", history, **security),
+        CommitObserver("127.0.0.1:1", "g", history, **security),
+    ):
+        assert SECRET not in repr(tool) and SECRET not in str(tool)
+        assert tool._security["sasl_plain_password"] == SECRET  # reaches the client
+
+
+@pytest.mark.parametrize(
+    ("options", "fragment"),
+    [
+        ({"sasl_plain_pasword": SECRET}, "unknown option(s): 'sasl_plain_pasword'"),
+        ({"security_protocol": "SASL_SSL"}, "needs an ssl_context"),
+        ({"security_protocol": "TLS"}, "security_protocol must be one of"),
+        ({"sasl_plain_password": SECRET.encode()}, "sasl_plain_password must be a str"),
+        ({"security_protocol": "SSL", "ssl_context": SECRET}, "ssl_context must be"),
+    ],
+)
+def test_observer_security_errors_name_the_option_not_the_secret(
+    options: dict[str, Any], fragment: str
+) -> None:
+    from aiogroup.testing.history import HistoryRecorder
+    from aiogroup.testing.observer import GroupObserver
+    from aiogroup.testing.recording import CommitObserver
+
+    for tool in (GroupObserver, CommitObserver):
+        with pytest.raises(ConfigurationError) as caught:
+            tool("127.0.0.1:1", "g", HistoryRecorder(), **options)
+        assert fragment in str(caught.value)
+        assert SECRET not in str(caught.value)
