@@ -115,9 +115,6 @@ EventKind = Literal[
     # Written by an observer of the broker (DescribeGroups).
     "joined",  # the member's id appeared in the group (detail: member id)
     "gone",  # the member's id vanished (``since``: last sample that still showed it)
-    # the id counted "gone" is back in a classic group (detail: member id): a classic
-    # coordinator never hands a removed id back, so it was never fenced
-    "back",
     "broker_assignment",  # partitions: what the broker says this member was given
     "group_state",  # member GROUP; detail: the group's state (and "epoch=N" for KIP-848)
     "broker_committed",  # offsets: the group's committed offsets, read from outside (OffsetFetch)
@@ -477,9 +474,6 @@ class HistoryReport:
     evictions: list[tuple[str, float]] = field(default_factory=list)
     #: Every fence the observer saw (evictions plus crashed members' session expiries).
     fences: list[tuple[str, float]] = field(default_factory=list)
-    #: "gone" events a later "back" disproved (member, time of the "gone"): the
-    #: coordinator's answers lacked the member for a while, but it was never fenced.
-    retracted_fences: list[tuple[str, float]] = field(default_factory=list)
     # -- processing (started/finished events; see "Processing rules" above) --
     #: Handler attempts started, records finished at least once.
     processing_starts: int = 0
@@ -648,8 +642,6 @@ def _fences(history: list[Event], report: HistoryReport) -> dict[str, list[_Fenc
     fences: dict[str, list[_Fence]] = defaultdict(list)
     crashes: dict[str, float] = {}
     leaving: dict[str, bool] = defaultdict(bool)
-    #: member -> the id of its last fence, while a "back" may still retract it
-    fenced_id: dict[str, str] = {}
     for e in history:
         if e.kind == "crashed":
             crashes.setdefault(e.member, e.t)
@@ -657,22 +649,14 @@ def _fences(history: list[Event], report: HistoryReport) -> dict[str, list[_Fenc
             leaving[e.member] = True
         elif e.kind == "joined":
             leaving[e.member] = False
-            fenced_id.pop(e.member, None)
         elif e.kind == "gone":
             if leaving[e.member]:
                 continue
             earliest = e.t if e.since is None else e.since
             fences[e.member].append(_Fence(e.member, earliest, e.t))
             report.fences.append((e.member, e.t))
-            fenced_id[e.member] = e.detail
             if e.member not in crashes:
                 report.evictions.append((e.member, e.t))
-        elif e.kind == "back" and e.detail and fenced_id.pop(e.member, None) == e.detail:
-            fence = fences[e.member].pop()
-            report.fences.remove((e.member, fence.latest))
-            if (e.member, fence.latest) in report.evictions:
-                report.evictions.remove((e.member, fence.latest))
-            report.retracted_fences.append((e.member, fence.latest))
     return fences
 
 

@@ -18,9 +18,6 @@ what each was assigned, and writes what changed into a
   can answer one sample with the group but without its members, and the next shows
   them again under the same ids - no fence happened, as the broker's generation
   says.  Such a transient absence is counted (``transient_absences``) and logged,
-* ``back`` when a classic member's id recorded ``gone`` shows up again: a classic
-  coordinator never hands a removed id back, so the absence was a gap in its
-  answers, however many samples it lasted, and the checker retracts the fence,
 * ``broker_assignment`` when a member's assignment changes in a Stable group,
 * ``group_state`` (member :data:`~aiogroup.testing.history.GROUP`) when the group's
   state - or, for a KIP-848 group, its epoch (``detail`` "Stable epoch=7") - changes:
@@ -209,9 +206,6 @@ class GroupObserver:
         self._known: dict[str, tuple[str, tuple[Partition, ...], float]] = {}
         #: Absences the next sample disproved (the same member id was back).
         self.transient_absences = 0
-        #: name -> member id of a classic member recorded "gone", while its id coming
-        #: back would disprove the fence (see _arrived).
-        self._gone_ids: dict[str, str] = {}
         #: The sample before the one being applied (for the log).
         self._previous: GroupSample | None = None
 
@@ -278,7 +272,7 @@ class GroupObserver:
                     state,
                 )
                 continue
-            log.warning(
+            log.debug(
                 "group %s: %s (%s) missing from two samples in a row (%s from node %s, then "
                 "%s from node %s with members %s): counted as gone",
                 self.group,
@@ -292,33 +286,6 @@ class GroupObserver:
             )
             gone.append((name, (member_id, last_seen, first_absent_at)))
         return gone
-
-    def _gone(self, sample: GroupSample, name: str, member_id: str, t: float, since: float) -> None:
-        self.recorder.add(name, "gone", t=t, since=since, detail=member_id)
-        if sample.epoch is None:
-            self._gone_ids[name] = member_id
-
-    def _arrived(self, sample: GroupSample, name: str, member_id: str, t: float) -> None:
-        """A name the observer does not hold as a member shows up.
-
-        Classic member ids are made by the coordinator and never handed out again: a
-        member it removed rejoins under a new one.  So an id recorded "gone" that comes
-        back was never fenced - the coordinator's answers lacked it for a while (seen
-        at the start of a 3-node cluster's first test and around coordinator moves) -
-        and is recorded as "back", which retracts the fence in the checker.  Under
-        KIP-848 a fenced member does rejoin under its own id: there it is a new join.
-        """
-        if sample.epoch is None and self._gone_ids.get(name) == member_id:
-            log.warning(
-                "group %s: %s (%s), counted gone, is back under the same id: never fenced",
-                self.group,
-                name,
-                member_id,
-            )
-            self.recorder.add(name, "back", t=t, detail=member_id)
-        else:
-            self.recorder.add(name, "joined", t=t, detail=member_id)
-        self._gone_ids.pop(name, None)
 
     def _flush_absences(self, known: dict[str, tuple[str, tuple[Partition, ...], float]]) -> None:
         """At the end no sample can confirm an absence any more: each counts as gone."""
@@ -368,7 +335,7 @@ class GroupObserver:
             rec.add(GROUP, "group_state", t=arrived, detail=state)
             self._last_state = state
         for name, (member_id, last_seen, first_absent_at) in self._confirm(sample):
-            self._gone(sample, name, member_id, first_absent_at, last_seen)
+            rec.add(name, "gone", t=first_absent_at, since=last_seen, detail=member_id)
             known.pop(name, None)
         for name, (member_id, _parts, last_seen) in list(known.items()):
             now = sample.members.get(name)
@@ -377,14 +344,14 @@ class GroupObserver:
             if now is None:
                 self._absent[name] = (member_id, last_seen, arrived, sample.state)
             elif now[0] != member_id:  # a new id under the name: the old one is surely gone
-                self._gone(sample, name, member_id, arrived, last_seen)
+                rec.add(name, "gone", t=arrived, since=last_seen, detail=member_id)
                 del known[name]
         for name, (member_id, parts) in sample.members.items():
             if name in self._absent:
                 continue  # absent in the sample before, present now: see _confirm
             previous = known.get(name)
             if previous is None:
-                self._arrived(sample, name, member_id, arrived)
+                rec.add(name, "joined", t=arrived, detail=member_id)
                 previous = (member_id, (), sent)
             if sample.state == "Stable" and parts != previous[1]:
                 rec.add(name, "broker_assignment", t=arrived, partitions=parts)
