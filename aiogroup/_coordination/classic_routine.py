@@ -45,6 +45,7 @@ from aiogroup.errors import (
     authorization_error,
     error_for_code,
 )
+from aiogroup.group_metadata import MemberIdentity
 from aiogroup.metrics import ConsumerMetrics
 from aiogroup.structs import OffsetAndMetadata, RebalanceProtocol, TopicPartition
 
@@ -130,6 +131,16 @@ class GroupCoordinator(CoordinationRoutine):
     @property
     def state(self) -> MemberState:
         return self._membership.state
+
+    def identity(self) -> MemberIdentity:
+        m = self._membership
+        return MemberIdentity(
+            generation_id=m.generation_id,
+            member_id=m.member_id,
+            in_group=m.in_generation and not m.finished,
+            stopped=m.finished,
+            state=m.state_name,
+        )
 
     @property
     def rebalance_protocol(self) -> RebalanceProtocol:

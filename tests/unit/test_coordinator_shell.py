@@ -266,6 +266,9 @@ def test_join_lead_assign_heartbeat_commit_fetch_and_leave() -> None:
         assert recorder.calls == [("assigned", {TP0, TP1})]
         assert sub.assigned_partitions == {TP0, TP1}
         assert coordinator.member_id == MEMBER and coordinator.generation_id == 1
+        identity = coordinator.identity()  # what group_metadata() decides on
+        assert (identity.generation_id, identity.member_id) == (1, MEMBER)
+        assert identity.in_group and not identity.stopped and identity.state == "STABLE"
         # Three heartbeat intervals of virtual time: the heartbeats flow.
         loop = asyncio.get_running_loop()
         start = loop.time()
@@ -279,6 +282,7 @@ def test_join_lead_assign_heartbeat_commit_fetch_and_leave() -> None:
         await coordinator.close(timeout=5)
         assert broker.names()[-1] == "LeaveGroup"
         assert recorder.calls[-1] == ("revoked", {TP0, TP1})
+        assert not coordinator.identity().in_group
 
     run_virtual(scenario())
 

@@ -25,6 +25,7 @@ PUBLIC_MODULES = {
     "config.py",
     "consumer.py",
     "errors.py",
+    "group_metadata.py",
     "listeners.py",
     "metrics.py",
     "otel.py",
