@@ -122,16 +122,25 @@ class TransactionFencedError(KafkaError):
     all of them because the application's answer is the same: the work of this
     transaction belongs to someone else now - drop it, do not retry it.
 
-    ``error`` is the broker's error class; ``producer_fenced`` tells the two kinds
-    apart (a fenced producer cannot start another transaction and must be closed);
-    ``aborted`` says whether the transaction's abort was confirmed (a fenced producer
-    cannot abort: the new owner of the transactional id aborts it on its behalf).
+    ``code`` is the broker's error code and ``error`` aiokafka's class for it
+    (``UnknownError`` for the KIP-848 epoch codes, which aiokafka does not name; the
+    message names them); ``producer_fenced`` tells the two kinds apart (a fenced
+    producer cannot start another transaction and must be closed); ``aborted`` says
+    whether the transaction's abort was confirmed (a fenced producer cannot abort:
+    the new owner of the transactional id aborts it on its behalf).
     """
 
     def __init__(
-        self, message: str, *, error: type[BaseException], producer_fenced: bool, aborted: bool
+        self,
+        message: str,
+        *,
+        code: int,
+        error: type[BaseException],
+        producer_fenced: bool,
+        aborted: bool,
     ) -> None:
         super().__init__(message)
+        self.code = code
         self.error = error
         self.producer_fenced = producer_fenced
         self.aborted = aborted
