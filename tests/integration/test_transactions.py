@@ -1,0 +1,317 @@
+"""Exactly-once consume-transform-produce on a real broker (issue 27, KIP-447).
+
+(a) The loop: each batch's outputs and its input offsets in one transaction of
+aiokafka's producer; a read_committed reader of the output sees each input's output
+exactly once, and the group's committed offsets are the input's end.
+(b) The zombie: member A reads a batch, opens a transaction, produces its outputs
+and is frozen (its event loop blocked, as SIGSTOP would) past its session.  The
+group gives the partition to B, which processes it and commits.  A wakes and sends
+its offsets with the group metadata it read the batch under: the coordinator
+refuses (KIP-447), the transaction is aborted, ``TransactionFencedError`` surfaces,
+and the output holds every input exactly once.
+(c) The same zombie with aiokafka's own ``send_offsets_to_transaction(offsets,
+group_id)`` (TxnOffsetCommit v0, group id only): what KIP-447 prevents, measured.
+
+Transactions need ``caps.supports_transactions`` (Tansu refuses InitProducerId for a
+transactional id); the consumer-protocol run needs ``caps.supports_consumer_protocol``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Coroutine
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from aiogroup import GroupConsumer, TopicPartition
+from aiogroup.errors import TransactionFencedError
+from aiogroup.group_metadata import ConsumerGroupMetadata
+from aiogroup.testing.broker import KafkaBroker, unique_name
+from aiogroup.testing.plugin import TopicFactory
+from aiogroup.transactions import send_offsets_to_transaction
+
+T = TypeVar("T")
+
+#: Bound on any single wait in these tests.
+WAIT_S = 60.0
+#: The classic member's session: the zombie is frozen past it (the broker's minimum
+#: in the test fixture is 3 s).
+SESSION_MS = 3000
+
+
+@pytest.fixture
+def transactions(kafka_broker: KafkaBroker) -> None:
+    if not kafka_broker.caps.supports_transactions:
+        pytest.skip("caps.supports_transactions: the broker refuses transactional producers")
+
+
+async def produce_inputs(bootstrap: str, topic: str, count: int, partitions: int) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=2)
+    await producer.start()
+    try:
+        sent = [
+            await producer.send(topic, f"in-{i}".encode(), partition=i % partitions)
+            for i in range(count)
+        ]
+        await asyncio.gather(*sent)
+    finally:
+        await producer.stop()
+
+
+def transactional_producer(bootstrap: str, name: str) -> AIOKafkaProducer:
+    return AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        transactional_id=unique_name(name),
+        request_timeout_ms=10_000,
+    )
+
+
+def consumer(bootstrap: str, topic: str, group: str, **options: Any) -> GroupConsumer:
+    return GroupConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+        **options,
+    )
+
+
+async def process_batch(
+    producer: AIOKafkaProducer, output: str, batch: dict[Any, Any]
+) -> dict[TopicPartition, int]:
+    """Produce one output per input record (keyed by the input's partition:offset) in
+    the producer's open transaction; the next offsets to commit."""
+    sent = []
+    for tp, records in batch.items():
+        for record in records:
+            key = f"{tp.partition}:{record.offset}".encode()
+            sent.append(await producer.send(output, record.value.upper(), key=key, partition=0))
+    await asyncio.gather(*sent)
+    return {tp: records[-1].offset + 1 for tp, records in batch.items() if records}
+
+
+async def read_output(bootstrap: str, output: str) -> list[str]:
+    """Every committed output record's key, read with read_committed to the LSO."""
+    tp = TopicPartition(output, 0)
+    async with GroupConsumer(
+        bootstrap_servers=bootstrap,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+    ) as reader:
+        reader.assign([tp])
+        end = (await reader.end_offsets([tp]))[tp]
+        keys: list[str] = []
+
+        async def drain() -> None:
+            while await reader.position(tp) < end:
+                for records in (await reader.getmany(tp, timeout_ms=500)).values():
+                    keys.extend(r.key.decode() for r in records)
+
+        await asyncio.wait_for(drain(), WAIT_S)
+        return keys
+
+
+def duplicates(keys: list[str]) -> dict[str, int]:
+    return {k: n for k, n in collections.Counter(keys).items() if n > 1}
+
+
+# --- (a) the loop -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+async def test_the_loop_produces_each_inputs_output_exactly_once(
+    kafka_broker: KafkaBroker,
+    kafka_topic: TopicFactory,
+    group_id: str,
+    transactions: None,
+    protocol: str,
+) -> None:
+    if protocol == "consumer" and not kafka_broker.caps.supports_consumer_protocol:
+        pytest.skip("caps.supports_consumer_protocol: the broker has only the classic protocol")
+    bootstrap = kafka_broker.bootstrap_servers
+    source, output = await kafka_topic(partitions=2), await kafka_topic(partitions=1)
+    total = 300
+    await produce_inputs(bootstrap, source, total, partitions=2)
+    producer = transactional_producer(bootstrap, "loop")
+    await asyncio.wait_for(producer.start(), WAIT_S)
+    done = 0
+    metas: list[ConsumerGroupMetadata] = []
+    try:
+        async with consumer(bootstrap, source, group_id, group_protocol=protocol) as member:
+
+            async def loop() -> None:
+                nonlocal done
+                while done < total:
+                    batch = await member.getmany(timeout_ms=500, max_records=50)
+                    if not batch:
+                        continue
+                    await producer.begin_transaction()
+                    offsets = await process_batch(producer, output, batch)
+                    metas.append(member.group_metadata())
+                    await send_offsets_to_transaction(producer, offsets, member)
+                    await producer.commit_transaction()
+                    done += sum(len(r) for r in batch.values())
+
+            await asyncio.wait_for(loop(), WAIT_S)
+            committed = {p: await member.committed(TopicPartition(source, p)) for p in range(2)}
+    finally:
+        await producer.stop()
+
+    assert committed == {0: total // 2, 1: total // 2}
+    keys = await read_output(bootstrap, output)
+    expected = {f"{p}:{o}" for p in range(2) for o in range(total // 2)}
+    assert duplicates(keys) == {} and set(keys) == expected
+    # The metadata the commits carried: this member's identity, the epoch in the
+    # generation's place under the consumer protocol.
+    assert {m.group_id for m in metas} == {group_id}
+    assert all(m.generation_id >= 1 and m.member_id for m in metas)
+
+
+# --- (b), (c): the zombie ---------------------------------------------------------------
+
+
+class FrozenLoop:
+    """An event loop in a thread that the test can freeze, as SIGSTOP freezes a process:
+    nothing on it runs (no heartbeat, no fetch) until ``thaw()``."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thaw = threading.Event()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return await asyncio.wait_for(asyncio.wrap_future(future), WAIT_S)
+
+    def freeze(self) -> None:
+        self._thaw.clear()
+        self.loop.call_soon_threadsafe(self._thaw.wait, WAIT_S)
+
+    def thaw(self) -> None:
+        self._thaw.set()
+
+    def close(self) -> None:
+        self.thaw()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(WAIT_S)
+
+
+@dataclass
+class Zombie:
+    """Member A's side: its consumer, producer and the batch it read before freezing."""
+
+    member: GroupConsumer
+    producer: AIOKafkaProducer
+    metadata: ConsumerGroupMetadata
+    offsets: dict[TopicPartition, int]
+
+
+@asynccontextmanager
+async def zombie_scenario(
+    bootstrap: str, source: str, output: str, group: str, total: int
+) -> AsyncIterator[tuple[FrozenLoop, Zombie]]:
+    """A reads the whole input, opens a transaction holding every output, and is frozen
+    past its session; B takes the partition over and commits all of it.  Yields with A
+    still frozen, then thawed by the caller; A's transaction is left open for the
+    caller to finish."""
+    frozen = FrozenLoop()
+    zombie: Zombie | None = None
+
+    async def a_reads() -> Zombie:
+        member = consumer(
+            bootstrap,
+            source,
+            group,
+            session_timeout_ms=SESSION_MS,
+            heartbeat_interval_ms=1000,
+            max_poll_interval_ms=SESSION_MS * 2,
+        )
+        await member.start()
+        producer = transactional_producer(bootstrap, "zombie")
+        await producer.start()
+        got: dict[Any, Any] = {}
+        while sum(len(r) for r in got.values()) < total:
+            for tp, records in (await member.getmany(timeout_ms=500)).items():
+                got.setdefault(tp, []).extend(records)
+        metadata = member.group_metadata()  # the identity it read the batch under
+        await producer.begin_transaction()
+        offsets = await process_batch(producer, output, got)
+        return Zombie(member, producer, metadata, offsets)
+
+    try:
+        zombie = await frozen.run(a_reads())
+        frozen.freeze()
+        # B joins; A cannot answer the rebalance nor heartbeat: its session expires, B
+        # gets the partition and - A having committed nothing - processes it all.
+        b_producer = transactional_producer(bootstrap, "successor")
+        await asyncio.wait_for(b_producer.start(), WAIT_S)
+        try:
+            async with consumer(bootstrap, source, group, session_timeout_ms=10_000) as b:
+
+                async def b_processes() -> None:
+                    done = 0
+                    while done < total:
+                        batch = await b.getmany(timeout_ms=500)
+                        if not batch:
+                            continue
+                        await b_producer.begin_transaction()
+                        offsets = await process_batch(b_producer, output, batch)
+                        await send_offsets_to_transaction(b_producer, offsets, b)
+                        await b_producer.commit_transaction()
+                        done += sum(len(r) for r in batch.values())
+
+                await asyncio.wait_for(b_processes(), WAIT_S)
+                assert b.group_metadata().generation_id > zombie.metadata.generation_id
+                yield frozen, zombie
+        finally:
+            await b_producer.stop()
+    finally:
+        frozen.thaw()
+        if zombie is not None:
+            await frozen.run(close_zombie(zombie))
+        frozen.close()
+
+
+async def close_zombie(zombie: Zombie) -> None:
+    """Close A's producer and consumer on A's loop (idempotent: the test may have)."""
+    with contextlib.suppress(Exception):
+        await zombie.producer.stop()
+    with contextlib.suppress(Exception):
+        await zombie.member.abort()
+
+
+async def test_a_zombies_fenced_commit_is_refused_and_its_transaction_aborted(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str, transactions: None
+) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    source, output = await kafka_topic(partitions=1), await kafka_topic(partitions=1)
+    total = 50
+    await produce_inputs(bootstrap, source, total, partitions=1)
+    async with zombie_scenario(bootstrap, source, output, group_id, total) as (frozen, zombie):
+        frozen.thaw()
+
+        async def a_commits() -> TransactionFencedError:
+            try:
+                await send_offsets_to_transaction(zombie.producer, zombie.offsets, zombie.metadata)
+            except TransactionFencedError as exc:
+                return exc
+            finally:
+                await close_zombie(zombie)
+            raise AssertionError("the zombie's transactional commit was accepted")
+
+        fenced = await frozen.run(a_commits())
+    assert fenced.aborted and not fenced.producer_fenced
+    assert fenced.code in (22, 25), fenced  # ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID
+    keys = await read_output(bootstrap, output)
+    assert duplicates(keys) == {}
+    assert sorted(keys) == sorted(f"0:{o}" for o in range(total))
