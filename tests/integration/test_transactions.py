@@ -31,7 +31,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from aiogroup import GroupConsumer, TopicPartition
-from aiogroup.errors import TransactionFencedError
+from aiogroup.errors import NotGroupMemberError, TransactionFencedError
 from aiogroup.group_metadata import ConsumerGroupMetadata
 from aiogroup.testing.broker import KafkaBroker, unique_name
 from aiogroup.testing.plugin import TopicFactory
@@ -48,8 +48,12 @@ SESSION_MS = 3000
 
 @pytest.fixture
 def transactions(kafka_broker: KafkaBroker) -> None:
+    """The broker, when it has transactions; otherwise the scenario does not apply."""
     if not kafka_broker.caps.supports_transactions:
-        pytest.skip("caps.supports_transactions: the broker refuses transactional producers")
+        pytest.skip(
+            "not applicable: this broker refuses transactional producers "
+            "(caps.supports_transactions; test_broker.py::test_caps_transactions asserts it)"
+        )
 
 
 async def produce_inputs(bootstrap: str, topic: str, count: int, partitions: int) -> None:
@@ -122,6 +126,31 @@ async def read_output(bootstrap: str, output: str) -> list[str]:
 
 def duplicates(keys: list[str]) -> dict[str, int]:
     return {k: n for k, n in collections.Counter(keys).items() if n > 1}
+
+
+# --- group metadata: every broker ------------------------------------------------------
+
+
+async def test_group_metadata_names_the_member_from_its_first_assignment(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str
+) -> None:
+    """Needs no transactions, so it runs on every broker (Tansu too)."""
+    bootstrap = kafka_broker.bootstrap_servers
+    source = await kafka_topic(partitions=1)
+    member = consumer(bootstrap, source, group_id, group_instance_id=unique_name("static"))
+    with pytest.raises(NotGroupMemberError, match="not started"):
+        member.group_metadata()
+    await asyncio.wait_for(member.start(), WAIT_S)  # returns after the first assignment
+    try:
+        meta = member.group_metadata()
+        assert meta == ConsumerGroupMetadata(
+            group_id, member.generation, member.member_id, member.config.group_instance_id
+        )
+        assert meta.generation_id >= 0 and meta.member_id  # Tansu numbers from 0, Kafka from 1
+    finally:
+        await member.stop()
+    with pytest.raises(NotGroupMemberError):
+        member.group_metadata()
 
 
 # --- (a) the loop -----------------------------------------------------------------------
@@ -315,3 +344,36 @@ async def test_a_zombies_fenced_commit_is_refused_and_its_transaction_aborted(
     keys = await read_output(bootstrap, output)
     assert duplicates(keys) == {}
     assert sorted(keys) == sorted(f"0:{o}" for o in range(total))
+
+
+async def test_without_kip_447_the_zombies_commit_is_accepted_and_duplicates_output(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str, transactions: None
+) -> None:
+    """(c) The same zombie with aiokafka's ``send_offsets_to_transaction(offsets,
+    group_id)``: TxnOffsetCommit v0 names the group only, so the coordinator cannot
+    tell the zombie from the member that replaced it.  Measured on Kafka 4.4: the
+    commit is accepted, the zombie's transaction commits, and every input's output is
+    in the read_committed output twice - what (b) prevents."""
+    bootstrap = kafka_broker.bootstrap_servers
+    source, output = await kafka_topic(partitions=1), await kafka_topic(partitions=1)
+    total = 50
+    await produce_inputs(bootstrap, source, total, partitions=1)
+    async with zombie_scenario(bootstrap, source, output, group_id, total) as (frozen, zombie):
+        frozen.thaw()
+
+        async def a_commits_the_aiokafka_way() -> BaseException | None:
+            try:
+                await zombie.producer.send_offsets_to_transaction(
+                    zombie.offsets, zombie.metadata.group_id
+                )
+                await zombie.producer.commit_transaction()
+            except Exception as exc:
+                return exc
+            finally:
+                await close_zombie(zombie)
+            return None
+
+        refusal = await frozen.run(a_commits_the_aiokafka_way())
+    assert refusal is None, f"the v0 commit was refused: {refusal!r}"
+    keys = await read_output(bootstrap, output)
+    assert duplicates(keys) == {f"0:{o}": 2 for o in range(total)}
