@@ -346,7 +346,11 @@ class GroupCoordinator(CoordinationRoutine):
         return request, generation_id
 
     def fetch_request(self, partitions: list[TopicPartition]) -> Any:
-        return OffsetFetchRequest(self._group_id, partitions)
+        # require_stable (KIP-447, OffsetFetch v7+; dropped for older brokers): a
+        # transactional commit of these partitions still pending is answered
+        # UNSTABLE_OFFSET_COMMIT, retried, rather than with the offset before it - a
+        # new owner would otherwise re-process input whose output is being committed.
+        return OffsetFetchRequest(self._group_id, partitions, require_stable=True)
 
     def commit_answered(self, result: Any, generation: int) -> None:
         self._inbox.put_nowait(E.OffsetCommitResponseReceived(result, generation))

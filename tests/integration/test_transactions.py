@@ -377,3 +377,40 @@ async def test_without_kip_447_the_zombies_commit_is_accepted_and_duplicates_out
     assert refusal is None, f"the v0 commit was refused: {refusal!r}"
     keys = await read_output(bootstrap, output)
     assert duplicates(keys) == {f"0:{o}": 2 for o in range(total)}
+
+
+# --- require_stable: a reader of the group's offsets waits for a pending commit ----------
+
+
+async def test_committed_offsets_wait_for_a_pending_transactional_commit(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str, transactions: None
+) -> None:
+    """KIP-447's require_stable: while a transaction holding the group's offsets is open,
+    OffsetFetch answers UNSTABLE_OFFSET_COMMIT and aiogroup retries; the offset read is
+    the transaction's once it commits - never the one before it (which a new owner
+    would resume from, re-processing input whose output is being committed)."""
+    bootstrap = kafka_broker.bootstrap_servers
+    source = await kafka_topic(partitions=1)
+    tp = TopicPartition(source, 0)
+    await produce_inputs(bootstrap, source, 10, partitions=1)
+    producer = transactional_producer(bootstrap, "pending")
+    await asyncio.wait_for(producer.start(), WAIT_S)
+    try:
+        async with (
+            consumer(bootstrap, source, group_id) as owner,
+            GroupConsumer(
+                bootstrap_servers=bootstrap, group_id=group_id, enable_auto_commit=False
+            ) as reader,
+        ):
+            reader.assign([tp])
+            await producer.begin_transaction()
+            await send_offsets_to_transaction(producer, {tp: 7}, owner)
+            lookup = asyncio.ensure_future(reader.committed(tp))
+            # A negative check needs a window: the lookup must still be waiting a
+            # second later (without require_stable it answers None at once).
+            done, _ = await asyncio.wait({lookup}, timeout=1.0)
+            assert not done, f"answered while the commit was pending: {lookup.result()}"
+            await asyncio.wait_for(producer.commit_transaction(), WAIT_S)
+            assert await asyncio.wait_for(lookup, WAIT_S) == 7
+    finally:
+        await producer.stop()

@@ -359,6 +359,26 @@ def test_fetch_retries_then_raises_what_cannot_be_retried() -> None:
     run_virtual(scenario())
 
 
+def test_fetch_asks_for_stable_offsets_and_waits_out_a_pending_transaction() -> None:
+    """KIP-447: a new owner must not read the offset from before a transactional
+    commit still in flight; the broker answers UNSTABLE_OFFSET_COMMIT until it ends."""
+
+    async def scenario() -> None:
+        coordinator, _, broker, _ = await joined()
+        broker.committed[("t", 1)] = 9
+        fetches = len(broker.of("OffsetFetch"))
+        broker.script["OffsetFetch"] = [C.UNSTABLE_OFFSET_COMMIT, C.UNSTABLE_OFFSET_COMMIT]
+        assert await coordinator.fetch_committed_offsets([TP1], timeout=30) == {
+            TP1: OffsetAndMetadata(9, "")
+        }
+        sent = broker.of("OffsetFetch")
+        assert len(sent) == fetches + 3
+        assert all(fetch["require_stable"] for fetch in sent)
+        await coordinator.close(timeout=5)
+
+    run_virtual(scenario())
+
+
 def test_user_assigned_commit_is_a_simple_commit() -> None:
     async def scenario() -> None:
         coordinator, sub, broker = make()
