@@ -11,12 +11,12 @@ produces again: duplicates.
 
 ``send_offsets_to_transaction(producer, offsets, consumer)`` is aiokafka's
 ``producer.send_offsets_to_transaction(offsets, group_id)`` with the fencing added,
-on aiokafka's own transactional ``AIOKafkaProducer``::
+on aiokafka's own transactional ``AIOKafkaProducer``; ``transaction(producer)``
+begins, commits, or aborts what is still open::
 
-    await producer.begin_transaction()
-    ...  # produce the outputs of a batch
-    await send_offsets_to_transaction(producer, next_offsets, consumer)
-    await producer.commit_transaction()
+    async with transaction(producer):
+        ...  # produce the outputs of a batch
+        await send_offsets_to_transaction(producer, next_offsets, consumer)
 
 A refusal because the sender is a zombie aborts the transaction and raises
 :class:`~aiogroup.errors.TransactionFencedError`; any other failure aborts it and
@@ -28,13 +28,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from aiogroup._support.timeouts import wait_for
 from aiogroup._transactions.committer import ProducerTxnView, Refused, commit_in_transaction
-from aiogroup._transactions.outcomes import Step, TxnCode, check_commit_input
+from aiogroup._transactions.outcomes import MisuseKind, Step, TxnCode, check_commit_input
 from aiogroup.errors import (
+    CommitFailedError,
     ConfigurationError,
     IllegalStateError,
     KafkaTimeoutError,
@@ -47,7 +49,7 @@ from aiogroup.structs import OffsetAndMetadata, TopicPartition
 if TYPE_CHECKING:
     from aiogroup.consumer import GroupConsumer
 
-__all__ = ["DEFAULT_TIMEOUT_S", "send_offsets_to_transaction"]
+__all__ = ["DEFAULT_TIMEOUT_S", "send_offsets_to_transaction", "transaction"]
 
 log = logging.getLogger("aiogroup.transactions")
 
@@ -72,9 +74,11 @@ async def send_offsets_to_transaction(
     at the batch's start: the transaction then commits only if the member is still
     the one that read the batch; the coordinator alone judges ownership).
 
-    Raises ``ConfigurationError`` or ``IllegalStateError`` for a misuse (no
-    transactional id, a consumer that auto-commits, no open transaction, partitions
-    not owned), before anything is sent; the transaction is left as it was.  After
+    Before anything is sent, and leaving the transaction as it was: a producer
+    without transactional id or a consumer that auto-commits raises
+    ``ConfigurationError``; no open transaction ``IllegalStateError``; offsets of
+    partitions the consumer does not own (any more) ``CommitFailedError``, as
+    ``consumer.commit()`` does - redo the batch from the committed offsets.  After
     sending, every failure aborts the transaction: a zombie's (KIP-447) raises
     ``TransactionFencedError``; a timeout ``KafkaTimeoutError``; anything else the
     broker's error.
@@ -94,9 +98,12 @@ async def send_offsets_to_transaction(
         auto_commit=auto_commit,
     )
     if problem is not None:
-        if view.transactional_id is None or auto_commit:
-            raise ConfigurationError(f"send_offsets_to_transaction: {problem}")
-        raise IllegalStateError(f"send_offsets_to_transaction: {problem}")
+        message = f"send_offsets_to_transaction: {problem.message}"
+        if problem.kind is MisuseKind.CONFIGURATION:
+            raise ConfigurationError(message)
+        if problem.kind is MisuseKind.NOT_OWNED:
+            raise CommitFailedError(message)
+        raise IllegalStateError(message)
     try:
         await wait_for(commit_in_transaction(view, normalized, metadata), timeout)
     except Refused as refused:
@@ -111,6 +118,32 @@ async def send_offsets_to_transaction(
     except Exception:
         await _abort(producer, timeout)
         raise
+
+
+@asynccontextmanager
+async def transaction(producer: Any, *, timeout: float = DEFAULT_TIMEOUT_S) -> AsyncIterator[None]:
+    """``async with transaction(producer):`` - begin, then commit, or abort on an exception.
+
+    aiokafka's ``producer.transaction()`` aborts unconditionally on an exception, and
+    aborting a transaction that ``send_offsets_to_transaction`` has already aborted
+    breaks aiokafka's state machine (it asserts).  This one aborts only a transaction
+    still open, so the exception the body raised - ``TransactionFencedError`` above
+    all - is the one the caller sees.  Every step is bounded by ``timeout``.
+    """
+    view = ProducerTxnView(producer)
+    if view.transactional_id is None:
+        raise ConfigurationError(
+            "transaction(): the producer has no transactional_id: create the "
+            "AIOKafkaProducer with transactional_id=..."
+        )
+    await wait_for(producer.begin_transaction(), timeout)
+    try:
+        yield
+    except BaseException:
+        if view.abortable:
+            await _abort(producer, timeout)
+        raise
+    await wait_for(producer.commit_transaction(), timeout)
 
 
 def _normalized(

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiokafka.client import AIOKafkaClient, ConnectionGroup
+from aiokafka.producer.transaction_manager import TransactionState
 
 from aiogroup._protocol.group import (
     COORDINATOR_TYPE_GROUP,
@@ -74,6 +75,16 @@ class ProducerTxnView:
     @property
     def in_transaction(self) -> bool:
         return self._txn is not None and bool(self._txn.is_in_transaction())
+
+    @property
+    def abortable(self) -> bool:
+        """A transaction is open, or failed and waits for its abort: ``abort`` is valid."""
+        if self._txn is None:
+            return False
+        return self._txn.state in (
+            TransactionState.IN_TRANSACTION,
+            TransactionState.ABORTABLE_ERROR,
+        )
 
     @property
     def producer_id(self) -> int:

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
 
 __all__ = [
     "FENCED_MEMBER_CODES",
     "FENCED_PRODUCER_CODES",
+    "Misuse",
+    "MisuseKind",
     "Step",
     "TxnCode",
     "check_commit_input",
@@ -125,6 +128,24 @@ def worst_step(codes: Collection[int]) -> tuple[Step, int]:
     return min(steps, key=lambda pair: _PRECEDENCE.index(pair[0]))
 
 
+class MisuseKind(enum.Enum):
+    """Which error a misuse raises: the caller's answer differs for each."""
+
+    #: Fix the program: the producer or consumer is set up wrong.
+    CONFIGURATION = "configuration"
+    #: Call order: no transaction open, nothing to commit.
+    STATE = "state"
+    #: The partitions moved to another member: redo the batch from the committed offsets
+    #: (the consumer's CommitFailedError, as ``commit()`` raises for the same case).
+    NOT_OWNED = "not-owned"
+
+
+@dataclass(frozen=True, slots=True)
+class Misuse:
+    kind: MisuseKind
+    message: str
+
+
 def check_commit_input(
     offsets: Mapping[TopicPartition, OffsetAndMetadata],
     *,
@@ -132,7 +153,7 @@ def check_commit_input(
     in_transaction: bool,
     owned: Collection[TopicPartition] | None,
     auto_commit: bool,
-) -> str | None:
+) -> Misuse | None:
     """Why these offsets cannot be sent to the transaction (None: they can).
 
     ``owned``: the partitions the consumer owns now, or None when only its metadata
@@ -141,23 +162,29 @@ def check_commit_input(
     transaction, would move the group past records whose output is later aborted.
     """
     if transactional_id is None:
-        return (
+        return Misuse(
+            MisuseKind.CONFIGURATION,
             "the producer has no transactional_id: create the AIOKafkaProducer with "
-            "transactional_id=... to commit offsets inside its transactions"
+            "transactional_id=... to commit offsets inside its transactions",
         )
     if auto_commit:
-        return (
+        return Misuse(
+            MisuseKind.CONFIGURATION,
             "the consumer has enable_auto_commit=True: its own commits, outside the "
             "transaction, would mark input as done whose output may still be aborted - "
-            "create it with enable_auto_commit=False"
+            "create it with enable_auto_commit=False",
         )
     if not in_transaction:
-        return "no transaction is open: await producer.begin_transaction() first"
+        return Misuse(
+            MisuseKind.STATE, "no transaction is open: await producer.begin_transaction() first"
+        )
     if not offsets:
-        return "no offsets to commit"
+        return Misuse(MisuseKind.STATE, "no offsets to commit")
     if owned is not None:
         foreign = sorted(set(offsets) - set(owned))
         if foreign:
             names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in foreign)
-            return f"offsets of partitions this member does not own: {names}"
+            return Misuse(
+                MisuseKind.NOT_OWNED, f"offsets of partitions this member does not own: {names}"
+            )
     return None

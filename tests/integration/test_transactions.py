@@ -21,10 +21,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import os
+import signal
+import sys
 import threading
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -38,6 +42,8 @@ from aiogroup.testing.plugin import TopicFactory
 from aiogroup.transactions import send_offsets_to_transaction
 
 T = TypeVar("T")
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 #: Bound on any single wait in these tests.
 WAIT_S = 60.0
@@ -103,8 +109,8 @@ async def process_batch(
     return {tp: records[-1].offset + 1 for tp, records in batch.items() if records}
 
 
-async def read_output(bootstrap: str, output: str) -> list[str]:
-    """Every committed output record's key, read with read_committed to the LSO."""
+async def read_output(bootstrap: str, output: str, *, values: bool = False) -> list[str]:
+    """Every committed output record's key (or value), read with read_committed to the LSO."""
     tp = TopicPartition(output, 0)
     async with GroupConsumer(
         bootstrap_servers=bootstrap,
@@ -118,7 +124,7 @@ async def read_output(bootstrap: str, output: str) -> list[str]:
         async def drain() -> None:
             while await reader.position(tp) < end:
                 for records in (await reader.getmany(tp, timeout_ms=500)).values():
-                    keys.extend(r.key.decode() for r in records)
+                    keys.extend((r.value if values else r.key).decode() for r in records)
 
         await asyncio.wait_for(drain(), WAIT_S)
         return keys
@@ -414,3 +420,50 @@ async def test_committed_offsets_wait_for_a_pending_transactional_commit(
             assert await asyncio.wait_for(lookup, WAIT_S) == 7
     finally:
         await producer.stop()
+
+
+# --- the runnable example ----------------------------------------------------------------
+
+
+async def test_the_example_loop_runs_exactly_once(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str, transactions: None
+) -> None:
+    """examples/exactly_once.py (the loop docs/usage.md shows) as a process: every input
+    once in the read_committed output; SIGTERM ends it cleanly."""
+    bootstrap = kafka_broker.bootstrap_servers
+    source, output = await kafka_topic(partitions=2), await kafka_topic(partitions=1)
+    total = 40
+    await produce_inputs(bootstrap, source, total, partitions=2)
+    env = {
+        **os.environ,
+        "AIOGROUP_BOOTSTRAP": bootstrap,
+        "INPUT_TOPIC": source,
+        "OUTPUT_TOPIC": output,
+        "GROUP_ID": group_id,
+        # This checkout's aiogroup, whatever the environment has installed.
+        "PYTHONPATH": os.pathsep.join([str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(EXAMPLES / "exactly_once.py"), env=env, stdout=asyncio.subprocess.PIPE
+    )
+    assert proc.stdout is not None
+    stdout = proc.stdout
+    try:
+
+        async def until_all_committed() -> None:
+            while True:
+                line = (await stdout.readline()).decode().strip()
+                assert line, "the example exited before committing everything"
+                if line == f"committed {total}":
+                    return
+
+        await asyncio.wait_for(until_all_committed(), WAIT_S)
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), WAIT_S) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    outputs = await read_output(bootstrap, output, values=True)
+    assert duplicates(outputs) == {}
+    assert set(outputs) == {f"IN-{i}" for i in range(total)}

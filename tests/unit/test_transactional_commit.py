@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from aiokafka.errors import GroupAuthorizationFailedError, IllegalGenerationError
+from aiokafka.producer.transaction_manager import TransactionState
 
 from aiogroup import GroupConsumer
 from aiogroup._protocol.messages import FIND_COORDINATOR
@@ -29,6 +30,7 @@ from aiogroup._transactions.outcomes import (
     worst_step,
 )
 from aiogroup.errors import (
+    CommitFailedError,
     ConfigurationError,
     IllegalStateError,
     KafkaTimeoutError,
@@ -36,7 +38,7 @@ from aiogroup.errors import (
 )
 from aiogroup.group_metadata import ConsumerGroupMetadata
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
-from aiogroup.transactions import send_offsets_to_transaction
+from aiogroup.transactions import send_offsets_to_transaction, transaction
 
 TP = TopicPartition("in", 0)
 META = ConsumerGroupMetadata("g", 5, "member-a", None)
@@ -47,11 +49,11 @@ class FakeTxnManager:
     def __init__(self, transactional_id: str | None, in_transaction: bool) -> None:
         self.transactional_id = transactional_id
         self.producer_id, self.producer_epoch = 4000, 2
-        self._in = in_transaction
+        self.state = TransactionState.IN_TRANSACTION if in_transaction else TransactionState.READY
         self.groups: list[str] = []
 
     def is_in_transaction(self) -> bool:
-        return self._in
+        return bool(self.state is TransactionState.IN_TRANSACTION)
 
     def consumer_group_added(self, group_id: str) -> None:
         self.groups.append(group_id)
@@ -111,10 +113,25 @@ class FakeProducer:
         self.aborts = 0
         self.abort_error: BaseException | None = None
 
+        self.commits = 0
+
+    async def begin_transaction(self) -> None:
+        assert self._txn_manager.state is TransactionState.READY
+        self._txn_manager.state = TransactionState.IN_TRANSACTION
+
+    async def commit_transaction(self) -> None:
+        assert self._txn_manager.state is TransactionState.IN_TRANSACTION
+        self.commits += 1
+        self._txn_manager.state = TransactionState.READY
+
     async def abort_transaction(self) -> None:
+        # aiokafka asserts on an abort outside a transaction; so does the fake.
+        assert self._txn_manager.is_in_transaction(), "abort outside a transaction"
         self.aborts += 1
         if self.abort_error is not None:
+            self._txn_manager.state = TransactionState.FATAL_ERROR
             raise self.abort_error
+        self._txn_manager.state = TransactionState.READY
 
 
 # --- pure rules ------------------------------------------------------------------------
@@ -156,7 +173,7 @@ def test_misuse_is_named(kwargs: dict[str, Any], fragment: str) -> None:
         "auto_commit": False,
     }
     problem = check_commit_input({TP: OffsetAndMetadata(1, "")}, **(args | kwargs))
-    assert problem is not None and fragment in problem
+    assert problem is not None and fragment in problem.message
     assert check_commit_input({TP: OffsetAndMetadata(1, "")}, **args) is None
 
 
@@ -285,7 +302,7 @@ async def test_a_consumer_offsets_of_partitions_it_does_not_own_are_refused() ->
 
     producer = FakeProducer()
     consumer = Owning("in", group_id="g", enable_auto_commit=False)
-    with pytest.raises(IllegalStateError, match="does not own: in-0"):
+    with pytest.raises(CommitFailedError, match="does not own: in-0"):
         await send_offsets_to_transaction(producer, {TP: 10}, consumer)
     assert producer.client.sent == []
 
@@ -295,3 +312,37 @@ def test_illegal_generation_maps_to_aiokafkas_class() -> None:
     from aiogroup.errors import error_for_code
 
     assert error_for_code(TxnCode.ILLEGAL_GENERATION) is IllegalGenerationError
+
+
+# --- transaction(): begin, commit, or abort what is still open --------------------------
+
+
+async def test_the_context_commits_a_clean_body() -> None:
+    producer = FakeProducer(in_transaction=False)
+    async with transaction(producer):
+        await send_offsets_to_transaction(producer, {TP: 10}, META)
+    assert (producer.commits, producer.aborts) == (1, 0)
+
+
+async def test_the_context_aborts_an_open_transaction_on_an_error() -> None:
+    producer = FakeProducer(in_transaction=False)
+    with pytest.raises(ValueError, match="transform failed"):
+        async with transaction(producer):
+            raise ValueError("transform failed")
+    assert (producer.commits, producer.aborts) == (0, 1)
+
+
+async def test_the_context_leaves_a_fenced_commits_abort_alone() -> None:
+    """send_offsets_to_transaction aborted already; a second abort would break aiokafka."""
+    producer = FakeProducer(in_transaction=False)
+    producer.client.script = {"TxnOffsetCommit": [TxnCode.ILLEGAL_GENERATION]}
+    with pytest.raises(TransactionFencedError):
+        async with transaction(producer):
+            await send_offsets_to_transaction(producer, {TP: 10}, META)
+    assert (producer.commits, producer.aborts) == (0, 1)
+
+
+async def test_the_context_needs_a_transactional_producer() -> None:
+    with pytest.raises(ConfigurationError, match="transactional_id"):
+        async with transaction(FakeProducer(transactional_id=None)):
+            raise AssertionError("the body must not run")
