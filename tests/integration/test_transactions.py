@@ -39,7 +39,7 @@ from aiogroup.errors import NotGroupMemberError, TransactionFencedError
 from aiogroup.group_metadata import ConsumerGroupMetadata
 from aiogroup.testing.broker import KafkaBroker, unique_name
 from aiogroup.testing.plugin import TopicFactory
-from aiogroup.transactions import send_offsets_to_transaction
+from aiogroup.transactions import send_offsets_to_transaction, transaction
 
 T = TypeVar("T")
 
@@ -110,15 +110,31 @@ async def process_batch(
 
 
 async def read_output(bootstrap: str, output: str, *, values: bool = False) -> list[str]:
-    """Every committed output record's key (or value), read with read_committed to the LSO."""
+    """Every committed output record's key (or value), read with read_committed.
+
+    First waits until no transaction is open on the output: an EndTxn answer means the
+    outcome is decided, but the coordinator writes the markers afterwards, so until
+    then the last stable offset trails the log end and a read would stop short.
+    """
     tp = TopicPartition(output, 0)
-    async with GroupConsumer(
-        bootstrap_servers=bootstrap,
-        isolation_level="read_committed",
-        auto_offset_reset="earliest",
-    ) as reader:
+    async with (
+        GroupConsumer(
+            bootstrap_servers=bootstrap,
+            isolation_level="read_committed",
+            auto_offset_reset="earliest",
+        ) as reader,
+        GroupConsumer(bootstrap_servers=bootstrap) as uncommitted,
+    ):
         reader.assign([tp])
-        end = (await reader.end_offsets([tp]))[tp]
+
+        async def all_decided() -> int:
+            while True:  # a bounded poll of broker state: there is no event to await
+                stable = (await reader.end_offsets([tp]))[tp]
+                if stable == (await uncommitted.end_offsets([tp]))[tp]:
+                    return stable
+                await asyncio.sleep(0.1)
+
+        end = await asyncio.wait_for(all_decided(), WAIT_S)
         keys: list[str] = []
 
         async def drain() -> None:
@@ -253,7 +269,7 @@ class Zombie:
 
 @asynccontextmanager
 async def zombie_scenario(
-    bootstrap: str, source: str, output: str, group: str, total: int
+    bootstrap: str, source: str, output: str, group: str, total: int, protocol: str = "classic"
 ) -> AsyncIterator[tuple[FrozenLoop, Zombie]]:
     """A reads the whole input, opens a transaction holding every output, and is frozen
     past its session; B takes the partition over and commits all of it.  Yields with A
@@ -263,14 +279,7 @@ async def zombie_scenario(
     zombie: Zombie | None = None
 
     async def a_reads() -> Zombie:
-        member = consumer(
-            bootstrap,
-            source,
-            group,
-            session_timeout_ms=SESSION_MS,
-            heartbeat_interval_ms=1000,
-            max_poll_interval_ms=SESSION_MS * 2,
-        )
+        member = consumer(bootstrap, source, group, **session_options(protocol, SESSION_MS))
         await member.start()
         producer = transactional_producer(bootstrap, "zombie")
         await producer.start()
@@ -291,7 +300,8 @@ async def zombie_scenario(
         b_producer = transactional_producer(bootstrap, "successor")
         await asyncio.wait_for(b_producer.start(), WAIT_S)
         try:
-            async with consumer(bootstrap, source, group, session_timeout_ms=10_000) as b:
+            b_options = session_options(protocol, 10_000)
+            async with consumer(bootstrap, source, group, **b_options) as b:
 
                 async def b_processes() -> None:
                     done = 0
@@ -317,6 +327,18 @@ async def zombie_scenario(
         frozen.close()
 
 
+def session_options(protocol: str, session_ms: int) -> dict[str, Any]:
+    """A classic member sets its session; a consumer-protocol member's is the broker's
+    (group.consumer.session.timeout.ms: 6 s in the test fixture)."""
+    if protocol == "consumer":
+        return {"group_protocol": "consumer", "max_poll_interval_ms": 20_000}
+    return {
+        "session_timeout_ms": session_ms,
+        "heartbeat_interval_ms": 1000,
+        "max_poll_interval_ms": session_ms * 2,
+    }
+
+
 async def close_zombie(zombie: Zombie) -> None:
     """Close A's producer and consumer on A's loop (idempotent: the test may have)."""
     with contextlib.suppress(Exception):
@@ -325,14 +347,22 @@ async def close_zombie(zombie: Zombie) -> None:
         await zombie.member.abort()
 
 
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
 async def test_a_zombies_fenced_commit_is_refused_and_its_transaction_aborted(
-    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str, transactions: None
+    kafka_broker: KafkaBroker,
+    kafka_topic: TopicFactory,
+    group_id: str,
+    transactions: None,
+    protocol: str,
 ) -> None:
+    if protocol == "consumer" and not kafka_broker.caps.supports_consumer_protocol:
+        pytest.skip("not applicable: caps.supports_consumer_protocol is false")
     bootstrap = kafka_broker.bootstrap_servers
     source, output = await kafka_topic(partitions=1), await kafka_topic(partitions=1)
     total = 50
     await produce_inputs(bootstrap, source, total, partitions=1)
-    async with zombie_scenario(bootstrap, source, output, group_id, total) as (frozen, zombie):
+    scenario = zombie_scenario(bootstrap, source, output, group_id, total, protocol)
+    async with scenario as (frozen, zombie):
         frozen.thaw()
 
         async def a_commits() -> TransactionFencedError:
@@ -346,10 +376,69 @@ async def test_a_zombies_fenced_commit_is_refused_and_its_transaction_aborted(
 
         fenced = await frozen.run(a_commits())
     assert fenced.aborted and not fenced.producer_fenced
-    assert fenced.code in (22, 25), fenced  # ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID
+    # ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID (classic); under the consumer protocol
+    # also the epoch codes (STALE_MEMBER_EPOCH, FENCED_MEMBER_EPOCH).
+    assert fenced.code in (22, 25, 110, 113), fenced
+    print(f"{protocol}: the zombie's commit was refused with error code {fenced.code}")
     keys = await read_output(bootstrap, output)
     assert duplicates(keys) == {}
     assert sorted(keys) == sorted(f"0:{o}" for o in range(total))
+
+
+async def test_a_replaced_static_members_commit_is_fenced_by_its_instance_id(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str, transactions: None
+) -> None:
+    """A static member (KIP-345) replaced by a new process with the same
+    ``group_instance_id`` keeps the generation - only the member id changes - so the
+    generation alone cannot fence the old process; its member id and instance id do.
+    No freezing needed: the replacement is immediate."""
+    bootstrap = kafka_broker.bootstrap_servers
+    source, output = await kafka_topic(partitions=1), await kafka_topic(partitions=1)
+    total = 30
+    await produce_inputs(bootstrap, source, total, partitions=1)
+    instance = unique_name("static")
+    a_producer = transactional_producer(bootstrap, "replaced")
+    b_producer = transactional_producer(bootstrap, "replacement")
+    await asyncio.wait_for(asyncio.gather(a_producer.start(), b_producer.start()), WAIT_S)
+    a = consumer(bootstrap, source, group_id, group_instance_id=instance)
+    try:
+        await asyncio.wait_for(a.start(), WAIT_S)
+        got: dict[Any, Any] = {}
+
+        async def a_reads() -> None:
+            while sum(len(r) for r in got.values()) < total:
+                for tp, records in (await a.getmany(timeout_ms=500)).items():
+                    got.setdefault(tp, []).extend(records)
+
+        await asyncio.wait_for(a_reads(), WAIT_S)
+        a_metadata = a.group_metadata()
+        await a_producer.begin_transaction()
+        a_offsets = await process_batch(a_producer, output, got)
+
+        async with consumer(bootstrap, source, group_id, group_instance_id=instance) as b:
+            b_metadata = b.group_metadata()
+            assert b_metadata.member_id != a_metadata.member_id
+            done = 0
+
+            async def b_processes() -> None:
+                nonlocal done
+                while done < total:
+                    batch = await b.getmany(timeout_ms=500)
+                    if batch:
+                        async with transaction(b_producer):
+                            offsets = await process_batch(b_producer, output, batch)
+                            await send_offsets_to_transaction(b_producer, offsets, b)
+                        done += sum(len(r) for r in batch.values())
+
+            await asyncio.wait_for(b_processes(), WAIT_S)
+            with pytest.raises(TransactionFencedError) as info:
+                await send_offsets_to_transaction(a_producer, a_offsets, a_metadata)
+    finally:
+        await a.abort()
+        await asyncio.gather(a_producer.stop(), b_producer.stop())
+    assert info.value.code == 82 and info.value.aborted, info.value  # FENCED_INSTANCE_ID
+    keys = await read_output(bootstrap, output)
+    assert duplicates(keys) == {} and sorted(keys) == sorted(f"0:{o}" for o in range(total))
 
 
 async def test_without_kip_447_the_zombies_commit_is_accepted_and_duplicates_output(
