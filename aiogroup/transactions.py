@@ -85,10 +85,9 @@ async def send_offsets_to_transaction(
     """
     view = ProducerTxnView(producer)
     normalized = _normalized(offsets)
-    if isinstance(group, ConsumerGroupMetadata):
-        metadata, owned, auto_commit = group, None, False
-    else:
-        metadata = group.group_metadata()
+    owned: set[TopicPartition] | None = None
+    auto_commit = False
+    if not isinstance(group, ConsumerGroupMetadata):
         owned, auto_commit = group.assignment(), group.config.enable_auto_commit
     problem = check_commit_input(
         normalized,
@@ -104,6 +103,9 @@ async def send_offsets_to_transaction(
         if problem.kind is MisuseKind.NOT_OWNED:
             raise CommitFailedError(message)
         raise IllegalStateError(message)
+    # After the ownership check: mid-rebalance an eager member owns nothing, which is
+    # CommitFailedError (redo the batch), not a missing membership.
+    metadata = group if isinstance(group, ConsumerGroupMetadata) else group.group_metadata()
     try:
         await wait_for(commit_in_transaction(view, normalized, metadata), timeout)
     except Refused as refused:

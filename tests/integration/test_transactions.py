@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from aiogroup import GroupConsumer, TopicPartition
+from aiogroup import CommitFailedError, GroupConsumer, IllegalStateError, TopicPartition
 from aiogroup.errors import NotGroupMemberError, TransactionFencedError
 from aiogroup.group_metadata import ConsumerGroupMetadata
 from aiogroup.testing.broker import KafkaBroker, unique_name
@@ -556,3 +556,97 @@ async def test_the_example_loop_runs_exactly_once(
     outputs = await read_output(bootstrap, output, values=True)
     assert duplicates(outputs) == {}
     assert set(outputs) == {f"IN-{i}" for i in range(total)}
+
+
+# --- a rebalance mid-transaction ---------------------------------------------------------
+
+
+async def transform_loop(
+    member: GroupConsumer,
+    producer: AIOKafkaProducer,
+    output: str,
+    progress: dict[str, int],
+    name: str,
+    done: asyncio.Event,
+    changed: asyncio.Event,
+) -> None:
+    """The loop of examples/exactly_once.py, counting committed inputs in ``progress``
+    (per member and in total) until ``done`` is set; ``changed`` is set at each commit."""
+    while not done.is_set():
+        batch = await member.getmany(timeout_ms=200, max_records=10)
+        if not batch:
+            continue
+        try:
+            async with transaction(producer):
+                await asyncio.sleep(TRANSFORM_COST_S)  # the transform's work, not a wait
+                offsets = await process_batch(producer, output, batch)
+                await send_offsets_to_transaction(producer, offsets, member)
+        except (TransactionFencedError, CommitFailedError) as exc:
+            key = f"{name}-refused-{type(exc).__name__}"
+            progress[key] = progress.get(key, 0) + 1
+            with contextlib.suppress(CommitFailedError, IllegalStateError):
+                await member.seek_to_committed()
+            continue
+        count = sum(len(r) for r in batch.values())
+        progress[name] = progress.get(name, 0) + count
+        progress["total"] = progress.get("total", 0) + count
+        changed.set()
+        if progress["total"] >= progress["goal"]:
+            done.set()
+
+
+#: What transforming a batch costs: keeps transactions in flight while B joins.
+TRANSFORM_COST_S = 0.01
+
+
+@pytest.mark.parametrize("assignor", ["range", "cooperative-sticky"])
+async def test_a_rebalance_mid_transaction_keeps_each_input_once(
+    kafka_broker: KafkaBroker,
+    kafka_topic: TopicFactory,
+    group_id: str,
+    transactions: None,
+    assignor: str,
+) -> None:
+    """A processes a 4-partition input in small transactions; B joins while A has
+    transactions in flight, so partitions move (all revoked first: range, eager; only
+    the moving ones: cooperative-sticky).  Both run the loop to the end: the output
+    holds each input once and the group's offsets are the input's end."""
+    bootstrap = kafka_broker.bootstrap_servers
+    source, output = await kafka_topic(partitions=4), await kafka_topic(partitions=1)
+    total = 4000
+    await produce_inputs(bootstrap, source, total, partitions=4)
+    progress: dict[str, int] = {"goal": total}
+    done, changed = asyncio.Event(), asyncio.Event()
+    options = {"partition_assignment_strategy": (assignor,)}
+    producers = [transactional_producer(bootstrap, n) for n in ("a", "b")]
+    await asyncio.wait_for(asyncio.gather(*(p.start() for p in producers)), WAIT_S)
+    try:
+        async with consumer(bootstrap, source, group_id, **options) as a:
+            a_loop = asyncio.ensure_future(
+                transform_loop(a, producers[0], output, progress, "a", done, changed)
+            )
+            try:
+
+                async def a_is_under_way() -> None:
+                    while progress.get("a", 0) < total // 10:
+                        changed.clear()
+                        await changed.wait()
+
+                await asyncio.wait_for(a_is_under_way(), WAIT_S)
+                assert progress["total"] < total, "A finished before B joined: use more input"
+                async with consumer(bootstrap, source, group_id, **options) as b:
+                    b_loop = transform_loop(b, producers[1], output, progress, "b", done, changed)
+                    await asyncio.wait_for(asyncio.gather(a_loop, b_loop), WAIT_S)
+                    committed = {p: await b.committed(TopicPartition(source, p)) for p in range(4)}
+            finally:
+                a_loop.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await a_loop
+    finally:
+        await asyncio.gather(*(p.stop() for p in producers))
+    print(f"{assignor}: {progress}")
+    assert progress.get("b", 0) > 0, "B never committed: the partitions did not move"
+    assert committed == {p: total // 4 for p in range(4)}
+    keys = await read_output(bootstrap, output)
+    assert duplicates(keys) == {}
+    assert len(keys) == total

@@ -34,6 +34,7 @@ from aiogroup.errors import (
     ConfigurationError,
     IllegalStateError,
     KafkaTimeoutError,
+    NotGroupMemberError,
     TransactionFencedError,
 )
 from aiogroup.group_metadata import ConsumerGroupMetadata
@@ -346,3 +347,21 @@ async def test_the_context_needs_a_transactional_producer() -> None:
     with pytest.raises(ConfigurationError, match="transactional_id"):
         async with transaction(FakeProducer(transactional_id=None)):
             raise AssertionError("the body must not run")
+
+
+async def test_an_eager_member_mid_rebalance_gets_commit_failed_not_a_membership_error() -> None:
+    """Between revocation and the new assignment an eager member owns nothing and has no
+    metadata to give; the batch in hand is someone else's: CommitFailedError (redo)."""
+
+    class Rebalancing(GroupConsumer):
+        def group_metadata(self) -> ConsumerGroupMetadata:
+            raise NotGroupMemberError("no assignment yet")
+
+        def assignment(self) -> set[TopicPartition]:
+            return set()
+
+    producer = FakeProducer()
+    consumer = Rebalancing("in", group_id="g", enable_auto_commit=False)
+    with pytest.raises(CommitFailedError, match="does not own: in-0"):
+        await send_offsets_to_transaction(producer, {TP: 10}, consumer)
+    assert producer.client.sent == []
