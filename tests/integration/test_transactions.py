@@ -650,3 +650,111 @@ async def test_a_rebalance_mid_transaction_keeps_each_input_once(
     keys = await read_output(bootstrap, output)
     assert duplicates(keys) == {}
     assert len(keys) == total
+
+
+# --- kill -9 mid-transaction -------------------------------------------------------------
+
+#: Member A as a process: reads everything, produces the outputs and sends the offsets in
+#: one transaction, says "open", and waits to be killed before committing.
+KILLED_MEMBER = """
+import asyncio, os, sys
+from aiokafka import AIOKafkaProducer
+from aiogroup import GroupConsumer
+from aiogroup.transactions import send_offsets_to_transaction
+
+async def main():
+    env = os.environ
+    consumer = GroupConsumer(env["INPUT_TOPIC"], bootstrap_servers=env["BOOTSTRAP"],
+                             group_id=env["GROUP_ID"], enable_auto_commit=False,
+                             auto_offset_reset="earliest", session_timeout_ms=3000,
+                             heartbeat_interval_ms=1000)
+    producer = AIOKafkaProducer(bootstrap_servers=env["BOOTSTRAP"],
+                                transactional_id=env["TRANSACTIONAL_ID"],
+                                transaction_timeout_ms=int(env["TXN_TIMEOUT_MS"]))
+    await producer.start()
+    await consumer.start()
+    got, total = {}, int(env["TOTAL"])
+    while sum(map(len, got.values())) < total:
+        for tp, records in (await consumer.getmany(timeout_ms=500)).items():
+            got.setdefault(tp, []).extend(records)
+    await producer.begin_transaction()
+    for tp, records in got.items():
+        for r in records:
+            await producer.send_and_wait(env["OUTPUT_TOPIC"], r.value.upper(),
+                                         key=f"{tp.partition}:{r.offset}".encode(), partition=0)
+    await send_offsets_to_transaction(producer, {tp: rs[-1].offset + 1 for tp, rs in got.items()},
+                                      consumer)
+    print("open", flush=True)
+    await asyncio.sleep(120)
+
+asyncio.run(main())
+"""
+
+
+async def test_a_member_killed_mid_transaction_is_aborted_and_its_input_redone_once(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str, transactions: None
+) -> None:
+    """kill -9 after A's outputs and offsets are in its transaction, before the commit.
+    B takes the partition when A's session expires; its committed-offset lookup
+    (require_stable) waits until the transaction coordinator aborts A's transaction at
+    its timeout, then B redoes the input from the start: each input once."""
+    bootstrap = kafka_broker.bootstrap_servers
+    source, output = await kafka_topic(partitions=1), await kafka_topic(partitions=1)
+    total, txn_timeout_ms = 40, 5000
+    await produce_inputs(bootstrap, source, total, partitions=1)
+    env = {
+        **os.environ,
+        "BOOTSTRAP": bootstrap,
+        "INPUT_TOPIC": source,
+        "OUTPUT_TOPIC": output,
+        "GROUP_ID": group_id,
+        "TOTAL": str(total),
+        "TRANSACTIONAL_ID": unique_name("killed"),
+        "TXN_TIMEOUT_MS": str(txn_timeout_ms),
+        "PYTHONPATH": os.pathsep.join([str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", KILLED_MEMBER, env=env, stdout=asyncio.subprocess.PIPE
+    )
+    assert proc.stdout is not None
+    try:
+        line = await asyncio.wait_for(proc.stdout.readline(), WAIT_S)
+        assert line.decode().strip() == "open"
+    finally:
+        proc.kill()  # SIGKILL: no commit, no abort, no LeaveGroup
+        await proc.wait()
+    killed_at = asyncio.get_running_loop().time()
+    producer = transactional_producer(bootstrap, "after-kill")
+    await asyncio.wait_for(producer.start(), WAIT_S)
+    try:
+        async with consumer(bootstrap, source, group_id) as b:
+            started_at = asyncio.get_running_loop().time()
+            done = 0
+            first_batch_at: float | None = None
+
+            async def b_processes() -> None:
+                nonlocal done, first_batch_at
+                while done < total:
+                    batch = await b.getmany(timeout_ms=500)
+                    if batch:
+                        first_batch_at = first_batch_at or asyncio.get_running_loop().time()
+                        async with transaction(producer):
+                            offsets = await process_batch(producer, output, batch)
+                            await send_offsets_to_transaction(producer, offsets, b)
+                        done += sum(len(r) for r in batch.values())
+
+            await asyncio.wait_for(b_processes(), WAIT_S)
+            assert await b.committed(TopicPartition(source, 0)) == total
+    finally:
+        await producer.stop()
+    assert first_batch_at is not None
+    waited = first_batch_at - killed_at
+    print(
+        f"kill -9: B joined {started_at - killed_at:.1f}s after the kill and got its first "
+        f"records after {waited:.1f}s (A's transaction timeout {txn_timeout_ms} ms)"
+    )
+    # B's position waited for the abort, which the coordinator cannot do before A's
+    # transaction times out (A began it moments before the kill): a causal lower bound.
+    assert waited >= 0.8 * txn_timeout_ms / 1000
+    keys = await read_output(bootstrap, output)
+    assert duplicates(keys) == {} and sorted(keys) == sorted(f"0:{o}" for o in range(total))
