@@ -175,8 +175,7 @@ async def _abort(producer: Any, timeout: float) -> bool:
 
 def _as_error(refused: Refused, metadata: ConsumerGroupMetadata, aborted: bool) -> BaseException:
     cause = error_for_code(refused.code)
-    known = refused.code in TxnCode.__members__.values()
-    name = TxnCode(refused.code).name if known else cause.__name__
+    name = TxnCode(refused.code).name if refused.code in set(TxnCode) else cause.__name__
     outcome = "aborted" if aborted else "not confirmed aborted"
     if refused.step is Step.FENCED_MEMBER:
         log.info(

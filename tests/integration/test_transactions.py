@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 import pytest
 from aiokafka import AIOKafkaProducer
+from fault_proxy import FaultProxy
 
 from aiogroup import CommitFailedError, GroupConsumer, IllegalStateError, TopicPartition
 from aiogroup.errors import NotGroupMemberError, TransactionFencedError
@@ -758,3 +759,57 @@ async def test_a_member_killed_mid_transaction_is_aborted_and_its_input_redone_o
     assert waited >= 0.8 * txn_timeout_ms / 1000
     keys = await read_output(bootstrap, output)
     assert duplicates(keys) == {} and sorted(keys) == sorted(f"0:{o}" for o in range(total))
+
+
+# --- a cut connection --------------------------------------------------------------------
+
+
+async def test_a_cut_connection_mid_transaction_is_retried_and_commits_once(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str, transactions: None
+) -> None:
+    """Every connection of the transactional producer is cut after the outputs are sent
+    and before the offsets are: the commit reconnects (finding the coordinators again)
+    and the transaction commits; each input once, the offsets at the input's end."""
+    bootstrap = kafka_broker.bootstrap_servers
+    source, output = await kafka_topic(partitions=1), await kafka_topic(partitions=1)
+    total = 20
+    await produce_inputs(bootstrap, source, total, partitions=1)
+    host, port = bootstrap.split(",")[0].rsplit(":", 1)
+    proxy = await FaultProxy(host, int(port)).start()
+    producer = transactional_producer(f"127.0.0.1:{proxy.port}", "cut")
+    redirect_to(producer, proxy)
+    try:
+        await asyncio.wait_for(producer.start(), WAIT_S)
+        async with consumer(bootstrap, source, group_id) as member:
+            got: dict[Any, Any] = {}
+
+            async def reads() -> None:
+                while sum(len(r) for r in got.values()) < total:
+                    for tp, records in (await member.getmany(timeout_ms=500)).items():
+                        got.setdefault(tp, []).extend(records)
+
+            await asyncio.wait_for(reads(), WAIT_S)
+            async with transaction(producer):
+                offsets = await process_batch(producer, output, got)
+                cut_before = sum(proxy.requests.values())
+                proxy.cut()
+                await send_offsets_to_transaction(producer, offsets, member)
+                assert sum(proxy.requests.values()) > cut_before  # went out again, reconnected
+            assert await member.committed(TopicPartition(source, 0)) == total
+    finally:
+        await producer.stop()
+        await proxy.close()
+    keys = await read_output(bootstrap, output)
+    assert duplicates(keys) == {} and sorted(keys) == sorted(f"0:{o}" for o in range(total))
+
+
+def redirect_to(producer: AIOKafkaProducer, proxy: FaultProxy) -> None:
+    """Every broker the producer's client learns of is reached through ``proxy``."""
+    cluster = producer.client.cluster
+    original = cluster.broker_metadata
+
+    def broker_metadata(node_id: Any) -> Any:
+        meta = original(node_id)
+        return None if meta is None else meta._replace(host="127.0.0.1", port=proxy.port)
+
+    cluster.broker_metadata = broker_metadata

@@ -365,3 +365,29 @@ async def test_an_eager_member_mid_rebalance_gets_commit_failed_not_a_membership
     with pytest.raises(CommitFailedError, match="does not own: in-0"):
         await send_offsets_to_transaction(producer, {TP: 10}, consumer)
     assert producer.client.sent == []
+
+
+async def test_the_view_reads_a_real_aiokafka_producer() -> None:
+    """ProducerTxnView is the one place that reads aiokafka's private transaction state:
+    an aiokafka upgrade that moves it fails here, not in production."""
+    from aiokafka import AIOKafkaProducer
+
+    from aiogroup._transactions.committer import ProducerTxnView
+
+    transactional = AIOKafkaProducer(bootstrap_servers="127.0.0.1:1", transactional_id="tx-1")
+    view = ProducerTxnView(transactional)
+    assert view.transactional_id == "tx-1"
+    assert not view.in_transaction and not view.abortable  # not started: no producer id yet
+    assert view.client is transactional.client
+    txn = transactional._txn_manager
+    txn.set_pid_and_epoch(4000, 3)  # what InitProducerId's answer does
+    txn.begin_transaction()
+    assert view.in_transaction and view.abortable
+    assert (view.producer_id, view.producer_epoch) == (4000, 3)
+    view.group_joined_transaction("g")
+    assert not txn.is_empty_transaction()  # so EndTxn goes out even without records
+    plain = AIOKafkaProducer(bootstrap_servers="127.0.0.1:1")
+    assert ProducerTxnView(plain).transactional_id is None
+    idempotent = AIOKafkaProducer(bootstrap_servers="127.0.0.1:1", enable_idempotence=True)
+    assert ProducerTxnView(idempotent).transactional_id is None
+    await asyncio.gather(transactional.stop(), plain.stop(), idempotent.stop())
