@@ -562,6 +562,16 @@ async def test_the_example_loop_runs_exactly_once(
 # --- a rebalance mid-transaction ---------------------------------------------------------
 
 
+@dataclass
+class Hold:
+    """Once ``after`` inputs are committed, the next transaction stops between its outputs
+    and its offsets: ``holding`` is set, and it goes on when ``release`` is."""
+
+    after: int
+    holding: asyncio.Event
+    release: asyncio.Event
+
+
 async def transform_loop(
     member: GroupConsumer,
     producer: AIOKafkaProducer,
@@ -569,10 +579,10 @@ async def transform_loop(
     progress: dict[str, int],
     name: str,
     done: asyncio.Event,
-    changed: asyncio.Event,
+    hold: Hold | None = None,
 ) -> None:
     """The loop of examples/exactly_once.py, counting committed inputs in ``progress``
-    (per member and in total) until ``done`` is set; ``changed`` is set at each commit."""
+    (per member and in total) until ``done`` is set."""
     while not done.is_set():
         batch = await member.getmany(timeout_ms=200, max_records=10)
         if not batch:
@@ -581,6 +591,10 @@ async def transform_loop(
             async with transaction(producer):
                 await asyncio.sleep(TRANSFORM_COST_S)  # the transform's work, not a wait
                 offsets = await process_batch(producer, output, batch)
+                if hold is not None and progress.get(name, 0) >= hold.after:
+                    hold.holding.set()
+                    await hold.release.wait()
+                    hold = None
                 await send_offsets_to_transaction(producer, offsets, member)
         except (TransactionFencedError, CommitFailedError) as exc:
             key = f"{name}-refused-{type(exc).__name__}"
@@ -591,13 +605,12 @@ async def transform_loop(
         count = sum(len(r) for r in batch.values())
         progress[name] = progress.get(name, 0) + count
         progress["total"] = progress.get("total", 0) + count
-        changed.set()
         if progress["total"] >= progress["goal"]:
             done.set()
 
 
-#: What transforming a batch costs: keeps transactions in flight while B joins.
-TRANSFORM_COST_S = 0.01
+#: What transforming a batch costs (so B's share is not gone before it starts).
+TRANSFORM_COST_S = 0.005
 
 
 @pytest.mark.parametrize("assignor", ["range", "cooperative-sticky"])
@@ -608,38 +621,37 @@ async def test_a_rebalance_mid_transaction_keeps_each_input_once(
     transactions: None,
     assignor: str,
 ) -> None:
-    """A processes a 4-partition input in small transactions; B joins while A has
-    transactions in flight, so partitions move (all revoked first: range, eager; only
-    the moving ones: cooperative-sticky).  Both run the loop to the end: the output
-    holds each input once and the group's offsets are the input's end."""
+    """A processes a 4-partition input in small transactions; B joins while A holds one
+    open (outputs sent, offsets not), so partitions move under it (all revoked first:
+    range, eager - A's held commit is then refused as not owned; only the moving ones:
+    cooperative-sticky - it goes through if its partitions stayed).  Both run the loop
+    to the end: the output holds each input once, the group's offsets are the end."""
     bootstrap = kafka_broker.bootstrap_servers
     source, output = await kafka_topic(partitions=4), await kafka_topic(partitions=1)
     total = 4000
     await produce_inputs(bootstrap, source, total, partitions=4)
     progress: dict[str, int] = {"goal": total}
-    done, changed = asyncio.Event(), asyncio.Event()
+    done = asyncio.Event()
+    hold = Hold(total // 10, asyncio.Event(), asyncio.Event())
     options = {"partition_assignment_strategy": (assignor,)}
     producers = [transactional_producer(bootstrap, n) for n in ("a", "b")]
     await asyncio.wait_for(asyncio.gather(*(p.start() for p in producers)), WAIT_S)
     try:
         async with consumer(bootstrap, source, group_id, **options) as a:
             a_loop = asyncio.ensure_future(
-                transform_loop(a, producers[0], output, progress, "a", done, changed)
+                transform_loop(a, producers[0], output, progress, "a", done, hold)
             )
             try:
-
-                async def a_is_under_way() -> None:
-                    while progress.get("a", 0) < total // 10:
-                        changed.clear()
-                        await changed.wait()
-
-                await asyncio.wait_for(a_is_under_way(), WAIT_S)
-                assert progress["total"] < total, "A finished before B joined: use more input"
+                # A holds a transaction open (outputs sent, offsets not) while B joins:
+                # B's start() returns once the rebalance has given it partitions.
+                await asyncio.wait_for(hold.holding.wait(), WAIT_S)
                 async with consumer(bootstrap, source, group_id, **options) as b:
-                    b_loop = transform_loop(b, producers[1], output, progress, "b", done, changed)
+                    hold.release.set()
+                    b_loop = transform_loop(b, producers[1], output, progress, "b", done)
                     await asyncio.wait_for(asyncio.gather(a_loop, b_loop), WAIT_S)
                     committed = {p: await b.committed(TopicPartition(source, p)) for p in range(4)}
             finally:
+                hold.release.set()
                 a_loop.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await a_loop
