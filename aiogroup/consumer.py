@@ -63,6 +63,7 @@ from aiogroup.errors import (
     KafkaError,
     is_authorization_error,
 )
+from aiogroup.group_metadata import ConsumerGroupMetadata, decide_group_metadata
 from aiogroup.listeners import HookedListener, RebalanceHooks, as_async_listener, loop_bound
 from aiogroup.metrics import (
     ConsumerMetrics,
@@ -942,6 +943,27 @@ class GroupConsumer:
     @property
     def generation(self) -> int | None:
         return None if self._coordinator is None else self._coordinator.generation_id
+
+    @loop_bound
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """This member's group identity now, for a transactional offset commit (KIP-447).
+
+        Frozen at this instant: pass it with the offsets to
+        ``aiogroup.transactions.send_offsets_to_transaction`` so the coordinator can
+        refuse the commit if the group has replaced this member since.  Under the
+        consumer protocol the member epoch stands in the generation's place.
+        Raises ``NotGroupMemberError`` (naming the reason) before the first
+        assignment, while the membership is lost, or without a group.
+        """
+        sub = self._subscription
+        coordinator = self._coordinator
+        return decide_group_metadata(
+            self._config.group_id,
+            self._config.group_instance_id,
+            group_managed=sub is not None and sub.subscription.group_managed,
+            identity=None if coordinator is None else coordinator.identity(),
+            assigned=sub is not None and sub.assignment is not None,
+        )
 
     @property
     def config(self) -> ConsumerConfig:

@@ -42,8 +42,10 @@ __all__ = [
     "KafkaTimeoutError",
     "MalformedProtocolDataError",
     "NoOffsetForPartitionError",
+    "NotGroupMemberError",
     "RebalanceListenerError",
     "RecordDeserializationError",
+    "TransactionFencedError",
     "authorization_error",
     "error_for_code",
     "is_authorization_error",
@@ -98,6 +100,50 @@ class FencedInstanceIdError(BrokerResponseError):
     description = (
         "The broker fenced this static member: another instance uses its group_instance_id."
     )
+
+
+class NotGroupMemberError(IllegalStateError):
+    """The consumer holds no group membership to name: no group metadata exists yet.
+
+    Raised by ``group_metadata()`` before the first assignment, after the membership
+    was lost, for a consumer without a group or with ``assign()``-ed partitions.  An
+    ``IllegalStateError`` (aiokafka's) because calling it then is a misuse of order,
+    not a broker fault; the message says which of the cases it is.
+    """
+
+
+class TransactionFencedError(KafkaError):
+    """A transactional offset commit was refused because its sender is a zombie.
+
+    Either the group has replaced the consumer member whose metadata the commit
+    carried (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID,
+    STALE_MEMBER_EPOCH, FENCED_MEMBER_EPOCH: KIP-447) or another producer took over
+    the transactional id (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH).  One class for
+    all of them because the application's answer is the same: the work of this
+    transaction belongs to someone else now - drop it, do not retry it.
+
+    ``code`` is the broker's error code and ``error`` aiokafka's class for it
+    (``UnknownError`` for the KIP-848 epoch codes, which aiokafka does not name; the
+    message names them); ``producer_fenced`` tells the two kinds apart (a fenced
+    producer cannot start another transaction and must be closed); ``aborted`` says
+    whether the transaction's abort was confirmed (a fenced producer cannot abort:
+    the new owner of the transactional id aborts it on its behalf).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: int,
+        error: type[BaseException],
+        producer_fenced: bool,
+        aborted: bool,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.error = error
+        self.producer_fenced = producer_fenced
+        self.aborted = aborted
 
 
 def error_for_code(code: int) -> type[BrokerResponseError]:

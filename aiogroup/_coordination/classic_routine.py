@@ -45,6 +45,7 @@ from aiogroup.errors import (
     authorization_error,
     error_for_code,
 )
+from aiogroup.group_metadata import MemberIdentity
 from aiogroup.metrics import ConsumerMetrics
 from aiogroup.structs import OffsetAndMetadata, RebalanceProtocol, TopicPartition
 
@@ -128,6 +129,16 @@ class GroupCoordinator(CoordinationRoutine):
     @property
     def state(self) -> MemberState:
         return self._membership.state
+
+    def identity(self) -> MemberIdentity:
+        m = self._membership
+        return MemberIdentity(
+            generation_id=m.generation_id,
+            member_id=m.member_id,
+            in_group=m.in_generation and not m.finished,
+            stopped=m.finished,
+            state=m.state_name,
+        )
 
     @property
     def rebalance_protocol(self) -> RebalanceProtocol:
@@ -341,7 +352,11 @@ class GroupCoordinator(CoordinationRoutine):
         return request, generation_id
 
     def fetch_request(self, partitions: list[TopicPartition]) -> Any:
-        return OffsetFetchRequest(self._group_id, partitions)
+        # require_stable (KIP-447, OffsetFetch v7+; dropped for older brokers): a
+        # transactional commit of these partitions still pending is answered
+        # UNSTABLE_OFFSET_COMMIT, retried, rather than with the offset before it - a
+        # new owner would otherwise re-process input whose output is being committed.
+        return OffsetFetchRequest(self._group_id, partitions, require_stable=True)
 
     def commit_answered(self, result: Any, generation: int) -> None:
         self._inbox.put_nowait(E.OffsetCommitResponseReceived(result, generation))

@@ -58,6 +58,7 @@ from aiogroup.errors import (
     KafkaError,
     error_for_code,
 )
+from aiogroup.group_metadata import MemberIdentity
 from aiogroup.metrics import ConsumerMetrics
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
 
@@ -159,6 +160,17 @@ class ConsumerGroupCoordinator(CoordinationRoutine):
     @property
     def state(self) -> cg.ConsumerMemberState:
         return self._membership.state
+
+    def identity(self) -> MemberIdentity:
+        # The member epoch in the generation's place (KIP-848), as Java's metadata has it.
+        m = self._membership
+        return MemberIdentity(
+            generation_id=m.member_epoch,
+            member_id=m.member_id,
+            in_group=m.in_group,
+            stopped=m.finished,
+            state=m.state_name,
+        )
 
     @property
     def membership(self) -> cg.ConsumerMembership:

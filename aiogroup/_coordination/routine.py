@@ -53,6 +53,7 @@ from aiogroup.errors import (
     is_authorization_error,
     is_retriable,
 )
+from aiogroup.group_metadata import MemberIdentity
 from aiogroup.listeners import AsyncConsumerRebalanceListener, ListenerThread
 from aiogroup.metrics import ConsumerMetrics
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
@@ -198,6 +199,10 @@ class CoordinationRoutine(ABC):
         return self._machine.state_name
 
     # -- what each shell provides ---------------------------------------------------------
+
+    @abstractmethod
+    def identity(self) -> MemberIdentity:
+        """The membership now, as ``group_metadata()`` decides on it (a snapshot)."""
 
     @abstractmethod
     def _after_step(self) -> None:

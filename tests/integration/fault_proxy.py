@@ -2,6 +2,7 @@
 
 * ``pause()`` / ``resume()`` stop and restart forwarding in both directions with the
   connections left open - a stalled network: requests time out, sessions expire;
+* ``cut()`` closes every connection at once (the listener stays) - a reset network;
 * ``inject_heartbeat_error(code)`` rewrites the error code of the next Heartbeat
   responses on the wire, so the consumer's real code path sees e.g.
   UNKNOWN_MEMBER_ID exactly as if the broker had said it.
@@ -63,6 +64,12 @@ class FaultProxy:
 
     def resume(self) -> None:
         self._running.set()
+
+    def cut(self) -> None:
+        """Close every connection now (the listener stays): the clients must reconnect."""
+        for writer in self._writers:
+            writer.close()
+        self._writers.clear()
 
     def inject_heartbeat_error(self, code: int, times: int = 1) -> None:
         self._heartbeat_errors.extend([code] * times)

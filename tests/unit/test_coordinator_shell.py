@@ -266,6 +266,9 @@ def test_join_lead_assign_heartbeat_commit_fetch_and_leave() -> None:
         assert recorder.calls == [("assigned", {TP0, TP1})]
         assert sub.assigned_partitions == {TP0, TP1}
         assert coordinator.member_id == MEMBER and coordinator.generation_id == 1
+        identity = coordinator.identity()  # what group_metadata() decides on
+        assert (identity.generation_id, identity.member_id) == (1, MEMBER)
+        assert identity.in_group and not identity.stopped and identity.state == "STABLE"
         # Three heartbeat intervals of virtual time: the heartbeats flow.
         loop = asyncio.get_running_loop()
         start = loop.time()
@@ -279,6 +282,7 @@ def test_join_lead_assign_heartbeat_commit_fetch_and_leave() -> None:
         await coordinator.close(timeout=5)
         assert broker.names()[-1] == "LeaveGroup"
         assert recorder.calls[-1] == ("revoked", {TP0, TP1})
+        assert not coordinator.identity().in_group
 
     run_virtual(scenario())
 
@@ -350,6 +354,26 @@ def test_fetch_retries_then_raises_what_cannot_be_retried() -> None:
         with pytest.raises(KafkaError):
             await coordinator.fetch_committed_offsets([TP1], timeout=30)
         assert await coordinator.fetch_committed_offsets([], timeout=1) == {}
+        await coordinator.close(timeout=5)
+
+    run_virtual(scenario())
+
+
+def test_fetch_asks_for_stable_offsets_and_waits_out_a_pending_transaction() -> None:
+    """KIP-447: a new owner must not read the offset from before a transactional
+    commit still in flight; the broker answers UNSTABLE_OFFSET_COMMIT until it ends."""
+
+    async def scenario() -> None:
+        coordinator, _, broker, _ = await joined()
+        broker.committed[("t", 1)] = 9
+        fetches = len(broker.of("OffsetFetch"))
+        broker.script["OffsetFetch"] = [C.UNSTABLE_OFFSET_COMMIT, C.UNSTABLE_OFFSET_COMMIT]
+        assert await coordinator.fetch_committed_offsets([TP1], timeout=30) == {
+            TP1: OffsetAndMetadata(9, "")
+        }
+        sent = broker.of("OffsetFetch")
+        assert len(sent) == fetches + 3
+        assert all(fetch["require_stable"] for fetch in sent)
         await coordinator.close(timeout=5)
 
     run_virtual(scenario())

@@ -25,14 +25,24 @@ PUBLIC_MODULES = {
     "config.py",
     "consumer.py",
     "errors.py",
+    "group_metadata.py",
     "listeners.py",
     "metrics.py",
     "otel.py",
     "prometheus.py",
     "structs.py",
+    "transactions.py",
 }
 PUBLIC_PACKAGES = {"assignors", "processing", "spark", "testing"}
-WINGS = {"_coordination", "_fetch", "_membership", "_protocol", "_state", "_support"}
+WINGS = {
+    "_coordination",
+    "_fetch",
+    "_membership",
+    "_protocol",
+    "_state",
+    "_support",
+    "_transactions",
+}
 
 
 def _imports(path: Path) -> set[str]:
@@ -83,6 +93,16 @@ def test_the_top_level_holds_the_public_surface_and_the_wings() -> None:
         ("_fetch", ("aiogroup._coordination", "aiogroup._membership")),
         # Wire structs know nothing of who sends them.
         ("_protocol", ("aiogroup._coordination", "aiogroup._fetch", "aiogroup._state")),
+        # Transactional commits borrow aiokafka's producer, never the consumer's insides.
+        (
+            "_transactions",
+            (
+                "aiogroup._coordination",
+                "aiogroup._fetch",
+                "aiogroup._membership",
+                "aiogroup._state",
+            ),
+        ),
         # The machines are pure: no wing with I/O (test_purity checks the rest).
         (
             "_membership",

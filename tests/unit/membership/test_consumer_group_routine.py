@@ -240,12 +240,17 @@ async def test_join_assign_acknowledge_commit_and_leave() -> None:
         await coord.commit_offsets({TopicPartition("t", 0): OffsetAndMetadata(5, "")}, timeout=5)
         (commit,) = broker.of("OffsetCommit")
         assert commit["generation_id"] == 1 and commit["member_id"] == coord.member_id
+        # group_metadata()'s input: the member epoch in the generation's place (KIP-848).
+        identity = coord.identity()
+        assert (identity.generation_id, identity.member_id) == (1, coord.member_id)
+        assert identity.in_group and not identity.stopped
 
         await coord.close(timeout=5)
         leave = broker.of("ConsumerGroupHeartbeat")[-1]
         assert leave["member_epoch"] == -1
         assert listener.calls[-1] == ("revoked", expected)
         assert coord.state.value == "UNSUBSCRIBED"
+        assert not coord.identity().in_group
     finally:
         await coord.abort()
 

@@ -1,0 +1,222 @@
+"""Send a fenced transactional offset commit through aiokafka's transactional producer.
+
+Why not aiokafka's own ``send_offsets_to_transaction``: its TxnOffsetCommit is v0,
+which names the group only, so a zombie member's commit is accepted.  What it lacks
+is one request version, not a transaction manager, so this module borrows the
+producer's: its connection client, its transactional id, producer id and epoch, and
+its transaction state.  It sends the two requests of the step itself -
+AddOffsetsToTxn to the transaction coordinator, then TxnOffsetCommit v3+ with the
+member's identity to the group coordinator - and then tells aiokafka's transaction
+manager that the group's offsets are part of the transaction, which is what makes
+``commit_transaction()``/``abort_transaction()`` send EndTxn even when the
+transaction produced no record.
+
+aiokafka keeps that state behind underscore names (``_txn_manager``); every access
+is in :class:`ProducerTxnView`, so an aiokafka upgrade that moves it breaks here,
+loudly, and nowhere else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from aiokafka.client import AIOKafkaClient, ConnectionGroup
+from aiokafka.producer.transaction_manager import TransactionState
+
+from aiogroup._protocol.group import (
+    COORDINATOR_TYPE_GROUP,
+    COORDINATOR_TYPE_TRANSACTION,
+    FindCoordinatorRequest,
+    parse_find_coordinator,
+)
+from aiogroup._protocol.transactions import (
+    AddOffsetsToTxnRequest,
+    TxnOffsetCommitRequest,
+    parse_add_offsets_to_txn,
+    parse_txn_offset_commit,
+)
+from aiogroup._transactions.outcomes import Step, step_for, worst_step
+from aiogroup.errors import TRANSPORT_ERRORS, KafkaError
+from aiogroup.group_metadata import ConsumerGroupMetadata
+from aiogroup.structs import OffsetAndMetadata, TopicPartition
+
+__all__ = ["ProducerTxnView", "Refused", "commit_in_transaction"]
+
+log = logging.getLogger("aiogroup.transactions")
+
+#: Pause before resending after a passing condition or a coordinator move.
+RETRY_BACKOFF_S = 0.1
+
+
+class Refused(Exception):
+    """The broker's final answer was not success: ``step`` says what kind, ``code`` which."""
+
+    def __init__(self, api: str, step: Step, code: int) -> None:
+        super().__init__(api, step, code)
+        self.api = api
+        self.step = step
+        self.code = code
+
+
+class ProducerTxnView:
+    """The parts of an ``AIOKafkaProducer`` a fenced commit needs, read in one place."""
+
+    def __init__(self, producer: Any) -> None:
+        self._producer = producer
+        self._txn = getattr(producer, "_txn_manager", None)
+
+    @property
+    def transactional_id(self) -> str | None:
+        return None if self._txn is None else self._txn.transactional_id
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._txn is not None and bool(self._txn.is_in_transaction())
+
+    @property
+    def abortable(self) -> bool:
+        """A transaction is open, or failed and waits for its abort: ``abort`` is valid."""
+        if self._txn is None:
+            return False
+        return self._txn.state in (
+            TransactionState.IN_TRANSACTION,
+            TransactionState.ABORTABLE_ERROR,
+        )
+
+    @property
+    def producer_id(self) -> int:
+        assert self._txn is not None
+        return int(self._txn.producer_id)
+
+    @property
+    def producer_epoch(self) -> int:
+        assert self._txn is not None
+        return int(self._txn.producer_epoch)
+
+    @property
+    def client(self) -> AIOKafkaClient:
+        client: AIOKafkaClient = self._producer.client
+        return client
+
+    def group_joined_transaction(self, group_id: str) -> None:
+        """Tell aiokafka the group's offsets are in the transaction: EndTxn must go out."""
+        assert self._txn is not None
+        self._txn.consumer_group_added(group_id)
+
+
+async def commit_in_transaction(
+    view: ProducerTxnView,
+    offsets: Mapping[TopicPartition, OffsetAndMetadata],
+    metadata: ConsumerGroupMetadata,
+) -> None:
+    """AddOffsetsToTxn, then TxnOffsetCommit under ``metadata``; raises :class:`Refused`.
+
+    Retries what passes (a coordinator moving or loading, the transaction's other
+    requests in flight) without bound: the caller bounds the whole with a deadline.
+    """
+    transactional_id = view.transactional_id
+    assert transactional_id is not None
+
+    def add_offsets() -> AddOffsetsToTxnRequest:
+        return AddOffsetsToTxnRequest(
+            transactional_id, view.producer_id, view.producer_epoch, metadata.group_id
+        )
+
+    def add_offsets_answer(resp: Any) -> tuple[Step, int]:
+        code = parse_add_offsets_to_txn(resp)
+        return step_for(code), code
+
+    await _exchange(
+        view.client,
+        "AddOffsetsToTxn",
+        (transactional_id, COORDINATOR_TYPE_TRANSACTION),
+        add_offsets,
+        add_offsets_answer,
+    )
+    view.group_joined_transaction(metadata.group_id)
+
+    def commit() -> TxnOffsetCommitRequest:
+        return TxnOffsetCommitRequest(
+            transactional_id,
+            view.producer_id,
+            view.producer_epoch,
+            metadata.group_id,
+            metadata.generation_id,
+            metadata.member_id,
+            metadata.group_instance_id,
+            offsets,
+        )
+
+    def commit_answer(resp: Any) -> tuple[Step, int]:
+        return worst_step(list(parse_txn_offset_commit(resp).values()))
+
+    await _exchange(
+        view.client,
+        "TxnOffsetCommit",
+        (metadata.group_id, COORDINATOR_TYPE_GROUP),
+        commit,
+        commit_answer,
+    )
+    log.debug(
+        "transaction %s: offsets of %d partitions committed for group %s "
+        "(generation/epoch %d, member %s)",
+        transactional_id,
+        len(offsets),
+        metadata.group_id,
+        metadata.generation_id,
+        metadata.member_id,
+    )
+
+
+async def _exchange(
+    client: AIOKafkaClient,
+    api: str,
+    coordinator: tuple[str, int],
+    build: Callable[[], Any],
+    judge: Callable[[Any], tuple[Step, int]],
+) -> None:
+    """Send ``build()`` to ``coordinator``'s node until the answer is final."""
+    node: int | None = None
+    while True:
+        if node is None:
+            node = await _find_coordinator(client, *coordinator)
+            if node is None:
+                await asyncio.sleep(RETRY_BACKOFF_S)
+                continue
+        try:
+            resp = await client.send(node, build(), group=ConnectionGroup.COORDINATION)
+        except TRANSPORT_ERRORS as exc:
+            log.debug("%s to node %d failed: %r; looking the coordinator up again", api, node, exc)
+            node = None
+            await asyncio.sleep(RETRY_BACKOFF_S)
+            continue
+        step, code = judge(resp)
+        if step is Step.DONE:
+            return
+        if step is Step.FIND_COORDINATOR:
+            node = None
+        if step in (Step.FIND_COORDINATOR, Step.RETRY):
+            log.debug("%s answered error code %d; retrying", api, code)
+            await asyncio.sleep(RETRY_BACKOFF_S)
+            continue
+        raise Refused(api, step, code)
+
+
+async def _find_coordinator(client: AIOKafkaClient, key: str, key_type: int) -> int | None:
+    """The coordinator's node for ``key`` (None: not now - the caller backs off)."""
+    node = client.get_random_node()
+    if node is None:
+        return None
+    try:
+        request = FindCoordinatorRequest(key, key_type)
+        result = parse_find_coordinator(await client.send(node, request))
+    except (KafkaError, OSError) as exc:
+        log.debug("FindCoordinator(%s) failed: %r", key, exc)
+        return None
+    if result.error_code != 0:
+        log.debug("FindCoordinator(%s) answered error code %d", key, result.error_code)
+        return None
+    return result.node_id

@@ -1,0 +1,827 @@
+"""Exactly-once consume-transform-produce on a real broker (issue 27, KIP-447).
+
+(a) The loop: each batch's outputs and its input offsets in one transaction of
+aiokafka's producer; a read_committed reader of the output sees each input's output
+exactly once, and the group's committed offsets are the input's end.
+(b) The zombie: member A reads a batch, opens a transaction, produces its outputs
+and is frozen (its event loop blocked, as SIGSTOP would) past its session.  The
+group gives the partition to B, which processes it and commits.  A wakes and sends
+its offsets with the group metadata it read the batch under: the coordinator
+refuses (KIP-447), the transaction is aborted, ``TransactionFencedError`` surfaces,
+and the output holds every input exactly once.
+(c) The same zombie with aiokafka's own ``send_offsets_to_transaction(offsets,
+group_id)`` (TxnOffsetCommit v0, group id only): what KIP-447 prevents, measured.
+
+Transactions need ``caps.supports_transactions`` (Tansu refuses InitProducerId for a
+transactional id); the consumer-protocol run needs ``caps.supports_consumer_protocol``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import AsyncIterator, Coroutine
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from fault_proxy import FaultProxy
+
+from aiogroup import CommitFailedError, GroupConsumer, IllegalStateError, TopicPartition
+from aiogroup.errors import NotGroupMemberError, TransactionFencedError
+from aiogroup.group_metadata import ConsumerGroupMetadata
+from aiogroup.testing.broker import KafkaBroker, unique_name
+from aiogroup.testing.plugin import TopicFactory
+from aiogroup.transactions import send_offsets_to_transaction, transaction
+
+T = TypeVar("T")
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+#: Bound on any single wait in these tests.
+WAIT_S = 60.0
+#: The classic member's session: the zombie is frozen past it (the broker's minimum
+#: in the test fixture is 3 s).
+SESSION_MS = 3000
+
+
+@pytest.fixture
+def transactions(kafka_broker: KafkaBroker) -> None:
+    """The broker, when it has transactions; otherwise the scenario does not apply."""
+    if not kafka_broker.caps.supports_transactions:
+        pytest.skip(
+            "not applicable: this broker refuses transactional producers "
+            "(caps.supports_transactions; test_broker.py::test_caps_transactions asserts it)"
+        )
+
+
+async def produce_inputs(bootstrap: str, topic: str, count: int, partitions: int) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=2)
+    await producer.start()
+    try:
+        sent = [
+            await producer.send(topic, f"in-{i}".encode(), partition=i % partitions)
+            for i in range(count)
+        ]
+        await asyncio.gather(*sent)
+    finally:
+        await producer.stop()
+
+
+def transactional_producer(bootstrap: str, name: str) -> AIOKafkaProducer:
+    return AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        transactional_id=unique_name(name),
+        request_timeout_ms=10_000,
+    )
+
+
+def consumer(bootstrap: str, topic: str, group: str, **options: Any) -> GroupConsumer:
+    return GroupConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+        **options,
+    )
+
+
+async def process_batch(
+    producer: AIOKafkaProducer, output: str, batch: dict[Any, Any]
+) -> dict[TopicPartition, int]:
+    """Produce one output per input record (keyed by the input's partition:offset) in
+    the producer's open transaction; the next offsets to commit."""
+    sent = []
+    for tp, records in batch.items():
+        for record in records:
+            key = f"{tp.partition}:{record.offset}".encode()
+            sent.append(await producer.send(output, record.value.upper(), key=key, partition=0))
+    await asyncio.gather(*sent)
+    return {tp: records[-1].offset + 1 for tp, records in batch.items() if records}
+
+
+async def read_output(bootstrap: str, output: str, *, values: bool = False) -> list[str]:
+    """Every committed output record's key (or value), read with read_committed.
+
+    First waits until no transaction is open on the output: an EndTxn answer means the
+    outcome is decided, but the coordinator writes the markers afterwards, so until
+    then the last stable offset trails the log end and a read would stop short.
+    """
+    tp = TopicPartition(output, 0)
+    async with (
+        GroupConsumer(
+            bootstrap_servers=bootstrap,
+            isolation_level="read_committed",
+            auto_offset_reset="earliest",
+        ) as reader,
+        GroupConsumer(bootstrap_servers=bootstrap) as uncommitted,
+    ):
+        reader.assign([tp])
+
+        async def all_decided() -> int:
+            while True:  # a bounded poll of broker state: there is no event to await
+                stable = (await reader.end_offsets([tp]))[tp]
+                if stable == (await uncommitted.end_offsets([tp]))[tp]:
+                    return stable
+                await asyncio.sleep(0.1)
+
+        end = await asyncio.wait_for(all_decided(), WAIT_S)
+        keys: list[str] = []
+
+        async def drain() -> None:
+            while await reader.position(tp) < end:
+                for records in (await reader.getmany(tp, timeout_ms=500)).values():
+                    keys.extend((r.value if values else r.key).decode() for r in records)
+
+        await asyncio.wait_for(drain(), WAIT_S)
+        return keys
+
+
+def duplicates(keys: list[str]) -> dict[str, int]:
+    return {k: n for k, n in collections.Counter(keys).items() if n > 1}
+
+
+# --- group metadata: every broker ------------------------------------------------------
+
+
+async def test_group_metadata_names_the_member_from_its_first_assignment(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str
+) -> None:
+    """Needs no transactions, so it runs on every broker (Tansu too)."""
+    bootstrap = kafka_broker.bootstrap_servers
+    source = await kafka_topic(partitions=1)
+    member = consumer(bootstrap, source, group_id, group_instance_id=unique_name("static"))
+    with pytest.raises(NotGroupMemberError, match="not started"):
+        member.group_metadata()
+    await asyncio.wait_for(member.start(), WAIT_S)  # returns after the first assignment
+    try:
+        meta = member.group_metadata()
+        assert meta == ConsumerGroupMetadata(
+            group_id, member.generation, member.member_id, member.config.group_instance_id
+        )
+        assert meta.generation_id >= 0 and meta.member_id  # Tansu numbers from 0, Kafka from 1
+    finally:
+        await member.stop()
+    with pytest.raises(NotGroupMemberError):
+        member.group_metadata()
+
+
+# --- (a) the loop -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+async def test_the_loop_produces_each_inputs_output_exactly_once(
+    kafka_broker: KafkaBroker,
+    kafka_topic: TopicFactory,
+    group_id: str,
+    transactions: None,
+    protocol: str,
+) -> None:
+    if protocol == "consumer" and not kafka_broker.caps.supports_consumer_protocol:
+        pytest.skip("caps.supports_consumer_protocol: the broker has only the classic protocol")
+    bootstrap = kafka_broker.bootstrap_servers
+    source, output = await kafka_topic(partitions=2), await kafka_topic(partitions=1)
+    total = 300
+    await produce_inputs(bootstrap, source, total, partitions=2)
+    producer = transactional_producer(bootstrap, "loop")
+    await asyncio.wait_for(producer.start(), WAIT_S)
+    done = 0
+    metas: list[ConsumerGroupMetadata] = []
+    try:
+        async with consumer(bootstrap, source, group_id, group_protocol=protocol) as member:
+
+            async def loop() -> None:
+                nonlocal done
+                while done < total:
+                    batch = await member.getmany(timeout_ms=500, max_records=50)
+                    if not batch:
+                        continue
+                    await producer.begin_transaction()
+                    offsets = await process_batch(producer, output, batch)
+                    metas.append(member.group_metadata())
+                    await send_offsets_to_transaction(producer, offsets, member)
+                    await producer.commit_transaction()
+                    done += sum(len(r) for r in batch.values())
+
+            await asyncio.wait_for(loop(), WAIT_S)
+            committed = {p: await member.committed(TopicPartition(source, p)) for p in range(2)}
+    finally:
+        await producer.stop()
+
+    assert committed == {0: total // 2, 1: total // 2}
+    keys = await read_output(bootstrap, output)
+    expected = {f"{p}:{o}" for p in range(2) for o in range(total // 2)}
+    assert duplicates(keys) == {} and set(keys) == expected
+    # The metadata the commits carried: this member's identity, the epoch in the
+    # generation's place under the consumer protocol.
+    assert {m.group_id for m in metas} == {group_id}
+    assert all(m.generation_id >= 1 and m.member_id for m in metas)
+
+
+# --- (b), (c): the zombie ---------------------------------------------------------------
+
+
+class FrozenLoop:
+    """An event loop in a thread that the test can freeze, as SIGSTOP freezes a process:
+    nothing on it runs (no heartbeat, no fetch) until ``thaw()``."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thaw = threading.Event()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return await asyncio.wait_for(asyncio.wrap_future(future), WAIT_S)
+
+    def freeze(self) -> None:
+        self._thaw.clear()
+        self.loop.call_soon_threadsafe(self._thaw.wait, WAIT_S)
+
+    def thaw(self) -> None:
+        self._thaw.set()
+
+    def close(self) -> None:
+        self.thaw()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(WAIT_S)
+
+
+@dataclass
+class Zombie:
+    """Member A's side: its consumer, producer and the batch it read before freezing."""
+
+    member: GroupConsumer
+    producer: AIOKafkaProducer
+    metadata: ConsumerGroupMetadata
+    offsets: dict[TopicPartition, int]
+
+
+@asynccontextmanager
+async def zombie_scenario(
+    bootstrap: str, source: str, output: str, group: str, total: int, protocol: str = "classic"
+) -> AsyncIterator[tuple[FrozenLoop, Zombie]]:
+    """A reads the whole input, opens a transaction holding every output, and is frozen
+    past its session; B takes the partition over and commits all of it.  Yields with A
+    still frozen, then thawed by the caller; A's transaction is left open for the
+    caller to finish."""
+    frozen = FrozenLoop()
+    zombie: Zombie | None = None
+
+    async def a_reads() -> Zombie:
+        member = consumer(bootstrap, source, group, **session_options(protocol, SESSION_MS))
+        await member.start()
+        producer = transactional_producer(bootstrap, "zombie")
+        await producer.start()
+        got: dict[Any, Any] = {}
+        while sum(len(r) for r in got.values()) < total:
+            for tp, records in (await member.getmany(timeout_ms=500)).items():
+                got.setdefault(tp, []).extend(records)
+        metadata = member.group_metadata()  # the identity it read the batch under
+        await producer.begin_transaction()
+        offsets = await process_batch(producer, output, got)
+        return Zombie(member, producer, metadata, offsets)
+
+    try:
+        zombie = await frozen.run(a_reads())
+        frozen.freeze()
+        # B joins; A cannot answer the rebalance nor heartbeat: its session expires, B
+        # gets the partition and - A having committed nothing - processes it all.
+        b_producer = transactional_producer(bootstrap, "successor")
+        await asyncio.wait_for(b_producer.start(), WAIT_S)
+        try:
+            b_options = session_options(protocol, 10_000)
+            async with consumer(bootstrap, source, group, **b_options) as b:
+
+                async def b_processes() -> None:
+                    done = 0
+                    while done < total:
+                        batch = await b.getmany(timeout_ms=500)
+                        if not batch:
+                            continue
+                        await b_producer.begin_transaction()
+                        offsets = await process_batch(b_producer, output, batch)
+                        await send_offsets_to_transaction(b_producer, offsets, b)
+                        await b_producer.commit_transaction()
+                        done += sum(len(r) for r in batch.values())
+
+                await asyncio.wait_for(b_processes(), WAIT_S)
+                assert b.group_metadata().generation_id > zombie.metadata.generation_id
+                yield frozen, zombie
+        finally:
+            await b_producer.stop()
+    finally:
+        frozen.thaw()
+        if zombie is not None:
+            await frozen.run(close_zombie(zombie))
+        frozen.close()
+
+
+def session_options(protocol: str, session_ms: int) -> dict[str, Any]:
+    """A classic member sets its session; a consumer-protocol member's is the broker's
+    (group.consumer.session.timeout.ms: 6 s in the test fixture)."""
+    if protocol == "consumer":
+        return {"group_protocol": "consumer", "max_poll_interval_ms": 20_000}
+    return {
+        "session_timeout_ms": session_ms,
+        "heartbeat_interval_ms": 1000,
+        "max_poll_interval_ms": session_ms * 2,
+    }
+
+
+async def close_zombie(zombie: Zombie) -> None:
+    """Close A's producer and consumer on A's loop (idempotent: the test may have)."""
+    with contextlib.suppress(Exception):
+        await zombie.producer.stop()
+    with contextlib.suppress(Exception):
+        await zombie.member.abort()
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+async def test_a_zombies_fenced_commit_is_refused_and_its_transaction_aborted(
+    kafka_broker: KafkaBroker,
+    kafka_topic: TopicFactory,
+    group_id: str,
+    transactions: None,
+    protocol: str,
+) -> None:
+    if protocol == "consumer" and not kafka_broker.caps.supports_consumer_protocol:
+        pytest.skip("not applicable: caps.supports_consumer_protocol is false")
+    bootstrap = kafka_broker.bootstrap_servers
+    source, output = await kafka_topic(partitions=1), await kafka_topic(partitions=1)
+    total = 50
+    await produce_inputs(bootstrap, source, total, partitions=1)
+    scenario = zombie_scenario(bootstrap, source, output, group_id, total, protocol)
+    async with scenario as (frozen, zombie):
+        frozen.thaw()
+
+        async def a_commits() -> TransactionFencedError:
+            try:
+                await send_offsets_to_transaction(zombie.producer, zombie.offsets, zombie.metadata)
+            except TransactionFencedError as exc:
+                return exc
+            finally:
+                await close_zombie(zombie)
+            raise AssertionError("the zombie's transactional commit was accepted")
+
+        fenced = await frozen.run(a_commits())
+    assert fenced.aborted and not fenced.producer_fenced
+    # ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID (classic); under the consumer protocol
+    # also the epoch codes (STALE_MEMBER_EPOCH, FENCED_MEMBER_EPOCH).
+    assert fenced.code in (22, 25, 110, 113), fenced
+    print(f"{protocol}: the zombie's commit was refused with error code {fenced.code}")
+    keys = await read_output(bootstrap, output)
+    assert duplicates(keys) == {}
+    assert sorted(keys) == sorted(f"0:{o}" for o in range(total))
+
+
+async def test_a_replaced_static_members_commit_is_fenced_by_its_instance_id(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str, transactions: None
+) -> None:
+    """A static member (KIP-345) replaced by a new process with the same
+    ``group_instance_id`` keeps the generation - only the member id changes - so the
+    generation alone cannot fence the old process; its member id and instance id do.
+    No freezing needed: the replacement is immediate."""
+    bootstrap = kafka_broker.bootstrap_servers
+    source, output = await kafka_topic(partitions=1), await kafka_topic(partitions=1)
+    total = 30
+    await produce_inputs(bootstrap, source, total, partitions=1)
+    instance = unique_name("static")
+    a_producer = transactional_producer(bootstrap, "replaced")
+    b_producer = transactional_producer(bootstrap, "replacement")
+    await asyncio.wait_for(asyncio.gather(a_producer.start(), b_producer.start()), WAIT_S)
+    a = consumer(bootstrap, source, group_id, group_instance_id=instance)
+    try:
+        await asyncio.wait_for(a.start(), WAIT_S)
+        got: dict[Any, Any] = {}
+
+        async def a_reads() -> None:
+            while sum(len(r) for r in got.values()) < total:
+                for tp, records in (await a.getmany(timeout_ms=500)).items():
+                    got.setdefault(tp, []).extend(records)
+
+        await asyncio.wait_for(a_reads(), WAIT_S)
+        a_metadata = a.group_metadata()
+        await a_producer.begin_transaction()
+        a_offsets = await process_batch(a_producer, output, got)
+
+        async with consumer(bootstrap, source, group_id, group_instance_id=instance) as b:
+            b_metadata = b.group_metadata()
+            assert b_metadata.member_id != a_metadata.member_id
+            done = 0
+
+            async def b_processes() -> None:
+                nonlocal done
+                while done < total:
+                    batch = await b.getmany(timeout_ms=500)
+                    if batch:
+                        async with transaction(b_producer):
+                            offsets = await process_batch(b_producer, output, batch)
+                            await send_offsets_to_transaction(b_producer, offsets, b)
+                        done += sum(len(r) for r in batch.values())
+
+            await asyncio.wait_for(b_processes(), WAIT_S)
+            with pytest.raises(TransactionFencedError) as info:
+                await send_offsets_to_transaction(a_producer, a_offsets, a_metadata)
+    finally:
+        await a.abort()
+        await asyncio.gather(a_producer.stop(), b_producer.stop())
+    assert info.value.code == 82 and info.value.aborted, info.value  # FENCED_INSTANCE_ID
+    keys = await read_output(bootstrap, output)
+    assert duplicates(keys) == {} and sorted(keys) == sorted(f"0:{o}" for o in range(total))
+
+
+async def test_without_kip_447_the_zombies_commit_is_accepted_and_duplicates_output(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str, transactions: None
+) -> None:
+    """(c) The same zombie with aiokafka's ``send_offsets_to_transaction(offsets,
+    group_id)``: TxnOffsetCommit v0 names the group only, so the coordinator cannot
+    tell the zombie from the member that replaced it.  Measured on Kafka 4.4: the
+    commit is accepted, the zombie's transaction commits, and every input's output is
+    in the read_committed output twice - what (b) prevents."""
+    bootstrap = kafka_broker.bootstrap_servers
+    source, output = await kafka_topic(partitions=1), await kafka_topic(partitions=1)
+    total = 50
+    await produce_inputs(bootstrap, source, total, partitions=1)
+    async with zombie_scenario(bootstrap, source, output, group_id, total) as (frozen, zombie):
+        frozen.thaw()
+
+        async def a_commits_the_aiokafka_way() -> BaseException | None:
+            try:
+                await zombie.producer.send_offsets_to_transaction(
+                    zombie.offsets, zombie.metadata.group_id
+                )
+                await zombie.producer.commit_transaction()
+            except Exception as exc:
+                return exc
+            finally:
+                await close_zombie(zombie)
+            return None
+
+        refusal = await frozen.run(a_commits_the_aiokafka_way())
+    assert refusal is None, f"the v0 commit was refused: {refusal!r}"
+    keys = await read_output(bootstrap, output)
+    assert duplicates(keys) == {f"0:{o}": 2 for o in range(total)}
+
+
+# --- require_stable: a reader of the group's offsets waits for a pending commit ----------
+
+
+async def test_committed_offsets_wait_for_a_pending_transactional_commit(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str, transactions: None
+) -> None:
+    """KIP-447's require_stable: while a transaction holding the group's offsets is open,
+    OffsetFetch answers UNSTABLE_OFFSET_COMMIT and aiogroup retries; the offset read is
+    the transaction's once it commits - never the one before it (which a new owner
+    would resume from, re-processing input whose output is being committed)."""
+    bootstrap = kafka_broker.bootstrap_servers
+    source = await kafka_topic(partitions=1)
+    tp = TopicPartition(source, 0)
+    await produce_inputs(bootstrap, source, 10, partitions=1)
+    producer = transactional_producer(bootstrap, "pending")
+    await asyncio.wait_for(producer.start(), WAIT_S)
+    try:
+        async with (
+            consumer(bootstrap, source, group_id) as owner,
+            GroupConsumer(
+                bootstrap_servers=bootstrap, group_id=group_id, enable_auto_commit=False
+            ) as reader,
+        ):
+            reader.assign([tp])
+            await producer.begin_transaction()
+            await send_offsets_to_transaction(producer, {tp: 7}, owner)
+            lookup = asyncio.ensure_future(reader.committed(tp))
+            # A negative check needs a window: the lookup must still be waiting a
+            # second later (without require_stable it answers None at once).
+            done, _ = await asyncio.wait({lookup}, timeout=1.0)
+            assert not done, f"answered while the commit was pending: {lookup.result()}"
+            await asyncio.wait_for(producer.commit_transaction(), WAIT_S)
+            assert await asyncio.wait_for(lookup, WAIT_S) == 7
+    finally:
+        await producer.stop()
+
+
+# --- the runnable example ----------------------------------------------------------------
+
+
+async def test_the_example_loop_runs_exactly_once(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str, transactions: None
+) -> None:
+    """examples/exactly_once.py (the loop docs/usage.md shows) as a process: every input
+    once in the read_committed output; SIGTERM ends it cleanly."""
+    bootstrap = kafka_broker.bootstrap_servers
+    source, output = await kafka_topic(partitions=2), await kafka_topic(partitions=1)
+    total = 40
+    await produce_inputs(bootstrap, source, total, partitions=2)
+    env = {
+        **os.environ,
+        "AIOGROUP_BOOTSTRAP": bootstrap,
+        "INPUT_TOPIC": source,
+        "OUTPUT_TOPIC": output,
+        "GROUP_ID": group_id,
+        # This checkout's aiogroup, whatever the environment has installed.
+        "PYTHONPATH": os.pathsep.join([str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(EXAMPLES / "exactly_once.py"), env=env, stdout=asyncio.subprocess.PIPE
+    )
+    assert proc.stdout is not None
+    stdout = proc.stdout
+    try:
+
+        async def until_all_committed() -> None:
+            while True:
+                line = (await stdout.readline()).decode().strip()
+                assert line, "the example exited before committing everything"
+                if line == f"committed {total}":
+                    return
+
+        await asyncio.wait_for(until_all_committed(), WAIT_S)
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), WAIT_S) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    outputs = await read_output(bootstrap, output, values=True)
+    assert duplicates(outputs) == {}
+    assert set(outputs) == {f"IN-{i}" for i in range(total)}
+
+
+# --- a rebalance mid-transaction ---------------------------------------------------------
+
+
+@dataclass
+class Hold:
+    """Once ``after`` inputs are committed, the next transaction stops between its outputs
+    and its offsets: ``holding`` is set, and it goes on when ``release`` is."""
+
+    after: int
+    holding: asyncio.Event
+    release: asyncio.Event
+
+
+async def transform_loop(
+    member: GroupConsumer,
+    producer: AIOKafkaProducer,
+    output: str,
+    progress: dict[str, int],
+    name: str,
+    done: asyncio.Event,
+    hold: Hold | None = None,
+) -> None:
+    """The loop of examples/exactly_once.py, counting committed inputs in ``progress``
+    (per member and in total) until ``done`` is set."""
+    while not done.is_set():
+        batch = await member.getmany(timeout_ms=200, max_records=10)
+        if not batch:
+            continue
+        try:
+            async with transaction(producer):
+                await asyncio.sleep(TRANSFORM_COST_S)  # the transform's work, not a wait
+                offsets = await process_batch(producer, output, batch)
+                if hold is not None and progress.get(name, 0) >= hold.after:
+                    hold.holding.set()
+                    await hold.release.wait()
+                    hold = None
+                await send_offsets_to_transaction(producer, offsets, member)
+        except (TransactionFencedError, CommitFailedError) as exc:
+            key = f"{name}-refused-{type(exc).__name__}"
+            progress[key] = progress.get(key, 0) + 1
+            with contextlib.suppress(CommitFailedError, IllegalStateError):
+                await member.seek_to_committed()
+            continue
+        count = sum(len(r) for r in batch.values())
+        progress[name] = progress.get(name, 0) + count
+        progress["total"] = progress.get("total", 0) + count
+        if progress["total"] >= progress["goal"]:
+            done.set()
+
+
+#: What transforming a batch costs (so B's share is not gone before it starts).
+TRANSFORM_COST_S = 0.005
+
+
+@pytest.mark.parametrize("assignor", ["range", "cooperative-sticky"])
+async def test_a_rebalance_mid_transaction_keeps_each_input_once(
+    kafka_broker: KafkaBroker,
+    kafka_topic: TopicFactory,
+    group_id: str,
+    transactions: None,
+    assignor: str,
+) -> None:
+    """A processes a 4-partition input in small transactions; B joins while A holds one
+    open (outputs sent, offsets not), so partitions move under it (all revoked first:
+    range, eager - A's held commit is then refused as not owned; only the moving ones:
+    cooperative-sticky - it goes through if its partitions stayed).  Both run the loop
+    to the end: the output holds each input once, the group's offsets are the end."""
+    bootstrap = kafka_broker.bootstrap_servers
+    source, output = await kafka_topic(partitions=4), await kafka_topic(partitions=1)
+    total = 4000
+    await produce_inputs(bootstrap, source, total, partitions=4)
+    progress: dict[str, int] = {"goal": total}
+    done = asyncio.Event()
+    hold = Hold(total // 10, asyncio.Event(), asyncio.Event())
+    options = {"partition_assignment_strategy": (assignor,)}
+    producers = [transactional_producer(bootstrap, n) for n in ("a", "b")]
+    await asyncio.wait_for(asyncio.gather(*(p.start() for p in producers)), WAIT_S)
+    try:
+        async with consumer(bootstrap, source, group_id, **options) as a:
+            a_loop = asyncio.ensure_future(
+                transform_loop(a, producers[0], output, progress, "a", done, hold)
+            )
+            try:
+                # A holds a transaction open (outputs sent, offsets not) while B joins:
+                # B's start() returns once the rebalance has given it partitions.
+                await asyncio.wait_for(hold.holding.wait(), WAIT_S)
+                async with consumer(bootstrap, source, group_id, **options) as b:
+                    hold.release.set()
+                    b_loop = transform_loop(b, producers[1], output, progress, "b", done)
+                    await asyncio.wait_for(asyncio.gather(a_loop, b_loop), WAIT_S)
+                    committed = {p: await b.committed(TopicPartition(source, p)) for p in range(4)}
+            finally:
+                hold.release.set()
+                a_loop.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await a_loop
+    finally:
+        await asyncio.gather(*(p.stop() for p in producers))
+    print(f"{assignor}: {progress}")
+    assert progress.get("b", 0) > 0, "B never committed: the partitions did not move"
+    assert committed == {p: total // 4 for p in range(4)}
+    keys = await read_output(bootstrap, output)
+    assert duplicates(keys) == {}
+    assert len(keys) == total
+
+
+# --- kill -9 mid-transaction -------------------------------------------------------------
+
+#: Member A as a process: reads everything, produces the outputs and sends the offsets in
+#: one transaction, says "open", and waits to be killed before committing.
+KILLED_MEMBER = """
+import asyncio, os, sys
+from aiokafka import AIOKafkaProducer
+from aiogroup import GroupConsumer
+from aiogroup.transactions import send_offsets_to_transaction
+
+async def main():
+    env = os.environ
+    consumer = GroupConsumer(env["INPUT_TOPIC"], bootstrap_servers=env["BOOTSTRAP"],
+                             group_id=env["GROUP_ID"], enable_auto_commit=False,
+                             auto_offset_reset="earliest", session_timeout_ms=3000,
+                             heartbeat_interval_ms=1000)
+    producer = AIOKafkaProducer(bootstrap_servers=env["BOOTSTRAP"],
+                                transactional_id=env["TRANSACTIONAL_ID"],
+                                transaction_timeout_ms=int(env["TXN_TIMEOUT_MS"]))
+    await producer.start()
+    await consumer.start()
+    got, total = {}, int(env["TOTAL"])
+    while sum(map(len, got.values())) < total:
+        for tp, records in (await consumer.getmany(timeout_ms=500)).items():
+            got.setdefault(tp, []).extend(records)
+    await producer.begin_transaction()
+    for tp, records in got.items():
+        for r in records:
+            await producer.send_and_wait(env["OUTPUT_TOPIC"], r.value.upper(),
+                                         key=f"{tp.partition}:{r.offset}".encode(), partition=0)
+    await send_offsets_to_transaction(producer, {tp: rs[-1].offset + 1 for tp, rs in got.items()},
+                                      consumer)
+    print("open", flush=True)
+    await asyncio.sleep(120)
+
+asyncio.run(main())
+"""
+
+
+async def test_a_member_killed_mid_transaction_is_aborted_and_its_input_redone_once(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str, transactions: None
+) -> None:
+    """kill -9 after A's outputs and offsets are in its transaction, before the commit.
+    B takes the partition when A's session expires; its committed-offset lookup
+    (require_stable) waits until the transaction coordinator aborts A's transaction at
+    its timeout, then B redoes the input from the start: each input once."""
+    bootstrap = kafka_broker.bootstrap_servers
+    source, output = await kafka_topic(partitions=1), await kafka_topic(partitions=1)
+    total, txn_timeout_ms = 40, 5000
+    await produce_inputs(bootstrap, source, total, partitions=1)
+    env = {
+        **os.environ,
+        "BOOTSTRAP": bootstrap,
+        "INPUT_TOPIC": source,
+        "OUTPUT_TOPIC": output,
+        "GROUP_ID": group_id,
+        "TOTAL": str(total),
+        "TRANSACTIONAL_ID": unique_name("killed"),
+        "TXN_TIMEOUT_MS": str(txn_timeout_ms),
+        "PYTHONPATH": os.pathsep.join([str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", KILLED_MEMBER, env=env, stdout=asyncio.subprocess.PIPE
+    )
+    assert proc.stdout is not None
+    try:
+        line = await asyncio.wait_for(proc.stdout.readline(), WAIT_S)
+        assert line.decode().strip() == "open"
+    finally:
+        proc.kill()  # SIGKILL: no commit, no abort, no LeaveGroup
+        await proc.wait()
+    killed_at = asyncio.get_running_loop().time()
+    producer = transactional_producer(bootstrap, "after-kill")
+    await asyncio.wait_for(producer.start(), WAIT_S)
+    try:
+        async with consumer(bootstrap, source, group_id) as b:
+            started_at = asyncio.get_running_loop().time()
+            done = 0
+            first_batch_at: float | None = None
+
+            async def b_processes() -> None:
+                nonlocal done, first_batch_at
+                while done < total:
+                    batch = await b.getmany(timeout_ms=500)
+                    if batch:
+                        first_batch_at = first_batch_at or asyncio.get_running_loop().time()
+                        async with transaction(producer):
+                            offsets = await process_batch(producer, output, batch)
+                            await send_offsets_to_transaction(producer, offsets, b)
+                        done += sum(len(r) for r in batch.values())
+
+            await asyncio.wait_for(b_processes(), WAIT_S)
+            assert await b.committed(TopicPartition(source, 0)) == total
+    finally:
+        await producer.stop()
+    assert first_batch_at is not None
+    waited = first_batch_at - killed_at
+    print(
+        f"kill -9: B joined {started_at - killed_at:.1f}s after the kill and got its first "
+        f"records after {waited:.1f}s (A's transaction timeout {txn_timeout_ms} ms)"
+    )
+    # B's position waited for the abort, which the coordinator cannot do before A's
+    # transaction times out (A began it moments before the kill): a causal lower bound.
+    assert waited >= 0.8 * txn_timeout_ms / 1000
+    keys = await read_output(bootstrap, output)
+    assert duplicates(keys) == {} and sorted(keys) == sorted(f"0:{o}" for o in range(total))
+
+
+# --- a cut connection --------------------------------------------------------------------
+
+
+async def test_a_cut_connection_mid_transaction_is_retried_and_commits_once(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str, transactions: None
+) -> None:
+    """Every connection of the transactional producer is cut after the outputs are sent
+    and before the offsets are: the commit reconnects (finding the coordinators again)
+    and the transaction commits; each input once, the offsets at the input's end."""
+    bootstrap = kafka_broker.bootstrap_servers
+    source, output = await kafka_topic(partitions=1), await kafka_topic(partitions=1)
+    total = 20
+    await produce_inputs(bootstrap, source, total, partitions=1)
+    host, port = bootstrap.split(",")[0].rsplit(":", 1)
+    proxy = await FaultProxy(host, int(port)).start()
+    producer = transactional_producer(f"127.0.0.1:{proxy.port}", "cut")
+    redirect_to(producer, proxy)
+    try:
+        await asyncio.wait_for(producer.start(), WAIT_S)
+        async with consumer(bootstrap, source, group_id) as member:
+            got: dict[Any, Any] = {}
+
+            async def reads() -> None:
+                while sum(len(r) for r in got.values()) < total:
+                    for tp, records in (await member.getmany(timeout_ms=500)).items():
+                        got.setdefault(tp, []).extend(records)
+
+            await asyncio.wait_for(reads(), WAIT_S)
+            async with transaction(producer):
+                offsets = await process_batch(producer, output, got)
+                cut_before = sum(proxy.requests.values())
+                proxy.cut()
+                await send_offsets_to_transaction(producer, offsets, member)
+                assert sum(proxy.requests.values()) > cut_before  # went out again, reconnected
+            assert await member.committed(TopicPartition(source, 0)) == total
+    finally:
+        await producer.stop()
+        await proxy.close()
+    keys = await read_output(bootstrap, output)
+    assert duplicates(keys) == {} and sorted(keys) == sorted(f"0:{o}" for o in range(total))
+
+
+def redirect_to(producer: AIOKafkaProducer, proxy: FaultProxy) -> None:
+    """Every broker the producer's client learns of is reached through ``proxy``."""
+    cluster = producer.client.cluster
+    original = cluster.broker_metadata
+
+    def broker_metadata(node_id: Any) -> Any:
+        meta = original(node_id)
+        return None if meta is None else meta._replace(host="127.0.0.1", port=proxy.port)
+
+    cluster.broker_metadata = broker_metadata
