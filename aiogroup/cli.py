@@ -63,6 +63,7 @@ from aiogroup._protocol.group import (
 from aiogroup._support.bootstrap_errors import explain_bootstrap_failure
 from aiogroup._support.client_security import TlsFiles, jaas_credentials
 from aiogroup._support.redaction import install_log_redaction
+from aiogroup._support.timeouts import wait_for
 from aiogroup.errors import ConfigurationError, KafkaError, error_for_code
 from aiogroup.processing.offset_metadata import decode
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
@@ -676,7 +677,7 @@ async def run(argv: Sequence[str], out: TextIO | None = None) -> int:
     try:
         client_options = client_options_from_args(args)
         async with Admin(args.bootstrap_servers, **client_options) as admin:
-            result = await asyncio.wait_for(
+            result = await wait_for(
                 COMMANDS[args.command](admin, args),
                 None if args.command == "lag" and args.watch else TIMEOUT_S * 2,
             )

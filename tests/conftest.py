@@ -8,7 +8,12 @@ for the assignor properties and the listener-contract state machine.  Pick one w
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import os
+import sys
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -79,3 +84,58 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return serial_group(nodeid) or nodeid
 
     return SerialGroupScheduling(config, log)
+
+
+#: How long before pytest-timeout fires the asyncio tasks are dumped.
+HANG_REPORT_LEAD = 20.0
+
+
+def _effective_timeout(item: pytest.Item) -> float:
+    """pytest-timeout's limit for ``item``: its ``timeout`` mark, else the ini value."""
+    mark = item.get_closest_marker("timeout")
+    if mark is not None and mark.args:
+        return float(mark.args[0])
+    return float(item.config.getini("timeout") or 0)
+
+
+def _dump_asyncio_tasks(nodeid: str) -> None:
+    """Every running loop's tasks with the await each is suspended at.
+
+    pytest-timeout prints threads' stacks, which for an asyncio test end in
+    ``selector.poll``: they never say which await hangs.  Read from a timer thread
+    (racy by nature; good enough for a report written just before the test is killed).
+    """
+    out = sys.stderr
+    print(f"\n===== {nodeid}: still running; asyncio tasks =====", file=out)
+    loops = [
+        o for o in gc.get_objects() if isinstance(o, asyncio.AbstractEventLoop) and o.is_running()
+    ]
+    for loop in loops:
+        for _ in range(3):  # the task set may change under us
+            try:
+                tasks = list(asyncio.all_tasks(loop))
+                break
+            except RuntimeError:
+                continue
+        else:
+            tasks = []
+        for task in tasks:
+            print(f"--- {task.get_name()}: {task!r}"[:400], file=out)
+            task.print_stack(limit=25, file=out)
+    out.flush()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """A test near its timeout gets its asyncio tasks dumped (see _dump_asyncio_tasks)."""
+    timeout = _effective_timeout(item)
+    timer: threading.Timer | None = None
+    if timeout > HANG_REPORT_LEAD * 2:
+        timer = threading.Timer(timeout - HANG_REPORT_LEAD, _dump_asyncio_tasks, (item.nodeid,))
+        timer.daemon = True
+        timer.start()
+    try:
+        yield
+    finally:
+        if timer is not None:
+            timer.cancel()

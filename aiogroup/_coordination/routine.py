@@ -68,6 +68,10 @@ __all__ = [
 
 log = logging.getLogger("aiogroup.coordinator")
 
+#: A problem reported again within this many seconds is logged at DEBUG, not WARNING:
+#: the application still gets each one (its next poll raises), the log gets one a minute.
+REPEAT_QUIET = 60.0
+
 
 def topic_partitions(partitions: Iterable[A.Partition]) -> frozenset[TopicPartition]:
     """The machines' ``(topic, partition)`` pairs as the TopicPartitions users see."""
@@ -168,6 +172,9 @@ class CoordinationRoutine(ABC):
         #: (last poll time, a poll is waiting) as last told to the machine.
         self._last_fed_poll: tuple[float, bool] | None = None
         self._subscription_key: object = None
+        #: The last problem logged at WARNING and when: the same problem again within
+        #: REPEAT_QUIET seconds (a member refused for good retries it) goes to DEBUG.
+        self._last_warned: tuple[str, float] | None = None
         #: Replaced by GroupConsumer with the consumer's shared instance.
         self.metrics = metrics
 
@@ -347,7 +354,7 @@ class CoordinationRoutine(ABC):
             self._feed(E.RoutineFailed(message, KafkaError(message)))
         except Exception:
             log.exception("group %s: the machine could not take its own failure", self._group_id)
-            self._subscription.report_error(KafkaError(message))
+            self._subscription.report_error(KafkaError(message), fatal=True)
 
     def _dispatch(self, item: Any) -> None:
         if isinstance(item, ChildCrashed):
@@ -431,8 +438,14 @@ class CoordinationRoutine(ABC):
         if fatal:
             log.error("group %s: fatal: %s", self._group_id, message)
         else:
-            log.warning("group %s: %s", self._group_id, message)
-        self._subscription.report_error(exc)
+            now = asyncio.get_running_loop().time()
+            last = self._last_warned
+            if last is not None and last[0] == message and now - last[1] < REPEAT_QUIET:
+                log.debug("group %s: %s (again)", self._group_id, message)
+            else:
+                self._last_warned = (message, now)
+                log.warning("group %s: %s", self._group_id, message)
+        self._subscription.report_error(exc, fatal=fatal)
 
     # -- commits ----------------------------------------------------------------------------
 

@@ -465,6 +465,12 @@ class Membership:
         self.listener_kind: E.Listener | None = None
         self._listener_deadline: float | None = None
         self._backoff_until: float | None = None
+        #: Consecutive setbacks on the way into a generation (a refused or failed
+        #: FindCoordinator / JoinGroup / SyncGroup, a failed assignor): each backoff
+        #: doubles from retry_backoff up to Java's retry.backoff.max.ms (KIP-580), so a
+        #: member refused for good (GROUP_AUTHORIZATION_FAILED) asks once a second, not
+        #: ten times.  A formed generation or a kept session starts the count again.
+        self._setbacks = Retrying(RetryPolicy.from_backoff(retry_backoff), due_at=None)
         #: Looking up committed offsets again after a failed lookup (the shell's refresh
         #: task asks first, on each new assignment): one backoff after each failure.
         self.committed_refresh = Retrying(RetryPolicy(retry_backoff, retry_backoff), due_at=None)
@@ -892,6 +898,7 @@ class Membership:
         self._heartbeats_were_active = True
         self.timers.polled(self._now)
         self._stable_since = self._now
+        self._setbacks.succeeded()
         revoked = self.owned - new
         if revoked:
             self._pending_assignment = new
@@ -931,6 +938,7 @@ class Membership:
         if answer.keeps_session:
             self.timers.succeeded(self._now)
             self._session_lapsed = False
+            self._setbacks.succeeded()
         elif answer.reaction in (R.RETRY_BACKOFF, R.FIND_COORDINATOR, R.REPORT_RETRY):
             self.timers.failed(self._now)
         else:
@@ -1067,8 +1075,11 @@ class Membership:
     def _react(self, out: list[A.Action], api: str, code: int, react: Reaction, why: str) -> None:
         if react is R.IGNORE:
             return
+        # A heartbeat is retried on the session's clock (the session rule, not a growing
+        # backoff, decides when a silent coordinator is given up on).
+        grow = api != "Heartbeat"
         if react is R.RETRY_BACKOFF:
-            self._set_backoff(out, why)
+            self._set_backoff(out, why, grow=grow)
         elif react is R.FIND_COORDINATOR:
             self._coordinator_dead()
         elif react is R.REJOIN:
@@ -1081,7 +1092,7 @@ class Membership:
             out.append(A.RaiseToApplication(why, error_code=code, fatal=True))
         elif react is R.REPORT_RETRY:
             out.append(A.RaiseToApplication(why, error_code=code))
-            self._set_backoff(out, why)
+            self._set_backoff(out, why, grow=grow)
         elif react is R.FATAL:
             self._go_fatal(out, why, code)
         else:  # REJOIN_WITH_MEMBER_ID outside JoinGroup: a table mistake
@@ -1114,9 +1125,15 @@ class Membership:
         # A lookup already in flight stays the one lookup: its answer is still awaited.
         self.coordinator_id = None
 
-    def _set_backoff(self, out: list[A.Action], why: str) -> None:
-        self._backoff_until = self._now + self.retry_backoff
-        out.append(A.Backoff(self.retry_backoff, why))
+    def _set_backoff(self, out: list[A.Action], why: str, *, grow: bool = True) -> None:
+        """Hold the next request back: ``retry_backoff``, doubling over consecutive
+        setbacks (``grow``) up to the policy's maximum."""
+        delay = self.retry_backoff
+        if grow:
+            self._setbacks.failed(self._now)
+            delay = self._setbacks.policy.delay(self._setbacks.failures)
+        self._backoff_until = self._now + delay
+        out.append(A.Backoff(delay, why))
 
     # -- stages -------------------------------------------------------------------------------
 

@@ -350,6 +350,9 @@ class SubscriptionState:
         self._subscription_changed: asyncio.Event = asyncio.Event()
         self.commit_refresh_needed: asyncio.Event = asyncio.Event()
         self._pending_error: BaseException | None = None
+        #: The error that ended the membership for good: every poll after it raises it
+        #: again (a member out of its group must not look like a quiet topic).
+        self._fatal_error: BaseException | None = None
         self._error_callbacks: list[Callable[[], None]] = []
         self._closed: BaseException | None = None
         #: Loop time the application's last getone/getmany/getmany_arrow started or
@@ -638,10 +641,13 @@ class SubscriptionState:
 
     # -- application-facing errors ------------------------------------------------------
 
-    def report_error(self, exc: BaseException) -> None:
-        """Keep an error (listener exception, fatal group error) for the next poll."""
+    def report_error(self, exc: BaseException, *, fatal: bool = False) -> None:
+        """Keep an error (listener exception, group error) for the next poll; a
+        ``fatal`` one for every poll after it too."""
         if self._pending_error is None:
             self._pending_error = exc
+        if fatal and self._fatal_error is None:
+            self._fatal_error = exc
         for callback in self._error_callbacks:
             callback()
 
@@ -655,12 +661,16 @@ class SubscriptionState:
 
     def raise_pending_error(self) -> None:
         exc, self._pending_error = self._pending_error, None
+        if exc is None and self._fatal_error is not None:
+            # Raised again on each poll: drop the traceback the last raise left, so a
+            # loop that polls on does not grow it without end.
+            exc = self._fatal_error.with_traceback(None)
         if exc is not None:
             raise exc
 
     @property
     def pending_error(self) -> BaseException | None:
-        return self._pending_error
+        return self._pending_error if self._pending_error is not None else self._fatal_error
 
     # -- lifecycle ----------------------------------------------------------------------
 

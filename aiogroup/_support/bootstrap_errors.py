@@ -17,6 +17,8 @@ from typing import Any
 from aiokafka.conn import create_conn
 from aiokafka.errors import KafkaConnectionError
 
+from aiogroup._support.timeouts import wait_for
+
 __all__ = ["explain_bootstrap_failure"]
 
 #: How long the diagnosing connection may take (a hang is itself the diagnosis).
@@ -41,7 +43,7 @@ async def explain_bootstrap_failure(
     protocol = str(client_options.get("security_protocol", "PLAINTEXT"))
     cause: BaseException | None = None
     try:
-        conn = await asyncio.wait_for(
+        conn = await wait_for(
             create_conn(
                 host, port, request_timeout_ms=int(PROBE_TIMEOUT_S * 1000), **client_options
             ),

@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from aiogroup._support.timeouts import wait_for
 from aiogroup.errors import CommitFailedError, ConfigurationError, ConsumerStoppedError
 from aiogroup.processing import offset_metadata
 from aiogroup.processing.dead_letter import DeadLetter, as_bytes, dead_letter_headers
@@ -317,7 +318,7 @@ class Processor:
                 self._room.clear()
                 if (self._full() and not self._starved()) or self._paused >= set(self._trackers):
                     try:
-                        await asyncio.wait_for(self._room.wait(), 1.0)
+                        await wait_for(self._room.wait(), 1.0)
                     except asyncio.TimeoutError:
                         pass
                 self._update_pauses()
@@ -470,7 +471,7 @@ class Processor:
             await self._call(record)
             return
         try:
-            await asyncio.wait_for(self._call(record), self._record_timeout)
+            await wait_for(self._call(record), self._record_timeout)
         except asyncio.TimeoutError:
             raise TimeoutError(
                 f"handler overran record_timeout_ms ({self._record_timeout * 1000:g} ms)"

@@ -59,6 +59,7 @@ from aiogroup._protocol.consumer_group import (
 from aiogroup._support.bootstrap_errors import explain_bootstrap_failure
 from aiogroup._support.client_security import check_security_options
 from aiogroup._support.redaction import install_log_redaction
+from aiogroup._support.timeouts import wait_for
 from aiogroup.errors import MalformedProtocolDataError
 from aiogroup.testing.history import GROUP, HistoryRecorder, Partition
 
@@ -231,7 +232,7 @@ class GroupObserver:
     async def sampled(self, timeout: float = 30.0) -> None:
         """Until the next successful sample has been recorded (bounded by ``timeout``)."""
         self._sampled.clear()
-        await asyncio.wait_for(self._sampled.wait(), timeout)
+        await wait_for(self._sampled.wait(), timeout)
 
     async def stop(self) -> None:
         """One last sample (so a leave just before the end is seen), then close."""

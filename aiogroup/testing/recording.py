@@ -41,6 +41,7 @@ from aiogroup._protocol.group import OffsetFetchRequest, parse_offset_fetch
 from aiogroup._support.bootstrap_errors import explain_bootstrap_failure
 from aiogroup._support.client_security import check_security_options
 from aiogroup._support.redaction import install_log_redaction
+from aiogroup._support.timeouts import wait_for
 from aiogroup.errors import error_for_code
 from aiogroup.listeners import (
     AsyncConsumerRebalanceListener,
@@ -263,7 +264,7 @@ class CommitObserver:
     async def read(self) -> dict[tuple[str, int], int]:
         """One read: record what changed, and return the committed offsets."""
         assert self._client is not None, "CommitObserver.start() first"
-        now = await asyncio.wait_for(fetch_committed(self._client, self.group), timeout=10.0)
+        now = await wait_for(fetch_committed(self._client, self.group), timeout=10.0)
         changed: list[Commit] = [
             (t, p, o) for (t, p), o in now.items() if self.last.get((t, p)) != o
         ]

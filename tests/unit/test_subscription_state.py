@@ -181,6 +181,23 @@ async def test_pending_error_is_raised_once() -> None:
     state.raise_pending_error()  # nothing pending now
 
 
+async def test_a_fatal_error_is_raised_by_every_poll_after_it() -> None:
+    """A member out of its group for good (fenced, refused) must not look like a quiet
+    topic: the first poll gets what was pending, every later one the fatal error."""
+    state = SubscriptionState()
+    state.report_error(RuntimeError("listener failed"))
+    state.report_error(PermissionError("refused for good"), fatal=True)
+    with pytest.raises(RuntimeError, match="listener failed"):
+        state.raise_pending_error()
+    depths = []
+    for _ in range(3):
+        with pytest.raises(PermissionError, match="refused for good") as caught:
+            state.raise_pending_error()
+        depths.append(len(caught.traceback))
+    assert depths[0] == depths[-1]  # the traceback does not grow from one raise to the next
+    assert isinstance(state.pending_error, PermissionError)
+
+
 async def test_seek_rejects_negative_offsets() -> None:
     state = SubscriptionState(OffsetResetStrategy.EARLIEST)
     asg = state.set_assignment([TP0])

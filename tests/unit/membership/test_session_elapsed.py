@@ -196,19 +196,25 @@ def test_a_cooperative_pending_assignment_is_not_installed_after_a_lapse() -> No
 
 
 def test_no_coordinator_ever_found_waits_and_closes_without_hanging() -> None:
-    """Java waits with the coordinator unknown.  The member retries the lookup every
-    backoff for as long as it runs; close() ends without a LeaveGroup, which has
-    nowhere to go."""
+    """Java waits with the coordinator unknown.  The member retries the lookup for as
+    long as it runs, the backoff doubling from retry_backoff to 1 s (KIP-580); close()
+    ends without a LeaveGroup, which has nowhere to go."""
     m, _ = lapsed()
     m.handle(E.ListenerCompleted(E.Listener.LOST), SESSION + 0.05)
     now = SESSION + 0.05
+    delays = []
     for _ in range(int(10 * SESSION / BACKOFF)):
-        now += BACKOFF
         m.handle(E.ApplicationPolled(now), now)  # the application polls on (gets nothing)
         out = m.handle(E.FindCoordinatorFailed("connection"), now)
         assert [type(a) for a in out] == [A.Backoff]
-        out = m.handle(E.TimerFired(), now + BACKOFF)
+        delay = out[0].seconds
+        delays.append(delay)
+        assert m.handle(E.TimerFired(), now + delay - 0.001) == []
+        now += delay
+        out = m.handle(E.TimerFired(), now)
         assert [type(a) for a in out] == [A.FindCoordinator]
+    assert delays[:3] == [BACKOFF, 2 * BACKOFF, 4 * BACKOFF]
+    assert max(delays) == delays[-1] == max(BACKOFF, 1.0)
     assert (m.state, m.generation_id, m.member_id) == (S.UNJOINED, 1, "m1")
     assert m.handle(E.CloseRequested(), now + 1) == []
     assert m.state is S.CLOSED
