@@ -221,6 +221,9 @@ class GroupConsumer:
         if listener is not None:
             as_async_listener(listener)  # fail now on a non-listener
         self._lifecycle: str = lifecycle.NEW
+        #: Clear while start() is connecting: a stop() meanwhile waits for it.
+        self._not_connecting = asyncio.Event()
+        self._not_connecting.set()
         self._client: AIOKafkaClient | None = None
         self._subscription: SubscriptionState | None = None
         self._fetcher: Fetcher | None = None
@@ -247,40 +250,15 @@ class GroupConsumer:
         group error (an unknown assignor, authorization) is raised at once.
         """
         lifecycle.check_startable(self._lifecycle)
-        cfg = self._config
-        install_log_redaction()  # aiokafka's DEBUG log prints SASL bytes otherwise
-        self._client = AIOKafkaClient(
-            bootstrap_servers=cfg.bootstrap_servers,
-            client_id=cfg.client_id,
-            metadata_max_age_ms=cfg.metadata_max_age_ms,
-            request_timeout_ms=cfg.request_timeout_ms,
-            retry_backoff_ms=cfg.retry_backoff_ms,
-            connections_max_idle_ms=cfg.connections_max_idle_ms,
-            **cfg.client_options,
-        )
-        self._subscription = SubscriptionState(cfg.reset_strategy)
+        self._lifecycle = lifecycle.STARTING
+        self._not_connecting.clear()
         try:
-            try:
-                await self._client.bootstrap()
-            except KafkaConnectionError as exc:  # aiokafka's "Unable to bootstrap": say why
-                raise await explain_bootstrap_failure(
-                    cfg.bootstrap_servers, cfg.client_options, exc
-                ) from exc
-            self._fetcher = Fetcher(self._client, self._subscription, cfg)
-            self._fetcher.metrics = self._metrics
-            await self._fetcher.start()
-            if cfg.group_id is not None and cfg.group_protocol == "consumer":
-                self._coordinator = ConsumerGroupCoordinator(self._client, self._subscription, cfg)
-            elif cfg.group_id is not None:
-                self._coordinator = GroupCoordinator(
-                    self._client, self._subscription, cfg, self._assignors
-                )
-            if self._coordinator is not None:
-                self._coordinator.metrics = self._metrics
-                await self._coordinator.start()
+            await self._connect()
         except BaseException:
-            await self._shutdown(graceful=False)
+            self._lifecycle = lifecycle.NEW
             raise
+        finally:
+            self._not_connecting.set()
         self._lifecycle = lifecycle.STARTED
         if self._initial_assignment is not None:
             self.assign(self._initial_assignment)
@@ -288,7 +266,9 @@ class GroupConsumer:
             self.subscribe(topics=self._initial_topics, listener=self._initial_listener)
         elif self._initial_pattern is not None:
             self.subscribe(pattern=self._initial_pattern, listener=self._initial_listener)
-        if self._subscription.subscription.group_managed:
+        sub = self._subscription
+        assert sub is not None  # made by _connect()
+        if sub.subscription.group_managed:
             try:
                 await self._wait_first_assignment()
             except BaseException:
@@ -336,6 +316,43 @@ class GroupConsumer:
             assigned.cancel()
         assigned.result()  # ConsumerStoppedError if stop() ran meanwhile
 
+    async def _connect(self) -> None:
+        """start()'s connecting part: client, fetcher, coordinator (all closed on failure)."""
+        cfg = self._config
+        install_log_redaction()  # aiokafka's DEBUG log prints SASL bytes otherwise
+        self._client = AIOKafkaClient(
+            bootstrap_servers=cfg.bootstrap_servers,
+            client_id=cfg.client_id,
+            metadata_max_age_ms=cfg.metadata_max_age_ms,
+            request_timeout_ms=cfg.request_timeout_ms,
+            retry_backoff_ms=cfg.retry_backoff_ms,
+            connections_max_idle_ms=cfg.connections_max_idle_ms,
+            **cfg.client_options,
+        )
+        self._subscription = SubscriptionState(cfg.reset_strategy)
+        try:
+            try:
+                await self._client.bootstrap()
+            except KafkaConnectionError as exc:  # aiokafka's "Unable to bootstrap": say why
+                raise await explain_bootstrap_failure(
+                    cfg.bootstrap_servers, cfg.client_options, exc
+                ) from exc
+            self._fetcher = Fetcher(self._client, self._subscription, cfg)
+            self._fetcher.metrics = self._metrics
+            await self._fetcher.start()
+            if cfg.group_id is not None and cfg.group_protocol == "consumer":
+                self._coordinator = ConsumerGroupCoordinator(self._client, self._subscription, cfg)
+            elif cfg.group_id is not None:
+                self._coordinator = GroupCoordinator(
+                    self._client, self._subscription, cfg, self._assignors
+                )
+            if self._coordinator is not None:
+                self._coordinator.metrics = self._metrics
+                await self._coordinator.start()
+        except BaseException:
+            await self._shutdown(graceful=False)
+            raise
+
     async def stop(self) -> None:
         """Commit (auto-commit), revoke, leave the group and close; safe to call twice."""
         await self._close(graceful=True)
@@ -351,6 +368,11 @@ class GroupConsumer:
     async def _close(self, *, graceful: bool) -> None:
         """stop() (graceful) or abort(): what to do is the lifecycle's decision."""
         action = lifecycle.closing(self._lifecycle)
+        while action is lifecycle.Closing.WAIT:
+            # Bounded (bootstrap honours request_timeout_ms); shielded, so cancelling
+            # this stop() does not cancel the start().
+            await asyncio.shield(self._not_connecting.wait())
+            action = lifecycle.closing(self._lifecycle)
         if action is lifecycle.Closing.NOTHING:
             return
         if action is lifecycle.Closing.SHUT_DOWN:
@@ -417,7 +439,7 @@ class GroupConsumer:
         by ``start()``, which then waits for the first assignment.
         """
         topics_given = topic_list(topics)
-        if self._lifecycle == lifecycle.NEW:
+        if self._lifecycle in (lifecycle.NEW, lifecycle.STARTING):
             self._subscribe_before_start(topics_given, pattern, listener)
             return
         sub = self._require_started()
@@ -479,7 +501,7 @@ class GroupConsumer:
         Before ``start()`` (as aiokafka allows) the partitions are kept and assigned
         by ``start()``.
         """
-        if self._lifecycle == lifecycle.NEW:
+        if self._lifecycle in (lifecycle.NEW, lifecycle.STARTING):
             parts = list(partitions)
             for tp in parts:
                 check_partition(tp)
@@ -517,7 +539,7 @@ class GroupConsumer:
     @loop_bound
     def unsubscribe(self) -> None:
         """Leave the group (revoking first) or drop the manual assignment."""
-        if self._lifecycle == lifecycle.NEW:
+        if self._lifecycle in (lifecycle.NEW, lifecycle.STARTING):
             self._initial_topics = self._initial_pattern = self._initial_assignment = None
             return
         sub = self._require_started()

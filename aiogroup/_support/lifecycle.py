@@ -1,7 +1,8 @@
 """The consumer's lifecycle, and what each call may do in each of its states.
 
-``GroupConsumer`` is new, started, stopping (``stop()`` or ``abort()`` is running)
-or stopped, and never goes back.  Which calls are allowed in which state is a
+``GroupConsumer`` is new, starting (``start()`` is connecting), started, stopping
+(``stop()`` or ``abort()`` is running) or stopped, and never goes back (a ``start()``
+that fails goes back to new).  Which calls are allowed in which state is a
 decision, so it is made here, as pure functions of the state, and the facade only
 asks: ``start()`` twice is a programming error (``IllegalStateError``), a stopped
 consumer is ``ConsumerStoppedError`` as in aiokafka, a call before ``start()`` says
@@ -22,6 +23,7 @@ from aiokafka.errors import ConsumerStoppedError, IllegalStateError
 __all__ = [
     "NEW",
     "STARTED",
+    "STARTING",
     "STOPPED",
     "STOPPING",
     "Closing",
@@ -32,6 +34,8 @@ __all__ = [
 ]
 
 NEW = "new"
+#: start() is connecting (bootstrap, fetcher, coordinator); not usable yet.
+STARTING = "starting"
 STARTED = "started"
 #: stop() is running: listeners called from it may still commit and read positions.
 STOPPING = "stopping"
@@ -40,8 +44,10 @@ STOPPED = "stopped"
 
 def check_startable(state: str) -> None:
     """Raise unless ``start()`` may run now."""
-    if state == STARTED:
+    if state in (STARTED, STARTING):
         raise IllegalStateError("GroupConsumer.start() called twice")
+    if state == STOPPING:
+        raise ConsumerStoppedError("start() while stop() is running: a stopped consumer stays so")
     if state == STOPPED:
         raise ConsumerStoppedError()
 
@@ -50,6 +56,8 @@ def check_usable(state: str) -> None:
     """Raise unless the consumer's state may be used (started, or being stopped)."""
     if state == NEW:
         raise IllegalStateError("GroupConsumer is not started: await consumer.start() first")
+    if state == STARTING:
+        raise IllegalStateError("GroupConsumer is starting: await consumer.start() first")
     if state == STOPPED:
         raise ConsumerStoppedError()
 
@@ -57,8 +65,12 @@ def check_usable(state: str) -> None:
 class Closing(enum.Enum):
     """What ``stop()`` or ``abort()`` has to do."""
 
-    #: Already stopped, or being stopped by another call: nothing, at once.
+    #: Already stopped, or being stopped by another call: nothing, at once.  (Not a
+    #: wait for the other stop(): the revoke listener that stop() awaits may call
+    #: stop() itself, and would then wait for its own caller.)
     NOTHING = "nothing"
+    #: start() is connecting: wait for that to end (it is bounded), then ask again.
+    WAIT = "wait"
     #: Never started: no client, no group; the consumer just becomes stopped.
     MARK_STOPPED = "mark_stopped"
     #: Started: shut the group membership, the fetcher and the client down.
@@ -68,6 +80,8 @@ class Closing(enum.Enum):
 def closing(state: str) -> Closing:
     if state in (STOPPED, STOPPING):
         return Closing.NOTHING
+    if state == STARTING:
+        return Closing.WAIT
     if state == NEW:
         return Closing.MARK_STOPPED
     return Closing.SHUT_DOWN

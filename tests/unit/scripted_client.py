@@ -85,6 +85,8 @@ class ScriptedClient(ScriptedBroker):
         #: Fetch answers wait (up to their max wait) for this after an empty read.
         self.appended = asyncio.Event()
         self.bootstrap_error: BaseException | None = None
+        #: When set, bootstrap() waits for it (start() is "starting" until then).
+        self.bootstrap_gate: asyncio.Event | None = None
         self.bootstraps = 0
         self.closed = 0
         self.metadata_fetches = 0
@@ -107,6 +109,8 @@ class ScriptedClient(ScriptedBroker):
 
     async def bootstrap(self) -> None:
         self.bootstraps += 1
+        if self.bootstrap_gate is not None:  # a test holds start() in its connecting part
+            await self.bootstrap_gate.wait()
         if self.bootstrap_error is not None:
             raise self.bootstrap_error
 

@@ -122,6 +122,50 @@ def test_start_twice_is_refused_and_start_after_stop_is_stopped(client: Scripted
     virtual(scenario)
 
 
+def test_calls_while_start_is_connecting_and_a_stop_then(client: ScriptedClient) -> None:
+    """A second start() is refused, a poll says the consumer is starting, and a stop()
+    waits for start() to finish connecting, then stops it: each call ends in a state
+    it can name, and nothing is opened twice."""
+
+    async def scenario() -> None:
+        client.bootstrap_gate = gate = asyncio.Event()
+        c = consumer("t")
+        starting = asyncio.create_task(c.start())
+        await asyncio.sleep(0)  # the task runs to the gate: bootstrap() is its first await
+        assert client.bootstraps == 1
+        assert c.health().member_state == "STARTING"
+        with pytest.raises(IllegalStateError, match="start\\(\\) called twice"):
+            await c.start()
+        with pytest.raises(IllegalStateError, match="is starting"):
+            await c.getmany()
+        stopping = asyncio.create_task(c.stop())
+        await asyncio.sleep(1)
+        assert not stopping.done()  # waits for the connecting start()
+        gate.set()
+        await stopping
+        assert client.bootstraps == 1 and client.closed == 1
+        assert c.health().member_state in ("STOPPED", "CLOSED")
+        await asyncio.gather(starting, return_exceptions=True)
+        with pytest.raises(ConsumerStoppedError):
+            await c.getmany()
+
+    virtual(scenario)
+
+
+def test_start_while_stop_runs_is_refused_naming_why(client: ScriptedClient) -> None:
+    async def scenario() -> None:
+        c = await subscribed()
+        first = asyncio.create_task(c.stop())
+        await asyncio.sleep(0)
+        assert c.health().member_state not in ("STOPPED", "CLOSED")
+        with pytest.raises(ConsumerStoppedError, match="while stop\\(\\) is running"):
+            await c.start()
+        await first
+        assert c.health().member_state in ("STOPPED", "CLOSED") and client.closed == 1
+
+    virtual(scenario)
+
+
 def test_calls_after_stop_raise_consumer_stopped(client: ScriptedClient) -> None:
     async def scenario() -> None:
         c = await subscribed()

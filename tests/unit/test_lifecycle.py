@@ -8,6 +8,7 @@ from aiokafka.errors import ConsumerStoppedError, IllegalStateError
 from aiogroup._support.lifecycle import (
     NEW,
     STARTED,
+    STARTING,
     STOPPED,
     STOPPING,
     Closing,
@@ -17,14 +18,16 @@ from aiogroup._support.lifecycle import (
     state_without_group,
 )
 
-STATES = (NEW, STARTED, STOPPING, STOPPED)
+STATES = (NEW, STARTING, STARTED, STOPPING, STOPPED)
 
 
 @pytest.mark.parametrize(
     ("state", "error", "message"),
     [
         (NEW, None, None),
+        (STARTING, IllegalStateError, "start() called twice"),
         (STARTED, IllegalStateError, "start() called twice"),
+        (STOPPING, ConsumerStoppedError, "while stop() is running"),
         (STOPPED, ConsumerStoppedError, None),
     ],
 )
@@ -42,6 +45,7 @@ def test_start(state: str, error: type[Exception] | None, message: str | None) -
     ("state", "error", "message"),
     [
         (NEW, IllegalStateError, "not started: await consumer.start() first"),
+        (STARTING, IllegalStateError, "is starting: await consumer.start() first"),
         (STARTED, None, None),
         (STOPPING, None, None),  # stop()'s revoke listener may still commit
         (STOPPED, ConsumerStoppedError, None),
@@ -61,6 +65,7 @@ def test_use(state: str, error: type[Exception] | None, message: str | None) -> 
     ("state", "expected"),
     [
         (NEW, Closing.MARK_STOPPED),
+        (STARTING, Closing.WAIT),
         (STARTED, Closing.SHUT_DOWN),
         (STOPPING, Closing.NOTHING),
         (STOPPED, Closing.NOTHING),
@@ -72,7 +77,13 @@ def test_stop(state: str, expected: Closing) -> None:
 
 @pytest.mark.parametrize(
     ("state", "shown"),
-    [(NEW, "NEW"), (STARTED, "NO_GROUP"), (STOPPING, "STOPPING"), (STOPPED, "STOPPED")],
+    [
+        (NEW, "NEW"),
+        (STARTING, "STARTING"),
+        (STARTED, "NO_GROUP"),
+        (STOPPING, "STOPPING"),
+        (STOPPED, "STOPPED"),
+    ],
 )
 def test_the_member_state_shown_without_a_group(state: str, shown: str) -> None:
     assert state_without_group(state) == shown
@@ -80,5 +91,5 @@ def test_the_member_state_shown_without_a_group(state: str, shown: str) -> None:
 
 def test_the_states_are_distinct_lower_case_words() -> None:
     """health() and metrics() show them as they are."""
-    assert len(set(STATES)) == 4
+    assert len(set(STATES)) == 5
     assert all(s.isalpha() and s.islower() for s in STATES)
