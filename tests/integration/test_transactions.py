@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import itertools
 import os
 import signal
@@ -55,7 +56,7 @@ from aiogroup.testing.outputs import (
     record_outputs,
 )
 from aiogroup.testing.plugin import TopicFactory
-from aiogroup.transactions import send_offsets_to_transaction, transaction
+from aiogroup.transactions import TransformLoop, send_offsets_to_transaction, transaction
 
 T = TypeVar("T")
 
@@ -595,6 +596,56 @@ async def test_the_example_loop_runs_exactly_once(
     assert set(outputs) == {f"IN-{i}" for i in range(total)}
 
 
+async def test_the_transform_loop_example_runs_exactly_once(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str, transactions: None
+) -> None:
+    """examples/exactly_once_loop.py (TransformLoop) as a process: once the group's
+    offsets reach the input's end, SIGTERM ends it cleanly; every input once in the
+    read_committed output."""
+    bootstrap = kafka_broker.bootstrap_servers
+    source, output = await kafka_topic(partitions=2), await kafka_topic(partitions=1)
+    total = 40
+    await produce_inputs(bootstrap, source, total, partitions=2)
+    env = {
+        **os.environ,
+        "AIOGROUP_BOOTSTRAP": bootstrap,
+        "INPUT_TOPIC": source,
+        "OUTPUT_TOPIC": output,
+        "GROUP_ID": group_id,
+        "PYTHONPATH": os.pathsep.join([str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(EXAMPLES / "exactly_once_loop.py"),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    try:
+        tps = [TopicPartition(source, p) for p in range(2)]
+
+        async def until_all_committed() -> None:
+            while True:  # the group's offsets, polled: the process tells nothing before
+                assert proc.returncode is None, "the example exited early"
+                got = await group_committed(bootstrap, group_id, tps, timeout=WAIT_S)
+                if sum(got.values()) >= total:
+                    return
+                await asyncio.sleep(0.2)
+
+        await asyncio.wait_for(until_all_committed(), WAIT_S)
+        proc.send_signal(signal.SIGTERM)
+        out = (await asyncio.wait_for(proc.stdout.read(), WAIT_S)).decode()
+        assert await asyncio.wait_for(proc.wait(), WAIT_S) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert f"committed {total} records" in out, out
+    outputs = await read_output(bootstrap, output, values=True)
+    assert duplicates(outputs) == {}
+    assert set(outputs) == {f"IN-{i}" for i in range(total)}
+
+
 # --- a rebalance mid-transaction ---------------------------------------------------------
 
 
@@ -878,3 +929,171 @@ def redirect_to(producer: AIOKafkaProducer, proxy: FaultProxy) -> None:
         return None if meta is None else meta._replace(host="127.0.0.1", port=proxy.port)
 
     cluster.broker_metadata = broker_metadata
+
+
+# --- the TransformLoop helper --------------------------------------------------------------
+
+
+class RevokeSeen:
+    """A rebalance hook added before the loop's: it runs first, so it tells the test that
+    a revocation has begun while the loop's own hook is about to settle the transaction."""
+
+    def __init__(self) -> None:
+        self.revoking = asyncio.Event()
+
+    async def partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        self.revoking.set()
+
+    async def partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        return None
+
+    async def partitions_lost(self, lost: set[TopicPartition]) -> None:
+        return None
+
+
+@dataclass
+class Transformer:
+    """TransformLoop's transform for these tests: one labelled output per input; once
+    ``block_after`` inputs are done, the next batch blocks (outputs sent) until
+    ``release`` is set - a transaction held open across a rebalance."""
+
+    output: str
+    block_after: int | None = None
+    release: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    blocked: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    blocked_txn: str = ""
+    seen: int = 0
+
+    async def __call__(self, producer: AIOKafkaProducer, batch: dict[Any, Any]) -> None:
+        txn = txn_label(producer)
+        await process_batch(producer, self.output, batch, txn)
+        if self.block_after is not None and self.seen >= self.block_after:
+            self.block_after = None
+            self.blocked_txn = txn
+            self.blocked.set()
+            await self.release.wait()
+        self.seen += sum(len(r) for r in batch.values())
+
+
+async def run_two_loops(
+    bootstrap: str,
+    source: str,
+    total: int,
+    group: str,
+    a_transform: Transformer,
+    b_transform: Transformer,
+    *,
+    revoke_timeout_ms: int,
+    release_on_revoke: bool,
+) -> tuple[TransformLoop, TransformLoop]:
+    """A's loop runs until its transform blocks with a transaction open; B joins (eager
+    assignor: A's revocation covers everything).  With ``release_on_revoke`` A's
+    transform is released as soon as A's revocation begins; otherwise it stays blocked
+    and the revoke timeout decides.  Both loops run until the group's offsets reach
+    the input's end."""
+    options = {"partition_assignment_strategy": ("range",)}
+    producers = [transactional_producer(bootstrap, n) for n in ("loop-a", "loop-b")]
+    await asyncio.wait_for(asyncio.gather(*(p.start() for p in producers)), WAIT_S)
+    try:
+        async with consumer(bootstrap, source, group, **options) as a:
+            seen = RevokeSeen()
+            a._rebalance_hooks.add(seen)  # before the loop's hook: runs first
+            a_loop = TransformLoop(
+                a, producers[0], a_transform, max_records=20, revoke_timeout_ms=revoke_timeout_ms
+            )
+            a_task = asyncio.ensure_future(a_loop.run())
+            try:
+                await asyncio.wait_for(a_transform.blocked.wait(), WAIT_S)
+                b = consumer(bootstrap, source, group, **options)
+                b_start = asyncio.ensure_future(b.start())
+                await asyncio.wait_for(seen.revoking.wait(), WAIT_S)
+                if release_on_revoke:
+                    a_transform.release.set()
+                await asyncio.wait_for(b_start, WAIT_S)
+                try:
+                    b_loop = TransformLoop(b, producers[1], b_transform, max_records=20)
+                    b_task = asyncio.ensure_future(b_loop.run())
+
+                    async def until_all_committed() -> None:
+                        tps = [TopicPartition(source, p) for p in range(2)]
+                        while True:  # the group's offsets, polled: no event for them
+                            got = await group_committed(bootstrap, group, tps, timeout=WAIT_S)
+                            if sum(got.values()) >= total:
+                                return
+                            await asyncio.sleep(0.2)
+
+                    await asyncio.wait_for(until_all_committed(), WAIT_S)
+                    await b_loop.stop()
+                    await a_loop.stop()
+                    await asyncio.wait_for(asyncio.gather(a_task, b_task), WAIT_S)
+                finally:
+                    await b.stop()
+            finally:
+                a_transform.release.set()
+                if not a_task.done():
+                    a_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await a_task
+    finally:
+        await asyncio.gather(*(p.stop() for p in producers))
+    return a_loop, b_loop
+
+
+async def test_the_loop_helper_commits_the_open_transaction_before_a_revoke_returns(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str, transactions: None
+) -> None:
+    """TransformLoop: B joins while A's transaction is open; A's revocation waits for it
+    and it commits (A's transform is released when the revocation begins) - nothing is
+    aborted, and B continues from A's offsets: each input once."""
+    bootstrap = kafka_broker.bootstrap_servers
+    source, output = await kafka_topic(partitions=2), await kafka_topic(partitions=1)
+    total = 400
+    await produce_inputs(bootstrap, source, total, partitions=2)
+    a_transform, b_transform = Transformer(output, block_after=100), Transformer(output)
+    a_loop, b_loop = await run_two_loops(
+        bootstrap,
+        source,
+        total,
+        group_id,
+        a_transform,
+        b_transform,
+        revoke_timeout_ms=30_000,
+        release_on_revoke=True,
+    )
+    print(f"A committed {a_loop.records_committed}, B {b_loop.records_committed}")
+    assert a_loop.cancelled_by_rebalance == 0 and a_loop.transactions_aborted == 0
+    assert a_loop.records_committed > 100  # the held transaction committed
+    assert b_loop.records_committed > 0
+    report = await judge_output(bootstrap, output, group_id, source, 2)
+    report.assert_clean()
+    assert report.outputs_checked == total
+
+
+async def test_the_loop_helper_aborts_a_transaction_still_open_at_the_revoke_timeout(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str, transactions: None
+) -> None:
+    """TransformLoop: A's transform never finishes; past ``revoke_timeout_ms`` the
+    revocation cancels it and aborts the transaction, and B redoes that input: nothing
+    of the aborted transaction visible, each input once."""
+    bootstrap = kafka_broker.bootstrap_servers
+    source, output = await kafka_topic(partitions=2), await kafka_topic(partitions=1)
+    total = 400
+    await produce_inputs(bootstrap, source, total, partitions=2)
+    a_transform, b_transform = Transformer(output, block_after=100), Transformer(output)
+    a_loop, b_loop = await run_two_loops(
+        bootstrap,
+        source,
+        total,
+        group_id,
+        a_transform,
+        b_transform,
+        revoke_timeout_ms=1000,
+        release_on_revoke=False,
+    )
+    assert a_loop.cancelled_by_rebalance == 1 and a_loop.transactions_aborted == 1
+    assert b_loop.records_committed >= 100  # B redid at least the aborted batch
+    history = HistoryRecorder()
+    history.member("a").txn_aborted(a_transform.blocked_txn)
+    report = await judge_output(bootstrap, output, group_id, source, 2, history)
+    report.assert_clean()
+    assert report.outputs_checked == total
