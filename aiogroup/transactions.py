@@ -310,6 +310,8 @@ class TransformLoop:
         self.transactions_committed = 0
         self.transactions_aborted = 0
         self.cancelled_by_rebalance = 0
+        #: Why the last transaction that did not commit was aborted (None: none yet).
+        self.last_abort: BaseException | None = None
 
     async def run(self) -> None:
         """Loop until :meth:`stop` (after the batch in hand) or the consumer stops."""
@@ -354,14 +356,14 @@ class TransformLoop:
             self._in_flight = None
         if task.cancelled():
             self.cancelled_by_rebalance += 1
-            self._aborted(batch)
+            self._aborted(batch, asyncio.CancelledError("partitions revoked or lost"))
             return
         error = task.exception()
         if error is None:
             self.records_committed += sum(len(rs) for rs in batch.values())
             self.transactions_committed += 1
             return
-        self._aborted(batch)
+        self._aborted(batch, error)
         if isinstance(error, CommitFailedError) or (
             isinstance(error, TransactionFencedError) and not error.producer_fenced
         ):
@@ -380,11 +382,14 @@ class TransformLoop:
                 self._producer, offsets, self._consumer, timeout=self._timeout
             )
 
-    def _aborted(self, batch: Mapping[TopicPartition, list[ConsumerRecord]]) -> None:
+    def _aborted(
+        self, batch: Mapping[TopicPartition, list[ConsumerRecord]], why: BaseException
+    ) -> None:
         """Read again what the aborted transaction covered, where this member still owns it
         and no rebalance moved it meanwhile (a new assignment starts from the group's
         offsets)."""
         self.transactions_aborted += 1
+        self.last_abort = why
         owned = self._consumer.assignment()
         for tp, records in batch.items():
             if tp in owned and tp not in self._moved:
