@@ -876,6 +876,133 @@ async def test_a_member_killed_mid_transaction_is_aborted_and_its_input_redone_o
     assert report.outputs_checked == total
 
 
+# --- a real SIGSTOPped process as the zombie ---------------------------------------------
+
+#: Member A as a process: reads everything, opens a transaction with every output, says
+#: "open", and on a line from stdin sends the offsets with the group metadata it read the
+#: batch under, then commits; prints what happened.
+STOPPED_MEMBER = """
+import asyncio, os, sys
+from aiokafka import AIOKafkaProducer
+from aiogroup import GroupConsumer
+from aiogroup.errors import TransactionFencedError
+from aiogroup.testing.outputs import output_headers
+from aiogroup.transactions import send_offsets_to_transaction
+
+async def main():
+    env = os.environ
+    consumer = GroupConsumer(env["INPUT_TOPIC"], bootstrap_servers=env["BOOTSTRAP"],
+                             group_id=env["GROUP_ID"], enable_auto_commit=False,
+                             auto_offset_reset="earliest", isolation_level="read_committed",
+                             session_timeout_ms=3000, heartbeat_interval_ms=1000)
+    producer = AIOKafkaProducer(bootstrap_servers=env["BOOTSTRAP"],
+                                transactional_id=env["TRANSACTIONAL_ID"])
+    await producer.start()
+    await consumer.start()
+    got, total = {}, int(env["TOTAL"])
+    while sum(map(len, got.values())) < total:
+        for tp, records in (await consumer.getmany(timeout_ms=500)).items():
+            got.setdefault(tp, []).extend(records)
+    metadata = consumer.group_metadata()
+    await producer.begin_transaction()
+    sent = [await producer.send(env["OUTPUT_TOPIC"], r.value.upper(), partition=0,
+                                key=f"{tp.partition}:{r.offset}".encode(),
+                                headers=output_headers(tp.topic, tp.partition, r.offset,
+                                                       env["TRANSACTIONAL_ID"]))
+            for tp, records in got.items() for r in records]
+    await asyncio.gather(*sent)
+    print("open", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    offsets = {tp: rs[-1].offset + 1 for tp, rs in got.items()}
+    try:
+        await send_offsets_to_transaction(producer, offsets, metadata)
+        await producer.commit_transaction()
+        print("committed", flush=True)
+    except TransactionFencedError as exc:
+        print(f"fenced {exc.code} aborted={exc.aborted}", flush=True)
+    finally:
+        await producer.stop()
+        await consumer.abort()
+
+asyncio.run(main())
+"""
+
+
+async def test_a_sigstopped_process_wakes_fenced_and_nothing_of_it_is_visible(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str, transactions: None
+) -> None:
+    """A real process with a transaction open (outputs sent) is SIGSTOPped past its
+    session; B takes the input over and commits it all; A is woken (SIGCONT) and sends
+    its offsets with the metadata it read the batch under: refused (KIP-447), its
+    transaction aborted, nothing of it visible read_committed - each input once."""
+    bootstrap = kafka_broker.bootstrap_servers
+    source, output = await kafka_topic(partitions=1), await kafka_topic(partitions=1)
+    total = 30
+    await produce_inputs(bootstrap, source, total, partitions=1)
+    a_txn = unique_name("stopped")
+    env = {
+        **os.environ,
+        "BOOTSTRAP": bootstrap,
+        "INPUT_TOPIC": source,
+        "OUTPUT_TOPIC": output,
+        "GROUP_ID": group_id,
+        "TOTAL": str(total),
+        "TRANSACTIONAL_ID": a_txn,
+        "PYTHONPATH": os.pathsep.join([str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        STOPPED_MEMBER,
+        env=env,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    history = HistoryRecorder()
+    producer = transactional_producer(bootstrap, "after-stop")
+    try:
+        line = await asyncio.wait_for(proc.stdout.readline(), WAIT_S)
+        assert line.decode().strip() == "open"
+        proc.send_signal(signal.SIGSTOP)
+        history.add("a", "frozen")
+        await asyncio.wait_for(producer.start(), WAIT_S)
+        # B's start() returns once it is assigned: after A's session (3 s) has expired.
+        async with consumer(bootstrap, source, group_id) as b:
+            done = 0
+
+            async def b_processes() -> None:
+                nonlocal done
+                while done < total:
+                    batch = await b.getmany(timeout_ms=500)
+                    if batch:
+                        async with transaction(producer):
+                            txn = txn_label(producer)
+                            offsets = await process_batch(producer, output, batch, txn)
+                            await send_offsets_to_transaction(producer, offsets, b)
+                        done += sum(len(r) for r in batch.values())
+
+            await asyncio.wait_for(b_processes(), WAIT_S)
+        proc.send_signal(signal.SIGCONT)
+        proc.stdin.write(b"go\n")
+        await proc.stdin.drain()
+        answer = (await asyncio.wait_for(proc.stdout.readline(), WAIT_S)).decode().strip()
+        assert await asyncio.wait_for(proc.wait(), WAIT_S) == 0
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.kill()
+            await proc.wait()
+        await producer.stop()
+    print(f"the woken process: {answer}")
+    # UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION: the group replaced it.
+    assert answer in ("fenced 25 aborted=True", "fenced 22 aborted=True"), answer
+    history.member("a").txn_aborted(a_txn)
+    report = await judge_output(bootstrap, output, group_id, source, 1, history)
+    report.assert_clean()
+    assert report.outputs_checked == total
+
+
 # --- a cut connection --------------------------------------------------------------------
 
 
