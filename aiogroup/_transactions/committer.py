@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -57,6 +58,15 @@ log = logging.getLogger("aiogroup.transactions")
 #: The first pause before resending when the producer does not say (aiokafka's default
 #: ``retry_backoff_ms``); it doubles on each consecutive failure up to 1 s.
 DEFAULT_RETRY_BACKOFF_S = 0.1
+
+
+#: Per producer client, the coordinators found so far: (key, key type) -> node id.  A
+#: transaction per batch would otherwise pay two FindCoordinator round trips each time
+#: (librdkafka and Java keep them too); a NOT_COORDINATOR answer or a transport error
+#: drops the entry.
+_COORDINATORS: weakref.WeakKeyDictionary[Any, dict[tuple[str, int], int]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class Refused(Exception):
@@ -206,7 +216,8 @@ async def _exchange(
     """
     loop = asyncio.get_running_loop()
     retry = Retrying(RetryPolicy(policy.initial, policy.maximum, policy.multiplier))
-    node: int | None = None
+    known = _COORDINATORS.setdefault(client, {})
+    node: int | None = known.get(coordinator)
 
     async def back_off() -> None:
         retry.failed(loop.time())
@@ -219,11 +230,13 @@ async def _exchange(
             if node is None:
                 await back_off()
                 continue
+            known[coordinator] = node
         retry.sent()
         try:
             resp = await client.send(node, build(), group=ConnectionGroup.COORDINATION)
         except TRANSPORT_ERRORS as exc:
             log.debug("%s to node %d failed: %r; looking the coordinator up again", api, node, exc)
+            known.pop(coordinator, None)
             node = None
             await back_off()
             continue
@@ -232,6 +245,7 @@ async def _exchange(
             retry.succeeded()
             return
         if step is Step.FIND_COORDINATOR:
+            known.pop(coordinator, None)
             node = None
         if step in (Step.FIND_COORDINATOR, Step.RETRY):
             log.debug(

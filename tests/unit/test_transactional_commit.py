@@ -206,6 +206,26 @@ async def test_success_sends_the_identity_and_joins_the_group_to_the_transaction
     assert producer.aborts == 0
 
 
+async def test_the_coordinators_are_looked_up_once_per_producer() -> None:
+    """A transaction per batch: the second commit goes straight to the coordinators found
+    by the first (two round trips saved), until one answers NOT_COORDINATOR."""
+    producer = FakeProducer()
+    await send_offsets_to_transaction(producer, {TP: 10}, META)
+    producer._txn_manager.state = TransactionState.IN_TRANSACTION
+    producer.client.sent.clear()
+    await send_offsets_to_transaction(producer, {TP: 11}, META)
+    assert producer.client.names() == ["AddOffsetsToTxn", "TxnOffsetCommit"]
+    producer.client.sent.clear()
+    producer.client.script = {"TxnOffsetCommit": [TxnCode.NOT_COORDINATOR]}
+    await send_offsets_to_transaction(producer, {TP: 12}, META)
+    assert producer.client.names() == [
+        "AddOffsetsToTxn",
+        "TxnOffsetCommit",
+        "FindCoordinator",
+        "TxnOffsetCommit",
+    ]
+
+
 async def test_passing_answers_are_retried() -> None:
     producer = FakeProducer()
     producer.client.script = {
