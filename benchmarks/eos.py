@@ -39,7 +39,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PARTITIONS = 4
 VALUE = b"x" * 100
 BATCHES = (100, 1000, 10_000)
-CLIENTS = ("aiogroup", "confluent")
+#: aiogroup twice: the transform sending record by record (``producer.send``), and
+#: building the outputs into aiokafka's record batches (``create_batch``/``send_batch``,
+#: aiokafka's documented bulk path, with librdkafka's 1 MiB batch size).
+CLIENTS = ("aiogroup", "aiogroup-batch", "confluent")
 RESULT = "EOS-RESULT "
 
 
@@ -61,25 +64,44 @@ async def aiogroup_worker(spec: dict[str, Any]) -> dict[str, Any]:
         isolation_level="read_committed",
         auto_offset_reset="earliest",
     )
+    batched = spec["client"] == "aiogroup-batch"
     producer = AIOKafkaProducer(
         bootstrap_servers=spec["bootstrap"],
         transactional_id=spec["transactional_id"],
         linger_ms=5,  # librdkafka's default, so both batch alike
+        max_batch_size=1_048_576 if batched else 16_384,
     )
     first: list[float] = []
     seen = 0
 
-    async def copy(producer: Any, batch: dict[Any, list[Any]]) -> None:
-        nonlocal seen
-        if not first:
-            first.append(time.perf_counter())
+    async def send_each(producer: Any, batch: dict[Any, list[Any]]) -> int:
         sent = [
             await producer.send(output, r.value, key=r.key)
             for records in batch.values()
             for r in records
         ]
         await asyncio.gather(*sent)
-        seen += len(sent)
+        return len(sent)
+
+    async def send_batches(producer: Any, batch: dict[Any, list[Any]]) -> int:
+        sent, count = [], 0
+        builder = producer.create_batch()
+        for records in batch.values():
+            for r in records:
+                if builder.append(key=r.key, value=r.value, timestamp=None) is None:
+                    sent.append(await producer.send_batch(builder, output, partition=0))
+                    builder = producer.create_batch()
+                    builder.append(key=r.key, value=r.value, timestamp=None)
+                count += 1
+        sent.append(await producer.send_batch(builder, output, partition=0))
+        await asyncio.gather(*sent)
+        return count
+
+    async def copy(producer: Any, batch: dict[Any, list[Any]]) -> None:
+        nonlocal seen
+        if not first:
+            first.append(time.perf_counter())
+        seen += await (send_batches if batched else send_each)(producer, batch)
         if seen >= total:
             await loop.stop()  # run() returns once this batch's transaction is settled
 
@@ -148,7 +170,7 @@ async def confluent_worker(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def worker_main(spec: dict[str, Any]) -> None:
-    fn = aiogroup_worker if spec["client"] == "aiogroup" else confluent_worker
+    fn = confluent_worker if spec["client"] == "confluent" else aiogroup_worker
     try:
         result = {"ok": True, **asyncio.run(fn(spec))}
     except Exception as exc:
@@ -216,7 +238,8 @@ async def scenario(args: argparse.Namespace) -> dict[str, Any]:
         )
         for rep in range(args.reps):
             for batch in args.batches:
-                clients = CLIENTS if rep % 2 == 0 else tuple(reversed(CLIENTS))
+                shift = rep % len(CLIENTS)
+                clients = CLIENTS[shift:] + CLIENTS[:shift]
                 for client in clients:
                     output = await broker.create_topic(f"eos-out-{uuid.uuid4().hex[:8]}", 1)
                     spec = {
@@ -266,7 +289,10 @@ def markdown(results: dict[str, Any], command: str) -> str:
         "One member reads the whole input and, per batch of up to B records, begins a "
         "transaction, produces one output per input, commits the batch's offsets in it with "
         "the group metadata (KIP-447) and commits it. aiogroup: `TransformLoop` over "
-        "aiokafka's transactional producer; confluent: `AIOConsumer.consume(num_messages=B)` "
+        "aiokafka's transactional producer, the transform sending each output with "
+        "`producer.send` (aiogroup) or building aiokafka record batches with "
+        "`create_batch`/`send_batch` and a 1 MiB batch size (aiogroup-batch); confluent: "
+        "`AIOConsumer.consume(num_messages=B)` "
         "and `AIOProducer` with `send_offsets_to_transaction(offsets, "
         "consumer_group_metadata())`. Median (min-max) over the repetitions; each run a "
         "fresh process, the clients alternating. A batch is *up to* B: each client's read "

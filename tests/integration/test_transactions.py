@@ -1003,6 +1003,120 @@ async def test_a_sigstopped_process_wakes_fenced_and_nothing_of_it_is_visible(
     assert report.outputs_checked == total
 
 
+#: The same zombie with confluent-kafka's asyncio pair: ``AIOProducer`` and the
+#: ``consumer_group_metadata()`` of an ``AIOConsumer`` taken when the batch was read.
+CONFLUENT_STOPPED_MEMBER = """
+import asyncio, os, sys
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.aio import AIOConsumer, AIOProducer
+
+async def main():
+    env = os.environ
+    consumer = AIOConsumer({"bootstrap.servers": env["BOOTSTRAP"], "group.id": env["GROUP_ID"],
+                            "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                            "isolation.level": "read_committed", "session.timeout.ms": 6000,
+                            "heartbeat.interval.ms": 1000})
+    producer = AIOProducer({"bootstrap.servers": env["BOOTSTRAP"],
+                            "transactional.id": env["TRANSACTIONAL_ID"]})
+    await producer.init_transactions()
+    await consumer.subscribe([env["INPUT_TOPIC"]])
+    got, total = [], int(env["TOTAL"])
+    while len(got) < total:
+        got += [m for m in await consumer.consume(num_messages=total, timeout=0.5)
+                if m.error() is None]
+    metadata = await consumer.consumer_group_metadata()
+    await producer.begin_transaction()
+    for m in got:
+        await producer.produce(env["OUTPUT_TOPIC"], m.value().upper(), partition=0,
+                               key=f"{m.partition()}:{m.offset()}".encode())
+    await producer.flush()
+    print("open", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    offsets = [TopicPartition(got[-1].topic(), got[-1].partition(), got[-1].offset() + 1)]
+    try:
+        await producer.send_offsets_to_transaction(offsets, metadata)
+        await producer.commit_transaction()
+        print("committed", flush=True)
+    except KafkaException as exc:
+        error = exc.args[0]
+        print(f"refused {error.name()} abortable={error.txn_requires_abort()}", flush=True)
+        if error.txn_requires_abort():
+            await producer.abort_transaction()
+    finally:
+        await consumer.close()
+
+asyncio.run(main())
+"""
+
+
+async def test_confluents_sigstopped_zombie_is_fenced_too(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str, transactions: None
+) -> None:
+    """The SIGSTOP zombie scenario with confluent-kafka's ``AIOProducer`` and
+    ``consumer_group_metadata()`` (librdkafka implements KIP-447): measured to compare
+    with aiogroup's - the woken process's offsets commit is refused, its transaction
+    aborted, and the output holds each input once."""
+    pytest.importorskip("confluent_kafka.aio", reason="not applicable: no confluent-kafka")
+    bootstrap = kafka_broker.bootstrap_servers
+    source, output = await kafka_topic(partitions=1), await kafka_topic(partitions=1)
+    total = 30
+    await produce_inputs(bootstrap, source, total, partitions=1)
+    env = {
+        **os.environ,
+        "BOOTSTRAP": bootstrap,
+        "INPUT_TOPIC": source,
+        "OUTPUT_TOPIC": output,
+        "GROUP_ID": group_id,
+        "TOTAL": str(total),
+        "TRANSACTIONAL_ID": unique_name("confluent-stopped"),
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        CONFLUENT_STOPPED_MEMBER,
+        env=env,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    producer = transactional_producer(bootstrap, "after-confluent")
+    try:
+        line = await asyncio.wait_for(proc.stdout.readline(), WAIT_S)
+        assert line.decode().strip() == "open"
+        proc.send_signal(signal.SIGSTOP)
+        await asyncio.wait_for(producer.start(), WAIT_S)
+        async with consumer(bootstrap, source, group_id) as b:  # after A's 6 s session
+            done = 0
+
+            async def b_processes() -> None:
+                nonlocal done
+                while done < total:
+                    batch = await b.getmany(timeout_ms=500)
+                    if batch:
+                        async with transaction(producer):
+                            txn = txn_label(producer)
+                            offsets = await process_batch(producer, output, batch, txn)
+                            await send_offsets_to_transaction(producer, offsets, b)
+                        done += sum(len(r) for r in batch.values())
+
+            await asyncio.wait_for(b_processes(), WAIT_S)
+        proc.send_signal(signal.SIGCONT)
+        proc.stdin.write(b"go\n")
+        await proc.stdin.drain()
+        answer = (await asyncio.wait_for(proc.stdout.readline(), WAIT_S)).decode().strip()
+        await asyncio.wait_for(proc.wait(), WAIT_S)
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.kill()
+            await proc.wait()
+        await producer.stop()
+    print(f"confluent's woken process: {answer}")
+    assert answer.startswith("refused "), answer
+    keys = await read_output(bootstrap, output)
+    assert duplicates(keys) == {} and sorted(keys) == sorted(f"0:{o}" for o in range(total))
+
+
 # --- a cut connection --------------------------------------------------------------------
 
 
