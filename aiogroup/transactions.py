@@ -46,6 +46,7 @@ from aiogroup._transactions.outcomes import MisuseKind, Step, TxnCode, check_com
 from aiogroup.errors import (
     CommitFailedError,
     ConfigurationError,
+    ConsumerStoppedError,
     IllegalStateError,
     KafkaTimeoutError,
     TransactionFencedError,
@@ -298,6 +299,10 @@ class TransformLoop:
         self._settled = asyncio.Event()
         self._settled.set()
         self._in_flight: asyncio.Task[None] | None = None
+        #: The transaction in flight has its offsets in and is committing: a rebalance
+        #: must let it finish - cancelling aiokafka's commit does not stop it (the
+        #: EndTxn is shielded), so a batch counted as aborted would be redone twice.
+        self._committing = False
         #: Partitions revoked or lost since the batch in hand began (no seek back).
         self._moved: set[TopicPartition] = set()
         #: Revoked or lost and not assigned again: records of them still in hand are
@@ -322,9 +327,12 @@ class TransformLoop:
         hooks.add(self)
         try:
             while not self._stopping.is_set():
-                batch = await self._consumer.getmany(
-                    timeout_ms=self._poll_timeout_ms, max_records=self._max_records
-                )
+                try:
+                    batch = await self._consumer.getmany(
+                        timeout_ms=self._poll_timeout_ms, max_records=self._max_records
+                    )
+                except ConsumerStoppedError:
+                    return  # the consumer stopped: nothing is in flight between batches
                 await self._settled.wait()
                 owned = self._consumer.assignment()
                 batch = {
@@ -376,11 +384,13 @@ class TransformLoop:
 
     async def _transaction(self, batch: dict[TopicPartition, list[ConsumerRecord]]) -> None:
         offsets = {tp: rs[-1].offset + 1 for tp, rs in batch.items()}
+        self._committing = False
         async with transaction(self._producer, timeout=self._timeout):
             await self._transform(self._producer, batch)
             await send_offsets_to_transaction(
                 self._producer, offsets, self._consumer, timeout=self._timeout
             )
+            self._committing = True  # from here on the outcome is the commit's
 
     def _aborted(
         self, batch: Mapping[TopicPartition, list[ConsumerRecord]], why: BaseException
@@ -419,6 +429,8 @@ class TransformLoop:
                 return
             if grace > 0:
                 await asyncio.wait({task}, timeout=grace)
+            if not task.done() and self._committing:
+                await asyncio.wait({task})  # bounded by the commit's own timeout
             if not task.done():
                 log.warning(
                     "partitions %s moved with a transaction in flight; aborting it",

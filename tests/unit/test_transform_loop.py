@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from aiokafka.structs import ConsumerRecord
 
-from aiogroup.errors import ConfigurationError
+from aiogroup.errors import ConfigurationError, ConsumerStoppedError
 from aiogroup.group_metadata import ConsumerGroupMetadata
 from aiogroup.listeners import RebalanceHooks
 from aiogroup.structs import TopicPartition
@@ -169,3 +169,52 @@ def test_misuse_is_refused_before_anything_runs(
     producer = FakeProducer(transactional_id=transactional_id)
     with pytest.raises(ConfigurationError, match=fragment):
         TransformLoop(consumer, producer, Gate())  # type: ignore[arg-type]
+
+
+class SlowCommitProducer(FakeProducer):
+    """EndTxn takes until ``release``: a rebalance arrives while the commit is under way."""
+
+    def __init__(self) -> None:
+        super().__init__(in_transaction=False)
+        self.committing = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def commit_transaction(self) -> None:
+        self.committing.set()
+        await self.release.wait()
+        await super().commit_transaction()
+
+
+async def test_a_loss_during_the_commit_lets_the_commit_finish() -> None:
+    """Cancelling aiokafka's commit does not stop its EndTxn: a transaction whose offsets
+    are in must be let finish, or the batch would count as aborted and be redone."""
+
+    async def transform(producer: Any, batch: Any) -> None:
+        return None
+
+    consumer = ScriptedConsumer(deque([{TP: records(10, 5)}]))
+    producer = SlowCommitProducer()
+    loop = TransformLoop(consumer, producer, transform, poll_timeout_ms=10)  # type: ignore[arg-type]
+    run = asyncio.ensure_future(loop.run())
+    await asyncio.wait_for(producer.committing.wait(), 5)
+    lost = asyncio.ensure_future(consumer._rebalance_hooks.lost({TP}))
+    await asyncio.sleep(0.05)
+    assert not lost.done(), "the loss did not wait for the commit under way"
+    producer.release.set()
+    await asyncio.wait_for(lost, 5)
+    assert producer.commits == 1 and producer.aborts == 0
+    assert loop.transactions_committed == 1 and loop.transactions_aborted == 0
+    await loop.stop()
+    await asyncio.wait_for(run, 5)
+
+
+async def test_run_returns_when_the_consumer_stops() -> None:
+    consumer = ScriptedConsumer()
+
+    async def stopped(timeout_ms: int = 0, max_records: int | None = None) -> Any:
+        raise ConsumerStoppedError()
+
+    consumer.getmany = stopped  # type: ignore[method-assign]
+    loop = TransformLoop(consumer, FakeProducer(), Gate())  # type: ignore[arg-type]
+    await asyncio.wait_for(loop.run(), 5)
+    assert loop.transactions_committed == 0
