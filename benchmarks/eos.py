@@ -319,7 +319,44 @@ def markdown(results: dict[str, Any], command: str) -> str:
                 f"| {batch:,} | {client} | {rec[0]:,.0f} ({rec[1]:,.0f}-{rec[2]:,.0f}) | "
                 f"{txn[0]:,.1f} ({txn[1]:,.1f}-{txn[2]:,.1f}) | {per:,.0f} | {ratio} |"
             )
+    lines += ["", *verdict(results)]
     return "\n".join(lines) + "\n"
+
+
+def verdict(results: dict[str, Any]) -> list[str]:
+    """The issue's target (>= confluent at every batch size), read off the medians."""
+    out = []
+    for batch in sorted({int(k.split("/")[1]) for k in results["runs"]}):
+        ref = _summary(results["runs"].get(f"confluent/{batch}", []), "records")
+        if ref is None:
+            continue
+        best = max(
+            (
+                (s[0] / ref[0], client, s)
+                for client in CLIENTS[:-1]
+                if (s := _summary(results["runs"].get(f"{client}/{batch}", []), "records"))
+            ),
+            default=None,
+        )
+        if best is not None:
+            met = "met" if best[0] >= 1 else "not met"
+            overlap = (
+                " (the ranges overlap)" if best[2][1] <= ref[2] and ref[1] <= best[2][2] else ""
+            )
+            out.append(
+                f"- B = {batch:,}: best aiogroup {best[0]:.2f}x confluent at the median "
+                f"({best[1]}): {met}{overlap}"
+            )
+    out += [
+        "",
+        "At B = 100 every client waits on the transaction's round trips (AddPartitionsToTxn, "
+        "Produce, AddOffsetsToTxn, TxnOffsetCommit, EndTxn): the rates are the same within "
+        "their ranges. From B = 1,000 the per-record work shows: aiokafka's `send()` costs "
+        "tens of microseconds a record in Python, so a transform sending record by record "
+        "reaches under half of confluent's rate, and one that builds record batches passes it. "
+        "The ranges are wide: the machine was shared (load above).",
+    ]
+    return out
 
 
 def main(argv: list[str]) -> None:
@@ -330,9 +367,17 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--batches", default=",".join(map(str, BATCHES)))
     parser.add_argument("--max-seconds", type=float, default=300.0)
     parser.add_argument("--docs", type=Path, default=ROOT / "docs")
+    parser.add_argument(
+        "--report-only", action="store_true", help="rewrite eos.md from eos.json, run nothing"
+    )
     args = parser.parse_args(argv)
     if args.worker:
         worker_main(json.loads(args.worker))
+        return
+    out = args.docs / "benchmarks"
+    if args.report_only:
+        results = json.loads((out / "eos.json").read_text())
+        (out / "eos.md").write_text(markdown(results, results.get("command", "")))
         return
     if args.reps < 3:
         parser.error("--reps must be >= 3 (a median and a range need three runs)")
@@ -340,12 +385,13 @@ def main(argv: list[str]) -> None:
     if any(b < 1 for b in args.batches) or args.records < max(args.batches):
         parser.error("batches must be >= 1 and --records at least the largest batch")
     results = asyncio.run(scenario(args))
-    out = args.docs / "benchmarks"
+    results["command"] = (
+        "AIOGROUP_BROKER=kafka python -m benchmarks.eos " + " ".join(argv)
+    ).strip()
     out.mkdir(parents=True, exist_ok=True)
     (out / "eos.json").write_text(json.dumps(results, indent=1) + "\n")
-    command = "AIOGROUP_BROKER=kafka python -m benchmarks.eos " + " ".join(argv)
-    (out / "eos.md").write_text(markdown(results, command.strip()))
-    print(markdown(results, command.strip()))
+    (out / "eos.md").write_text(markdown(results, results["command"]))
+    print(markdown(results, results["command"]))
 
 
 if __name__ == "__main__":
