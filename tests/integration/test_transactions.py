@@ -173,6 +173,54 @@ def duplicates(keys: list[str]) -> dict[str, int]:
     return {k: n for k, n in collections.Counter(keys).items() if n > 1}
 
 
+async def takes_over(
+    member: GroupConsumer, producer: AIOKafkaProducer, output: str, total: int
+) -> float:
+    """The loop until ``total`` inputs are committed, a transaction per batch, labelled;
+    when its first batch came (loop time)."""
+    done, first = 0, None
+
+    async def loop() -> None:
+        nonlocal done, first
+        while done < total:
+            batch = await member.getmany(timeout_ms=500)
+            if batch:
+                first = first or asyncio.get_running_loop().time()
+                async with transaction(producer):
+                    txn = txn_label(producer)
+                    offsets = await process_batch(producer, output, batch, txn)
+                    await send_offsets_to_transaction(producer, offsets, member)
+                done += sum(len(r) for r in batch.values())
+
+    await asyncio.wait_for(loop(), WAIT_S)
+    assert first is not None
+    return first
+
+
+def member_env(bootstrap: str, source: str, output: str, group: str, **more: str) -> dict[str, str]:
+    """The environment of a member run as a process (this checkout's aiogroup first)."""
+    return {
+        **os.environ,
+        "BOOTSTRAP": bootstrap,
+        "INPUT_TOPIC": source,
+        "OUTPUT_TOPIC": output,
+        "GROUP_ID": group,
+        "PYTHONPATH": os.pathsep.join([str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")]),
+        **more,
+    }
+
+
+async def wake_and_commit(proc: asyncio.subprocess.Process) -> str:
+    """SIGCONT a stopped member, tell it to commit, and return what it says happened."""
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.send_signal(signal.SIGCONT)
+    proc.stdin.write(b"go\n")
+    await proc.stdin.drain()
+    answer = (await asyncio.wait_for(proc.stdout.readline(), WAIT_S)).decode().strip()
+    await asyncio.wait_for(proc.wait(), WAIT_S)
+    return answer
+
+
 # --- group metadata: every broker ------------------------------------------------------
 
 
@@ -449,20 +497,7 @@ async def test_a_replaced_static_members_commit_is_fenced_by_its_instance_id(
         async with consumer(bootstrap, source, group_id, group_instance_id=instance) as b:
             b_metadata = b.group_metadata()
             assert b_metadata.member_id != a_metadata.member_id
-            done = 0
-
-            async def b_processes() -> None:
-                nonlocal done
-                while done < total:
-                    batch = await b.getmany(timeout_ms=500)
-                    if batch:
-                        async with transaction(b_producer):
-                            txn = txn_label(b_producer)
-                            offsets = await process_batch(b_producer, output, batch, txn)
-                            await send_offsets_to_transaction(b_producer, offsets, b)
-                        done += sum(len(r) for r in batch.values())
-
-            await asyncio.wait_for(b_processes(), WAIT_S)
+            await takes_over(b, b_producer, output, total)
             with pytest.raises(TransactionFencedError) as info:
                 await send_offsets_to_transaction(a_producer, a_offsets, a_metadata)
     finally:
@@ -762,44 +797,57 @@ async def test_a_rebalance_mid_transaction_keeps_each_input_once(
 
 # --- kill -9 mid-transaction -------------------------------------------------------------
 
-#: Member A as a process: reads everything, produces the outputs and sends the offsets in
-#: one transaction, says "open", and waits to be killed before committing.
-KILLED_MEMBER = """
+#: Member A as a process, up to its open transaction: reads all ``TOTAL`` inputs (its
+#: group metadata taken then), begins a transaction, sends one labelled output per input.
+#: The scripts below say what it does next.
+MEMBER_WITH_OPEN_TRANSACTION = """
 import asyncio, os, sys
 from aiokafka import AIOKafkaProducer
 from aiogroup import GroupConsumer
+from aiogroup.errors import TransactionFencedError
 from aiogroup.testing.outputs import output_headers
 from aiogroup.transactions import send_offsets_to_transaction
 
-async def main():
+async def open_transaction():
     env = os.environ
     consumer = GroupConsumer(env["INPUT_TOPIC"], bootstrap_servers=env["BOOTSTRAP"],
                              group_id=env["GROUP_ID"], enable_auto_commit=False,
-                             auto_offset_reset="earliest", session_timeout_ms=3000,
-                             heartbeat_interval_ms=1000)
+                             auto_offset_reset="earliest", isolation_level="read_committed",
+                             session_timeout_ms=3000, heartbeat_interval_ms=1000)
     producer = AIOKafkaProducer(bootstrap_servers=env["BOOTSTRAP"],
                                 transactional_id=env["TRANSACTIONAL_ID"],
-                                transaction_timeout_ms=int(env["TXN_TIMEOUT_MS"]))
+                                transaction_timeout_ms=int(env.get("TXN_TIMEOUT_MS", "60000")))
     await producer.start()
     await consumer.start()
     got, total = {}, int(env["TOTAL"])
     while sum(map(len, got.values())) < total:
         for tp, records in (await consumer.getmany(timeout_ms=500)).items():
             got.setdefault(tp, []).extend(records)
+    metadata = consumer.group_metadata()
     await producer.begin_transaction()
-    for tp, records in got.items():
-        for r in records:
-            await producer.send_and_wait(env["OUTPUT_TOPIC"], r.value.upper(),
-                                         key=f"{tp.partition}:{r.offset}".encode(), partition=0,
-                                         headers=output_headers(tp.topic, tp.partition, r.offset,
-                                                                env["TRANSACTIONAL_ID"]))
-    await send_offsets_to_transaction(producer, {tp: rs[-1].offset + 1 for tp, rs in got.items()},
-                                      consumer)
+    sent = [await producer.send(env["OUTPUT_TOPIC"], r.value.upper(), partition=0,
+                                key=f"{tp.partition}:{r.offset}".encode(),
+                                headers=output_headers(tp.topic, tp.partition, r.offset,
+                                                       env["TRANSACTIONAL_ID"]))
+            for tp, records in got.items() for r in records]
+    await asyncio.gather(*sent)
+    offsets = {tp: rs[-1].offset + 1 for tp, rs in got.items()}
+    return consumer, producer, metadata, offsets
+"""
+
+#: Sends the offsets in the open transaction, says "open", and waits to be killed.
+KILLED_MEMBER = (
+    MEMBER_WITH_OPEN_TRANSACTION
+    + """
+async def main():
+    consumer, producer, metadata, offsets = await open_transaction()
+    await send_offsets_to_transaction(producer, offsets, consumer)
     print("open", flush=True)
     await asyncio.sleep(120)
 
 asyncio.run(main())
 """
+)
 
 
 async def test_a_member_killed_mid_transaction_is_aborted_and_its_input_redone_once(
@@ -814,17 +862,15 @@ async def test_a_member_killed_mid_transaction_is_aborted_and_its_input_redone_o
     total, txn_timeout_ms = 40, 5000
     await produce_inputs(bootstrap, source, total, partitions=1)
     killed_txn = unique_name("killed")  # also the label its outputs carry
-    env = {
-        **os.environ,
-        "BOOTSTRAP": bootstrap,
-        "INPUT_TOPIC": source,
-        "OUTPUT_TOPIC": output,
-        "GROUP_ID": group_id,
-        "TOTAL": str(total),
-        "TRANSACTIONAL_ID": killed_txn,
-        "TXN_TIMEOUT_MS": str(txn_timeout_ms),
-        "PYTHONPATH": os.pathsep.join([str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")]),
-    }
+    env = member_env(
+        bootstrap,
+        source,
+        output,
+        group_id,
+        TOTAL=str(total),
+        TRANSACTIONAL_ID=killed_txn,
+        TXN_TIMEOUT_MS=str(txn_timeout_ms),
+    )
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-c", KILLED_MEMBER, env=env, stdout=asyncio.subprocess.PIPE
     )
@@ -841,26 +887,10 @@ async def test_a_member_killed_mid_transaction_is_aborted_and_its_input_redone_o
     try:
         async with consumer(bootstrap, source, group_id) as b:
             started_at = asyncio.get_running_loop().time()
-            done = 0
-            first_batch_at: float | None = None
-
-            async def b_processes() -> None:
-                nonlocal done, first_batch_at
-                while done < total:
-                    batch = await b.getmany(timeout_ms=500)
-                    if batch:
-                        first_batch_at = first_batch_at or asyncio.get_running_loop().time()
-                        async with transaction(producer):
-                            txn = txn_label(producer)
-                            offsets = await process_batch(producer, output, batch, txn)
-                            await send_offsets_to_transaction(producer, offsets, b)
-                        done += sum(len(r) for r in batch.values())
-
-            await asyncio.wait_for(b_processes(), WAIT_S)
+            first_batch_at = await takes_over(b, producer, output, total)
             assert await b.committed(TopicPartition(source, 0)) == total
     finally:
         await producer.stop()
-    assert first_batch_at is not None
     waited = first_batch_at - killed_at
     print(
         f"kill -9: B joined {started_at - killed_at:.1f}s after the kill and got its first "
@@ -878,42 +908,15 @@ async def test_a_member_killed_mid_transaction_is_aborted_and_its_input_redone_o
 
 # --- a real SIGSTOPped process as the zombie ---------------------------------------------
 
-#: Member A as a process: reads everything, opens a transaction with every output, says
-#: "open", and on a line from stdin sends the offsets with the group metadata it read the
-#: batch under, then commits; prints what happened.
-STOPPED_MEMBER = """
-import asyncio, os, sys
-from aiokafka import AIOKafkaProducer
-from aiogroup import GroupConsumer
-from aiogroup.errors import TransactionFencedError
-from aiogroup.testing.outputs import output_headers
-from aiogroup.transactions import send_offsets_to_transaction
-
+#: Says "open" with its transaction open; on a line from stdin sends the offsets with the
+#: group metadata it read the batch under, then commits; prints what happened.
+STOPPED_MEMBER = (
+    MEMBER_WITH_OPEN_TRANSACTION
+    + """
 async def main():
-    env = os.environ
-    consumer = GroupConsumer(env["INPUT_TOPIC"], bootstrap_servers=env["BOOTSTRAP"],
-                             group_id=env["GROUP_ID"], enable_auto_commit=False,
-                             auto_offset_reset="earliest", isolation_level="read_committed",
-                             session_timeout_ms=3000, heartbeat_interval_ms=1000)
-    producer = AIOKafkaProducer(bootstrap_servers=env["BOOTSTRAP"],
-                                transactional_id=env["TRANSACTIONAL_ID"])
-    await producer.start()
-    await consumer.start()
-    got, total = {}, int(env["TOTAL"])
-    while sum(map(len, got.values())) < total:
-        for tp, records in (await consumer.getmany(timeout_ms=500)).items():
-            got.setdefault(tp, []).extend(records)
-    metadata = consumer.group_metadata()
-    await producer.begin_transaction()
-    sent = [await producer.send(env["OUTPUT_TOPIC"], r.value.upper(), partition=0,
-                                key=f"{tp.partition}:{r.offset}".encode(),
-                                headers=output_headers(tp.topic, tp.partition, r.offset,
-                                                       env["TRANSACTIONAL_ID"]))
-            for tp, records in got.items() for r in records]
-    await asyncio.gather(*sent)
+    consumer, producer, metadata, offsets = await open_transaction()
     print("open", flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
-    offsets = {tp: rs[-1].offset + 1 for tp, rs in got.items()}
     try:
         await send_offsets_to_transaction(producer, offsets, metadata)
         await producer.commit_transaction()
@@ -926,6 +929,7 @@ async def main():
 
 asyncio.run(main())
 """
+)
 
 
 async def test_a_sigstopped_process_wakes_fenced_and_nothing_of_it_is_visible(
@@ -940,16 +944,7 @@ async def test_a_sigstopped_process_wakes_fenced_and_nothing_of_it_is_visible(
     total = 30
     await produce_inputs(bootstrap, source, total, partitions=1)
     a_txn = unique_name("stopped")
-    env = {
-        **os.environ,
-        "BOOTSTRAP": bootstrap,
-        "INPUT_TOPIC": source,
-        "OUTPUT_TOPIC": output,
-        "GROUP_ID": group_id,
-        "TOTAL": str(total),
-        "TRANSACTIONAL_ID": a_txn,
-        "PYTHONPATH": os.pathsep.join([str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")]),
-    }
+    env = member_env(bootstrap, source, output, group_id, TOTAL=str(total), TRANSACTIONAL_ID=a_txn)
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-c",
@@ -969,25 +964,9 @@ async def test_a_sigstopped_process_wakes_fenced_and_nothing_of_it_is_visible(
         await asyncio.wait_for(producer.start(), WAIT_S)
         # B's start() returns once it is assigned: after A's session (3 s) has expired.
         async with consumer(bootstrap, source, group_id) as b:
-            done = 0
-
-            async def b_processes() -> None:
-                nonlocal done
-                while done < total:
-                    batch = await b.getmany(timeout_ms=500)
-                    if batch:
-                        async with transaction(producer):
-                            txn = txn_label(producer)
-                            offsets = await process_batch(producer, output, batch, txn)
-                            await send_offsets_to_transaction(producer, offsets, b)
-                        done += sum(len(r) for r in batch.values())
-
-            await asyncio.wait_for(b_processes(), WAIT_S)
-        proc.send_signal(signal.SIGCONT)
-        proc.stdin.write(b"go\n")
-        await proc.stdin.drain()
-        answer = (await asyncio.wait_for(proc.stdout.readline(), WAIT_S)).decode().strip()
-        assert await asyncio.wait_for(proc.wait(), WAIT_S) == 0
+            await takes_over(b, producer, output, total)
+        answer = await wake_and_commit(proc)
+        assert proc.returncode == 0
     finally:
         if proc.returncode is None:
             proc.send_signal(signal.SIGCONT)
@@ -1061,15 +1040,14 @@ async def test_confluents_sigstopped_zombie_is_fenced_too(
     source, output = await kafka_topic(partitions=1), await kafka_topic(partitions=1)
     total = 30
     await produce_inputs(bootstrap, source, total, partitions=1)
-    env = {
-        **os.environ,
-        "BOOTSTRAP": bootstrap,
-        "INPUT_TOPIC": source,
-        "OUTPUT_TOPIC": output,
-        "GROUP_ID": group_id,
-        "TOTAL": str(total),
-        "TRANSACTIONAL_ID": unique_name("confluent-stopped"),
-    }
+    env = member_env(
+        bootstrap,
+        source,
+        output,
+        group_id,
+        TOTAL=str(total),
+        TRANSACTIONAL_ID=unique_name("confluent-stopped"),
+    )
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-c",
@@ -1086,25 +1064,8 @@ async def test_confluents_sigstopped_zombie_is_fenced_too(
         proc.send_signal(signal.SIGSTOP)
         await asyncio.wait_for(producer.start(), WAIT_S)
         async with consumer(bootstrap, source, group_id) as b:  # after A's 6 s session
-            done = 0
-
-            async def b_processes() -> None:
-                nonlocal done
-                while done < total:
-                    batch = await b.getmany(timeout_ms=500)
-                    if batch:
-                        async with transaction(producer):
-                            txn = txn_label(producer)
-                            offsets = await process_batch(producer, output, batch, txn)
-                            await send_offsets_to_transaction(producer, offsets, b)
-                        done += sum(len(r) for r in batch.values())
-
-            await asyncio.wait_for(b_processes(), WAIT_S)
-        proc.send_signal(signal.SIGCONT)
-        proc.stdin.write(b"go\n")
-        await proc.stdin.drain()
-        answer = (await asyncio.wait_for(proc.stdout.readline(), WAIT_S)).decode().strip()
-        await asyncio.wait_for(proc.wait(), WAIT_S)
+            await takes_over(b, producer, output, total)
+        answer = await wake_and_commit(proc)
     finally:
         if proc.returncode is None:
             proc.send_signal(signal.SIGCONT)
