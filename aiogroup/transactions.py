@@ -22,13 +22,21 @@ A refusal because the sender is a zombie aborts the transaction and raises
 :class:`~aiogroup.errors.TransactionFencedError`; any other failure aborts it and
 raises what failed.  Either way nothing of the transaction becomes visible to
 read_committed readers, and the input goes to the member that owns it now.
+
+:class:`TransformLoop` is the whole loop - a batch per transaction - with the two
+rebalance duties the hand-written loop leaves to the application: a revocation waits
+for the transaction in flight to commit (or, past ``revoke_timeout_ms``, aborts it)
+before the revoke listener returns, so the next owner starts from offsets that match
+the output; a loss aborts it at once.  It acts through the consumer's internal
+rebalance hooks, inside the listener step, so heartbeats go on meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -38,18 +46,25 @@ from aiogroup._transactions.outcomes import MisuseKind, Step, TxnCode, check_com
 from aiogroup.errors import (
     CommitFailedError,
     ConfigurationError,
+    ConsumerStoppedError,
     IllegalStateError,
     KafkaTimeoutError,
     TransactionFencedError,
     error_for_code,
 )
 from aiogroup.group_metadata import ConsumerGroupMetadata
-from aiogroup.structs import OffsetAndMetadata, TopicPartition
+from aiogroup.structs import ConsumerRecord, OffsetAndMetadata, TopicPartition
 
 if TYPE_CHECKING:
     from aiogroup.consumer import GroupConsumer
 
-__all__ = ["DEFAULT_TIMEOUT_S", "send_offsets_to_transaction", "transaction"]
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "Transform",
+    "TransformLoop",
+    "send_offsets_to_transaction",
+    "transaction",
+]
 
 log = logging.getLogger("aiogroup.transactions")
 
@@ -209,3 +224,219 @@ def _as_error(refused: Refused, metadata: ConsumerGroupMetadata, aborted: bool) 
         f"{refused.api} failed (error code {refused.code}); the transaction was {outcome}"
     )
     return error
+
+
+#: What a :class:`TransformLoop` calls per batch: produce the batch's outputs with the
+#: producer (inside the open transaction; await each ``send``'s delivery).
+Transform = Callable[[Any, dict[TopicPartition, list[ConsumerRecord]]], Awaitable[None]]
+
+
+class TransformLoop:
+    """Consume-transform-produce, exactly once: a batch per transaction.
+
+    ``consumer`` is a started ``GroupConsumer`` with ``enable_auto_commit=False`` and
+    (for inputs written transactionally) ``isolation_level="read_committed"``;
+    ``producer`` a started ``AIOKafkaProducer`` with a ``transactional_id``.  Each
+    turn of :meth:`run` reads up to ``max_records``, begins a transaction, awaits
+    ``transform(producer, batch)``, commits the batch's next offsets with the group
+    metadata (KIP-447) and commits the transaction.
+
+    Rebalances (the consumer's internal hooks, run before the application's listener,
+    inside the listener step - heartbeats go on):
+
+    * revoked: no new transaction starts; the one in flight is awaited until it
+      commits, for at most ``revoke_timeout_ms``; past that it is cancelled and
+      aborted.  Either way, when the revoke listener returns, what the group's
+      offsets say is done is exactly what the output holds.
+    * lost: the transaction in flight is cancelled and aborted at once (the group
+      has already given the partitions away; its commit would be refused).
+
+    A batch that ends without commit (refused as not owned, a zombie's fence, a
+    timeout, cancelled by a rebalance) is aborted and its partitions still owned are
+    read again from the batch's first offsets.  A fenced *producer* (another one took
+    over the transactional id) or an exception from ``transform`` ends :meth:`run`
+    with that exception, the transaction aborted.
+    """
+
+    def __init__(
+        self,
+        consumer: GroupConsumer,
+        producer: Any,
+        transform: Transform,
+        *,
+        max_records: int = 500,
+        poll_timeout_ms: int = 500,
+        revoke_timeout_ms: int = 10_000,
+        timeout: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        if ProducerTxnView(producer).transactional_id is None:
+            raise ConfigurationError(
+                "TransformLoop: the producer has no transactional_id: create the "
+                "AIOKafkaProducer with transactional_id=..."
+            )
+        if consumer.config.enable_auto_commit:
+            raise ConfigurationError(
+                "TransformLoop: the consumer has enable_auto_commit=True - its own commits "
+                "would move the offsets outside the transactions; create it with "
+                "enable_auto_commit=False"
+            )
+        if consumer.config.group_id is None:
+            raise ConfigurationError("TransformLoop: the consumer needs a group_id")
+        for name, value in (("max_records", max_records), ("poll_timeout_ms", poll_timeout_ms)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"TransformLoop: {name} must be a positive int, not {value!r}")
+        if revoke_timeout_ms < 0 or timeout <= 0:
+            raise ValueError("TransformLoop: revoke_timeout_ms >= 0 and timeout > 0 are needed")
+        self._consumer = consumer
+        self._producer = producer
+        self._transform = transform
+        self._max_records = max_records
+        self._poll_timeout_ms = poll_timeout_ms
+        self._revoke_timeout = revoke_timeout_ms / 1000
+        self._timeout = timeout
+        self._stopping = asyncio.Event()
+        #: Clear while a revocation or loss is being settled: no transaction starts.
+        self._settled = asyncio.Event()
+        self._settled.set()
+        self._in_flight: asyncio.Task[None] | None = None
+        #: The transaction in flight has its offsets in and is committing: a rebalance
+        #: must let it finish - cancelling aiokafka's commit does not stop it (the
+        #: EndTxn is shielded), so a batch counted as aborted would be redone twice.
+        self._committing = False
+        #: Partitions revoked or lost since the batch in hand began (no seek back).
+        self._moved: set[TopicPartition] = set()
+        #: Revoked or lost and not assigned again: records of them still in hand are
+        #: dropped (the consumer may list them until the listener step ends).
+        self._gone: set[TopicPartition] = set()
+        self._running = False
+        #: Inputs whose outputs and offsets were committed, transactions committed and
+        #: aborted, batches cancelled by a rebalance.
+        self.records_committed = 0
+        self.transactions_committed = 0
+        self.transactions_aborted = 0
+        self.cancelled_by_rebalance = 0
+        #: Why the last transaction that did not commit was aborted (None: none yet).
+        self.last_abort: BaseException | None = None
+
+    async def run(self) -> None:
+        """Loop until :meth:`stop` (after the batch in hand) or the consumer stops."""
+        if self._running:
+            raise IllegalStateError("TransformLoop.run() is already running")
+        self._running = True
+        hooks = self._consumer._rebalance_hooks
+        hooks.add(self)
+        try:
+            while not self._stopping.is_set():
+                try:
+                    batch = await self._consumer.getmany(
+                        timeout_ms=self._poll_timeout_ms, max_records=self._max_records
+                    )
+                except ConsumerStoppedError:
+                    return  # the consumer stopped: nothing is in flight between batches
+                await self._settled.wait()
+                owned = self._consumer.assignment()
+                batch = {
+                    tp: rs
+                    for tp, rs in batch.items()
+                    if rs and tp in owned and tp not in self._gone
+                }
+                if batch:
+                    await self._one_batch(batch)
+        finally:
+            hooks.remove(self)
+            self._running = False
+
+    async def stop(self) -> None:
+        """Ask :meth:`run` to return after the batch in hand (its transaction settled)."""
+        self._stopping.set()
+
+    async def _one_batch(self, batch: dict[TopicPartition, list[ConsumerRecord]]) -> None:
+        self._moved = set()
+        task = asyncio.ensure_future(self._transaction(batch))
+        self._in_flight = task
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError:
+            task.cancel()
+            await asyncio.wait({task})  # its transaction is aborted before this returns
+            raise
+        finally:
+            self._in_flight = None
+        if task.cancelled():
+            self.cancelled_by_rebalance += 1
+            self._aborted(batch, asyncio.CancelledError("partitions revoked or lost"))
+            return
+        error = task.exception()
+        if error is None:
+            self.records_committed += sum(len(rs) for rs in batch.values())
+            self.transactions_committed += 1
+            return
+        self._aborted(batch, error)
+        if isinstance(error, CommitFailedError) or (
+            isinstance(error, TransactionFencedError) and not error.producer_fenced
+        ):
+            log.info("a transaction was refused (%s); its input is read again", error)
+            return
+        if isinstance(error, KafkaTimeoutError):
+            log.warning("a transaction timed out (%s); its input is read again", error)
+            return
+        raise error
+
+    async def _transaction(self, batch: dict[TopicPartition, list[ConsumerRecord]]) -> None:
+        offsets = {tp: rs[-1].offset + 1 for tp, rs in batch.items()}
+        self._committing = False
+        async with transaction(self._producer, timeout=self._timeout):
+            await self._transform(self._producer, batch)
+            await send_offsets_to_transaction(
+                self._producer, offsets, self._consumer, timeout=self._timeout
+            )
+            self._committing = True  # from here on the outcome is the commit's
+
+    def _aborted(
+        self, batch: Mapping[TopicPartition, list[ConsumerRecord]], why: BaseException
+    ) -> None:
+        """Read again what the aborted transaction covered, where this member still owns it
+        and no rebalance moved it meanwhile (a new assignment starts from the group's
+        offsets)."""
+        self.transactions_aborted += 1
+        self.last_abort = why
+        owned = self._consumer.assignment()
+        for tp, records in batch.items():
+            if tp in owned and tp not in self._moved:
+                with contextlib.suppress(IllegalStateError):
+                    self._consumer.seek(tp, records[0].offset)
+
+    # -- the rebalance hook (aiogroup.listeners.RebalanceHook) ----------------------------
+
+    async def partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        """Settle the transaction in flight: let it commit, or abort it past the timeout."""
+        await self._settle(revoked, self._revoke_timeout)
+
+    async def partitions_lost(self, lost: set[TopicPartition]) -> None:
+        """Abort the transaction in flight at once: the group has moved on."""
+        await self._settle(lost, 0.0)
+
+    async def partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self._gone -= assigned
+
+    async def _settle(self, partitions: set[TopicPartition], grace: float) -> None:
+        self._moved |= partitions
+        self._gone |= partitions
+        self._settled.clear()
+        try:
+            task = self._in_flight
+            if task is None or task.done():
+                return
+            if grace > 0:
+                await asyncio.wait({task}, timeout=grace)
+            if not task.done() and self._committing:
+                await asyncio.wait({task})  # bounded by the commit's own timeout
+            if not task.done():
+                log.warning(
+                    "partitions %s moved with a transaction in flight; aborting it",
+                    sorted(partitions),
+                )
+                task.cancel()
+                await asyncio.wait({task})
+        finally:
+            self._settled.set()

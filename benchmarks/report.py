@@ -1079,6 +1079,10 @@ def write(results: dict[str, Any], docs_dir: Path) -> Path:
         from benchmarks import processing
 
         parts.append(processing.markdown(sections_of(results, "processing")))
+    # Written by `python -m benchmarks.eos` (exactly-once against confluent-kafka, issue 27).
+    eos = bench_dir / "eos.md"
+    if eos.exists():
+        parts.append("\n" + eos.read_text())
     parts.append(problems_md(results))
     # Hand-written findings (profiles, before/after of a fix) live next to the results
     # so that regenerating the tables from a new run keeps them.

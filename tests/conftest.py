@@ -46,6 +46,7 @@ SERIAL_GROUPS: tuple[tuple[str, str], ...] = (
     # Three Kafka JVMs per test (failover, racks): heavy, and judged by recovery time.
     ("tests/integration/test_failover.py", "kafka_cluster"),
     ("tests/integration/test_racks.py", "kafka_cluster"),
+    ("tests/integration/test_transaction_failover.py", "kafka_cluster"),
 )
 
 

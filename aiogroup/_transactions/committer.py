@@ -14,18 +14,26 @@ transaction produced no record.
 aiokafka keeps that state behind underscore names (``_txn_manager``); every access
 is in :class:`ProducerTxnView`, so an aiokafka upgrade that moves it breaks here,
 loudly, and nowhere else.
+
+Passing conditions (a coordinator moving or loading, the transaction's other requests
+still in flight) are retried on the member's one retry policy
+(``_membership/backoff.py``, KIP-580): doubling from the producer's
+``retry_backoff_ms`` up to 1 s, reset by the first answer that makes progress.  A
+fixed 100 ms loop would hammer a coordinator that takes seconds to move.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiokafka.client import AIOKafkaClient, ConnectionGroup
 from aiokafka.producer.transaction_manager import TransactionState
 
+from aiogroup._membership.backoff import Retrying, RetryPolicy
 from aiogroup._protocol.group import (
     COORDINATOR_TYPE_GROUP,
     COORDINATOR_TYPE_TRANSACTION,
@@ -47,8 +55,18 @@ __all__ = ["ProducerTxnView", "Refused", "commit_in_transaction"]
 
 log = logging.getLogger("aiogroup.transactions")
 
-#: Pause before resending after a passing condition or a coordinator move.
-RETRY_BACKOFF_S = 0.1
+#: The first pause before resending when the producer does not say (aiokafka's default
+#: ``retry_backoff_ms``); it doubles on each consecutive failure up to 1 s.
+DEFAULT_RETRY_BACKOFF_S = 0.1
+
+
+#: Per producer client, the coordinators found so far: (key, key type) -> node id.  A
+#: transaction per batch would otherwise pay two FindCoordinator round trips each time
+#: (librdkafka and Java keep them too); a NOT_COORDINATOR answer or a transport error
+#: drops the entry.
+_COORDINATORS: weakref.WeakKeyDictionary[Any, dict[tuple[str, int], int]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class Refused(Exception):
@@ -97,6 +115,14 @@ class ProducerTxnView:
         return int(self._txn.producer_epoch)
 
     @property
+    def retry_policy(self) -> RetryPolicy:
+        """The producer's ``retry_backoff_ms`` as the shared policy (KIP-580)."""
+        backoff = getattr(self._producer.client, "_retry_backoff", None)
+        if not isinstance(backoff, int | float) or backoff <= 0:
+            backoff = DEFAULT_RETRY_BACKOFF_S
+        return RetryPolicy.from_backoff(float(backoff))
+
+    @property
     def client(self) -> AIOKafkaClient:
         client: AIOKafkaClient = self._producer.client
         return client
@@ -129,8 +155,10 @@ async def commit_in_transaction(
         code = parse_add_offsets_to_txn(resp)
         return step_for(code), code
 
+    policy = view.retry_policy
     await _exchange(
         view.client,
+        policy,
         "AddOffsetsToTxn",
         (transactional_id, COORDINATOR_TYPE_TRANSACTION),
         add_offsets,
@@ -155,6 +183,7 @@ async def commit_in_transaction(
 
     await _exchange(
         view.client,
+        policy,
         "TxnOffsetCommit",
         (metadata.group_id, COORDINATOR_TYPE_GROUP),
         commit,
@@ -173,34 +202,59 @@ async def commit_in_transaction(
 
 async def _exchange(
     client: AIOKafkaClient,
+    policy: RetryPolicy,
     api: str,
     coordinator: tuple[str, int],
     build: Callable[[], Any],
     judge: Callable[[Any], tuple[Step, int]],
 ) -> None:
-    """Send ``build()`` to ``coordinator``'s node until the answer is final."""
-    node: int | None = None
+    """Send ``build()`` to ``coordinator``'s node until the answer is final.
+
+    Every failure that passes (no coordinator known, a transport error, a retriable
+    code) waits by ``policy`` before the next try; ``policy.attempts`` is ignored:
+    the caller's deadline bounds the whole.
+    """
+    loop = asyncio.get_running_loop()
+    retry = Retrying(RetryPolicy(policy.initial, policy.maximum, policy.multiplier))
+    known = _COORDINATORS.setdefault(client, {})
+    node: int | None = known.get(coordinator)
+
+    async def back_off() -> None:
+        retry.failed(loop.time())
+        assert retry.due_at is not None
+        await asyncio.sleep(max(0.0, retry.due_at - loop.time()))
+
     while True:
         if node is None:
             node = await _find_coordinator(client, *coordinator)
             if node is None:
-                await asyncio.sleep(RETRY_BACKOFF_S)
+                await back_off()
                 continue
+            known[coordinator] = node
+        retry.sent()
         try:
             resp = await client.send(node, build(), group=ConnectionGroup.COORDINATION)
         except TRANSPORT_ERRORS as exc:
             log.debug("%s to node %d failed: %r; looking the coordinator up again", api, node, exc)
+            known.pop(coordinator, None)
             node = None
-            await asyncio.sleep(RETRY_BACKOFF_S)
+            await back_off()
             continue
         step, code = judge(resp)
         if step is Step.DONE:
+            retry.succeeded()
             return
         if step is Step.FIND_COORDINATOR:
+            known.pop(coordinator, None)
             node = None
         if step in (Step.FIND_COORDINATOR, Step.RETRY):
-            log.debug("%s answered error code %d; retrying", api, code)
-            await asyncio.sleep(RETRY_BACKOFF_S)
+            log.debug(
+                "%s answered error code %d; retrying in %.2fs",
+                api,
+                code,
+                policy.delay(retry.failures + 1),
+            )
+            await back_off()
             continue
         raise Refused(api, step, code)
 

@@ -56,6 +56,18 @@ record and handler attempt, written by :func:`aiogroup.testing.recording.recordi
   finish carries it, in its offset or its metadata).  Records processed again are
   counted, with the records in flight and finished-but-uncommitted at each crash.
 
+**Output rules** (exactly-once consume-transform-produce; histories with "output"
+events, one per output record read from the output topic with
+``isolation_level="read_committed"``, naming the input record it was made from - see
+:mod:`aiogroup.testing.outputs`):
+
+* **No output twice.**  No input record's output appears more than once.
+* **No output missing.**  Every input record below the group's committed offset has
+  its output (the committed offset is the last "broker_committed" of the partition,
+  or else the highest offset a member's commit was accepted at).
+* **Nothing of an aborted transaction.**  No output carries the label of a
+  transaction a member recorded as aborted ("txn_aborted": fenced, or failed).
+
 The observer samples the broker, so a fence is known to lie between the last sample
 that still showed the member and the first that did not.  Each rule gives the member
 the benefit of that doubt (at most one sampling interval): ownership ends at the
@@ -80,6 +92,7 @@ from aiogroup.structs import TopicPartition
 __all__ = [
     "GROUP",
     "OBSERVER",
+    "OUTPUT",
     "PRODUCER",
     "Event",
     "EventKind",
@@ -118,6 +131,10 @@ EventKind = Literal[
     "broker_assignment",  # partitions: what the broker says this member was given
     "group_state",  # member GROUP; detail: the group's state (and "epoch=N" for KIP-848)
     "broker_committed",  # offsets: the group's committed offsets, read from outside (OffsetFetch)
+    # Exactly-once output (see "Output rules").
+    "txn_aborted",  # detail: the label of a transaction the member aborted (or was fenced in)
+    "output",  # spans: the input records one read_committed output record was made from;
+    # detail: the label of the transaction that wrote it ("" when unlabelled)
 ]
 KINDS: frozenset[str] = frozenset(get_args(EventKind))
 
@@ -129,6 +146,8 @@ GROUP = "<group>"
 _RESTING_STATES = frozenset({"Stable", "Empty", "Dead"})
 #: The member name of "broker_committed" events (the group's offsets read from outside).
 OBSERVER = "<observer>"
+#: The member name of "output" events (the output topic read with read_committed).
+OUTPUT = "<output>"
 
 Ordering = Literal["key", "partition", "unordered"]
 Partition = tuple[str, int]
@@ -263,6 +282,11 @@ class HistoryRecorder:
     def crashed(self, member: str) -> None:
         self.add(member, "crashed")
 
+    def output(self, topic: str, partition: int, offset: int, txn: str = "") -> None:
+        """One read_committed output record, made from input ``topic[partition]@offset``
+        in the transaction labelled ``txn``."""
+        self.add(OUTPUT, "output", spans=((topic, partition, offset, offset),), detail=txn)
+
     def broker_committed(self, offsets: Mapping[TopicPartition, int] | Iterable[Commit]) -> None:
         """The group's committed offsets as the broker answered them (read from outside)."""
         rows = _commit_rows(offsets)
@@ -369,6 +393,11 @@ class MemberRecorder:
             detail=detail,
             wall=time.time(),
         )
+
+    def txn_aborted(self, txn: str) -> None:
+        """The transaction labelled ``txn`` was aborted (fenced, or failed): nothing it
+        wrote may be visible to read_committed readers."""
+        self.recorder.add(self.name, "txn_aborted", detail=txn)
 
     def leaving(self) -> None:
         self.recorder.add(self.name, "leaving")
@@ -496,6 +525,13 @@ class HistoryReport:
     #: Produced records no member finished.
     unfinished: list[tuple[str, int, int]] = field(default_factory=list)
     disallowed_reprocessing: list[Violation] = field(default_factory=list)
+    # -- output ("output" events; see "Output rules" above) --
+    #: Output records read (read_committed), and the input records they cover.
+    outputs_checked: int = 0
+    duplicate_outputs: list[Violation] = field(default_factory=list)
+    #: Inputs below the committed offset with no output.
+    missing_outputs: list[tuple[str, int, int]] = field(default_factory=list)
+    aborted_outputs: list[Violation] = field(default_factory=list)
 
     @property
     def overlap_seconds(self) -> float:
@@ -513,6 +549,8 @@ class HistoryReport:
             *self.commits_past_unfinished,
             *self.processed_unowned,
             *self.disallowed_reprocessing,
+            *self.duplicate_outputs,
+            *self.aborted_outputs,
         ]
 
     @property
@@ -523,6 +561,7 @@ class HistoryReport:
             or self.violations
             or self.processing_overlaps
             or self.unfinished
+            or self.missing_outputs
         )
 
     def counts(self) -> dict[str, float]:
@@ -556,6 +595,10 @@ class HistoryReport:
             "processed_unowned": len(self.processed_unowned),
             "unfinished": len(self.unfinished),
             "disallowed_reprocessing": len(self.disallowed_reprocessing),
+            "outputs_checked": self.outputs_checked,
+            "duplicate_outputs": len(self.duplicate_outputs),
+            "missing_outputs": len(self.missing_outputs),
+            "aborted_outputs": len(self.aborted_outputs),
         }
 
     def summary(self, limit: int = 5) -> str:
@@ -575,6 +618,8 @@ class HistoryReport:
             lines.append(f"lost (first {limit}): {self.lost[:limit]}")
         if self.unfinished:
             lines.append(f"unfinished (first {limit}): {self.unfinished[:limit]}")
+        if self.missing_outputs:
+            lines.append(f"missing outputs (first {limit}): {self.missing_outputs[:limit]}")
         for v in self.violations[:limit]:
             lines.append(f"{v.rule}: {v.member} at t={v.t:.3f}: {v.detail}")
         return "\n".join(lines)
@@ -607,6 +652,7 @@ def check_history(
     produced: Mapping[TopicPartition, int] | None = None,
     ordering: Ordering = "key",
     metadata_kept: bool = True,
+    outputs: bool | None = None,
 ) -> HistoryReport:
     """Apply every rule of this module to ``events`` (any order) and report.
 
@@ -617,6 +663,8 @@ def check_history(
     holds it to: "key", "partition" or "unordered" (no order rule).
     ``metadata_kept=False``: the broker drops commit metadata (the embedded Tansu
     does), so a commit carries only what its offset passes.
+    ``outputs``: apply the output rules (None: when the history has "output" events;
+    True also when it has none - then every input below a commit is missing).
     """
     if ordering not in get_args(Ordering):
         raise ValueError(f"ordering must be one of {get_args(Ordering)}, not {ordering!r}")
@@ -630,6 +678,8 @@ def check_history(
     if any(e.kind in _PROCESSING for e in history):
         expected = _expected(history, produced)
         _check_processing(history, windows, report, expected, ordering, metadata_kept)
+    if outputs or (outputs is None and any(e.kind == "output" for e in history)):
+        _check_outputs(history, report)
     report.rebalances = _rebalances(history)
     if any(e.kind == "group_state" for e in history):
         report.broker_rebalances = len(broker_rebalances(history))
@@ -864,6 +914,58 @@ def _check_commits(
                 )
             if prev is None or offset > prev[0]:
                 high[(topic, p)] = (offset, e.member, e.t)
+
+
+def _check_outputs(history: list[Event], report: HistoryReport) -> None:
+    """The output rules: each input's read_committed output exactly once below the
+    group's committed offset, none of an aborted transaction."""
+    aborted = {e.detail for e in history if e.kind == "txn_aborted" and e.detail}
+    seen: dict[tuple[Partition, int], Event] = {}
+    for e in history:
+        if e.kind != "output":
+            continue
+        report.outputs_checked += 1
+        if e.detail and e.detail in aborted:
+            report.aborted_outputs.append(
+                Violation(
+                    "aborted output",
+                    e.member,
+                    e.t,
+                    f"output of {list(e.spans)} written by aborted transaction {e.detail!r}",
+                )
+            )
+        for topic, p, first, last in e.spans:
+            for o in range(first, last + 1):
+                prior = seen.setdefault(((topic, p), o), e)
+                if prior is not e:
+                    report.duplicate_outputs.append(
+                        Violation(
+                            "duplicate output",
+                            e.member,
+                            e.t,
+                            f"{topic}[{p}]@{o} output again (transaction {e.detail!r}; "
+                            f"first in {prior.detail!r})",
+                        )
+                    )
+    for (topic, p), end in sorted(_committed_ends(history).items()):
+        for o in range(end):
+            if ((topic, p), o) not in seen:
+                report.missing_outputs.append((topic, p, o))
+
+
+def _committed_ends(history: list[Event]) -> dict[Partition, int]:
+    """Per input partition, the group's committed offset: the broker's last answer, or
+    else the highest offset a member's commit was accepted at."""
+    broker: dict[Partition, int] = {}
+    members: dict[Partition, int] = {}
+    for e in history:
+        if e.kind == "broker_committed":
+            for topic, p, offset in e.offsets:
+                broker[(topic, p)] = offset
+        elif e.kind == "committed":
+            for topic, p, offset in e.offsets:
+                members[(topic, p)] = max(offset, members.get((topic, p), 0))
+    return broker or members
 
 
 def _rebalances(history: list[Event]) -> int:

@@ -12,6 +12,12 @@ and the output holds every input exactly once.
 (c) The same zombie with aiokafka's own ``send_offsets_to_transaction(offsets,
 group_id)`` (TxnOffsetCommit v0, group id only): what KIP-447 prevents, measured.
 
+Every scenario is judged by the ownership-history checker's output rules
+(``aiogroup.testing.history``): the output topic read with read_committed, each
+input's output exactly once below the group's committed offset, nothing of a
+transaction a member aborted (each output names its input and transaction in headers,
+``aiogroup.testing.outputs``).
+
 Transactions need ``caps.supports_transactions`` (Tansu refuses InitProducerId for a
 transactional id); the consumer-protocol run needs ``caps.supports_consumer_protocol``.
 """
@@ -21,6 +27,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
+import itertools
 import os
 import signal
 import sys
@@ -36,11 +44,19 @@ from aiokafka import AIOKafkaProducer
 from fault_proxy import FaultProxy
 
 from aiogroup import CommitFailedError, GroupConsumer, IllegalStateError, TopicPartition
+from aiogroup._transactions.committer import ProducerTxnView
 from aiogroup.errors import NotGroupMemberError, TransactionFencedError
 from aiogroup.group_metadata import ConsumerGroupMetadata
 from aiogroup.testing.broker import KafkaBroker, unique_name
+from aiogroup.testing.history import HistoryRecorder, HistoryReport, check_history
+from aiogroup.testing.outputs import (
+    group_committed,
+    output_headers,
+    read_committed,
+    record_outputs,
+)
 from aiogroup.testing.plugin import TopicFactory
-from aiogroup.transactions import send_offsets_to_transaction, transaction
+from aiogroup.transactions import TransformLoop, send_offsets_to_transaction, transaction
 
 T = TypeVar("T")
 
@@ -96,59 +112,113 @@ def consumer(bootstrap: str, topic: str, group: str, **options: Any) -> GroupCon
     )
 
 
+#: Numbers transactions, so that each output's transaction label is unique in a run.
+_TXN_SEQ = itertools.count(1)
+
+
+def txn_label(producer: AIOKafkaProducer) -> str:
+    """A label for the transaction ``producer`` is about to write (its outputs carry it)."""
+    return f"{ProducerTxnView(producer).transactional_id}#{next(_TXN_SEQ)}"
+
+
 async def process_batch(
-    producer: AIOKafkaProducer, output: str, batch: dict[Any, Any]
+    producer: AIOKafkaProducer, output: str, batch: dict[Any, Any], txn: str = ""
 ) -> dict[TopicPartition, int]:
-    """Produce one output per input record (keyed by the input's partition:offset) in
-    the producer's open transaction; the next offsets to commit."""
+    """Produce one output per input record (keyed by the input's partition:offset, its
+    input and transaction ``txn`` in headers) in the producer's open transaction; the
+    next offsets to commit."""
     sent = []
     for tp, records in batch.items():
         for record in records:
             key = f"{tp.partition}:{record.offset}".encode()
-            sent.append(await producer.send(output, record.value.upper(), key=key, partition=0))
+            headers = output_headers(tp.topic, tp.partition, record.offset, txn)
+            sent.append(
+                await producer.send(
+                    output, record.value.upper(), key=key, partition=0, headers=headers
+                )
+            )
     await asyncio.gather(*sent)
     return {tp: records[-1].offset + 1 for tp, records in batch.items() if records}
 
 
 async def read_output(bootstrap: str, output: str, *, values: bool = False) -> list[str]:
-    """Every committed output record's key (or value), read with read_committed.
+    """Every committed output record's key (or value), read with read_committed (once no
+    transaction is open on the output)."""
+    records = await read_committed(bootstrap, output, partitions=1, timeout=WAIT_S)
+    return [(r.value if values else r.key).decode() for r in records]
 
-    First waits until no transaction is open on the output: an EndTxn answer means the
-    outcome is decided, but the coordinator writes the markers afterwards, so until
-    then the last stable offset trails the log end and a read would stop short.
-    """
-    tp = TopicPartition(output, 0)
-    async with (
-        GroupConsumer(
-            bootstrap_servers=bootstrap,
-            isolation_level="read_committed",
-            auto_offset_reset="earliest",
-        ) as reader,
-        GroupConsumer(bootstrap_servers=bootstrap) as uncommitted,
-    ):
-        reader.assign([tp])
 
-        async def all_decided() -> int:
-            while True:  # a bounded poll of broker state: there is no event to await
-                stable = (await reader.end_offsets([tp]))[tp]
-                if stable == (await uncommitted.end_offsets([tp]))[tp]:
-                    return stable
-                await asyncio.sleep(0.1)
-
-        end = await asyncio.wait_for(all_decided(), WAIT_S)
-        keys: list[str] = []
-
-        async def drain() -> None:
-            while await reader.position(tp) < end:
-                for records in (await reader.getmany(tp, timeout_ms=500)).values():
-                    keys.extend((r.value if values else r.key).decode() for r in records)
-
-        await asyncio.wait_for(drain(), WAIT_S)
-        return keys
+async def judge_output(
+    bootstrap: str,
+    output: str,
+    group: str,
+    source: str,
+    partitions: int,
+    history: HistoryRecorder | None = None,
+) -> HistoryReport:
+    """The checker's output rules on the read_committed output and the group's offsets
+    (read from outside, require_stable); ``history`` holds what members recorded (the
+    transactions they aborted)."""
+    history = history or HistoryRecorder()
+    records = await read_committed(bootstrap, output, partitions=1, timeout=WAIT_S)
+    record_outputs(history, records)
+    tps = [TopicPartition(source, p) for p in range(partitions)]
+    history.broker_committed(await group_committed(bootstrap, group, tps, timeout=WAIT_S))
+    report = check_history(history.events(), outputs=True)
+    print(f"checker: {report.summary()}")
+    return report
 
 
 def duplicates(keys: list[str]) -> dict[str, int]:
     return {k: n for k, n in collections.Counter(keys).items() if n > 1}
+
+
+async def takes_over(
+    member: GroupConsumer, producer: AIOKafkaProducer, output: str, total: int
+) -> float:
+    """The loop until ``total`` inputs are committed, a transaction per batch, labelled;
+    when its first batch came (loop time)."""
+    done, first = 0, None
+
+    async def loop() -> None:
+        nonlocal done, first
+        while done < total:
+            batch = await member.getmany(timeout_ms=500)
+            if batch:
+                first = first or asyncio.get_running_loop().time()
+                async with transaction(producer):
+                    txn = txn_label(producer)
+                    offsets = await process_batch(producer, output, batch, txn)
+                    await send_offsets_to_transaction(producer, offsets, member)
+                done += sum(len(r) for r in batch.values())
+
+    await asyncio.wait_for(loop(), WAIT_S)
+    assert first is not None
+    return first
+
+
+def member_env(bootstrap: str, source: str, output: str, group: str, **more: str) -> dict[str, str]:
+    """The environment of a member run as a process (this checkout's aiogroup first)."""
+    return {
+        **os.environ,
+        "BOOTSTRAP": bootstrap,
+        "INPUT_TOPIC": source,
+        "OUTPUT_TOPIC": output,
+        "GROUP_ID": group,
+        "PYTHONPATH": os.pathsep.join([str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")]),
+        **more,
+    }
+
+
+async def wake_and_commit(proc: asyncio.subprocess.Process) -> str:
+    """SIGCONT a stopped member, tell it to commit, and return what it says happened."""
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.send_signal(signal.SIGCONT)
+    proc.stdin.write(b"go\n")
+    await proc.stdin.drain()
+    answer = (await asyncio.wait_for(proc.stdout.readline(), WAIT_S)).decode().strip()
+    await asyncio.wait_for(proc.wait(), WAIT_S)
+    return answer
 
 
 # --- group metadata: every broker ------------------------------------------------------
@@ -207,7 +277,7 @@ async def test_the_loop_produces_each_inputs_output_exactly_once(
                     if not batch:
                         continue
                     await producer.begin_transaction()
-                    offsets = await process_batch(producer, output, batch)
+                    offsets = await process_batch(producer, output, batch, txn_label(producer))
                     metas.append(member.group_metadata())
                     await send_offsets_to_transaction(producer, offsets, member)
                     await producer.commit_transaction()
@@ -219,9 +289,9 @@ async def test_the_loop_produces_each_inputs_output_exactly_once(
         await producer.stop()
 
     assert committed == {0: total // 2, 1: total // 2}
-    keys = await read_output(bootstrap, output)
-    expected = {f"{p}:{o}" for p in range(2) for o in range(total // 2)}
-    assert duplicates(keys) == {} and set(keys) == expected
+    report = await judge_output(bootstrap, output, group_id, source, 2)
+    report.assert_clean()
+    assert report.outputs_checked == total
     # The metadata the commits carried: this member's identity, the epoch in the
     # generation's place under the consumer protocol.
     assert {m.group_id for m in metas} == {group_id}
@@ -266,6 +336,8 @@ class Zombie:
     producer: AIOKafkaProducer
     metadata: ConsumerGroupMetadata
     offsets: dict[TopicPartition, int]
+    #: The label of its open transaction (its outputs carry it).
+    txn: str
 
 
 @asynccontextmanager
@@ -290,8 +362,9 @@ async def zombie_scenario(
                 got.setdefault(tp, []).extend(records)
         metadata = member.group_metadata()  # the identity it read the batch under
         await producer.begin_transaction()
-        offsets = await process_batch(producer, output, got)
-        return Zombie(member, producer, metadata, offsets)
+        txn = txn_label(producer)
+        offsets = await process_batch(producer, output, got, txn)
+        return Zombie(member, producer, metadata, offsets, txn)
 
     try:
         zombie = await frozen.run(a_reads())
@@ -311,7 +384,9 @@ async def zombie_scenario(
                         if not batch:
                             continue
                         await b_producer.begin_transaction()
-                        offsets = await process_batch(b_producer, output, batch)
+                        offsets = await process_batch(
+                            b_producer, output, batch, txn_label(b_producer)
+                        )
                         await send_offsets_to_transaction(b_producer, offsets, b)
                         await b_producer.commit_transaction()
                         done += sum(len(r) for r in batch.values())
@@ -381,9 +456,11 @@ async def test_a_zombies_fenced_commit_is_refused_and_its_transaction_aborted(
     # also the epoch codes (STALE_MEMBER_EPOCH, FENCED_MEMBER_EPOCH).
     assert fenced.code in (22, 25, 110, 113), fenced
     print(f"{protocol}: the zombie's commit was refused with error code {fenced.code}")
-    keys = await read_output(bootstrap, output)
-    assert duplicates(keys) == {}
-    assert sorted(keys) == sorted(f"0:{o}" for o in range(total))
+    history = HistoryRecorder()
+    history.member("a").txn_aborted(zombie.txn)
+    report = await judge_output(bootstrap, output, group_id, source, 1, history)
+    report.assert_clean()  # nothing of A's aborted transaction, B's outputs once each
+    assert report.outputs_checked == total
 
 
 async def test_a_replaced_static_members_commit_is_fenced_by_its_instance_id(
@@ -414,32 +491,24 @@ async def test_a_replaced_static_members_commit_is_fenced_by_its_instance_id(
         await asyncio.wait_for(a_reads(), WAIT_S)
         a_metadata = a.group_metadata()
         await a_producer.begin_transaction()
-        a_offsets = await process_batch(a_producer, output, got)
+        a_txn = txn_label(a_producer)
+        a_offsets = await process_batch(a_producer, output, got, a_txn)
 
         async with consumer(bootstrap, source, group_id, group_instance_id=instance) as b:
             b_metadata = b.group_metadata()
             assert b_metadata.member_id != a_metadata.member_id
-            done = 0
-
-            async def b_processes() -> None:
-                nonlocal done
-                while done < total:
-                    batch = await b.getmany(timeout_ms=500)
-                    if batch:
-                        async with transaction(b_producer):
-                            offsets = await process_batch(b_producer, output, batch)
-                            await send_offsets_to_transaction(b_producer, offsets, b)
-                        done += sum(len(r) for r in batch.values())
-
-            await asyncio.wait_for(b_processes(), WAIT_S)
+            await takes_over(b, b_producer, output, total)
             with pytest.raises(TransactionFencedError) as info:
                 await send_offsets_to_transaction(a_producer, a_offsets, a_metadata)
     finally:
         await a.abort()
         await asyncio.gather(a_producer.stop(), b_producer.stop())
     assert info.value.code == 82 and info.value.aborted, info.value  # FENCED_INSTANCE_ID
-    keys = await read_output(bootstrap, output)
-    assert duplicates(keys) == {} and sorted(keys) == sorted(f"0:{o}" for o in range(total))
+    history = HistoryRecorder()
+    history.member("a").txn_aborted(a_txn)
+    report = await judge_output(bootstrap, output, group_id, source, 1, history)
+    report.assert_clean()
+    assert report.outputs_checked == total
 
 
 async def test_without_kip_447_the_zombies_commit_is_accepted_and_duplicates_output(
@@ -473,6 +542,9 @@ async def test_without_kip_447_the_zombies_commit_is_accepted_and_duplicates_out
     assert refusal is None, f"the v0 commit was refused: {refusal!r}"
     keys = await read_output(bootstrap, output)
     assert duplicates(keys) == {f"0:{o}": 2 for o in range(total)}
+    # The checker sees it too: every input's output twice, nothing missing.
+    report = await judge_output(bootstrap, output, group_id, source, 1)
+    assert len(report.duplicate_outputs) == total and not report.missing_outputs
 
 
 # --- require_stable: a reader of the group's offsets waits for a pending commit ----------
@@ -559,6 +631,56 @@ async def test_the_example_loop_runs_exactly_once(
     assert set(outputs) == {f"IN-{i}" for i in range(total)}
 
 
+async def test_the_transform_loop_example_runs_exactly_once(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str, transactions: None
+) -> None:
+    """examples/exactly_once_loop.py (TransformLoop) as a process: once the group's
+    offsets reach the input's end, SIGTERM ends it cleanly; every input once in the
+    read_committed output."""
+    bootstrap = kafka_broker.bootstrap_servers
+    source, output = await kafka_topic(partitions=2), await kafka_topic(partitions=1)
+    total = 40
+    await produce_inputs(bootstrap, source, total, partitions=2)
+    env = {
+        **os.environ,
+        "AIOGROUP_BOOTSTRAP": bootstrap,
+        "INPUT_TOPIC": source,
+        "OUTPUT_TOPIC": output,
+        "GROUP_ID": group_id,
+        "PYTHONPATH": os.pathsep.join([str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(EXAMPLES / "exactly_once_loop.py"),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    try:
+        tps = [TopicPartition(source, p) for p in range(2)]
+
+        async def until_all_committed() -> None:
+            while True:  # the group's offsets, polled: the process tells nothing before
+                assert proc.returncode is None, "the example exited early"
+                got = await group_committed(bootstrap, group_id, tps, timeout=WAIT_S)
+                if sum(got.values()) >= total:
+                    return
+                await asyncio.sleep(0.2)
+
+        await asyncio.wait_for(until_all_committed(), WAIT_S)
+        proc.send_signal(signal.SIGTERM)
+        out = (await asyncio.wait_for(proc.stdout.read(), WAIT_S)).decode()
+        assert await asyncio.wait_for(proc.wait(), WAIT_S) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert f"committed {total} records" in out, out
+    outputs = await read_output(bootstrap, output, values=True)
+    assert duplicates(outputs) == {}
+    assert set(outputs) == {f"IN-{i}" for i in range(total)}
+
+
 # --- a rebalance mid-transaction ---------------------------------------------------------
 
 
@@ -580,23 +702,28 @@ async def transform_loop(
     name: str,
     done: asyncio.Event,
     hold: Hold | None = None,
+    history: HistoryRecorder | None = None,
 ) -> None:
     """The loop of examples/exactly_once.py, counting committed inputs in ``progress``
-    (per member and in total) until ``done`` is set."""
+    (per member and in total) until ``done`` is set; each refused (so aborted)
+    transaction is recorded in ``history``."""
     while not done.is_set():
         batch = await member.getmany(timeout_ms=200, max_records=10)
         if not batch:
             continue
+        txn = txn_label(producer)
         try:
             async with transaction(producer):
                 await asyncio.sleep(TRANSFORM_COST_S)  # the transform's work, not a wait
-                offsets = await process_batch(producer, output, batch)
+                offsets = await process_batch(producer, output, batch, txn)
                 if hold is not None and progress.get(name, 0) >= hold.after:
                     hold.holding.set()
                     await hold.release.wait()
                     hold = None
                 await send_offsets_to_transaction(producer, offsets, member)
         except (TransactionFencedError, CommitFailedError) as exc:
+            if history is not None:
+                history.member(name).txn_aborted(txn)
             key = f"{name}-refused-{type(exc).__name__}"
             progress[key] = progress.get(key, 0) + 1
             with contextlib.suppress(CommitFailedError, IllegalStateError):
@@ -632,6 +759,7 @@ async def test_a_rebalance_mid_transaction_keeps_each_input_once(
     await produce_inputs(bootstrap, source, total, partitions=4)
     progress: dict[str, int] = {"goal": total}
     done = asyncio.Event()
+    history = HistoryRecorder()
     hold = Hold(total // 10, asyncio.Event(), asyncio.Event())
     options = {"partition_assignment_strategy": (assignor,)}
     producers = [transactional_producer(bootstrap, n) for n in ("a", "b")]
@@ -639,7 +767,7 @@ async def test_a_rebalance_mid_transaction_keeps_each_input_once(
     try:
         async with consumer(bootstrap, source, group_id, **options) as a:
             a_loop = asyncio.ensure_future(
-                transform_loop(a, producers[0], output, progress, "a", done, hold)
+                transform_loop(a, producers[0], output, progress, "a", done, hold, history)
             )
             try:
                 # A holds a transaction open (outputs sent, offsets not) while B joins:
@@ -647,7 +775,9 @@ async def test_a_rebalance_mid_transaction_keeps_each_input_once(
                 await asyncio.wait_for(hold.holding.wait(), WAIT_S)
                 async with consumer(bootstrap, source, group_id, **options) as b:
                     hold.release.set()
-                    b_loop = transform_loop(b, producers[1], output, progress, "b", done)
+                    b_loop = transform_loop(
+                        b, producers[1], output, progress, "b", done, history=history
+                    )
                     await asyncio.wait_for(asyncio.gather(a_loop, b_loop), WAIT_S)
                     committed = {p: await b.committed(TopicPartition(source, p)) for p in range(4)}
             finally:
@@ -660,48 +790,64 @@ async def test_a_rebalance_mid_transaction_keeps_each_input_once(
     print(f"{assignor}: {progress}")
     assert progress.get("b", 0) > 0, "B never committed: the partitions did not move"
     assert committed == {p: total // 4 for p in range(4)}
-    keys = await read_output(bootstrap, output)
-    assert duplicates(keys) == {}
-    assert len(keys) == total
+    report = await judge_output(bootstrap, output, group_id, source, 4, history)
+    report.assert_clean()
+    assert report.outputs_checked == total
 
 
 # --- kill -9 mid-transaction -------------------------------------------------------------
 
-#: Member A as a process: reads everything, produces the outputs and sends the offsets in
-#: one transaction, says "open", and waits to be killed before committing.
-KILLED_MEMBER = """
+#: Member A as a process, up to its open transaction: reads all ``TOTAL`` inputs (its
+#: group metadata taken then), begins a transaction, sends one labelled output per input.
+#: The scripts below say what it does next.
+MEMBER_WITH_OPEN_TRANSACTION = """
 import asyncio, os, sys
 from aiokafka import AIOKafkaProducer
 from aiogroup import GroupConsumer
+from aiogroup.errors import TransactionFencedError
+from aiogroup.testing.outputs import output_headers
 from aiogroup.transactions import send_offsets_to_transaction
 
-async def main():
+async def open_transaction():
     env = os.environ
     consumer = GroupConsumer(env["INPUT_TOPIC"], bootstrap_servers=env["BOOTSTRAP"],
                              group_id=env["GROUP_ID"], enable_auto_commit=False,
-                             auto_offset_reset="earliest", session_timeout_ms=3000,
-                             heartbeat_interval_ms=1000)
+                             auto_offset_reset="earliest", isolation_level="read_committed",
+                             session_timeout_ms=3000, heartbeat_interval_ms=1000)
     producer = AIOKafkaProducer(bootstrap_servers=env["BOOTSTRAP"],
                                 transactional_id=env["TRANSACTIONAL_ID"],
-                                transaction_timeout_ms=int(env["TXN_TIMEOUT_MS"]))
+                                transaction_timeout_ms=int(env.get("TXN_TIMEOUT_MS", "60000")))
     await producer.start()
     await consumer.start()
     got, total = {}, int(env["TOTAL"])
     while sum(map(len, got.values())) < total:
         for tp, records in (await consumer.getmany(timeout_ms=500)).items():
             got.setdefault(tp, []).extend(records)
+    metadata = consumer.group_metadata()
     await producer.begin_transaction()
-    for tp, records in got.items():
-        for r in records:
-            await producer.send_and_wait(env["OUTPUT_TOPIC"], r.value.upper(),
-                                         key=f"{tp.partition}:{r.offset}".encode(), partition=0)
-    await send_offsets_to_transaction(producer, {tp: rs[-1].offset + 1 for tp, rs in got.items()},
-                                      consumer)
+    sent = [await producer.send(env["OUTPUT_TOPIC"], r.value.upper(), partition=0,
+                                key=f"{tp.partition}:{r.offset}".encode(),
+                                headers=output_headers(tp.topic, tp.partition, r.offset,
+                                                       env["TRANSACTIONAL_ID"]))
+            for tp, records in got.items() for r in records]
+    await asyncio.gather(*sent)
+    offsets = {tp: rs[-1].offset + 1 for tp, rs in got.items()}
+    return consumer, producer, metadata, offsets
+"""
+
+#: Sends the offsets in the open transaction, says "open", and waits to be killed.
+KILLED_MEMBER = (
+    MEMBER_WITH_OPEN_TRANSACTION
+    + """
+async def main():
+    consumer, producer, metadata, offsets = await open_transaction()
+    await send_offsets_to_transaction(producer, offsets, consumer)
     print("open", flush=True)
     await asyncio.sleep(120)
 
 asyncio.run(main())
 """
+)
 
 
 async def test_a_member_killed_mid_transaction_is_aborted_and_its_input_redone_once(
@@ -715,17 +861,16 @@ async def test_a_member_killed_mid_transaction_is_aborted_and_its_input_redone_o
     source, output = await kafka_topic(partitions=1), await kafka_topic(partitions=1)
     total, txn_timeout_ms = 40, 5000
     await produce_inputs(bootstrap, source, total, partitions=1)
-    env = {
-        **os.environ,
-        "BOOTSTRAP": bootstrap,
-        "INPUT_TOPIC": source,
-        "OUTPUT_TOPIC": output,
-        "GROUP_ID": group_id,
-        "TOTAL": str(total),
-        "TRANSACTIONAL_ID": unique_name("killed"),
-        "TXN_TIMEOUT_MS": str(txn_timeout_ms),
-        "PYTHONPATH": os.pathsep.join([str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")]),
-    }
+    killed_txn = unique_name("killed")  # also the label its outputs carry
+    env = member_env(
+        bootstrap,
+        source,
+        output,
+        group_id,
+        TOTAL=str(total),
+        TRANSACTIONAL_ID=killed_txn,
+        TXN_TIMEOUT_MS=str(txn_timeout_ms),
+    )
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-c", KILLED_MEMBER, env=env, stdout=asyncio.subprocess.PIPE
     )
@@ -742,25 +887,10 @@ async def test_a_member_killed_mid_transaction_is_aborted_and_its_input_redone_o
     try:
         async with consumer(bootstrap, source, group_id) as b:
             started_at = asyncio.get_running_loop().time()
-            done = 0
-            first_batch_at: float | None = None
-
-            async def b_processes() -> None:
-                nonlocal done, first_batch_at
-                while done < total:
-                    batch = await b.getmany(timeout_ms=500)
-                    if batch:
-                        first_batch_at = first_batch_at or asyncio.get_running_loop().time()
-                        async with transaction(producer):
-                            offsets = await process_batch(producer, output, batch)
-                            await send_offsets_to_transaction(producer, offsets, b)
-                        done += sum(len(r) for r in batch.values())
-
-            await asyncio.wait_for(b_processes(), WAIT_S)
+            first_batch_at = await takes_over(b, producer, output, total)
             assert await b.committed(TopicPartition(source, 0)) == total
     finally:
         await producer.stop()
-    assert first_batch_at is not None
     waited = first_batch_at - killed_at
     print(
         f"kill -9: B joined {started_at - killed_at:.1f}s after the kill and got its first "
@@ -769,6 +899,181 @@ async def test_a_member_killed_mid_transaction_is_aborted_and_its_input_redone_o
     # B's position waited for the abort, which the coordinator cannot do before A's
     # transaction times out (A began it moments before the kill): a causal lower bound.
     assert waited >= 0.8 * txn_timeout_ms / 1000
+    history = HistoryRecorder()
+    history.member("a").txn_aborted(killed_txn)  # never committed: the coordinator aborts it
+    report = await judge_output(bootstrap, output, group_id, source, 1, history)
+    report.assert_clean()
+    assert report.outputs_checked == total
+
+
+# --- a real SIGSTOPped process as the zombie ---------------------------------------------
+
+#: Says "open" with its transaction open; on a line from stdin sends the offsets with the
+#: group metadata it read the batch under, then commits; prints what happened.
+STOPPED_MEMBER = (
+    MEMBER_WITH_OPEN_TRANSACTION
+    + """
+async def main():
+    consumer, producer, metadata, offsets = await open_transaction()
+    print("open", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    try:
+        await send_offsets_to_transaction(producer, offsets, metadata)
+        await producer.commit_transaction()
+        print("committed", flush=True)
+    except TransactionFencedError as exc:
+        print(f"fenced {exc.code} aborted={exc.aborted}", flush=True)
+    finally:
+        await producer.stop()
+        await consumer.abort()
+
+asyncio.run(main())
+"""
+)
+
+
+async def test_a_sigstopped_process_wakes_fenced_and_nothing_of_it_is_visible(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str, transactions: None
+) -> None:
+    """A real process with a transaction open (outputs sent) is SIGSTOPped past its
+    session; B takes the input over and commits it all; A is woken (SIGCONT) and sends
+    its offsets with the metadata it read the batch under: refused (KIP-447), its
+    transaction aborted, nothing of it visible read_committed - each input once."""
+    bootstrap = kafka_broker.bootstrap_servers
+    source, output = await kafka_topic(partitions=1), await kafka_topic(partitions=1)
+    total = 30
+    await produce_inputs(bootstrap, source, total, partitions=1)
+    a_txn = unique_name("stopped")
+    env = member_env(bootstrap, source, output, group_id, TOTAL=str(total), TRANSACTIONAL_ID=a_txn)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        STOPPED_MEMBER,
+        env=env,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    history = HistoryRecorder()
+    producer = transactional_producer(bootstrap, "after-stop")
+    try:
+        line = await asyncio.wait_for(proc.stdout.readline(), WAIT_S)
+        assert line.decode().strip() == "open"
+        proc.send_signal(signal.SIGSTOP)
+        history.add("a", "frozen")
+        await asyncio.wait_for(producer.start(), WAIT_S)
+        # B's start() returns once it is assigned: after A's session (3 s) has expired.
+        async with consumer(bootstrap, source, group_id) as b:
+            await takes_over(b, producer, output, total)
+        answer = await wake_and_commit(proc)
+        assert proc.returncode == 0
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.kill()
+            await proc.wait()
+        await producer.stop()
+    print(f"the woken process: {answer}")
+    # UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION: the group replaced it.
+    assert answer in ("fenced 25 aborted=True", "fenced 22 aborted=True"), answer
+    history.member("a").txn_aborted(a_txn)
+    report = await judge_output(bootstrap, output, group_id, source, 1, history)
+    report.assert_clean()
+    assert report.outputs_checked == total
+
+
+#: The same zombie with confluent-kafka's asyncio pair: ``AIOProducer`` and the
+#: ``consumer_group_metadata()`` of an ``AIOConsumer`` taken when the batch was read.
+CONFLUENT_STOPPED_MEMBER = """
+import asyncio, os, sys
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.aio import AIOConsumer, AIOProducer
+
+async def main():
+    env = os.environ
+    consumer = AIOConsumer({"bootstrap.servers": env["BOOTSTRAP"], "group.id": env["GROUP_ID"],
+                            "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                            "isolation.level": "read_committed", "session.timeout.ms": 6000,
+                            "heartbeat.interval.ms": 1000})
+    producer = AIOProducer({"bootstrap.servers": env["BOOTSTRAP"],
+                            "transactional.id": env["TRANSACTIONAL_ID"]})
+    await producer.init_transactions()
+    await consumer.subscribe([env["INPUT_TOPIC"]])
+    got, total = [], int(env["TOTAL"])
+    while len(got) < total:
+        got += [m for m in await consumer.consume(num_messages=total, timeout=0.5)
+                if m.error() is None]
+    metadata = await consumer.consumer_group_metadata()
+    await producer.begin_transaction()
+    for m in got:
+        await producer.produce(env["OUTPUT_TOPIC"], m.value().upper(), partition=0,
+                               key=f"{m.partition()}:{m.offset()}".encode())
+    await producer.flush()
+    print("open", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    offsets = [TopicPartition(got[-1].topic(), got[-1].partition(), got[-1].offset() + 1)]
+    try:
+        await producer.send_offsets_to_transaction(offsets, metadata)
+        await producer.commit_transaction()
+        print("committed", flush=True)
+    except KafkaException as exc:
+        error = exc.args[0]
+        print(f"refused {error.name()} abortable={error.txn_requires_abort()}", flush=True)
+        if error.txn_requires_abort():
+            await producer.abort_transaction()
+    finally:
+        await consumer.close()
+
+asyncio.run(main())
+"""
+
+
+async def test_confluents_sigstopped_zombie_is_fenced_too(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str, transactions: None
+) -> None:
+    """The SIGSTOP zombie scenario with confluent-kafka's ``AIOProducer`` and
+    ``consumer_group_metadata()`` (librdkafka implements KIP-447): measured to compare
+    with aiogroup's - the woken process's offsets commit is refused, its transaction
+    aborted, and the output holds each input once."""
+    pytest.importorskip("confluent_kafka.aio", reason="not applicable: no confluent-kafka")
+    bootstrap = kafka_broker.bootstrap_servers
+    source, output = await kafka_topic(partitions=1), await kafka_topic(partitions=1)
+    total = 30
+    await produce_inputs(bootstrap, source, total, partitions=1)
+    env = member_env(
+        bootstrap,
+        source,
+        output,
+        group_id,
+        TOTAL=str(total),
+        TRANSACTIONAL_ID=unique_name("confluent-stopped"),
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        CONFLUENT_STOPPED_MEMBER,
+        env=env,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    producer = transactional_producer(bootstrap, "after-confluent")
+    try:
+        line = await asyncio.wait_for(proc.stdout.readline(), WAIT_S)
+        assert line.decode().strip() == "open"
+        proc.send_signal(signal.SIGSTOP)
+        await asyncio.wait_for(producer.start(), WAIT_S)
+        async with consumer(bootstrap, source, group_id) as b:  # after A's 6 s session
+            await takes_over(b, producer, output, total)
+        answer = await wake_and_commit(proc)
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.kill()
+            await proc.wait()
+        await producer.stop()
+    print(f"confluent's woken process: {answer}")
+    assert answer.startswith("refused "), answer
     keys = await read_output(bootstrap, output)
     assert duplicates(keys) == {} and sorted(keys) == sorted(f"0:{o}" for o in range(total))
 
@@ -802,7 +1107,7 @@ async def test_a_cut_connection_mid_transaction_is_retried_and_commits_once(
 
             await asyncio.wait_for(reads(), WAIT_S)
             async with transaction(producer):
-                offsets = await process_batch(producer, output, got)
+                offsets = await process_batch(producer, output, got, txn_label(producer))
                 cut_before = sum(proxy.requests.values())
                 proxy.cut()
                 await send_offsets_to_transaction(producer, offsets, member)
@@ -811,8 +1116,9 @@ async def test_a_cut_connection_mid_transaction_is_retried_and_commits_once(
     finally:
         await producer.stop()
         await proxy.close()
-    keys = await read_output(bootstrap, output)
-    assert duplicates(keys) == {} and sorted(keys) == sorted(f"0:{o}" for o in range(total))
+    report = await judge_output(bootstrap, output, group_id, source, 1)
+    report.assert_clean()
+    assert report.outputs_checked == total
 
 
 def redirect_to(producer: AIOKafkaProducer, proxy: FaultProxy) -> None:
@@ -825,3 +1131,171 @@ def redirect_to(producer: AIOKafkaProducer, proxy: FaultProxy) -> None:
         return None if meta is None else meta._replace(host="127.0.0.1", port=proxy.port)
 
     cluster.broker_metadata = broker_metadata
+
+
+# --- the TransformLoop helper --------------------------------------------------------------
+
+
+class RevokeSeen:
+    """A rebalance hook added before the loop's: it runs first, so it tells the test that
+    a revocation has begun while the loop's own hook is about to settle the transaction."""
+
+    def __init__(self) -> None:
+        self.revoking = asyncio.Event()
+
+    async def partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        self.revoking.set()
+
+    async def partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        return None
+
+    async def partitions_lost(self, lost: set[TopicPartition]) -> None:
+        return None
+
+
+@dataclass
+class Transformer:
+    """TransformLoop's transform for these tests: one labelled output per input; once
+    ``block_after`` inputs are done, the next batch blocks (outputs sent) until
+    ``release`` is set - a transaction held open across a rebalance."""
+
+    output: str
+    block_after: int | None = None
+    release: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    blocked: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    blocked_txn: str = ""
+    seen: int = 0
+
+    async def __call__(self, producer: AIOKafkaProducer, batch: dict[Any, Any]) -> None:
+        txn = txn_label(producer)
+        await process_batch(producer, self.output, batch, txn)
+        if self.block_after is not None and self.seen >= self.block_after:
+            self.block_after = None
+            self.blocked_txn = txn
+            self.blocked.set()
+            await self.release.wait()
+        self.seen += sum(len(r) for r in batch.values())
+
+
+async def run_two_loops(
+    bootstrap: str,
+    source: str,
+    total: int,
+    group: str,
+    a_transform: Transformer,
+    b_transform: Transformer,
+    *,
+    revoke_timeout_ms: int,
+    release_on_revoke: bool,
+) -> tuple[TransformLoop, TransformLoop]:
+    """A's loop runs until its transform blocks with a transaction open; B joins (eager
+    assignor: A's revocation covers everything).  With ``release_on_revoke`` A's
+    transform is released as soon as A's revocation begins; otherwise it stays blocked
+    and the revoke timeout decides.  Both loops run until the group's offsets reach
+    the input's end."""
+    options = {"partition_assignment_strategy": ("range",)}
+    producers = [transactional_producer(bootstrap, n) for n in ("loop-a", "loop-b")]
+    await asyncio.wait_for(asyncio.gather(*(p.start() for p in producers)), WAIT_S)
+    try:
+        async with consumer(bootstrap, source, group, **options) as a:
+            seen = RevokeSeen()
+            a._rebalance_hooks.add(seen)  # before the loop's hook: runs first
+            a_loop = TransformLoop(
+                a, producers[0], a_transform, max_records=20, revoke_timeout_ms=revoke_timeout_ms
+            )
+            a_task = asyncio.ensure_future(a_loop.run())
+            try:
+                await asyncio.wait_for(a_transform.blocked.wait(), WAIT_S)
+                b = consumer(bootstrap, source, group, **options)
+                b_start = asyncio.ensure_future(b.start())
+                await asyncio.wait_for(seen.revoking.wait(), WAIT_S)
+                if release_on_revoke:
+                    a_transform.release.set()
+                await asyncio.wait_for(b_start, WAIT_S)
+                try:
+                    b_loop = TransformLoop(b, producers[1], b_transform, max_records=20)
+                    b_task = asyncio.ensure_future(b_loop.run())
+
+                    async def until_all_committed() -> None:
+                        tps = [TopicPartition(source, p) for p in range(2)]
+                        while True:  # the group's offsets, polled: no event for them
+                            got = await group_committed(bootstrap, group, tps, timeout=WAIT_S)
+                            if sum(got.values()) >= total:
+                                return
+                            await asyncio.sleep(0.2)
+
+                    await asyncio.wait_for(until_all_committed(), WAIT_S)
+                    await b_loop.stop()
+                    await a_loop.stop()
+                    await asyncio.wait_for(asyncio.gather(a_task, b_task), WAIT_S)
+                finally:
+                    await b.stop()
+            finally:
+                a_transform.release.set()
+                if not a_task.done():
+                    a_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await a_task
+    finally:
+        await asyncio.gather(*(p.stop() for p in producers))
+    return a_loop, b_loop
+
+
+async def test_the_loop_helper_commits_the_open_transaction_before_a_revoke_returns(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str, transactions: None
+) -> None:
+    """TransformLoop: B joins while A's transaction is open; A's revocation waits for it
+    and it commits (A's transform is released when the revocation begins) - nothing is
+    aborted, and B continues from A's offsets: each input once."""
+    bootstrap = kafka_broker.bootstrap_servers
+    source, output = await kafka_topic(partitions=2), await kafka_topic(partitions=1)
+    total = 400
+    await produce_inputs(bootstrap, source, total, partitions=2)
+    a_transform, b_transform = Transformer(output, block_after=100), Transformer(output)
+    a_loop, b_loop = await run_two_loops(
+        bootstrap,
+        source,
+        total,
+        group_id,
+        a_transform,
+        b_transform,
+        revoke_timeout_ms=30_000,
+        release_on_revoke=True,
+    )
+    print(f"A committed {a_loop.records_committed}, B {b_loop.records_committed}")
+    assert a_loop.cancelled_by_rebalance == 0 and a_loop.transactions_aborted == 0
+    assert a_loop.records_committed > 100  # the held transaction committed
+    assert b_loop.records_committed > 0
+    report = await judge_output(bootstrap, output, group_id, source, 2)
+    report.assert_clean()
+    assert report.outputs_checked == total
+
+
+async def test_the_loop_helper_aborts_a_transaction_still_open_at_the_revoke_timeout(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str, transactions: None
+) -> None:
+    """TransformLoop: A's transform never finishes; past ``revoke_timeout_ms`` the
+    revocation cancels it and aborts the transaction, and B redoes that input: nothing
+    of the aborted transaction visible, each input once."""
+    bootstrap = kafka_broker.bootstrap_servers
+    source, output = await kafka_topic(partitions=2), await kafka_topic(partitions=1)
+    total = 400
+    await produce_inputs(bootstrap, source, total, partitions=2)
+    a_transform, b_transform = Transformer(output, block_after=100), Transformer(output)
+    a_loop, b_loop = await run_two_loops(
+        bootstrap,
+        source,
+        total,
+        group_id,
+        a_transform,
+        b_transform,
+        revoke_timeout_ms=1000,
+        release_on_revoke=False,
+    )
+    assert a_loop.cancelled_by_rebalance == 1 and a_loop.transactions_aborted == 1
+    assert b_loop.records_committed >= 100  # B redid at least the aborted batch
+    history = HistoryRecorder()
+    history.member("a").txn_aborted(a_transform.blocked_txn)
+    report = await judge_output(bootstrap, output, group_id, source, 2, history)
+    report.assert_clean()
+    assert report.outputs_checked == total

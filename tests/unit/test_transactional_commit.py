@@ -10,6 +10,7 @@ error type a zombie gets.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Any
 
 import pytest
@@ -205,6 +206,26 @@ async def test_success_sends_the_identity_and_joins_the_group_to_the_transaction
     assert producer.aborts == 0
 
 
+async def test_the_coordinators_are_looked_up_once_per_producer() -> None:
+    """A transaction per batch: the second commit goes straight to the coordinators found
+    by the first (two round trips saved), until one answers NOT_COORDINATOR."""
+    producer = FakeProducer()
+    await send_offsets_to_transaction(producer, {TP: 10}, META)
+    producer._txn_manager.state = TransactionState.IN_TRANSACTION
+    producer.client.sent.clear()
+    await send_offsets_to_transaction(producer, {TP: 11}, META)
+    assert producer.client.names() == ["AddOffsetsToTxn", "TxnOffsetCommit"]
+    producer.client.sent.clear()
+    producer.client.script = {"TxnOffsetCommit": [TxnCode.NOT_COORDINATOR]}
+    await send_offsets_to_transaction(producer, {TP: 12}, META)
+    assert producer.client.names() == [
+        "AddOffsetsToTxn",
+        "TxnOffsetCommit",
+        "FindCoordinator",
+        "TxnOffsetCommit",
+    ]
+
+
 async def test_passing_answers_are_retried() -> None:
     producer = FakeProducer()
     producer.client.script = {
@@ -216,6 +237,32 @@ async def test_passing_answers_are_retried() -> None:
     assert names.count("AddOffsetsToTxn") == 3 and names.count("TxnOffsetCommit") == 2
     assert names.count("FindCoordinator") == 3  # once more after NOT_COORDINATOR
     assert producer.aborts == 0
+
+
+async def test_retries_back_off_doubling_from_the_producers_retry_backoff() -> None:
+    """The shared retry policy (KIP-580): each consecutive retriable answer waits twice
+    as long as the one before, from the producer's ``retry_backoff_ms``.  Lower bounds
+    only: a loaded machine may wait longer, never shorter."""
+    producer = FakeProducer()
+    # What aiokafka's client keeps, in seconds: above the old fixed 100 ms, so that loop
+    # fails the first bound, and a fixed wait of the backoff fails the second.
+    producer.client._retry_backoff = 0.15
+    producer.client.script = {"AddOffsetsToTxn": [TxnCode.CONCURRENT_TRANSACTIONS] * 2}
+    loop = asyncio.get_running_loop()
+    sent_at: list[float] = []
+    send = producer.client.send
+
+    async def timed(node: int, request: Any, group: Any = None) -> Any:
+        if request.API.name == "AddOffsetsToTxn":
+            sent_at.append(loop.time())
+        return await send(node, request, group)
+
+    producer.client.send = timed  # type: ignore[method-assign]
+    await send_offsets_to_transaction(producer, {TP: 10}, META)
+    gaps = [b - a for a, b in itertools.pairwise(sent_at)]
+    assert len(gaps) == 2
+    for gap, delay in zip(gaps, (0.15, 0.3), strict=True):
+        assert gap >= delay * 0.95, (gaps, delay)
 
 
 @pytest.mark.parametrize("code", sorted(FENCED_MEMBER_CODES))

@@ -1,0 +1,199 @@
+"""Exactly-once across a transaction-coordinator failover (3-node Apache Kafka, RF 3).
+
+One member runs ``TransformLoop`` over a replicated input; while one of its
+transactions is open (outputs sent, offsets not), the node that coordinates its
+transactional id is killed with SIGKILL.  The transaction state log is replicated
+(``transaction.state.log.replication.factor`` 3, min ISR 2), so another node takes the
+coordination over; the open transaction either commits there or is aborted and its
+input read again.  Judged by the ownership-history checker's output rules on the
+read_committed output: every input's output exactly once, nothing of an aborted
+transaction.
+
+Needs Java 17+ and ``make install``'s Kafka jars; the ``kafka_cluster`` tier.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka.client import AIOKafkaClient, CoordinationType
+
+from aiogroup import GroupConsumer, TopicPartition
+from aiogroup.testing.broker import unique_name
+from aiogroup.testing.history import HistoryRecorder, check_history
+from aiogroup.testing.kafka import KafkaCluster
+from aiogroup.testing.outputs import group_committed, output_headers, read_committed, record_outputs
+from aiogroup.transactions import TransformLoop
+
+pytestmark = [pytest.mark.integration, pytest.mark.kafka_cluster]
+
+PARTITIONS = 2
+#: Bound on one recovery: the controller fences a dead broker after
+#: broker.session.timeout.ms (9 s), then leaders and coordinators move.
+RECOVERY = 90.0
+
+
+class _DeadNodeNoise(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Unable connect to node")
+
+
+@pytest.fixture
+def cluster() -> Iterator[KafkaCluster]:
+    """A fresh three-node cluster (the test kills a node), started on the main thread."""
+    noise = _DeadNodeNoise()
+    logging.getLogger("aiokafka.client").addFilter(noise)
+    c = KafkaCluster(size=3)
+    asyncio.run(c.start())
+    try:
+        yield c
+    finally:
+        asyncio.run(c.stop())
+        logging.getLogger("aiokafka.client").removeFilter(noise)
+
+
+async def coordinator_of(bootstrap: str, kind: CoordinationType, key: str) -> int:
+    client = AIOKafkaClient(bootstrap_servers=bootstrap)
+    await client.bootstrap()
+    try:
+        return int(await client.coordinator_lookup(kind, key))
+    finally:
+        await client.close()
+
+
+async def txn_coordinator(bootstrap: str, transactional_id: str) -> int:
+    return await coordinator_of(bootstrap, CoordinationType.TRANSACTION, transactional_id)
+
+
+class HeldTransform:
+    """One labelled output per input; the batch after ``hold_after`` inputs waits (its
+    outputs sent, its offsets not) until ``release`` - the window the node is killed in."""
+
+    def __init__(self, output: str, hold_after: int) -> None:
+        self.output, self.hold_after = output, hold_after
+        self.held, self.release = asyncio.Event(), asyncio.Event()
+        self.seen = 0
+        self.labels: list[str] = []
+        #: Labels of transactions the loop aborted (its counters, read between batches:
+        #: the loop runs one transaction at a time).
+        self.aborted: list[str] = []
+        self.loop: TransformLoop | None = None
+        self._aborts_seen = 0
+
+    def settle(self) -> None:
+        """Attribute an abort the loop counted since the last call to the last label."""
+        assert self.loop is not None
+        if self.loop.transactions_aborted > self._aborts_seen:
+            self._aborts_seen = self.loop.transactions_aborted
+            self.aborted.append(self.labels[-1])
+
+    async def __call__(self, producer: AIOKafkaProducer, batch: dict) -> None:  # type: ignore[type-arg]
+        if self.labels:
+            self.settle()
+        txn = f"{producer._txn_manager.transactional_id}#{len(self.labels) + 1}"
+        self.labels.append(txn)
+        sent = []
+        for tp, records in batch.items():
+            for r in records:
+                headers = output_headers(tp.topic, tp.partition, r.offset, txn)
+                sent.append(await producer.send(self.output, r.value, partition=0, headers=headers))
+        await asyncio.gather(*sent)
+        if self.seen >= self.hold_after and not self.held.is_set():
+            self.held.set()
+            await self.release.wait()
+        self.seen += sum(len(r) for r in batch.values())
+
+
+async def test_a_transaction_coordinator_killed_mid_transaction_keeps_each_input_once(
+    cluster: KafkaCluster,
+) -> None:
+    bootstrap = cluster.bootstrap_servers
+    source = await cluster.create_topic(unique_name("eos-in"), PARTITIONS)
+    output = await cluster.create_topic(unique_name("eos-out"), 1)
+    group, transactional_id = unique_name("eos-group"), unique_name("eos-txn")
+    total = 600
+    feeder = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await feeder.start()
+    try:
+        sent = [
+            await feeder.send(source, f"in-{i}".encode(), partition=i % PARTITIONS)
+            for i in range(total)
+        ]
+        await asyncio.gather(*sent)
+    finally:
+        await feeder.stop()
+
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        transactional_id=transactional_id,
+        request_timeout_ms=10_000,
+        acks="all",
+    )
+    await asyncio.wait_for(producer.start(), RECOVERY)
+    transform = HeldTransform(output, hold_after=200)
+    history = HistoryRecorder()
+    consumer = GroupConsumer(
+        source,
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+    )
+    await asyncio.wait_for(consumer.start(), RECOVERY)
+    loop = TransformLoop(consumer, producer, transform, max_records=50, timeout=RECOVERY)
+    transform.loop = loop
+    run = asyncio.ensure_future(loop.run())
+    tps = [TopicPartition(source, p) for p in range(PARTITIONS)]
+    try:
+        await asyncio.wait_for(transform.held.wait(), RECOVERY)
+        victim = await txn_coordinator(bootstrap, transactional_id)
+        group_coordinator = await coordinator_of(bootstrap, CoordinationType.GROUP, group)
+        await cluster.kill_node(victim)  # SIGKILL, returns once the process is reaped
+        killed_at = asyncio.get_running_loop().time()
+        transform.release.set()
+
+        async def until_all_committed() -> None:
+            while not run.done():  # the group's offsets, polled: no event exists for them
+                got = await group_committed(bootstrap, group, tps, timeout=RECOVERY)
+                if sum(got.values()) >= total:
+                    return
+                await asyncio.sleep(0.5)
+            run.result()  # the loop ended: raise what ended it
+
+        await asyncio.wait_for(until_all_committed(), 2 * RECOVERY)
+        recovered_after = asyncio.get_running_loop().time() - killed_at
+        new_coordinator = await txn_coordinator(bootstrap, transactional_id)
+        await loop.stop()
+        await asyncio.wait_for(run, RECOVERY)
+    finally:
+        transform.release.set()
+        if not run.done():
+            run.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await run
+        await consumer.stop()
+        await producer.stop()
+    print(
+        f"transaction coordinator {victim} killed (group coordinator: {group_coordinator}); "
+        f"{new_coordinator} took over; all input "
+        f"committed {recovered_after:.1f}s later; {loop.transactions_committed} committed, "
+        f"{loop.transactions_aborted} aborted (last: {loop.last_abort!r})"
+    )
+    assert new_coordinator != victim
+    transform.settle()
+    assert len(transform.aborted) == loop.transactions_aborted
+    for label in transform.aborted:  # none of their outputs may be visible
+        history.member("loop").txn_aborted(label)
+    records = await read_committed(bootstrap, output, partitions=1, timeout=RECOVERY)
+    record_outputs(history, records)
+    history.broker_committed(await group_committed(bootstrap, group, tps, timeout=RECOVERY))
+    report = check_history(history.events(), outputs=True)
+    print(f"checker: {report.summary()}")
+    report.assert_clean()
+    assert report.outputs_checked == total

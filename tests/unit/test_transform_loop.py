@@ -1,0 +1,220 @@
+"""TransformLoop without a broker: a batch per transaction, and the rebalance duties.
+
+A scripted consumer hands out batches; the fake transactional producer of
+test_transactional_commit answers every request with success and counts commits and
+aborts.  What is checked: the revoke hook waits for the transaction in flight to
+commit, or aborts it at its timeout; the lost hook aborts it at once; an aborted batch
+is read again from its first offsets where still owned; misuse is refused up front.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from aiokafka.structs import ConsumerRecord
+
+from aiogroup.errors import ConfigurationError, ConsumerStoppedError
+from aiogroup.group_metadata import ConsumerGroupMetadata
+from aiogroup.listeners import RebalanceHooks
+from aiogroup.structs import TopicPartition
+from aiogroup.transactions import TransformLoop
+from tests.unit.test_transactional_commit import FakeProducer
+
+TP = TopicPartition("in", 0)
+
+
+def records(first: int, count: int) -> list[ConsumerRecord[bytes, bytes]]:
+    return [
+        ConsumerRecord(
+            topic="in",
+            partition=0,
+            offset=o,
+            timestamp=0,
+            timestamp_type=0,
+            key=None,
+            value=b"v",
+            checksum=None,
+            serialized_key_size=0,
+            serialized_value_size=1,
+            headers=(),
+        )
+        for o in range(first, first + count)
+    ]
+
+
+@dataclass
+class Config:
+    enable_auto_commit: bool = False
+    group_id: str | None = "g"
+
+
+@dataclass
+class ScriptedConsumer:
+    """Hands out ``batches`` one per getmany (then nothing); owns ``owned``."""
+
+    batches: deque[dict[TopicPartition, list[Any]]] = field(default_factory=deque)
+    owned: set[TopicPartition] = field(default_factory=lambda: {TP})
+    config: Config = field(default_factory=Config)
+    seeks: list[tuple[TopicPartition, int]] = field(default_factory=list)
+    _rebalance_hooks: RebalanceHooks = field(default_factory=RebalanceHooks)
+
+    async def getmany(self, timeout_ms: int = 0, max_records: int | None = None) -> Any:
+        if self.batches:
+            return self.batches.popleft()
+        await asyncio.sleep(timeout_ms / 1000)
+        return {}
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self.owned)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        return ConsumerGroupMetadata("g", 1, "m", None)
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self.seeks.append((tp, offset))
+
+
+class Gate:
+    """A transform that blocks each batch until released; counts the batches it saw."""
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+        self.batches = 0
+
+    async def __call__(self, producer: Any, batch: dict[TopicPartition, list[Any]]) -> None:
+        self.batches += 1
+        self.entered.set()
+        await self.release.wait()
+
+
+def loop_with(gate: Gate, **options: Any) -> tuple[TransformLoop, ScriptedConsumer, FakeProducer]:
+    consumer = ScriptedConsumer(deque([{TP: records(10, 5)}]))
+    producer = FakeProducer(in_transaction=False)
+    loop = TransformLoop(consumer, producer, gate, poll_timeout_ms=10, **options)  # type: ignore[arg-type]
+    return loop, consumer, producer
+
+
+async def test_a_revoke_waits_for_the_open_transaction_to_commit() -> None:
+    gate = Gate()
+    loop, consumer, producer = loop_with(gate, revoke_timeout_ms=30_000)
+    run = asyncio.ensure_future(loop.run())
+    await asyncio.wait_for(gate.entered.wait(), 5)
+    revoke = asyncio.ensure_future(consumer._rebalance_hooks.revoked({TP}))
+    await asyncio.sleep(0.05)
+    assert not revoke.done(), "the revoke returned with the transaction still open"
+    gate.release.set()
+    await asyncio.wait_for(revoke, 5)
+    # When the hook returns, the transaction has committed: the offsets match the output.
+    assert producer.commits == 1 and producer.aborts == 0
+    assert loop.records_committed == 5 and loop.transactions_committed == 1
+    await loop.stop()
+    await asyncio.wait_for(run, 5)
+
+
+async def test_a_revoke_past_its_timeout_aborts_and_the_batch_is_not_sought_back() -> None:
+    gate = Gate()
+    loop, consumer, producer = loop_with(gate, revoke_timeout_ms=50)
+    run = asyncio.ensure_future(loop.run())
+    await asyncio.wait_for(gate.entered.wait(), 5)
+    await asyncio.wait_for(consumer._rebalance_hooks.revoked({TP}), 5)
+    assert producer.aborts == 1 and producer.commits == 0
+    await loop.stop()
+    await asyncio.wait_for(run, 5)
+    assert loop.cancelled_by_rebalance == 1 and loop.transactions_aborted == 1
+    assert consumer.seeks == []  # revoked: the next owner starts from the group's offsets
+
+
+async def test_lost_aborts_the_open_transaction_at_once() -> None:
+    gate = Gate()
+    loop, consumer, producer = loop_with(gate, revoke_timeout_ms=60_000)
+    run = asyncio.ensure_future(loop.run())
+    await asyncio.wait_for(gate.entered.wait(), 5)
+    # Well inside the revoke timeout: a loss does not wait for the transaction.
+    await asyncio.wait_for(consumer._rebalance_hooks.lost({TP}), 1)
+    assert producer.aborts == 1 and producer.commits == 0
+    await loop.stop()
+    await asyncio.wait_for(run, 5)
+
+
+async def test_a_refused_batch_is_read_again_from_its_first_offset() -> None:
+    async def transform(producer: Any, batch: Any) -> None:
+        await loop.stop()  # one batch: run() returns once it is settled
+
+    consumer = ScriptedConsumer(deque([{TP: records(10, 5)}]))
+    producer = FakeProducer(in_transaction=False)
+    producer.client.script = {"TxnOffsetCommit": [22]}  # ILLEGAL_GENERATION: a zombie's
+    loop = TransformLoop(consumer, producer, transform, poll_timeout_ms=10)  # type: ignore[arg-type]
+    await asyncio.wait_for(loop.run(), 5)
+    assert loop.transactions_aborted == 1 and loop.records_committed == 0
+    assert consumer.seeks == [(TP, 10)] and producer.aborts == 1 and producer.commits == 0
+
+
+@pytest.mark.parametrize(
+    ("consumer_config", "transactional_id", "fragment"),
+    [
+        (Config(enable_auto_commit=True), "tx", "enable_auto_commit"),
+        (Config(group_id=None), "tx", "group_id"),
+        (Config(), None, "transactional_id"),
+    ],
+)
+def test_misuse_is_refused_before_anything_runs(
+    consumer_config: Config, transactional_id: str | None, fragment: str
+) -> None:
+    consumer = ScriptedConsumer(config=consumer_config)
+    producer = FakeProducer(transactional_id=transactional_id)
+    with pytest.raises(ConfigurationError, match=fragment):
+        TransformLoop(consumer, producer, Gate())  # type: ignore[arg-type]
+
+
+class SlowCommitProducer(FakeProducer):
+    """EndTxn takes until ``release``: a rebalance arrives while the commit is under way."""
+
+    def __init__(self) -> None:
+        super().__init__(in_transaction=False)
+        self.committing = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def commit_transaction(self) -> None:
+        self.committing.set()
+        await self.release.wait()
+        await super().commit_transaction()
+
+
+async def test_a_loss_during_the_commit_lets_the_commit_finish() -> None:
+    """Cancelling aiokafka's commit does not stop its EndTxn: a transaction whose offsets
+    are in must be let finish, or the batch would count as aborted and be redone."""
+
+    async def transform(producer: Any, batch: Any) -> None:
+        return None
+
+    consumer = ScriptedConsumer(deque([{TP: records(10, 5)}]))
+    producer = SlowCommitProducer()
+    loop = TransformLoop(consumer, producer, transform, poll_timeout_ms=10)  # type: ignore[arg-type]
+    run = asyncio.ensure_future(loop.run())
+    await asyncio.wait_for(producer.committing.wait(), 5)
+    lost = asyncio.ensure_future(consumer._rebalance_hooks.lost({TP}))
+    await asyncio.sleep(0.05)
+    assert not lost.done(), "the loss did not wait for the commit under way"
+    producer.release.set()
+    await asyncio.wait_for(lost, 5)
+    assert producer.commits == 1 and producer.aborts == 0
+    assert loop.transactions_committed == 1 and loop.transactions_aborted == 0
+    await loop.stop()
+    await asyncio.wait_for(run, 5)
+
+
+async def test_run_returns_when_the_consumer_stops() -> None:
+    consumer = ScriptedConsumer()
+
+    async def stopped(timeout_ms: int = 0, max_records: int | None = None) -> Any:
+        raise ConsumerStoppedError()
+
+    consumer.getmany = stopped  # type: ignore[method-assign]
+    loop = TransformLoop(consumer, FakeProducer(), Gate())  # type: ignore[arg-type]
+    await asyncio.wait_for(loop.run(), 5)
+    assert loop.transactions_committed == 0
