@@ -19,6 +19,7 @@ import asyncio
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from aiogroup._support.timeouts import wait_for
 from aiogroup.consumer import GroupConsumer
 from aiogroup.structs import TopicPartition
 from aiogroup.testing.history import HistoryRecorder
@@ -87,7 +88,7 @@ async def read_committed(
                     return stable
                 await asyncio.sleep(_POLL_S)
 
-        ends = await asyncio.wait_for(all_decided(), timeout)
+        ends = await wait_for(all_decided(), timeout)
         records: list[Any] = []
 
         async def drain() -> None:
@@ -96,7 +97,7 @@ async def read_committed(
                     for batch in (await reader.getmany(tp, timeout_ms=500)).values():
                         records.extend(batch)
 
-        await asyncio.wait_for(drain(), timeout)
+        await wait_for(drain(), timeout)
         return records
 
 
@@ -139,4 +140,4 @@ async def group_committed(
             found = {tp: await reader.committed(tp) for tp in partitions}
             return {tp: o for tp, o in found.items() if o is not None}
 
-        return await asyncio.wait_for(lookups(), timeout)
+        return await wait_for(lookups(), timeout)
