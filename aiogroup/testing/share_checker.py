@@ -37,9 +37,12 @@ unique in the group; the member id does not survive a restart, a name does).
   still showed the member): the broker dropped the consumer from the group,
   which releases the records it held.
 * ``broker_start`` (consumer :data:`OBSERVER`; ``topic, partition``,
-  ``offset`` = the share-partition start offset from DescribeShareGroupOffsets,
-  read after the run): every record below it is settled as far as the broker is
-  concerned (acknowledged, or archived at the delivery limit).
+  ``offset`` = the share-partition start offset and ``lag`` = its lag, from
+  DescribeShareGroupOffsets v1 read after the run): every record below the start
+  offset is settled as far as the broker is concerned (acknowledged, or archived
+  at the delivery limit), and ``lag`` records at or past it are not.  Kafka 4.4
+  moves the reported start offset lazily (it stayed 0 after every record was
+  accepted, with lag 0), so the lag is what says "all settled".
 
 **The rules** (each broken one is a :class:`ShareViolation` under its rule name):
 
@@ -69,9 +72,10 @@ unique in the group; the member id does not survive a restart, a name does).
   back.
 * ``ack_unheld`` - a consumer acknowledges only records it acquired and has not
   acknowledged already (a second ACCEPT of one delivery is the client's bug).
-* ``broker_disagrees`` - with ``broker_start`` events: every produced record lies
-  below the start offset the broker reports after the run, and no record the
-  history leaves unsettled does.
+* ``broker_disagrees`` - with ``broker_start`` events: no record the history leaves
+  unsettled lies below the start offset the broker reports after the run, and the
+  broker's lag is the number of produced records at or past it the history leaves
+  unsettled (the producer must have written every record of the partition).
 """
 
 from __future__ import annotations
@@ -156,6 +160,8 @@ class ShareEvent:
     result: str = "ok"
     #: "gone": the last observation that still showed the consumer.
     since: float | None = None
+    #: "broker_start": the broker's lag for the partition (None: not reported).
+    lag: int | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -191,7 +197,7 @@ class ShareEvent:
             value = getattr(self, name)
             if value not in (None, "", -1):
                 doc[name] = value
-        for name in ("lock_ms", "ack", "answered", "since"):
+        for name in ("lock_ms", "ack", "answered", "since", "lag"):
             if getattr(self, name) is not None:
                 doc[name] = getattr(self, name)
         if self.kind == "acknowledged":
@@ -217,6 +223,7 @@ class ShareEvent:
                 answered=_opt_float(doc.get("answered")),
                 result=str(doc.get("result", "ok")),
                 since=_opt_float(doc.get("since")),
+                lag=_opt_int(doc.get("lag")),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise ShareHistoryError(f"not a share history event: {line[:200]!r} ({exc})") from None
@@ -322,9 +329,18 @@ class ShareRecorder:
             lock_ms=lock_ms,
         )
 
-    def broker_start(self, topic: str, partition: int, start_offset: int) -> None:
-        """The share-partition start offset DescribeShareGroupOffsets answered."""
-        self.add(OBSERVER, "broker_start", topic=topic, partition=partition, offset=start_offset)
+    def broker_start(
+        self, topic: str, partition: int, start_offset: int, lag: int | None = None
+    ) -> None:
+        """The share-partition start offset and lag DescribeShareGroupOffsets answered."""
+        self.add(
+            OBSERVER,
+            "broker_start",
+            topic=topic,
+            partition=partition,
+            offset=start_offset,
+            lag=lag,
+        )
 
     def events(self) -> list[ShareEvent]:
         with self._lock:
@@ -753,31 +769,32 @@ def _broker_view(
             starts[(e.topic, e.partition)] = e  # the last reading counts
     for (topic, partition), e in sorted(starts.items()):
         mine = sorted(o for t, p, o in produced if (t, p) == (topic, partition))
-        behind = [o for o in mine if o >= e.offset]
-        if behind:
+        unsettled = []
+        for o in mine:
+            hs = holds.get((topic, partition, o), [])
+            if not (any(h.accepted or h.rejected for h in hs) or _archived(hs, delivery_limit)):
+                unsettled.append(o)
+        below = [o for o in unsettled if o < e.offset]
+        if below:
             report.violations.append(
                 ShareViolation(
                     "broker_disagrees",
                     OBSERVER,
                     e.t,
-                    f"the broker's start offset {e.offset} leaves {len(behind)} produced "
-                    f"record(s) unsettled (first {behind[0]})",
-                    (topic, partition, behind[0]),
+                    f"{len(below)} record(s) below the broker's start offset {e.offset} "
+                    f"never settled in the history (first {below[0]})",
+                    (topic, partition, below[0]),
                 )
             )
-        for o in mine:
-            if o >= e.offset:
-                break
-            hs = holds.get((topic, partition, o), [])
-            settled = any(h.accepted or h.rejected for h in hs) or _archived(hs, delivery_limit)
-            if not settled:
-                report.violations.append(
-                    ShareViolation(
-                        "broker_disagrees",
-                        OBSERVER,
-                        e.t,
-                        f"below the broker's start offset {e.offset} but never settled in "
-                        "the history",
-                        (topic, partition, o),
-                    )
+        if e.lag is not None and e.lag != len(unsettled) - len(below):
+            report.violations.append(
+                ShareViolation(
+                    "broker_disagrees",
+                    OBSERVER,
+                    e.t,
+                    f"the broker's lag is {e.lag}; the history leaves "
+                    f"{len(unsettled) - len(below)} record(s) at or past its start offset "
+                    f"{e.offset} unsettled",
+                    (topic, partition, e.offset),
                 )
+            )
