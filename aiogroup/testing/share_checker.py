@@ -417,6 +417,7 @@ class ShareReport:
     archived: int = 0
     releases: int = 0
     renewals: int = 0
+    #: Deliveries never acknowledged whose lock ran out (nor closed, nor fenced).
     lock_expiries: int = 0
     #: Acknowledgements sent after the lock's latest end (not counted).
     late_acks: int = 0
@@ -543,7 +544,7 @@ def check_share_history(
             _acknowledge(e, holds[e.record], lock_slack, report)
     report.delivery_counts = dict(counts)
     report.lock_expiries = sum(
-        1 for hs in holds.values() for h in hs if h.end(fences)[1] == "expired"
+        1 for hs in holds.values() for h in hs if not h.ack and h.end(fences)[1] == "expired"
     )
     _settlement(produced, holds, delivery_limit, report)
     _crash_redelivery(holds, crashed_at, fences, delivery_limit, report)
