@@ -16,7 +16,8 @@ consumers, the peers and the broker's final view - is judged by one checker.
   2.15+) in a thread, explicit acknowledgement, one ``commit_sync`` per poll; it
   shows each record's delivery count.  It has no RENEW.
 * :func:`java_share_perf` - ``ShareConsumerPerformance`` (the
-  ``kafka-share-consumer-perf-test`` tool): records/s of N Java share consumers.
+  ``kafka-share-consumer-perf-test`` tool): records/s of N Java share consumers;
+  :func:`confluent_share_rate` the same measure for N confluent-kafka ones.
 * :func:`configure_share_group` sets a group's ``share.*`` configs
   (IncrementalAlterConfigs on the GROUP resource): tests want
   ``share.auto.offset.reset=earliest`` (the default is latest: records produced
@@ -56,6 +57,7 @@ __all__ = [
     "JavaSharePeer",
     "PerfResult",
     "configure_share_group",
+    "confluent_share_rate",
     "java_share_perf",
     "record_broker_view",
     "share_offsets",
@@ -499,7 +501,8 @@ def java_share_perf(
         out = subprocess.run(
             [
                 java_binary(),
-                *_JVM,
+                # A measurement: the full JIT (the peers' quick-start options are C1 only).
+                "-Xmx512m",
                 f"-Dlog4j2.configurationFile={Path(tmp) / 'log4j2.properties'}",
                 "-cp",
                 f"{kafka_tools()}/*",
@@ -532,3 +535,69 @@ def java_share_perf(
         f"ShareConsumerPerformance printed no result (exit {out.returncode}):\n"
         f"{out.stdout[-1500:]}\n{out.stderr[-1500:]}"
     )
+
+
+def confluent_share_rate(
+    bootstrap_servers: str,
+    topic: str,
+    group: str,
+    records: int,
+    *,
+    consumers: int = 1,
+    handle_s: float = 0.0,
+    timeout_s: float = 120.0,
+) -> PerfResult:
+    """``consumers`` confluent-kafka share consumers (implicit acknowledgement, one
+    thread each) read ``records`` records between them; measured as
+    :func:`java_share_perf` measures (from the consumers' creation to the last record,
+    the join included).  ``handle_s`` sleeps per record: a handler that works.
+    """
+    import confluent_kafka
+
+    lock = threading.Lock()
+    got = [0]
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def run(n: int) -> None:
+        try:
+            consumer = confluent_kafka.ShareConsumer(
+                {
+                    "bootstrap.servers": bootstrap_servers,
+                    "group.id": group,
+                    "client.id": f"confluent-perf-{n}",
+                }
+            )
+            consumer.subscribe([topic])
+            try:
+                while not done.is_set():
+                    for message in consumer.poll(0.2):
+                        if message.error() is not None:
+                            continue
+                        if handle_s:
+                            time.sleep(handle_s)
+                        with lock:
+                            got[0] += 1
+                            if got[0] >= records:
+                                done.set()
+                        if done.is_set():
+                            break
+            finally:
+                consumer.close()
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+            done.set()
+
+    began = time.monotonic()
+    threads = [threading.Thread(target=run, args=(n,), daemon=True) for n in range(consumers)]
+    for thread in threads:
+        thread.start()
+    finished = done.wait(timeout_s)
+    seconds = time.monotonic() - began
+    for thread in threads:
+        thread.join(30)
+    if errors:
+        raise errors[0]
+    if not finished:
+        raise TimeoutError(f"{consumers} confluent share consumer(s) read {got[0]} of {records}")
+    return PerfResult(got[0], seconds, got[0] / seconds, time.monotonic() - began)
