@@ -49,9 +49,13 @@ unique in the group; the member id does not survive a restart, a name does).
 * ``overlap`` - no record held by two consumers inside overlapping lock windows.
   A hold runs from ``acquired`` until the first of: an ACCEPT/RELEASE/REJECT sent
   by its holder (whatever its result - the benefit of the doubt goes to the
-  system), the holder's clean close, its fence (``gone``'s ``since``), the
-  lock's sure end (renewals extend it).  Another acquisition of the record read before that end
-  is an overlap: the broker handed it out while the first lock surely held.
+  system), the holder's clean close, its crash (a killed process's connections
+  drop, and Kafka 4.1+ then ends its share session and gives its records back,
+  KAFKA-19015 - measured: well before the lock would have run out), its fence
+  (``gone``'s ``since``), the lock's sure end (renewals extend it).  A frozen
+  (SIGSTOPped) consumer keeps its connections: its locks run their course.
+  Another acquisition of the record read before that end is an overlap: the
+  broker handed it out while the first lock surely held.
 * ``accepted_twice`` / ``settled_twice`` - every produced record is accepted
   exactly once, or rejected, or archived at the delivery-count limit: never two
   counted acceptances, never accepted and rejected.
@@ -59,12 +63,12 @@ unique in the group; the member id does not survive a restart, a name does).
   means: its last delivery had ``delivery_count >= delivery_limit`` and was not
   accepted or rejected (released, or its lock expired).
 * ``count_not_increased`` - a record delivered again after a RELEASE, a lock
-  expiry or its holder's fence comes with a higher delivery count than before
-  (after a clean close, one no lower).
+  expiry, or its holder's crash or fence comes with a higher delivery count than
+  before (after a clean close, one no lower).
   ``past_limit``: no delivery counts above ``delivery_limit``.
 * ``not_redelivered`` - a killed (or fenced) consumer's held records are
-  delivered again (to someone) after its lock timeout, unless they were already
-  at the limit (archived).
+  delivered again (to someone) - after its crash, its fence, or its lock timeout
+  - unless they were already at the limit (archived).
 * ``late_ack_counted`` - an acknowledgement sent after the lock's latest end
   (a frozen consumer waking, a handler outliving its lock) is not counted as an
   acceptance; if the broker answered it "ok" all the same (beyond
@@ -487,6 +491,9 @@ class _Hold:
     ack_sent: float = float("inf")
     #: When the holder closed cleanly (its share session's records go back).
     closed: float = float("inf")
+    #: When the holder's process was killed: its connections drop, and Kafka (4.1+,
+    #: KAFKA-19015) ends its share session then, giving its records back.
+    crashed: float = float("inf")
     #: A counted ACCEPT / REJECT of this delivery.
     accepted: bool = False
     rejected: bool = False
@@ -497,6 +504,7 @@ class _Hold:
         return min(
             (self.ack_sent, self.ack),
             (self.closed, "closed"),
+            (self.crashed, "crashed"),
             (fence, "fenced"),
             (self.sure_end, "expired"),
         )
@@ -532,11 +540,11 @@ def check_share_history(
         if e.kind == "crashed":
             report.crashes += 1
             crashed_at.setdefault(e.consumer, e.t)
-        elif e.kind == "closed":
+        if e.kind in ("crashed", "closed"):
             for hs in holds.values():
                 for h in hs:
-                    if h.consumer == e.consumer and h.closed == float("inf"):
-                        h.closed = max(e.t, h.t)
+                    if h.consumer == e.consumer and getattr(h, e.kind) == float("inf"):
+                        setattr(h, e.kind, max(e.t, h.t))
         elif e.kind == "acquired":
             counts[e.delivery_count] += 1
             _acquire(e, holds[e.record], fences, delivery_limit, report)
@@ -741,7 +749,7 @@ def _crash_redelivery(
         h = hs[-1]
         crash = crashed_at.get(h.consumer, float("inf"))
         end, how = h.end(fences)
-        if how not in ("expired", "fenced") or (crash > end and how != "fenced"):
+        if how not in ("expired", "fenced", "crashed") or (crash > end and how == "expired"):
             continue  # acknowledged, closed, or still alive when its lock ran out
         if h.count is not None and h.count >= delivery_limit:
             continue  # archived at the limit: nothing to deliver again

@@ -411,17 +411,24 @@ class ConfluentSharePeer:
                 messages = consumer.poll(0.5)
                 got = time.monotonic()
                 pending: list[tuple[str, int, int, AckType]] = []
-                for msg in messages:
-                    if msg.error() is not None:
-                        continue
+                batch = [m for m in messages if m.error() is None]
+                # The whole batch is the consumer's from the poll on: recorded before any
+                # handling, so a kill -9 mid-batch leaves its holds in the history.
+                for msg in batch:
                     record = (str(msg.topic()), int(msg.partition() or 0), int(msg.offset() or 0))
                     count = msg.delivery_count()
                     self.consumed.append((*record, count))
                     self.recorder.acquired(
                         self.name, *record, count, sent=called, lock_ms=self.lock_ms, t=got
                     )
+                for msg in batch:
+                    if self._stop.is_set():
+                        break  # what is left goes back with the close
+                    record = (str(msg.topic()), int(msg.partition() or 0), int(msg.offset() or 0))
+                    count = msg.delivery_count()
                     if self.handle_s:
-                        time.sleep(self.handle_s)
+                        if self._stop.wait(self.handle_s):
+                            break  # stopped mid-record: it goes back with the close
                     ack = self.decide(*record, count) if self.decide else "accept"
                     consumer.acknowledge(msg, types[ack])
                     pending.append((*record, ack))
@@ -601,3 +608,38 @@ def confluent_share_rate(
     if not finished:
         raise TimeoutError(f"{consumers} confluent share consumer(s) read {got[0]} of {records}")
     return PerfResult(got[0], seconds, got[0] / seconds, time.monotonic() - began)
+
+
+def _main(argv: Sequence[str] | None = None) -> None:
+    """``python -m aiogroup.testing.share_peers BOOTSTRAP TOPIC GROUP NAME HISTORY
+    --lock-ms N [--handle-s S]``: one confluent-kafka share consumer in its own process,
+    appending its share history to HISTORY, until SIGTERM (a clean close) or kill -9."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m aiogroup.testing.share_peers")
+    for name in ("bootstrap", "topic", "group", "name", "history"):
+        parser.add_argument(name)
+    parser.add_argument("--lock-ms", type=int, required=True)
+    parser.add_argument("--handle-s", type=float, default=0.0)
+    args = parser.parse_args(argv)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with ShareRecorder(args.history) as recorder:
+        peer = ConfluentSharePeer(
+            args.name,
+            args.bootstrap,
+            args.topic,
+            args.group,
+            recorder,
+            lock_ms=args.lock_ms,
+            handle_s=args.handle_s,
+        ).start()
+        while not stop.wait(0.2) and peer.running:
+            pass
+        peer.stop()
+    if peer.errors:
+        raise SystemExit(f"{args.name}: {peer.errors[0]!r}")
+
+
+if __name__ == "__main__":
+    _main()

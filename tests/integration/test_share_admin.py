@@ -18,8 +18,11 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,7 +32,11 @@ from aiokafka.client import AIOKafkaClient
 from aiogroup.cli import run
 from aiogroup.testing.broker import KafkaBroker, unique_name
 from aiogroup.testing.plugin import TopicFactory
-from aiogroup.testing.share_checker import ShareRecorder, check_share_history
+from aiogroup.testing.share_checker import (
+    ShareRecorder,
+    check_share_history,
+    load_share_history,
+)
 from aiogroup.testing.share_peers import (
     ConfluentSharePeer,
     JavaSharePeer,
@@ -258,3 +265,58 @@ async def test_java_and_confluent_in_one_share_group(
     assert report.records == 40
     assert report.accepted + report.rejected == 40
     assert java.consumed() and confluent.consumed, "both peers took part"
+
+
+async def test_kill_9_share_consumer_records_come_back_at_the_connection_drop(
+    share_broker: KafkaBroker, kafka_topic: TopicFactory, tmp_path: Path
+) -> None:
+    """A confluent-kafka share consumer in its own process acquires a batch and is killed
+    (kill -9) mid-handler.  Kafka 4.4 ends a share session whose connection drops
+    (KAFKA-19015), so another consumer gets those records long before their 10 s lock
+    would have run out, each with a higher delivery count - judged by the checker."""
+    pytest.importorskip("confluent_kafka", minversion="2.15")
+    lock_ms = 10_000
+    bootstrap = share_broker.bootstrap_servers
+    topic = await kafka_topic(partitions=1)
+    group = unique_name("share-kill")
+    await configure_share_group(bootstrap, group, lock_ms=lock_ms)
+    history = tmp_path / "share.jsonl"
+    recorder = ShareRecorder(history)
+    await produce(bootstrap, topic, 10, 1, recorder)
+    argv = [sys.executable, "-m", "aiogroup.testing.share_peers", bootstrap, topic, group]
+    argv += ["victim", str(history), "--lock-ms", str(lock_ms), "--handle-s", "60"]
+    victim = await asyncio.to_thread(subprocess.Popen, argv)
+    try:
+
+        async def victim_holds() -> bool:
+            return any(
+                e.kind == "acquired" and e.consumer == "victim" for e in load_share_history(history)
+            )
+
+        await until("the victim acquired records", victim_holds, 60)
+    finally:
+        victim.kill()
+        await asyncio.to_thread(victim.wait, 10)
+    recorder.add("victim", "crashed")
+    held = [e for e in load_share_history(history) if e.kind == "acquired"]
+    survivor = ConfluentSharePeer(
+        "survivor", bootstrap, topic, group, recorder, lock_ms=lock_ms
+    ).start()
+    try:
+        await until("every record settled", lambda: settled(bootstrap, group, 1), 60)
+    finally:
+        survivor.stop()
+        recorder.close()
+    assert not survivor.errors, survivor.errors
+    view = ShareRecorder()
+    await record_broker_view(view, bootstrap, group)
+    events = [*load_share_history(history), *view.events()]
+    report = check_share_history(events, delivery_limit=5)
+    report.assert_clean()
+    assert report.crashes == 1 and report.records == 10 and report.accepted == 10
+    again = {e.record: e for e in events if e.consumer == "survivor" and e.kind == "acquired"}
+    for first in held:
+        second = again[first.record]
+        assert second.delivery_count is not None and second.delivery_count >= 2
+        # Back at the connection drop, not at the lock's end.
+        assert second.t < (first.sent or first.t) + lock_ms / 1000, (first, second)

@@ -83,15 +83,27 @@ def test_release_then_redelivered_with_a_higher_count() -> None:
     assert report.releases == 1 and report.redeliveries == 1
 
 
-def test_kill_9_records_come_back_after_the_lock() -> None:
+def test_kill_9_records_come_back_at_the_connection_drop() -> None:
+    # Kafka 4.1+ ends a share session whose connection drops (KAFKA-19015): a killed
+    # consumer's records come back before their lock (sure until 2.95) runs out.
     s = Script().produced(0, 1)
     s.acquired(1.0, "a", 0, 1).acquired(1.0, "a", 1, 1).add(1.2, "a", "crashed")
+    s.acquired(1.5, "b", 0, 2).acquired(1.5, "b", 1, 2)
+    s.ack(1.6, "b", 0, "accept").ack(1.6, "b", 1, "accept")
+    report = s.check()
+    report.assert_clean()
+    assert report.crashes == 1 and report.redeliveries == 2
+
+
+def test_lock_expiry_gives_a_silent_consumers_records_back() -> None:
+    s = Script().produced(0, 1)
+    s.acquired(1.0, "a", 0, 1).acquired(1.0, "a", 1, 1)  # a never acknowledges
     # The lock (2 s from the fetch sent at 0.95) ends at 2.95; b gets them at 3.0.
     s.acquired(3.0, "b", 0, 2).acquired(3.0, "b", 1, 2)
     s.ack(3.1, "b", 0, "accept").ack(3.1, "b", 1, "accept")
     report = s.check()
     report.assert_clean()
-    assert report.crashes == 1 and report.lock_expiries == 2
+    assert report.lock_expiries == 2
 
 
 def test_a_fence_gives_records_back_before_the_lock_ends() -> None:
@@ -169,6 +181,14 @@ def test_overlap_two_consumers_inside_one_lock() -> None:
     assert rules(report) == {"overlap"}
     (o,) = report.overlaps
     assert (o.first, o.second) == ("a", "b") and o.seconds == pytest.approx(1.45)
+
+
+def test_overlap_with_a_frozen_consumer() -> None:
+    # SIGSTOP keeps the connection open: the lock is the frozen consumer's to the end.
+    s = Script().produced(0, 0)
+    s.acquired(1.0, "a", 0, 1).add(1.1, "a", "frozen")
+    s.acquired(2.0, "b", 0, 2).ack(2.1, "b", 0, "accept")
+    assert rules(s.check()) == {"overlap"}
 
 
 def test_accepted_twice() -> None:
