@@ -570,10 +570,16 @@ def _produced(history: list[ShareEvent]) -> set[Record]:
 
 
 def _fences(history: list[ShareEvent]) -> dict[str, list[float]]:
-    """Per consumer, the earliest instants the broker may have dropped it."""
+    """Per consumer, the earliest instants the broker may have dropped it.  A consumer
+    gone after it began a clean close left; that is no fence."""
     out: dict[str, list[float]] = defaultdict(list)
+    closed: set[str] = set()
     for e in history:
-        if e.kind == "gone":
+        if e.kind == "closed":
+            closed.add(e.consumer)
+        elif e.kind == "acquired":
+            closed.discard(e.consumer)  # a name reused by a new consumer
+        elif e.kind == "gone" and e.consumer not in closed:
             out[e.consumer].append(e.t if e.since is None else e.since)
     return out
 

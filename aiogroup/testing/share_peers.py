@@ -439,13 +439,27 @@ class ConfluentSharePeer:
             consumer.close()
 
     def _commit(self, consumer: Any, pending: list[tuple[str, int, int, AckType]]) -> None:
+        import confluent_kafka
+
         sent = time.monotonic()
-        results = consumer.commit_sync(30)
+        failed: BaseException | None = None
+        try:
+            results = consumer.commit_sync(30)
+        except confluent_kafka.KafkaException as refused:  # the whole commit refused
+            results, failed = {}, refused
         at = time.monotonic()
-        errors = {(tp.topic, tp.partition): exc for tp, exc in (results or {}).items()}
+        answers = {(tp.topic, tp.partition): exc for tp, exc in (results or {}).items()}
         for topic, partition, offset, ack in pending:
-            exc = errors.get((topic, partition))
-            result = "ok" if exc is None else _error_name(exc)
+            # A partition the answer leaves out was not acknowledged as far as the
+            # application can tell (librdkafka drops acknowledgements it cannot send,
+            # e.g. after its member was fenced): "unknown", never "ok".
+            if failed is not None:
+                result = _error_name(failed)
+            elif (topic, partition) not in answers:
+                result = "unknown"
+            else:
+                error = answers[(topic, partition)]
+                result = "ok" if error is None else _error_name(error)
             self.recorder.acknowledged(
                 self.name,
                 topic,
