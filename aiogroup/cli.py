@@ -697,35 +697,49 @@ async def cmd_reset(admin: Admin, args: argparse.Namespace) -> Any:
     elif args.to_latest:
         targets = dict(latest)
     elif args.to_datetime is not None:
-        ts = _parse_datetime(args.to_datetime)
-        found = await _offsets.offsets_for_times(
-            admin.client, dict.fromkeys(tps, ts), read_committed=False, timeout=TIMEOUT_S
-        )
-        for tp in tps:
-            hit = found[tp]
-            # No record at or after the time: the end.  The embedded broker says so with
-            # offset 0 and timestamp -1 instead of Kafka's -1 offset; a real match always
-            # has a timestamp, so both read as "none".
-            if hit is None or hit.timestamp < 0:
-                targets[tp] = latest[tp]
-            else:
-                targets[tp] = int(hit.offset)
+        targets = await _offsets_at(admin, tps, args.to_datetime, latest)
     else:
         for tp in tps:
             base = committed.get(tp, earliest[tp])
             targets[tp] = min(max(base + args.shift_by, earliest[tp]), latest[tp])
-    rows = [
+    rows = _reset_rows(tps, committed, targets)
+    if args.execute:
+        await admin.commit(args.group, targets)
+    return {"group": args.group, "executed": bool(args.execute), "partitions": rows}
+
+
+async def _offsets_at(
+    admin: Admin, tps: Sequence[TopicPartition], when: str, latest: dict[TopicPartition, int]
+) -> dict[TopicPartition, int]:
+    """Each partition's first offset at or after ISO 8601 ``when``; the end when none."""
+    ts = _parse_datetime(when)
+    found = await _offsets.offsets_for_times(
+        admin.client, dict.fromkeys(tps, ts), read_committed=False, timeout=TIMEOUT_S
+    )
+    targets = {}
+    for tp in tps:
+        hit = found[tp]
+        # No record at or after the time: the end.  The embedded broker says so with
+        # offset 0 and timestamp -1 instead of Kafka's -1 offset; a real match always
+        # has a timestamp, so both read as "none".
+        targets[tp] = latest[tp] if hit is None or hit.timestamp < 0 else int(hit.offset)
+    return targets
+
+
+def _reset_rows(
+    tps: Sequence[TopicPartition],
+    current: dict[TopicPartition, int],
+    targets: dict[TopicPartition, int],
+) -> list[dict[str, Any]]:
+    return [
         {
             "topic": tp.topic,
             "partition": tp.partition,
-            "current": committed.get(tp),
+            "current": current.get(tp),
             "new": targets[tp],
         }
         for tp in tps
     ]
-    if args.execute:
-        await admin.commit(args.group, targets)
-    return {"group": args.group, "executed": bool(args.execute), "partitions": rows}
 
 
 # -- share groups (KIP-932) ------------------------------------------------------------------
@@ -788,24 +802,8 @@ async def cmd_share_reset(admin: Admin, args: argparse.Namespace) -> Any:
     elif args.to_latest:
         targets = await admin.high_watermarks(tps)
     else:
-        ts = _parse_datetime(args.to_datetime)
-        latest = await admin.high_watermarks(tps)
-        found = await _offsets.offsets_for_times(
-            admin.client, dict.fromkeys(tps, ts), read_committed=False, timeout=TIMEOUT_S
-        )
-        targets = {
-            tp: latest[tp] if hit is None or hit.timestamp < 0 else int(hit.offset)
-            for tp, hit in ((tp, found[tp]) for tp in tps)
-        }
-    rows = [
-        {
-            "topic": tp.topic,
-            "partition": tp.partition,
-            "current": current.get(tp),
-            "new": targets[tp],
-        }
-        for tp in tps
-    ]
+        targets = await _offsets_at(admin, tps, args.to_datetime, await admin.high_watermarks(tps))
+    rows = _reset_rows(tps, current, targets)
     if args.execute:
         await admin.alter_share_offsets(args.group, targets)
     return {"group": args.group, "executed": bool(args.execute), "partitions": rows}
