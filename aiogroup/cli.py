@@ -5,6 +5,19 @@
     aiogroup ... lag GROUP [--watch SECONDS] [--iterations N]
     aiogroup ... reset GROUP [--topic T ...] (--to-earliest | --to-latest |
                  --to-datetime ISO8601 | --shift-by N) [--dry-run | --execute]
+    aiogroup ... share describe GROUP
+    aiogroup ... share reset GROUP [--topic T ...] (--to-earliest | --to-latest |
+                 --to-datetime ISO8601) [--dry-run | --execute]
+    aiogroup ... share delete GROUP --topic T [--topic T ...] [--dry-run | --execute]
+
+Share groups (KIP-932) have no committed offsets: each share-partition has a *start
+offset* below which every record is settled (accepted, rejected or archived), and a
+lag (records at or past it not yet settled; DescribeShareGroupOffsets v1).  ``share
+describe`` shows members, their (shared) assignment, start offsets and lag; ``share
+reset`` moves start offsets (AlterShareGroupOffsets) and ``share delete`` forgets a
+topic's share state (DeleteShareGroupOffsets), both only while the group has no
+members, as the broker demands.  ``describe`` names a share group's members too, and
+``reset`` refuses a share group (use ``share reset``).
 
 Lag and ``--to-latest`` use each partition's **high watermark** (``offsets.end_offsets``:
 ListOffsets(latest) confirmed by a Fetch), not ListOffsets(latest) alone: on Kafka the
@@ -46,7 +59,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import KafkaConnectionError
+from aiokafka.errors import IncompatibleBrokerVersion, KafkaConnectionError
 
 from aiogroup._fetch import offset_lookups as _offsets
 from aiogroup._protocol.classic_embedded import decode_assignment
@@ -59,6 +72,19 @@ from aiogroup._protocol.group import (
     OffsetFetchRequest,
     parse_offset_commit,
     parse_offset_fetch,
+)
+from aiogroup._protocol.share_admin import (
+    AlterShareGroupOffsetsRequest,
+    DeleteShareGroupOffsetsRequest,
+    DescribedShareGroup,
+    DescribeShareGroupOffsetsRequest,
+    ShareGroupDescribeRequest,
+    ShareOffsetsResult,
+    ShareStartOffset,
+    parse_alter_share_group_offsets,
+    parse_delete_share_group_offsets,
+    parse_describe_share_group_offsets,
+    parse_share_group_describe,
 )
 from aiogroup._support.bootstrap_errors import explain_bootstrap_failure
 from aiogroup._support.client_security import TlsFiles, jaas_credentials
@@ -165,7 +191,94 @@ class Admin:
         described = await self._describe_consumer_group(group)
         if described is not None:
             return described
-        raise CliError(f"group {group!r} not found (no classic or consumer-protocol group)")
+        shared = await self.describe_share_group(group, missing_ok=True)
+        if shared is not None:
+            members = [
+                Member(
+                    m.member_id,
+                    None,
+                    m.client_id,
+                    m.client_host,
+                    [f"{t}-{p}" for t, p in sorted(m.assignment)],
+                    m.member_epoch,
+                )
+                for m in shared.members
+            ]
+            return GroupDescription(
+                group, shared.group_state, "share", shared.assignor_name, members
+            )
+        raise CliError(f"group {group!r} not found (no classic, consumer-protocol or share group)")
+
+    async def describe_share_group(
+        self, group: str, *, missing_ok: bool = False
+    ) -> DescribedShareGroup | None:
+        """ShareGroupDescribe.  A group that is not a share group is an error naming what
+        it is (or None with ``missing_ok``); so is a broker without share groups."""
+        try:
+            node = await self.admin.find_coordinator(group)
+            found = parse_share_group_describe(
+                await self.client.send(node, ShareGroupDescribeRequest(group))
+            )
+        except IncompatibleBrokerVersion as exc:
+            if missing_ok:
+                return None
+            raise CliError(f"share groups are not served by this broker ({exc})") from None
+        if found.error_code == GROUP_ID_NOT_FOUND:
+            if missing_ok:
+                return None
+            other = await self._describe_classic(group)
+            if other.state == "Dead":
+                consumer = await self._describe_consumer_group(group)
+                other = consumer if consumer is not None else other
+            if other.state != "Dead":
+                raise CliError(
+                    f"group {group!r} is a {other.protocol_type or 'classic'} group, not a "
+                    "share group"
+                )
+            raise CliError(f"share group {group!r} not found")
+        if found.error_code:
+            raise CliError(
+                f"describe {group}: {_share_error(found.error_code, found.error_message)}"
+            )
+        return found
+
+    async def share_offsets(self, group: str) -> list[ShareStartOffset]:
+        """Every share-partition's start offset and lag (DescribeShareGroupOffsets)."""
+        node = await self.admin.find_coordinator(group)
+        result = parse_describe_share_group_offsets(
+            await self.client.send(node, DescribeShareGroupOffsetsRequest(group))
+        )
+        if result.error_code:
+            raise CliError(
+                f"share offsets of {group}: {_share_error(result.error_code, result.error_message)}"
+            )
+        failed = [r for r in result.rows if r.error_code]
+        if failed:
+            raise CliError(
+                f"share offsets of {group}: "
+                + ", ".join(
+                    f"{r.topic}-{r.partition}: {_share_error(r.error_code, r.error_message)}"
+                    for r in failed
+                )
+            )
+        return sorted(result.rows, key=lambda r: (r.topic, r.partition))
+
+    async def alter_share_offsets(self, group: str, offsets: dict[TopicPartition, int]) -> None:
+        by_topic: dict[str, dict[int, int]] = {}
+        for tp, offset in offsets.items():
+            by_topic.setdefault(tp.topic, {})[tp.partition] = offset
+        node = await self.admin.find_coordinator(group)
+        result = parse_alter_share_group_offsets(
+            await self.client.send(node, AlterShareGroupOffsetsRequest(group, by_topic))
+        )
+        _raise_share_errors(f"share reset of {group}", result)
+
+    async def delete_share_offsets(self, group: str, topics: Sequence[str]) -> None:
+        node = await self.admin.find_coordinator(group)
+        result = parse_delete_share_group_offsets(
+            await self.client.send(node, DeleteShareGroupOffsetsRequest(group, list(topics)))
+        )
+        _raise_share_errors(f"share delete of {group}", result)
 
     async def _describe_consumer_group(self, group: str) -> GroupDescription | None:
         """ConsumerGroupDescribe; None when the group is not a consumer-protocol group
@@ -282,6 +395,32 @@ class Admin:
                 f"{t}-{p}: {error_for_code(c).__name__}" for (t, p), c in sorted(failed.items())
             )
             raise CliError(f"commit refused: {names}")
+
+
+#: Error names of the codes the share admin APIs answer that aiokafka does not know.
+_SHARE_ERRORS = {68: "NON_EMPTY_GROUP", 69: "GROUP_ID_NOT_FOUND", 100: "UNKNOWN_TOPIC_ID"}
+
+
+def _share_error(code: int, message: str | None) -> str:
+    name = _SHARE_ERRORS.get(code) or error_for_code(code).__name__
+    return f"{name}: {message}" if message else name
+
+
+def _raise_share_errors(what: str, result: ShareOffsetsResult) -> None:
+    if result.error_code == 68:  # NON_EMPTY_GROUP
+        raise CliError(f"{what}: the group has members: stop its share consumers first")
+    if result.error_code:
+        raise CliError(f"{what}: {_share_error(result.error_code, result.error_message)}")
+    failed = [r for r in result.rows if r.error_code]
+    if failed:
+        raise CliError(
+            f"{what}: "
+            + ", ".join(
+                f"{r.topic}{'' if r.partition < 0 else f'-{r.partition}'}: "
+                f"{_share_error(r.error_code, r.error_message)}"
+                for r in failed
+            )
+        )
 
 
 def _pick(obj: dict[str, Any], *names: str) -> Any:
@@ -534,6 +673,11 @@ def _parse_datetime(text: str) -> int:
 
 async def cmd_reset(admin: Admin, args: argparse.Namespace) -> Any:
     described = await admin.describe(args.group)
+    if described.protocol_type == "share":
+        raise CliError(
+            f"group {args.group!r} is a share group: it has start offsets, not committed "
+            f"ones (use `aiogroup share reset {args.group}`)"
+        )
     if described.state not in _IDLE_STATES or described.members:
         raise CliError(
             f"group {args.group!r} is {described.state} with {len(described.members)} "
@@ -554,38 +698,150 @@ async def cmd_reset(admin: Admin, args: argparse.Namespace) -> Any:
     elif args.to_latest:
         targets = dict(latest)
     elif args.to_datetime is not None:
-        ts = _parse_datetime(args.to_datetime)
-        found = await _offsets.offsets_for_times(
-            admin.client, dict.fromkeys(tps, ts), read_committed=False, timeout=TIMEOUT_S
-        )
-        for tp in tps:
-            hit = found[tp]
-            # No record at or after the time: the end.  The embedded broker says so with
-            # offset 0 and timestamp -1 instead of Kafka's -1 offset; a real match always
-            # has a timestamp, so both read as "none".
-            if hit is None or hit.timestamp < 0:
-                targets[tp] = latest[tp]
-            else:
-                targets[tp] = int(hit.offset)
+        targets = await _offsets_at(admin, tps, args.to_datetime, latest)
     else:
         for tp in tps:
             base = committed.get(tp, earliest[tp])
             targets[tp] = min(max(base + args.shift_by, earliest[tp]), latest[tp])
-    rows = [
-        {
-            "topic": tp.topic,
-            "partition": tp.partition,
-            "current": committed.get(tp),
-            "new": targets[tp],
-        }
-        for tp in tps
-    ]
+    rows = _reset_rows(tps, committed, targets)
     if args.execute:
         await admin.commit(args.group, targets)
     return {"group": args.group, "executed": bool(args.execute), "partitions": rows}
 
 
-COMMANDS = {"groups": cmd_groups, "describe": cmd_describe, "lag": cmd_lag, "reset": cmd_reset}
+async def _offsets_at(
+    admin: Admin, tps: Sequence[TopicPartition], when: str, latest: dict[TopicPartition, int]
+) -> dict[TopicPartition, int]:
+    """Each partition's first offset at or after ISO 8601 ``when``; the end when none."""
+    ts = _parse_datetime(when)
+    found = await _offsets.offsets_for_times(
+        admin.client, dict.fromkeys(tps, ts), read_committed=False, timeout=TIMEOUT_S
+    )
+    targets = {}
+    for tp in tps:
+        hit = found[tp]
+        # No record at or after the time: the end.  The embedded broker says so with
+        # offset 0 and timestamp -1 instead of Kafka's -1 offset; a real match always
+        # has a timestamp, so both read as "none".
+        targets[tp] = latest[tp] if hit is None or hit.timestamp < 0 else int(hit.offset)
+    return targets
+
+
+def _reset_rows(
+    tps: Sequence[TopicPartition],
+    current: dict[TopicPartition, int],
+    targets: dict[TopicPartition, int],
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "topic": tp.topic,
+            "partition": tp.partition,
+            "current": current.get(tp),
+            "new": targets[tp],
+        }
+        for tp in tps
+    ]
+
+
+# -- share groups (KIP-932) ------------------------------------------------------------------
+
+
+async def _require_empty_share_group(admin: Admin, group: str, what: str) -> None:
+    described = await admin.describe_share_group(group)
+    assert described is not None
+    if described.members:
+        raise CliError(
+            f"share group {group!r} is {described.group_state} with {len(described.members)} "
+            f"member(s): stop its share consumers first (the broker refuses to {what} a "
+            "share group with members)"
+        )
+
+
+async def cmd_share_describe(admin: Admin, args: argparse.Namespace) -> Any:
+    described = await admin.describe_share_group(args.group)
+    assert described is not None
+    rows = await admin.share_offsets(args.group)
+    return {
+        "group": args.group,
+        "state": described.group_state,
+        "assignor": described.assignor_name,
+        "group_epoch": described.group_epoch,
+        "members": [
+            {
+                "member_id": m.member_id,
+                "client_id": m.client_id,
+                "host": m.client_host,
+                "member_epoch": m.member_epoch,
+                "assignment": [f"{t}-{p}" for t, p in sorted(m.assignment)],
+            }
+            for m in described.members
+        ],
+        "partitions": [
+            {
+                "topic": r.topic,
+                "partition": r.partition,
+                "start_offset": r.start_offset,
+                "lag": r.lag,
+            }
+            for r in rows
+        ],
+    }
+
+
+async def cmd_share_reset(admin: Admin, args: argparse.Namespace) -> Any:
+    await _require_empty_share_group(admin, args.group, "reset the start offsets of")
+    current = {
+        TopicPartition(r.topic, r.partition): r.start_offset
+        for r in await admin.share_offsets(args.group)
+    }
+    tps = await admin.partitions(args.topic) if args.topic else sorted(current)
+    if not tps:
+        raise CliError(f"share group {args.group!r} has no start offsets yet; name --topic")
+    targets: dict[TopicPartition, int]
+    if args.to_earliest:
+        targets = dict(await _offsets.beginning_offsets(admin.client, tps, timeout=TIMEOUT_S))
+    elif args.to_latest:
+        targets = await admin.high_watermarks(tps)
+    else:
+        targets = await _offsets_at(admin, tps, args.to_datetime, await admin.high_watermarks(tps))
+    rows = _reset_rows(tps, current, targets)
+    if args.execute:
+        await admin.alter_share_offsets(args.group, targets)
+    return {"group": args.group, "executed": bool(args.execute), "partitions": rows}
+
+
+async def cmd_share_delete(admin: Admin, args: argparse.Namespace) -> Any:
+    await _require_empty_share_group(admin, args.group, "delete the offsets of")
+    have = sorted({r.topic for r in await admin.share_offsets(args.group)})
+    missing = sorted(set(args.topic) - set(have))
+    if missing:
+        raise CliError(
+            f"share group {args.group!r} has no state for topic(s) {', '.join(missing)} "
+            f"(it has: {', '.join(have) or 'none'})"
+        )
+    if args.execute:
+        await admin.delete_share_offsets(args.group, args.topic)
+    return {"group": args.group, "executed": bool(args.execute), "topics": sorted(args.topic)}
+
+
+SHARE_COMMANDS = {
+    "describe": cmd_share_describe,
+    "reset": cmd_share_reset,
+    "delete": cmd_share_delete,
+}
+
+
+async def cmd_share(admin: Admin, args: argparse.Namespace) -> Any:
+    return await SHARE_COMMANDS[args.share_command](admin, args)
+
+
+COMMANDS = {
+    "groups": cmd_groups,
+    "describe": cmd_describe,
+    "lag": cmd_lag,
+    "reset": cmd_reset,
+    "share": cmd_share,
+}
 
 
 # -- output ---------------------------------------------------------------------------------
@@ -603,6 +859,8 @@ def _table(rows: list[dict[str, Any]]) -> str:
 
 
 def _render(command: str, result: Any) -> str:
+    if command == "share":
+        return _render_share(result)
     if command == "describe":
         head = (
             f"group {result['group']}: state {result['state']}, "
@@ -615,6 +873,25 @@ def _render(command: str, result: Any) -> str:
         verb = "reset" if result["executed"] else "would reset (dry run; --execute to apply)"
         return f"group {result['group']}: {verb}\n" + _table(result["partitions"])
     return _table(result)
+
+
+def _render_share(result: dict[str, Any]) -> str:
+    if "state" in result:
+        head = (
+            f"share group {result['group']}: state {result['state']}, assignor "
+            f"{result['assignor'] or '-'}, {len(result['members'])} member(s)"
+        )
+        members = [{**m, "assignment": ",".join(m["assignment"]) or "-"} for m in result["members"]]
+        parts = [head]
+        if members:
+            parts.append(_table(members))
+        parts.append(_table(result["partitions"]))
+        return "\n".join(parts)
+    if "topics" in result:
+        verb = "deleted" if result["executed"] else "would delete (dry run; --execute to apply)"
+        return f"share group {result['group']}: {verb} the state of {', '.join(result['topics'])}"
+    verb = "reset" if result["executed"] else "would reset (dry run; --execute to apply)"
+    return f"share group {result['group']}: {verb}\n" + _table(result["partitions"])
 
 
 # -- entry points ---------------------------------------------------------------------------
@@ -662,7 +939,31 @@ def build_parser() -> argparse.ArgumentParser:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", default=True, help="the default")
     mode.add_argument("--execute", action="store_true")
+    _share_parser(sub)
     return parser
+
+
+def _share_parser(sub: Any) -> None:
+    share = sub.add_parser("share", help="share groups (KIP-932): describe, reset, delete")
+    cmds = share.add_subparsers(dest="share_command", required=True)
+    p = cmds.add_parser("describe", help="members, assignment, start offsets and lag")
+    p.add_argument("group")
+    p = cmds.add_parser("reset", help="move start offsets (dry run unless --execute)")
+    p.add_argument("group")
+    p.add_argument("--topic", action="append", help="topic to reset (repeatable)")
+    to = p.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-earliest", action="store_true")
+    to.add_argument("--to-latest", action="store_true", help="to the high watermark")
+    to.add_argument("--to-datetime", metavar="ISO8601")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", default=True, help="the default")
+    mode.add_argument("--execute", action="store_true")
+    p = cmds.add_parser("delete", help="forget topics' share state (dry run unless --execute)")
+    p.add_argument("group")
+    p.add_argument("--topic", action="append", required=True, help="topic (repeatable)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", default=True, help="the default")
+    mode.add_argument("--execute", action="store_true")
 
 
 async def run(argv: Sequence[str], out: TextIO | None = None) -> int:

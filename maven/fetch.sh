@@ -16,6 +16,9 @@ fi
 mvn -f "$POM" -B -q -Dstyle.color=never package || { echo "maven/fetch.sh: mvn could not fetch the broker jars" >&2; exit 1; }
 kafka_version=$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$POM")
 echo "maven/fetch.sh: Apache Kafka ${kafka_version} jars in .kafka/${kafka_version}/libs"
+# Kafka's own tools (the Java share-consumer peers of issue 28), in a directory of their own.
+mvn -f "$POM" -B -q -Dstyle.color=never package -Ptools || { echo "maven/fetch.sh: mvn could not fetch kafka-tools" >&2; exit 1; }
+echo "maven/fetch.sh: kafka-tools ${kafka_version} jars in .kafka/${kafka_version}/tools"
 
 pyspark_version=$("$PY" -c 'import pyspark; print(pyspark.__version__)' 2>/dev/null || true)
 if [ -z "$pyspark_version" ]; then

@@ -67,6 +67,13 @@ class BrokerCaps:
     #: tests/integration/test_secure.py).  The embedded Tansu fixture runs plaintext
     #: without an authorizer, so the secure tests apply to Apache Kafka only.
     supports_secure_listeners: bool = True
+    #: Share groups (KIP-932): ShareGroupHeartbeat (76), ShareGroupDescribe (77),
+    #: ShareFetch (78), ShareAcknowledge (79) and the share-offset admin APIs (90-92).
+    #: Kafka 4.4 serves them on a freshly formatted cluster (``share.version`` 2 is
+    #: finalized at format).  Tansu 0.6 lists none of them in ApiVersions and closes
+    #: the connection when one is sent anyway, so the share tests apply to Apache
+    #: Kafka only.
+    supports_share_groups: bool = True
 
 
 #: Apache Kafka 4.x (the reference broker): every default.
@@ -88,4 +95,5 @@ TANSU_CAPS = BrokerCaps(
     describe_groups_reports_assignment=False,
     describe_groups_reports_unknown_groups=False,
     supports_secure_listeners=False,
+    supports_share_groups=False,
 )

@@ -37,6 +37,7 @@ from aiogroup.testing.secure import SecureSetup
 
 __all__ = [
     "KAFKA_VERSION",
+    "SHARE_TEST_SETTINGS",
     "TEST_SETTINGS",
     "KafkaCluster",
     "KafkaNode",
@@ -44,10 +45,31 @@ __all__ = [
     "broker_rack",
     "java_binary",
     "kafka_libs",
+    "kafka_tools",
 ]
 
 #: The Apache Kafka release maven/pom.xml fetches (tests/unit checks they agree).
 KAFKA_VERSION = "4.4.0"
+
+#: Share groups (KIP-932, issue 28).  Kafka 4.4 needs no switch for them: a cluster
+#: formatted by 4.4 finalizes ``share.version`` 2 and ``group.coordinator.rebalance.
+#: protocols`` (deprecated) lists "share" by default.  What the tests need is time:
+#: the floors below let a test's group ask for a session and a record lock of
+#: seconds (``share.session.timeout.ms`` / ``share.record.lock.duration.ms`` group
+#: configs; floors 45 s and 15 s by default), so a kill -9 or a SIGSTOP scenario
+#: ends in seconds.  The broker-wide defaults stay a user's (lock 30 s, delivery
+#: limit 5).  A group's ``share.auto.offset.reset`` is a group config too (default
+#: latest); tests set it to earliest per group (``aiogroup._protocol.share_admin.
+#: AlterGroupConfigsRequest``), as ``kafka-configs --entity-type groups`` does.
+SHARE_TEST_SETTINGS: Mapping[str, str] = {
+    "group.share.min.session.timeout.ms": "3000",
+    "group.share.min.heartbeat.interval.ms": "500",
+    # A group's session must exceed its heartbeat interval, which defaults to the
+    # broker's (5 s): 1 s lets a group ask for a 3 s session.
+    "group.share.heartbeat.interval.ms": "1000",
+    "group.share.min.record.lock.duration.ms": "1000",
+    "group.share.min.delivery.count.limit": "2",
+}
 
 #: Where a broker departs from a user's defaults, and why (all test-only).
 TEST_SETTINGS: Mapping[str, str] = {
@@ -74,6 +96,7 @@ TEST_SETTINGS: Mapping[str, str] = {
     "transaction.state.log.min.isr": "1",
     "share.coordinator.state.topic.replication.factor": "1",
     "share.coordinator.state.topic.min.isr": "1",
+    **SHARE_TEST_SETTINGS,
 }
 
 #: The cluster mode's replication settings (what a production cluster has).
@@ -92,6 +115,7 @@ CLUSTER_SETTINGS: Mapping[str, str] = {
     "transaction.state.log.min.isr": "2",
     "share.coordinator.state.topic.replication.factor": "3",
     "share.coordinator.state.topic.min.isr": "2",
+    **SHARE_TEST_SETTINGS,
     # Racks (KIP-392): each node is its own rack (``rack-<node id>``, see
     # :func:`broker_rack`), and leaders name a same-rack follower to consumers that
     # send their rack, as a multi-zone production cluster is set up.
@@ -172,6 +196,29 @@ def kafka_libs(version: str = KAFKA_VERSION) -> Path:
         f"kafka mode: Apache Kafka {version} jars not fetched (looked in "
         f"{', '.join(str(p) for p in candidates)}); run `make install` (needs Maven) "
         "or set AIOGROUP_KAFKA_LIBS"
+    )
+
+
+def kafka_tools(version: str = KAFKA_VERSION) -> Path:
+    """The directory of Kafka's tools jars (``kafka-tools``: the console and verifiable
+    share consumers, the share-consumer perf test): ``AIOGROUP_KAFKA_TOOLS``, else
+    ``.kafka/<version>/tools`` beside :func:`kafka_libs`' candidates."""
+    override = os.environ.get("AIOGROUP_KAFKA_TOOLS")
+    candidates = (
+        [Path(override)]
+        if override
+        else [
+            Path.cwd() / ".kafka" / version / "tools",
+            Path(__file__).resolve().parents[2] / ".kafka" / version / "tools",
+        ]
+    )
+    for path in candidates:
+        if (path / f"kafka-tools-{version}.jar").exists():
+            return path
+    raise KafkaSetupError(
+        f"kafka mode: Apache Kafka {version} tools not fetched (looked in "
+        f"{', '.join(str(p) for p in candidates)}); run `make install` (maven/fetch.sh "
+        "fetches them with -Ptools) or set AIOGROUP_KAFKA_TOOLS"
     )
 
 
