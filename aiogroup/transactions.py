@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiogroup._support.timeouts import wait_for
 from aiogroup._transactions.committer import ProducerTxnView, Refused, commit_in_transaction
+from aiogroup._transactions.deliveries import DeliveryTracker
 from aiogroup._transactions.outcomes import MisuseKind, Step, TxnCode, check_commit_input
 from aiogroup.errors import (
     CommitFailedError,
@@ -239,7 +240,13 @@ class TransformLoop:
     ``producer`` a started ``AIOKafkaProducer`` with a ``transactional_id``.  Each
     turn of :meth:`run` reads up to ``max_records``, begins a transaction, awaits
     ``transform(producer, batch)``, commits the batch's next offsets with the group
-    metadata (KIP-447) and commits the transaction.
+    metadata (KIP-447), awaits every output the transform sent and commits the
+    transaction.
+
+    The transform gets the producer wrapped so that the futures of its ``send`` and
+    ``send_batch`` calls are kept: it need not await its deliveries (the loop does,
+    while the offsets go out), and an output that failed aborts the transaction -
+    aiokafka alone would commit without it.
 
     Rebalances (the consumer's internal hooks, run before the application's listener,
     inside the listener step - heartbeats go on):
@@ -386,10 +393,14 @@ class TransformLoop:
         offsets = {tp: rs[-1].offset + 1 for tp, rs in batch.items()}
         self._committing = False
         async with transaction(self._producer, timeout=self._timeout):
-            await self._transform(self._producer, batch)
+            outputs = DeliveryTracker(self._producer)
+            await self._transform(outputs, batch)
+            # The offsets go out while the outputs are still in flight; both must be in
+            # before the commit (aiokafka would commit past a failed output).
             await send_offsets_to_transaction(
                 self._producer, offsets, self._consumer, timeout=self._timeout
             )
+            await wait_for(outputs.delivered(), self._timeout)
             self._committing = True  # from here on the outcome is the commit's
 
     def _aborted(

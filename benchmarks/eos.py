@@ -74,13 +74,14 @@ async def aiogroup_worker(spec: dict[str, Any]) -> dict[str, Any]:
     first: list[float] = []
     seen = 0
 
+    # Neither transform awaits its deliveries: TransformLoop awaits them while the
+    # offsets go out, and aborts if one failed (docs/usage.md).
     async def send_each(producer: Any, batch: dict[Any, list[Any]]) -> int:
         sent = [
             await producer.send(output, r.value, key=r.key)
             for records in batch.values()
             for r in records
         ]
-        await asyncio.gather(*sent)
         return len(sent)
 
     async def send_batches(producer: Any, batch: dict[Any, list[Any]]) -> int:
@@ -94,7 +95,6 @@ async def aiogroup_worker(spec: dict[str, Any]) -> dict[str, Any]:
                     builder.append(key=r.key, value=r.value, timestamp=None)
                 count += 1
         sent.append(await producer.send_batch(builder, output, partition=0))
-        await asyncio.gather(*sent)
         return count
 
     async def copy(producer: Any, batch: dict[Any, list[Any]]) -> None:

@@ -59,6 +59,10 @@ log = logging.getLogger("aiogroup.transactions")
 #: ``retry_backoff_ms``); it doubles on each consecutive failure up to 1 s.
 DEFAULT_RETRY_BACKOFF_S = 0.1
 
+#: How often :meth:`ProducerTxnView.partitions_added` looks at aiokafka's pending adds:
+#: well under one local round trip (about 1 ms), so the wait adds little to it.
+PARTITIONS_ADDED_POLL_S = 0.0005
+
 
 #: Per producer client, the coordinators found so far: (key, key type) -> node id.  A
 #: transaction per batch would otherwise pay two FindCoordinator round trips each time
@@ -127,6 +131,21 @@ class ProducerTxnView:
         client: AIOKafkaClient = self._producer.client
         return client
 
+    async def partitions_added(self) -> None:
+        """Return once aiokafka has added every partition produced to so far to the transaction.
+
+        Why: AddOffsetsToTxn is the transaction coordinator's add-partitions step for the
+        group's offsets partition; sent while aiokafka's own AddPartitionsToTxn is being
+        applied, the coordinator answers CONCURRENT_TRANSACTIONS and both sides back off
+        (measured at B=100 on Kafka 4.4: 19 transactions/s against 51 in order).
+        aiokafka signals nothing when an add completes, so this polls its pending set
+        every :data:`PARTITIONS_ADDED_POLL_S`; a failed transaction clears the set, and
+        the caller's deadline bounds the wait.
+        """
+        # aiokafka has no event for a completed add (see above): polling is the only way.
+        while self._txn is not None and self._txn.partitions_to_add():  # noqa: ASYNC110
+            await asyncio.sleep(PARTITIONS_ADDED_POLL_S)
+
     def group_joined_transaction(self, group_id: str) -> None:
         """Tell aiokafka the group's offsets are in the transaction: EndTxn must go out."""
         assert self._txn is not None
@@ -156,6 +175,7 @@ async def commit_in_transaction(
         return step_for(code), code
 
     policy = view.retry_policy
+    await view.partitions_added()
     await _exchange(
         view.client,
         policy,

@@ -53,6 +53,11 @@ class FakeTxnManager:
         self.producer_id, self.producer_epoch = 4000, 2
         self.state = TransactionState.IN_TRANSACTION if in_transaction else TransactionState.READY
         self.groups: list[str] = []
+        #: Partitions aiokafka's sender is still adding to the transaction.
+        self.pending: set[TopicPartition] = set()
+
+    def partitions_to_add(self) -> set[TopicPartition]:
+        return self.pending
 
     def is_in_transaction(self) -> bool:
         return bool(self.state is TransactionState.IN_TRANSACTION)
@@ -204,6 +209,30 @@ async def test_success_sends_the_identity_and_joins_the_group_to_the_transaction
     # aiokafka is told, so commit_transaction() sends EndTxn even with no records.
     assert producer._txn_manager.groups == ["g"]
     assert producer.aborts == 0
+
+
+async def test_the_offsets_wait_until_aiokafka_has_added_the_produced_partitions() -> None:
+    """AddOffsetsToTxn sent while aiokafka's AddPartitionsToTxn is being applied is
+    answered CONCURRENT_TRANSACTIONS and both back off: it waits for the add instead."""
+    producer = FakeProducer()
+    out = TopicPartition("out", 0)
+    producer._txn_manager.pending.add(out)
+    commit = asyncio.ensure_future(send_offsets_to_transaction(producer, {TP: 10}, META))
+    for _ in range(20):
+        await asyncio.sleep(0.001)
+    assert "AddOffsetsToTxn" not in producer.client.names(), "sent while an add was pending"
+    producer._txn_manager.pending.discard(out)  # aiokafka's add answered
+    await asyncio.wait_for(commit, 5)
+    assert producer.client.names().count("AddOffsetsToTxn") == 1
+
+
+async def test_a_pending_add_that_never_ends_is_bounded_by_the_timeout() -> None:
+    producer = FakeProducer()
+    producer._txn_manager.pending.add(TopicPartition("out", 0))
+    with pytest.raises(KafkaTimeoutError):
+        await send_offsets_to_transaction(producer, {TP: 10}, META, timeout=0.05)
+    assert "AddOffsetsToTxn" not in producer.client.names()
+    assert producer.aborts == 1
 
 
 async def test_the_coordinators_are_looked_up_once_per_producer() -> None:

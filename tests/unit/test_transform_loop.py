@@ -218,3 +218,66 @@ async def test_run_returns_when_the_consumer_stops() -> None:
     loop = TransformLoop(consumer, FakeProducer(), Gate())  # type: ignore[arg-type]
     await asyncio.wait_for(loop.run(), 5)
     assert loop.transactions_committed == 0
+
+
+class OutputProducer(FakeProducer):
+    """The fake producer with ``send``: each output's delivery is a future the test settles."""
+
+    def __init__(self) -> None:
+        super().__init__(in_transaction=False)
+        self.deliveries: list[asyncio.Future[Any]] = []
+
+    async def send(self, topic: str, value: bytes, **kwargs: Any) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.deliveries.append(future)
+        return future
+
+
+async def test_the_commit_waits_for_every_output_the_transform_did_not_await() -> None:
+    """aiokafka's commit_transaction would commit past an output still in flight (or
+    failed): the loop awaits the deliveries the transform left behind first."""
+
+    async def transform(producer: Any, batch: Any) -> None:
+        for r in batch[TP]:
+            await producer.send("out", r.value)  # delivery not awaited
+        await loop.stop()
+
+    consumer = ScriptedConsumer(deque([{TP: records(10, 3)}]))
+    producer = OutputProducer()
+    loop = TransformLoop(consumer, producer, transform, poll_timeout_ms=10)  # type: ignore[arg-type]
+    run = asyncio.ensure_future(loop.run())
+    for _ in range(100):
+        if len(producer.deliveries) == 3 and "TxnOffsetCommit" in producer.client.names():
+            break
+        await asyncio.sleep(0.001)
+    # The offsets went out while the outputs were in flight; the commit did not.
+    assert "TxnOffsetCommit" in producer.client.names()
+    await asyncio.sleep(0.02)
+    assert producer.commits == 0 and not run.done()
+    for f in producer.deliveries:
+        f.set_result(None)
+    await asyncio.wait_for(run, 5)
+    assert producer.commits == 1 and loop.records_committed == 3
+
+
+async def test_a_failed_output_aborts_the_transaction_and_the_batch_is_read_again() -> None:
+    async def transform(producer: Any, batch: Any) -> None:
+        for r in batch[TP]:
+            await producer.send("out", r.value)
+        await loop.stop()
+
+    consumer = ScriptedConsumer(deque([{TP: records(10, 3)}]))
+    producer = OutputProducer()
+    loop = TransformLoop(consumer, producer, transform, poll_timeout_ms=10)  # type: ignore[arg-type]
+    run = asyncio.ensure_future(loop.run())
+    for _ in range(100):
+        if len(producer.deliveries) == 3:
+            break
+        await asyncio.sleep(0.001)
+    producer.deliveries[0].set_result(None)
+    producer.deliveries[1].set_exception(RuntimeError("Produce refused: NOT_ENOUGH_REPLICAS"))
+    producer.deliveries[2].set_result(None)
+    with pytest.raises(RuntimeError, match="NOT_ENOUGH_REPLICAS"):
+        await asyncio.wait_for(run, 5)
+    assert producer.commits == 0 and producer.aborts == 1
+    assert loop.records_committed == 0 and consumer.seeks == [(TP, 10)]
