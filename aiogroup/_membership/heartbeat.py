@@ -113,6 +113,10 @@ class HeartbeatTimers:
         self.in_flight = False
         self._retry_at = now + self.retry_backoff
 
+    def beat_early(self, at: float) -> None:
+        """The next beat is due at ``at`` if that is sooner than the regular one."""
+        self._retry_at = min(at, self.next_heartbeat_at())
+
     def answer_is_current(self, now: float) -> bool:
         """Whether an answer to the beat in flight, read at ``now``, still proves anything:
         its proof (the beat's send time plus the session) must not have passed."""

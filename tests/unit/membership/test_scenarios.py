@@ -13,6 +13,7 @@ from .driver import (
     AUTO_COMMIT,
     BACKOFF,
     COOPERATIVE,
+    EAGER,
     HEARTBEAT,
     MAX_POLL,
     REBALANCE,
@@ -593,3 +594,35 @@ def test_session_clock_restarts_when_heartbeating_resumes() -> None:
     assert out == [A.MarkRevoking(tps(0)), A.InvokeOnPartitionsRevoked(tps(0), False)]
     assert m.generation_id == 1
     assert m.handle(E.TimerFired(), SESSION + 1 + HEARTBEAT) == [A.SendHeartbeat(1, "m1")]
+
+
+def test_a_cooperative_member_handed_nothing_beats_early_for_the_second_round() -> None:
+    """A cooperative joiner gets nothing in the first round (the owners revoke first, then
+    rejoin at once); it beats a tenth of an interval after its sync to hear of the second
+    round, instead of a whole interval later (machine.FOLLOW_UP_BEAT)."""
+    m = make(COOPERATIVE)
+    to_stable(m, frozenset(), now=10.0)
+    assert m.next_deadline() == pytest.approx(10.0 + 0.1 * HEARTBEAT)
+    assert m.handle(E.TimerFired(), 10.1) == [A.SendHeartbeat(1, "m1")]
+    out = m.handle(heartbeat(27, 1), 10.11)  # the owners rejoined: second round
+    assert out == [A.SendJoinGroup("Heartbeat: REBALANCE_IN_PROGRESS", "m1", 1, frozenset())]
+
+
+def test_the_early_beat_happens_once_then_the_interval_rules() -> None:
+    m = make(COOPERATIVE)
+    to_stable(m, frozenset(), now=10.0)
+    m.handle(E.TimerFired(), 10.1)
+    assert m.handle(heartbeat(0, 1), 10.12) == []  # no second round this time
+    assert m.next_deadline() == pytest.approx(10.1 + HEARTBEAT)
+
+
+@pytest.mark.parametrize(
+    ("protocol", "partitions"),
+    [(COOPERATIVE, tps(0)), (EAGER, frozenset()), (EAGER, tps(0))],
+)
+def test_no_early_beat_for_a_member_handed_partitions_or_an_eager_one(
+    protocol: object, partitions: frozenset[object]
+) -> None:
+    m = make(protocol)  # type: ignore[arg-type]
+    to_stable(m, partitions, now=10.0)  # type: ignore[arg-type]
+    assert m.next_deadline() == 10.0 + HEARTBEAT
