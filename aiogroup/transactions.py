@@ -395,12 +395,18 @@ class TransformLoop:
         async with transaction(self._producer, timeout=self._timeout):
             outputs = DeliveryTracker(self._producer)
             await self._transform(outputs, batch)
-            # The offsets go out while the outputs are still in flight; both must be in
-            # before the commit (aiokafka would commit past a failed output).
-            await send_offsets_to_transaction(
-                self._producer, offsets, self._consumer, timeout=self._timeout
-            )
-            await wait_for(outputs.delivered(), self._timeout)
+            # The outputs leave now (no lingering: nothing more comes) and the offsets go
+            # out while they fly; both must be in before the commit (aiokafka would commit
+            # past a failed output).
+            flushing = ProducerTxnView(self._producer).send_buffered()
+            try:
+                await asyncio.sleep(0)  # let it close the batches before the offsets start
+                await send_offsets_to_transaction(
+                    self._producer, offsets, self._consumer, timeout=self._timeout
+                )
+                await wait_for(outputs.delivered(), self._timeout)
+            finally:
+                flushing.cancel()  # done by now, or the abort settles the batches
             self._committing = True  # from here on the outcome is the commit's
 
     def _aborted(

@@ -146,6 +146,23 @@ class ProducerTxnView:
         while self._txn is not None and self._txn.partitions_to_add():  # noqa: ASYNC110
             await asyncio.sleep(PARTITIONS_ADDED_POLL_S)
 
+    def send_buffered(self) -> asyncio.Future[None]:
+        """Close the batches the producer is lingering on and wake its sender; the returned
+        future ends when they are delivered (or failed: their own futures say which).
+
+        Why: a transform that is done sending gains nothing from ``linger_ms`` - no more
+        records are coming to this transaction - and aiokafka only stops lingering inside
+        ``commit_transaction()``, after the offsets.  Closed now, the Produce goes out
+        while the offsets do (librdkafka's commit flushes the same way).
+        """
+        accumulator = getattr(self._producer, "_message_accumulator", None)
+        if accumulator is None:
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
+        flushing: asyncio.Future[None] = asyncio.ensure_future(accumulator.flush_for_commit())
+        return flushing
+
     def group_joined_transaction(self, group_id: str) -> None:
         """Tell aiokafka the group's offsets are in the transaction: EndTxn must go out."""
         assert self._txn is not None

@@ -281,3 +281,34 @@ async def test_a_failed_output_aborts_the_transaction_and_the_batch_is_read_agai
         await asyncio.wait_for(run, 5)
     assert producer.commits == 0 and producer.aborts == 1
     assert loop.records_committed == 0 and consumer.seeks == [(TP, 10)]
+
+
+class LingeringAccumulator:
+    """aiokafka's accumulator as far as the loop uses it: records when it was told to send."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.flushed_after: list[str] | None = None
+
+    async def flush_for_commit(self) -> None:
+        self.flushed_after = list(self.client.names())
+
+
+async def test_the_outputs_leave_before_the_offsets_instead_of_lingering() -> None:
+    """Nothing more comes to the transaction once the transform returned: its batches are
+    closed then (as librdkafka's commit does), not after the offsets in commit_transaction."""
+
+    async def transform(producer: Any, batch: Any) -> None:
+        for r in batch[TP]:
+            await producer.send("out", r.value)
+        for f in out.deliveries:
+            f.set_result(None)
+        await loop.stop()
+
+    consumer = ScriptedConsumer(deque([{TP: records(10, 2)}]))
+    out = OutputProducer()
+    out._message_accumulator = LingeringAccumulator(out.client)  # type: ignore[attr-defined]
+    loop = TransformLoop(consumer, out, transform, poll_timeout_ms=10)  # type: ignore[arg-type]
+    await asyncio.wait_for(loop.run(), 5)
+    assert out._message_accumulator.flushed_after == []  # type: ignore[attr-defined]
+    assert out.commits == 1
