@@ -48,8 +48,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS = 8
-#: The measured ways of reading records: (client, read path).
-MEASURES = (("aiogroup", "getmany"), ("aiogroup", "async-for"), ("aiokafka", "getmany"))
+#: aiogroup's measured ways of reading records (aiokafka's reference is its getmany).
+PATHS = ("getmany", "async-for")
 #: The bench row's threshold: aiogroup's getmany may cost at most this many times
 #: aiokafka's getmany per record.  Measured 0.52 on main after the fix (da67187's
 #: tree 0.50, 6eb2725's 0.67; see docs/benchmarks.md): a return of that regression
@@ -75,7 +75,7 @@ async def _drain(client: str, path: str, bootstrap: str, topic: str, records: in
         import aiogroup
         from aiogroup import GroupConsumer, TopicPartition
 
-        origin = os.path.dirname(os.path.dirname(os.path.abspath(aiogroup.__file__)))
+        origin = str(Path(aiogroup.__file__).parent.parent)
         consumer = GroupConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest")
     elif client == "aiokafka":
         from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[assignment]
@@ -202,6 +202,7 @@ def measure_costs(
     bootstrap: str,
     topics: dict[int, str],
     trees: list[Path],
+    paths: tuple[str, ...] = PATHS,
     log: Any = print,
 ) -> tuple[dict[str, dict[str, Cost]], Cost]:
     """Every tree's aiogroup paths and aiokafka's getmany, counted by callgrind."""
@@ -209,11 +210,9 @@ def measure_costs(
     costs: dict[str, dict[str, Cost]] = {}
     for tree in trees:
         name = str(tree)
-        for client, path in MEASURES:
-            if client != "aiogroup":
-                continue
+        for path in paths:
             drains = [
-                run_drain(client, path, bootstrap, topics[n], n, tree, callgrind=True)
+                run_drain("aiogroup", path, bootstrap, topics[n], n, tree, callgrind=True)
                 for n in (small, large)
             ]
             costs.setdefault(name, {})[path] = cost = Cost(*drains)
@@ -228,16 +227,19 @@ def measure_costs(
 
 
 def measure_wall(
-    bootstrap: str, topic: str, records: int, trees: list[Path], reps: int
+    bootstrap: str,
+    topic: str,
+    records: int,
+    trees: list[Path],
+    reps: int,
+    paths: tuple[str, ...] = PATHS,
 ) -> dict[str, list[float]]:
     """records/s of each tree's paths and aiokafka's getmany, interleaved ``reps`` times."""
     rates: dict[str, list[float]] = {}
     for _ in range(reps):
         for tree in trees:
-            for client, path in MEASURES:
-                if client != "aiogroup":
-                    continue
-                d = run_drain(client, path, bootstrap, topic, records, tree, callgrind=False)
+            for path in paths:
+                d = run_drain("aiogroup", path, bootstrap, topic, records, tree, callgrind=False)
                 rates.setdefault(f"{tree} {path}", []).append(d.records / d.seconds)
         d = run_drain("aiokafka", "getmany", bootstrap, topic, records, None, callgrind=False)
         rates.setdefault("aiokafka getmany", []).append(d.records / d.seconds)
@@ -285,6 +287,12 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         help="a checkout whose aiogroup the child runs (repeatable; default: this one)",
     )
+    parser.add_argument(
+        "--path",
+        action="append",
+        choices=PATHS,
+        help="aiogroup's read path to measure (repeatable; default: both)",
+    )
     parser.add_argument("--small", type=int, default=20_000, help="records of the small drain")
     parser.add_argument("--large", type=int, default=100_000, help="records of the large drain")
     parser.add_argument(
@@ -301,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         if not (tree / "aiogroup" / "__init__.py").is_file():
             parser.error(f"--tree {tree}: no aiogroup/__init__.py there")
 
+    paths = tuple(args.path or PATHS)
     from aiogroup.testing import SyncKafkaBroker
 
     result: dict[str, Any] = {"load_before": os.getloadavg()}
@@ -311,7 +320,10 @@ def main(argv: list[str] | None = None) -> int:
         topics = produce_topics(broker, sizes)
         if not args.no_callgrind:
             costs, reference = measure_costs(
-                broker.bootstrap_servers, {n: topics[n] for n in (args.small, args.large)}, trees
+                broker.bootstrap_servers,
+                {n: topics[n] for n in (args.small, args.large)},
+                trees,
+                paths,
             )
             print("\n".join(summary(costs, reference)))
             result["instructions_per_record"] = {
@@ -326,6 +338,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.wall_records,
                 trees,
                 args.wall,
+                paths,
             )
             print(f"\nrecords/s, {args.wall} interleaved repetitions (median, min-max):")
             for name, got in rates.items():
