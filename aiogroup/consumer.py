@@ -35,6 +35,7 @@ from aiogroup._coordination.consumer_protocol_routine import (
     check_group_protocol_options,
 )
 from aiogroup._fetch import offset_lookups as _offsets
+from aiogroup._fetch.delivery import record_bytes, records_and_bytes
 from aiogroup._fetch.fetcher import Fetcher
 from aiogroup._state.subscription import (
     FetchStatus,
@@ -110,10 +111,6 @@ def _unknown_options_message(unknown: Mapping[str, object]) -> str:
 
 
 CommitCallback = Callable[[Mapping[TopicPartition, OffsetAndMetadata], BaseException | None], Any]
-
-
-def _record_bytes(record: ConsumerRecord) -> int:
-    return max(0, int(record.serialized_key_size)) + max(0, int(record.serialized_value_size))
 
 
 class GroupConsumer:
@@ -591,7 +588,7 @@ class GroupConsumer:
             record = await self._fetcher_or_raise.next_record(partitions)
         finally:
             self._poll_ended(sub)
-        self._metrics.delivered(1, _record_bytes(record))
+        self._metrics.delivered(1, record_bytes(record))
         return record
 
     async def getmany(
@@ -612,8 +609,7 @@ class GroupConsumer:
         finally:
             self._poll_ended(sub)
         if result:
-            records = [r for batch in result.values() for r in batch]
-            self._metrics.delivered(len(records), sum(map(_record_bytes, records)))
+            self._metrics.delivered(*records_and_bytes(result.values()))
         return result
 
     async def getmany_arrow(
