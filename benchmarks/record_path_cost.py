@@ -233,16 +233,16 @@ def measure_wall(
     trees: list[Path],
     reps: int,
     paths: tuple[str, ...] = PATHS,
-) -> dict[str, list[float]]:
-    """records/s of each tree's paths and aiokafka's getmany, interleaved ``reps`` times."""
-    rates: dict[str, list[float]] = {}
+) -> dict[str, list[Drain]]:
+    """Each tree's paths and aiokafka's getmany timed, interleaved ``reps`` times."""
+    rates: dict[str, list[Drain]] = {}
     for _ in range(reps):
         for tree in trees:
             for path in paths:
                 d = run_drain("aiogroup", path, bootstrap, topic, records, tree, callgrind=False)
-                rates.setdefault(f"{tree} {path}", []).append(d.records / d.seconds)
+                rates.setdefault(f"{tree} {path}", []).append(d)
         d = run_drain("aiokafka", "getmany", bootstrap, topic, records, None, callgrind=False)
-        rates.setdefault("aiokafka getmany", []).append(d.records / d.seconds)
+        rates.setdefault("aiokafka getmany", []).append(d)
     return rates
 
 

@@ -732,6 +732,88 @@ def _slow_listener_rows(broker: str, configs: dict[str, Any]) -> list[str]:
     return out
 
 
+RECORD_COST_TEXT = """\
+What one record costs aiogroup's record path, counted in instructions by valgrind's
+callgrind rather than timed, so that the shared machine's load does not move it (three
+runs of one tree agreed within 0.5 %; wall-clock rates on the same machine spread by
+tens of percent).  Each read path drains a small and a large topic of 100 B records (8
+partitions, assign mode, defaults) in a child process; only the drain is counted, and
+instructions per record is the difference of the two drains over the difference in
+records, so what every drain pays once cancels.  aiokafka's `getmany` is measured the
+same way in the same run: the ratio to it is the guard, since instruction counts
+differ between machines and Python builds.  Run it alone, or against any checkout
+(`--tree`, repeatable, runs that tree's `aiogroup` in the child, which is how the
+regression below was bisected):
+
+    python -m benchmarks.record_path_cost [--tree PATH ...] [--path getmany] [--wall 3]
+
+**The regression of issue 29** (the record path about a quarter slower from
+`da67187` to `6eb2725`) was caused by **`d3364ad`** ("Issue 17: aiokafka drop-in
+parity, typed validated options, metrics/health/exporters, ...", da67187's direct
+child, reaching the main line in the merge `143db98`): `getmany` counted the bytes
+it delivered for `metrics()` by calling a Python function per record,
+`max(0, int(key_size)) + max(0, int(value_size))`.  Bisected on the main line's
+first-parent commits and then inside the merge (getmany, instructions per record,
+aiokafka's getmany 12,4xx-12,5xx in the same runs): da67187 7,427; 094994c (last
+before the merge) 7,423; 143db98 (the merge) 11,862; on the merged branch f11ca16,
+2aab963, 7662b43 and 2d9f8b7 (the fetcher redesign) 7,402-7,432; d3364ad 11,828;
+6eb2725 11,483; main 487d2e3 11,495.  The same bytes are now summed in C
+(`aiogroup/_fetch/delivery.py`, `records_and_bytes`): 8,092 instructions per record
+in that run, the metric unchanged.
+
+The threshold: getmany's instructions per record at most {limit:.2f}x aiokafka's
+getmany's (da67187's tree measured 0.59x, 6eb2725's 0.92x); `async for` at most
+{afl:.2f}x getmany's per record (issue 29: `async for` >= 0.9x getmany's speed).
+"""
+
+
+def record_cost_md(section: dict[str, Any]) -> str:
+    """The record path's instructions per record and the guard's verdicts."""
+    from benchmarks import record_path_cost as rpc
+
+    limits = section.get("limits", {})
+    limit = limits.get("getmany_vs_aiokafka", rpc.GETMANY_RATIO_LIMIT)
+    afl = limits.get("async_for_vs_getmany", rpc.ASYNC_FOR_RATIO_LIMIT)
+    out = [
+        "\n## Record path cost per record\n\n",
+        _run_line(section.get("meta", {}).get("broker", "?"), section),
+        "\n",
+    ]
+    out.append(RECORD_COST_TEXT.format(limit=limit, afl=afl))
+    configs = section.get("configs", {})
+    if "small" in section:
+        out.append(f"\nDrains of {section['small']:,} and {section['large']:,} records.\n")
+    out.append(
+        "\n| configuration | instructions/record | x aiokafka getmany | threshold | verdict |\n"
+        "|---|---|---|---|---|\n"
+    )
+    ref = _instructions(configs.get("aiokafka/getmany"))
+    own = _instructions(configs.get("aiogroup/getmany"))
+    for name, cfg in configs.items():
+        status = _status_cell(cfg)
+        if status:
+            out.append(f"| {name} | {status} | | | |\n")
+            continue
+        value = cfg["instructions_per_record"]
+        threshold = verdict = ""
+        if name == "aiogroup/getmany" and ref:
+            threshold = f"<= {limit:.2f}x aiokafka getmany"
+            verdict = "**met**" if value <= limit * ref else "**not met**"
+        elif name == "aiogroup/async-for" and own:
+            threshold = f"<= {afl:.2f}x aiogroup getmany ({value / own:.2f}x)"
+            verdict = "**met**" if value <= afl * own else "**not met**"
+        out.append(
+            f"| {name} | {value:,.0f} | {_ratio_cell(value, ref)} | {threshold} | {verdict} |\n"
+        )
+    return "".join(out)
+
+
+def _instructions(cfg: dict[str, Any] | None) -> float | None:
+    if not cfg or cfg.get("status") != "ok":
+        return None
+    return float(cfg["instructions_per_record"])
+
+
 def scale_md(section: dict[str, Any], plots: dict[str, str]) -> str:
     ds = section["dataset"]
     out = [
@@ -874,6 +956,38 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, str]]:
             f"memory within the configured buffer bound (max_buffered_bytes = {bound:.0f} MiB)",
             measured,
             verdict(None if buffered is None else buffered <= bound),
+        )
+    )
+    rows.extend(record_cost_targets(sc.get("record-cost", {})))
+    return rows
+
+
+def record_cost_targets(section: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The guard's two rows: getmany against aiokafka, async for against getmany."""
+    from benchmarks import record_path_cost as rpc
+
+    configs = section.get("configs", {})
+    limits = section.get("limits", {})
+    limit = limits.get("getmany_vs_aiokafka", rpc.GETMANY_RATIO_LIMIT)
+    afl = limits.get("async_for_vs_getmany", rpc.ASYNC_FOR_RATIO_LIMIT)
+    ref = _instructions(configs.get("aiokafka/getmany"))
+    own = _instructions(configs.get("aiogroup/getmany"))
+    loop = _instructions(configs.get("aiogroup/async-for"))
+    r = ratio(own, ref)
+    rows = [
+        (
+            f"record path guard: getmany instructions per record <= {limit:.2f}x "
+            "aiokafka getmany's (callgrind, 100 B)",
+            "-" if r is None else f"{r:.2f}x ({own:,.0f} vs {ref:,.0f})",
+            "not measured" if r is None else ("**met**" if r <= limit else "**not met**"),
+        )
+    ]
+    r = ratio(loop, own)
+    rows.append(
+        (
+            f"`async for` instructions per record <= {afl:.2f}x getmany's (callgrind, 100 B)",
+            "-" if r is None else f"{r:.2f}x ({loop:,.0f} vs {own:,.0f})",
+            "not measured" if r is None else ("**met**" if r <= afl else "**not met**"),
         )
     )
     return rows
@@ -1079,6 +1193,8 @@ def write(results: dict[str, Any], docs_dir: Path) -> Path:
         from benchmarks import processing
 
         parts.append(processing.markdown(sections_of(results, "processing")))
+    if "record-cost" in sc:
+        parts.append(record_cost_md(sc["record-cost"]))
     # Written by `python -m benchmarks.eos` (exactly-once against confluent-kafka, issue 27).
     eos = bench_dir / "eos.md"
     if eos.exists():
