@@ -340,12 +340,22 @@ def main(argv: list[str] | None = None) -> int:
                 args.wall,
                 paths,
             )
-            print(f"\nrecords/s, {args.wall} interleaved repetitions (median, min-max):")
-            for name, got in rates.items():
+            print(
+                f"\n{args.wall} interleaved repetitions, median (min-max): "
+                "records/s, and CPU seconds per million records"
+            )
+            for name, drains in rates.items():
+                rate = [d.records / d.seconds for d in drains]
+                cpu = [d.cpu / d.records * 1e6 for d in drains]
                 print(
-                    f"  {name:60s} {statistics.median(got):9,.0f} ({min(got):,.0f}-{max(got):,.0f})"
+                    f"  {name:45s} {statistics.median(rate):9,.0f} "
+                    f"({min(rate):,.0f}-{max(rate):,.0f})  {statistics.median(cpu):5.2f} "
+                    f"({min(cpu):.2f}-{max(cpu):.2f})"
                 )
-            result["wall_records_per_second"] = rates
+            result["wall"] = {
+                name: [{"records": d.records, "seconds": d.seconds, "cpu": d.cpu} for d in drains]
+                for name, drains in rates.items()
+            }
     result["load_after"] = os.getloadavg()
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
