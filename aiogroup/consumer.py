@@ -230,6 +230,12 @@ class GroupConsumer:
         #: know a topic ``topics()`` has just listed (Java's ``partitionsFor`` does).
         self._listed: ClusterMetadata | None = None
         self._metrics = ConsumerMetrics(self._config.session_timeout_ms / 1000)
+        #: Records ``async for`` handed out and their bytes, not yet told to the metrics:
+        #: told per refill, at least each second, and before any snapshot - not per
+        #: record, which kept a rate-window entry per record (30 s of them).
+        self._iterated = 0
+        self._iterated_bytes = 0
+        self._iterated_due = 0.0
         #: Internal parties run before the application's listener (the processor).
         self._rebalance_hooks = RebalanceHooks()
 
@@ -648,10 +654,63 @@ class GroupConsumer:
         return self
 
     async def __anext__(self) -> ConsumerRecord:
+        """The next record: ``async for`` hands out records a refill built ahead.
+
+        A step that finds a held record hands it out after the delivery checks, at
+        this moment (``aiogroup._fetch.iteration``), and the membership gate; errors
+        waiting for the application send it to the refill, which raises them.  What
+        a poll also does - the poll clock, the broker watch, the delivered count -
+        is done at each refill and at least once a second, not per record.  A step
+        that finds none held refills: one drain of a getmany's size, as a getone
+        polls, waiting for data.
+        """
+        fetcher = self._fetcher
+        if fetcher is not None:
+            now = asyncio.get_running_loop().time()
+            record = fetcher.held_record(now)
+            if record is not None:
+                self._iterated += 1
+                k, v = record.serialized_key_size, record.serialized_value_size
+                self._iterated_bytes += (k if k > 0 else 0) + (v if v > 0 else 0)
+                if now >= self._iterated_due:
+                    self._iterated_poll(now)
+                return record
+        self._count_iterated()
         try:
-            return await self.getone()
+            sub = self._poll_started(())
+            try:
+                record = await self._fetcher_or_raise.next_iterated()
+            finally:
+                self._poll_ended(sub)
         except ConsumerStoppedError:
             raise StopAsyncIteration from None
+        self._iterated += 1
+        self._iterated_bytes += record_bytes(record)
+        return record
+
+    def _iterated_poll(self, now: float) -> None:
+        """A second of ``async for`` from held records: it counts as polling."""
+        sub = self._subscription
+        if sub is not None:
+            sub.poll_started(now)
+            sub.poll_ended(now)
+        self._metrics.check_broker()
+        self._count_iterated()
+
+    def _count_iterated(self) -> None:
+        """Tell the metrics what ``async for`` handed out since the last time.
+
+        Only on the event loop: a snapshot taken in another thread (a sync listener)
+        leaves the count to the loop rather than race it.
+        """
+        try:
+            now = asyncio.get_running_loop().time()
+        except RuntimeError:
+            return
+        self._iterated_due = now + 1.0
+        if self._iterated:
+            self._metrics.delivered(self._iterated, self._iterated_bytes)
+            self._iterated = self._iterated_bytes = 0
 
     # -- committing -----------------------------------------------------------------------
 
@@ -995,6 +1054,7 @@ class GroupConsumer:
         Lag is the high watermark of the last Fetch response minus the position; it
         does not use ``end_offsets()`` (see the module docstring for why).
         """
+        self._count_iterated()
         sub = self._subscription
         assignment = None if sub is None else sub.assignment
         states = () if assignment is None else assignment.states()
