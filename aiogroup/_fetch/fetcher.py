@@ -614,16 +614,16 @@ class Fetcher:
         None also when an error waits or the membership is not current at loop time
         ``now``: the refill (``next_iterated``) raises the one and waits out the other.
         """
-        held = self._held
-        if not held or self._error is not None or self._closed:
-            return None
         sub = self._sub
-        if sub.pending_error is not None or not sub.membership_current(now):
+        if (
+            self._error is not None
+            or self._closed
+            or sub.pending_error is not None
+            or not sub.membership_current(now)
+        ):
             return None
         assignment = sub.assignment
-        if assignment is None:
-            return None
-        return held.take(assignment)
+        return None if assignment is None else self._held.take(assignment)
 
     async def next_iterated(self) -> ConsumerRecord:
         """Build as many records as a getmany would, hold them, hand out the first.

@@ -40,11 +40,18 @@ __all__ = ["HeldRecords"]
 class _Run:
     """One partition's held records and where handing them out has got to."""
 
-    __slots__ = ("end", "epoch", "expected", "index", "records", "state")
+    __slots__ = ("assignment", "end", "epoch", "expected", "index", "records", "state")
 
     def __init__(
-        self, state: PartitionState, records: list[ConsumerRecord], start: int, end: int
+        self,
+        assignment: Assignment,
+        state: PartitionState,
+        records: list[ConsumerRecord],
+        start: int,
+        end: int,
     ) -> None:
+        #: Replaced, never mutated: while it is the current one, ``state`` is in it.
+        self.assignment = assignment
         self.state = state
         self.epoch = state.epoch
         self.records = records
@@ -82,7 +89,7 @@ class HeldRecords:
             start = before.get(tp)
             if not records or st is None or start is None or st.position is None:
                 continue
-            run = _Run(st, records, start, st.position)
+            run = _Run(assignment, st, records, start, st.position)
             st.position = start  # nothing of it is handed out yet
             self._runs.append(run)
         if self._run is None and self._runs:
@@ -94,12 +101,12 @@ class HeldRecords:
         while run is not None:
             st = run.state
             if (
-                st.position == run.expected
+                run.assignment is assignment
+                and st.position == run.expected
                 and st.epoch == run.epoch
                 and not st.revoking
                 and not st.paused
                 and st.status is _READY
-                and assignment.get(st.tp) is st
             ):
                 records = run.records
                 i = run.index

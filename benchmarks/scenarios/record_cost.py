@@ -13,7 +13,11 @@ getmany measured in the same run, against a stated threshold
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import platform
 import shutil
+import subprocess
+from pathlib import Path
 from typing import Any
 
 from benchmarks import record_path_cost as rpc
@@ -41,7 +45,27 @@ async def run(ctx: Context) -> dict[str, Any]:
     for path, cost in costs[str(ROOT)].items():
         configs[f"aiogroup/{path}"] = _config(cost)
     configs["aiokafka/getmany"] = _config(reference)
-    return {"small": small, "large": large, "limits": limits, "configs": configs}
+    return {
+        "small": small,
+        "large": large,
+        "limits": limits,
+        "measured_on": _measured_on(),
+        "configs": configs,
+    }
+
+
+def _measured_on() -> str:
+    """Machine, Python and commit: instruction counts depend on all three."""
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    return f"{cpu}, Python {platform.python_version()}, aiogroup {commit or '?'}"
 
 
 def _config(cost: rpc.Cost) -> dict[str, Any]:
