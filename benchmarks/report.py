@@ -732,6 +732,49 @@ def _slow_listener_rows(broker: str, configs: dict[str, Any]) -> list[str]:
     return out
 
 
+#: The wall-clock run quoted in RECORD_COST_TEXT: (tree, getmany records/s, getmany CPU s
+#: per million records, async for records/s, async for CPU s per million records).
+RECORD_COST_WALL = (
+    (
+        "da67187",
+        "367,410 (307,967-536,782)",
+        "1.42 (1.32-1.63)",
+        "85,838 (51,250-102,083)",
+        "7.37 (6.89-8.38)",
+    ),
+    (
+        "6eb2725",
+        "383,391 (234,928-384,672)",
+        "1.89 (1.85-2.05)",
+        "42,542 (40,539-73,066)",
+        "11.14 (9.86-12.23)",
+    ),
+    (
+        "main 487d2e3",
+        "236,531 (162,358-468,729)",
+        "1.91 (1.56-2.06)",
+        "62,311 (43,358-68,553)",
+        "11.75 (11.62-13.61)",
+    ),
+    (
+        "this branch",
+        "459,615 (387,364-544,091)",
+        "1.41 (1.23-1.56)",
+        "308,749 (191,111-320,919)",
+        "2.40 (2.22-3.09)",
+    ),
+    ("aiokafka getmany", "280,936 (245,614-321,708)", "2.34 (1.88-2.37)", "", ""),
+)
+
+
+def _wall_table() -> str:
+    head = (
+        "| tree | getmany records/s | getmany CPU s per M records "
+        "| async for records/s | async for CPU s per M records |\n|---|---|---|---|---|\n"
+    )
+    return head + "".join("| " + " | ".join(row) + " |\n" for row in RECORD_COST_WALL)
+
+
 RECORD_COST_TEXT = """\
 What one record costs aiogroup's record path, counted in instructions by valgrind's
 callgrind rather than timed, so that the shared machine's load does not move it (three
@@ -759,18 +802,30 @@ before the merge) 7,423; 143db98 (the merge) 11,862; on the merged branch f11ca1
 2aab963, 7662b43 and 2d9f8b7 (the fetcher redesign) 7,402-7,432; d3364ad 11,828;
 6eb2725 11,483; main 487d2e3 11,495.  The same bytes are now summed in C
 (`aiogroup/_fetch/delivery.py`, `records_and_bytes`): 8,092 instructions per record
-in that run, the metric unchanged.
+against main's 11,495 and da67187's 7,411 in one run, the metric unchanged (without
+the count at all: 7,086).
 
 `async for` cost about 74,000 instructions per record on main (each step went
 through the whole read path: errors, the drain, a fresh sink, the walker, a result
 dict, the metrics' per-record rate-window entry).  A refill now builds a getmany's
 worth of records and each step hands out the next after delivery's checks at that
-moment (`aiogroup/_fetch/iteration.py`): 17,398 in the run that measured it.  What is
-left is mostly the step itself (a coroutine per record, the checks, the membership
-gate's clock read), so the `async for` row below is not met yet.
+moment (`aiogroup/_fetch/iteration.py`): main's tree measured 73,966 and this one
+17,398 in one run, and 15,938 in the table below with the held record's assignment
+checked by identity.  What is left is mostly the step itself (a coroutine per record,
+the checks, the membership gate's clock read), so the `async for` row below is not
+met yet.
+
+Wall clock, for the record (the same trees, 500,000 records of 100 B, 3 interleaved
+repetitions on Tansu, load average 4.4-5.6 on 2 CPUs, 2026-11-27 17:47 UTC;
+`python -m benchmarks.record_path_cost --no-callgrind --wall 3 --tree ...`): medians
+with (min-max); the rates spread too much to judge a quarter, the CPU time much less.
+
+{wall_table}
+Against aiokafka's getmany in that run, by median rate: main's getmany 0.84x, this
+branch's 1.64x; by CPU per record: main 1.23x less, this branch 1.66x less.
 
 The threshold: getmany's instructions per record at most {limit:.2f}x aiokafka's
-getmany's (da67187's tree measured 0.59x, 6eb2725's 0.92x, main after the fix 0.64x:
+getmany's (da67187's tree measured 0.59x, 6eb2725's 0.92x, this branch 0.64-0.65x:
 the delivered-bytes count still costs about 1,000 instructions a record); `async for`
 at most {afl:.2f}x getmany's per record (issue 29: `async for` >= 0.9x getmany's
 speed).  One repetition per configuration: the counts repeat within 1 %.
@@ -789,7 +844,7 @@ def record_cost_md(section: dict[str, Any]) -> str:
         _run_line(section.get("meta", {}).get("broker", "?"), section),
         "\n",
     ]
-    out.append(RECORD_COST_TEXT.format(limit=limit, afl=afl))
+    out.append(RECORD_COST_TEXT.format(limit=limit, afl=afl, wall_table=_wall_table()))
     configs = section.get("configs", {})
     if "small" in section:
         out.append(f"\nDrains of {section['small']:,} and {section['large']:,} records")
