@@ -35,6 +35,7 @@ from aiogroup._coordination.consumer_protocol_routine import (
     check_group_protocol_options,
 )
 from aiogroup._fetch import offset_lookups as _offsets
+from aiogroup._fetch.delivery import record_bytes, records_and_bytes
 from aiogroup._fetch.fetcher import Fetcher
 from aiogroup._state.subscription import (
     FetchStatus,
@@ -110,10 +111,6 @@ def _unknown_options_message(unknown: Mapping[str, object]) -> str:
 
 
 CommitCallback = Callable[[Mapping[TopicPartition, OffsetAndMetadata], BaseException | None], Any]
-
-
-def _record_bytes(record: ConsumerRecord) -> int:
-    return max(0, int(record.serialized_key_size)) + max(0, int(record.serialized_value_size))
 
 
 class GroupConsumer:
@@ -233,6 +230,12 @@ class GroupConsumer:
         #: know a topic ``topics()`` has just listed (Java's ``partitionsFor`` does).
         self._listed: ClusterMetadata | None = None
         self._metrics = ConsumerMetrics(self._config.session_timeout_ms / 1000)
+        #: Records ``async for`` handed out and their bytes, not yet told to the metrics:
+        #: told per refill, at least each second, and before any snapshot - not per
+        #: record, which kept a rate-window entry per record (30 s of them).
+        self._iterated = 0
+        self._iterated_bytes = 0
+        self._iterated_due = 0.0
         #: Internal parties run before the application's listener (the processor).
         self._rebalance_hooks = RebalanceHooks()
 
@@ -591,7 +594,7 @@ class GroupConsumer:
             record = await self._fetcher_or_raise.next_record(partitions)
         finally:
             self._poll_ended(sub)
-        self._metrics.delivered(1, _record_bytes(record))
+        self._metrics.delivered(1, record_bytes(record))
         return record
 
     async def getmany(
@@ -612,8 +615,7 @@ class GroupConsumer:
         finally:
             self._poll_ended(sub)
         if result:
-            records = [r for batch in result.values() for r in batch]
-            self._metrics.delivered(len(records), sum(map(_record_bytes, records)))
+            self._metrics.delivered(*records_and_bytes(result.values()))
         return result
 
     async def getmany_arrow(
@@ -652,10 +654,63 @@ class GroupConsumer:
         return self
 
     async def __anext__(self) -> ConsumerRecord:
+        """The next record: ``async for`` hands out records a refill built ahead.
+
+        A step that finds a held record hands it out after the delivery checks, at
+        this moment (``aiogroup._fetch.iteration``), and the membership gate; errors
+        waiting for the application send it to the refill, which raises them.  What
+        a poll also does - the poll clock, the broker watch, the delivered count -
+        is done at each refill and at least once a second, not per record.  A step
+        that finds none held refills: one drain of a getmany's size, as a getone
+        polls, waiting for data.
+        """
+        fetcher = self._fetcher
+        if fetcher is not None:
+            now = asyncio.get_running_loop().time()
+            record = fetcher.held_record(now)
+            if record is not None:
+                self._iterated += 1
+                k, v = record.serialized_key_size, record.serialized_value_size
+                self._iterated_bytes += (k if k > 0 else 0) + (v if v > 0 else 0)
+                if now >= self._iterated_due:
+                    self._iterated_poll(now)
+                return record
+        self._count_iterated()
         try:
-            return await self.getone()
+            sub = self._poll_started(())
+            try:
+                record = await self._fetcher_or_raise.next_iterated()
+            finally:
+                self._poll_ended(sub)
         except ConsumerStoppedError:
             raise StopAsyncIteration from None
+        self._iterated += 1
+        self._iterated_bytes += record_bytes(record)
+        return record
+
+    def _iterated_poll(self, now: float) -> None:
+        """A second of ``async for`` from held records: it counts as polling."""
+        sub = self._subscription
+        if sub is not None:
+            sub.poll_started(now)
+            sub.poll_ended(now)
+        self._metrics.check_broker()
+        self._count_iterated()
+
+    def _count_iterated(self) -> None:
+        """Tell the metrics what ``async for`` handed out since the last time.
+
+        Only on the event loop: a snapshot taken in another thread (a sync listener)
+        leaves the count to the loop rather than race it.
+        """
+        try:
+            now = asyncio.get_running_loop().time()
+        except RuntimeError:
+            return
+        self._iterated_due = now + 1.0
+        if self._iterated:
+            self._metrics.delivered(self._iterated, self._iterated_bytes)
+            self._iterated = self._iterated_bytes = 0
 
     # -- committing -----------------------------------------------------------------------
 
@@ -999,6 +1054,7 @@ class GroupConsumer:
         Lag is the high watermark of the last Fetch response minus the position; it
         does not use ``end_offsets()`` (see the module docstring for why).
         """
+        self._count_iterated()
         sub = self._subscription
         assignment = None if sub is None else sub.assignment
         states = () if assignment is None else assignment.states()

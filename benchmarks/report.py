@@ -732,6 +732,155 @@ def _slow_listener_rows(broker: str, configs: dict[str, Any]) -> list[str]:
     return out
 
 
+#: The wall-clock run quoted in RECORD_COST_TEXT: (tree, getmany records/s, getmany CPU s
+#: per million records, async for records/s, async for CPU s per million records).
+RECORD_COST_WALL = (
+    (
+        "da67187",
+        "367,410 (307,967-536,782)",
+        "1.42 (1.32-1.63)",
+        "85,838 (51,250-102,083)",
+        "7.37 (6.89-8.38)",
+    ),
+    (
+        "6eb2725",
+        "383,391 (234,928-384,672)",
+        "1.89 (1.85-2.05)",
+        "42,542 (40,539-73,066)",
+        "11.14 (9.86-12.23)",
+    ),
+    (
+        "main 487d2e3",
+        "236,531 (162,358-468,729)",
+        "1.91 (1.56-2.06)",
+        "62,311 (43,358-68,553)",
+        "11.75 (11.62-13.61)",
+    ),
+    (
+        "this branch",
+        "459,615 (387,364-544,091)",
+        "1.41 (1.23-1.56)",
+        "308,749 (191,111-320,919)",
+        "2.40 (2.22-3.09)",
+    ),
+    ("aiokafka getmany", "280,936 (245,614-321,708)", "2.34 (1.88-2.37)", "", ""),
+)
+
+
+def _wall_table() -> str:
+    head = (
+        "| tree | getmany records/s | getmany CPU s per M records "
+        "| async for records/s | async for CPU s per M records |\n|---|---|---|---|---|\n"
+    )
+    return head + "".join("| " + " | ".join(row) + " |\n" for row in RECORD_COST_WALL)
+
+
+RECORD_COST_TEXT = """\
+What one record costs aiogroup's record path, counted in instructions by valgrind's
+callgrind rather than timed, so that the shared machine's load does not move it (three
+runs of one tree agreed within 0.5 %; wall-clock rates on the same machine spread by
+tens of percent).  Each read path drains a small and a large topic of 100 B records (8
+partitions, assign mode, defaults) in a child process; only the drain is counted, and
+instructions per record is the difference of the two drains over the difference in
+records, so what every drain pays once cancels.  aiokafka's `getmany` is measured the
+same way in the same run: the ratio to it is the guard, since instruction counts
+differ between machines and Python builds.  Run it alone, or against any checkout
+(`--tree`, repeatable, runs that tree's `aiogroup` in the child, which is how the
+regression below was bisected):
+
+    python -m benchmarks.record_path_cost [--tree PATH ...] [--path getmany] [--wall 3]
+
+**The regression of issue 29** (the record path about a quarter slower from
+`da67187` to `6eb2725`) was caused by **`d3364ad`** ("Issue 17: aiokafka drop-in
+parity, typed validated options, metrics/health/exporters, ...", da67187's direct
+child, reaching the main line in the merge `143db98`): `getmany` counted the bytes
+it delivered for `metrics()` by calling a Python function per record,
+`max(0, int(key_size)) + max(0, int(value_size))`.  Bisected on the main line's
+first-parent commits and then inside the merge (getmany, instructions per record,
+aiokafka's getmany 12,4xx-12,5xx in the same runs): da67187 7,427; 094994c (last
+before the merge) 7,423; 143db98 (the merge) 11,862; on the merged branch f11ca16,
+2aab963, 7662b43 and 2d9f8b7 (the fetcher redesign) 7,402-7,432; d3364ad 11,828;
+6eb2725 11,483; main 487d2e3 11,495.  The same bytes are now summed in C
+(`aiogroup/_fetch/delivery.py`, `records_and_bytes`): 8,092 instructions per record
+against main's 11,495 and da67187's 7,411 in one run, the metric unchanged (without
+the count at all: 7,086).
+
+`async for` cost about 74,000 instructions per record on main (each step went
+through the whole read path: errors, the drain, a fresh sink, the walker, a result
+dict, the metrics' per-record rate-window entry).  A refill now builds a getmany's
+worth of records and each step hands out the next after delivery's checks at that
+moment (`aiogroup/_fetch/iteration.py`): main's tree measured 73,966 and this one
+17,398 in one run, and 15,938 in the table below with the held record's assignment
+checked by identity.  What is left is mostly the step itself (a coroutine per record,
+the checks, the membership gate's clock read), so the `async for` row below is not
+met yet.
+
+Wall clock, for the record (the same trees, 500,000 records of 100 B, 3 interleaved
+repetitions on Tansu, load average 4.4-5.6 on 2 CPUs, 2026-11-27 17:47 UTC;
+`python -m benchmarks.record_path_cost --no-callgrind --wall 3 --tree ...`): medians
+with (min-max); the rates spread too much to judge a quarter, the CPU time much less.
+
+{wall_table}
+Against aiokafka's getmany in that run, by median rate: main's getmany 0.84x, this
+branch's 1.64x; by CPU per record: main 1.23x less, this branch 1.66x less.
+
+The threshold: getmany's instructions per record at most {limit:.2f}x aiokafka's
+getmany's (da67187's tree measured 0.59x, 6eb2725's 0.92x, this branch 0.64-0.65x:
+the delivered-bytes count still costs about 1,000 instructions a record); `async for`
+at most {afl:.2f}x getmany's per record (issue 29: `async for` >= 0.9x getmany's
+speed).  One repetition per configuration: the counts repeat within 1 %.
+"""
+
+
+def record_cost_md(section: dict[str, Any]) -> str:
+    """The record path's instructions per record and the guard's verdicts."""
+    from benchmarks import record_path_cost as rpc
+
+    limits = section.get("limits", {})
+    limit = limits.get("getmany_vs_aiokafka", rpc.GETMANY_RATIO_LIMIT)
+    afl = limits.get("async_for_vs_getmany", rpc.ASYNC_FOR_RATIO_LIMIT)
+    out = [
+        "\n## Record path cost per record\n\n",
+        _run_line(section.get("meta", {}).get("broker", "?"), section),
+        "\n",
+    ]
+    out.append(RECORD_COST_TEXT.format(limit=limit, afl=afl, wall_table=_wall_table()))
+    configs = section.get("configs", {})
+    if "small" in section:
+        out.append(f"\nDrains of {section['small']:,} and {section['large']:,} records")
+        measured_on = section.get("measured_on")
+        out.append(f"; measured on {measured_on}.\n" if measured_on else ".\n")
+    out.append(
+        "\n| configuration | instructions/record | x aiokafka getmany | threshold | verdict |\n"
+        "|---|---|---|---|---|\n"
+    )
+    ref = _instructions(configs.get("aiokafka/getmany"))
+    own = _instructions(configs.get("aiogroup/getmany"))
+    for name, cfg in configs.items():
+        status = _status_cell(cfg)
+        if status:
+            out.append(f"| {name} | {status} | | | |\n")
+            continue
+        value = cfg["instructions_per_record"]
+        threshold = verdict = ""
+        if name == "aiogroup/getmany" and ref:
+            threshold = f"<= {limit:.2f}x aiokafka getmany"
+            verdict = "**met**" if value <= limit * ref else "**not met**"
+        elif name == "aiogroup/async-for" and own:
+            threshold = f"<= {afl:.2f}x aiogroup getmany ({value / own:.2f}x)"
+            verdict = "**met**" if value <= afl * own else "**not met**"
+        out.append(
+            f"| {name} | {value:,.0f} | {_ratio_cell(value, ref)} | {threshold} | {verdict} |\n"
+        )
+    return "".join(out)
+
+
+def _instructions(cfg: dict[str, Any] | None) -> float | None:
+    if not cfg or cfg.get("status") != "ok":
+        return None
+    return float(cfg["instructions_per_record"])
+
+
 def scale_md(section: dict[str, Any], plots: dict[str, str]) -> str:
     ds = section["dataset"]
     out = [
@@ -874,6 +1023,38 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, str]]:
             f"memory within the configured buffer bound (max_buffered_bytes = {bound:.0f} MiB)",
             measured,
             verdict(None if buffered is None else buffered <= bound),
+        )
+    )
+    rows.extend(record_cost_targets(sc.get("record-cost", {})))
+    return rows
+
+
+def record_cost_targets(section: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The guard's two rows: getmany against aiokafka, async for against getmany."""
+    from benchmarks import record_path_cost as rpc
+
+    configs = section.get("configs", {})
+    limits = section.get("limits", {})
+    limit = limits.get("getmany_vs_aiokafka", rpc.GETMANY_RATIO_LIMIT)
+    afl = limits.get("async_for_vs_getmany", rpc.ASYNC_FOR_RATIO_LIMIT)
+    ref = _instructions(configs.get("aiokafka/getmany"))
+    own = _instructions(configs.get("aiogroup/getmany"))
+    loop = _instructions(configs.get("aiogroup/async-for"))
+    r = ratio(own, ref)
+    rows = [
+        (
+            f"record path guard: getmany instructions per record <= {limit:.2f}x "
+            "aiokafka getmany's (callgrind, 100 B)",
+            "-" if r is None else f"{r:.2f}x ({own:,.0f} vs {ref:,.0f})",
+            "not measured" if r is None else ("**met**" if r <= limit else "**not met**"),
+        )
+    ]
+    r = ratio(loop, own)
+    rows.append(
+        (
+            f"`async for` instructions per record <= {afl:.2f}x getmany's (callgrind, 100 B)",
+            "-" if r is None else f"{r:.2f}x ({loop:,.0f} vs {own:,.0f})",
+            "not measured" if r is None else ("**met**" if r <= afl else "**not met**"),
         )
     )
     return rows
@@ -1079,6 +1260,8 @@ def write(results: dict[str, Any], docs_dir: Path) -> Path:
         from benchmarks import processing
 
         parts.append(processing.markdown(sections_of(results, "processing")))
+    if "record-cost" in sc:
+        parts.append(record_cost_md(sc["record-cost"]))
     # Written by `python -m benchmarks.eos` (exactly-once against confluent-kafka, issue 27).
     eos = bench_dir / "eos.md"
     if eos.exists():

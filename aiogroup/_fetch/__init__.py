@@ -13,6 +13,8 @@
 - ``responses``: Fetch requests, parsed partition results and the code -> reaction table.
 - ``resets``: positions found by ListOffsets for partitions that need one.
 - ``delivery``: the buffer of chunks and the synchronous hand-over to the application.
+- ``iteration``: records built ahead for ``async for``, handed out one at a time after
+  delivery's checks, positions moving per record.
 - ``replica``: the leader or the preferred read replica to fetch from (KIP-392).
 
 None of the parts imports ``fetcher`` (the wiring), none imports ``arrow`` but the

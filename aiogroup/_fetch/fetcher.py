@@ -37,6 +37,7 @@ from aiokafka.errors import (
 
 from aiogroup._fetch.decoding import Chunk, split_batches
 from aiogroup._fetch.delivery import Delivery
+from aiogroup._fetch.iteration import HeldRecords
 from aiogroup._fetch.planning import MemoryBudget, planning_order
 from aiogroup._fetch.replica import ReadReplicas, ReplicaView
 from aiogroup._fetch.resets import PositionResets
@@ -102,6 +103,8 @@ class Fetcher:
             config.max_buffered_bytes, config.max_partition_fetch_bytes, config.fetch_max_bytes
         )
         self._delivery = Delivery(self._budget, wake=self._wake, on_corrupt=self._corrupt)
+        #: Records a refill built ahead for ``async for`` (``held_record``).
+        self._held = HeldRecords()
         self._resets = PositionResets(
             client,
             subscription,
@@ -187,6 +190,7 @@ class Fetcher:
         self._timers.clear()
         await asyncio.gather(*tasks, self._tasks.aclose(), return_exceptions=True)
         self._watchers.clear()
+        self._held.release(None)
         self._delivery.clear()
         self._cursors.clear()
         self._budget.buffered = 0
@@ -570,6 +574,8 @@ class Fetcher:
         record refused by a deserializer in an earlier call (records read before it
         in that call were returned with it).
         """
+        if self._held:
+            self._held.release(self._sub.assignment)
         while True:
             self._raise_error(partitions)
             self._data_ready.clear()
@@ -601,6 +607,53 @@ class Fetcher:
         """The next record (of ``partitions`` if any); waits until there is one or close()."""
         found = await self._records(partitions, None, 1)
         return next(iter(found.values()))[0]
+
+    def held_record(self, now: float) -> ConsumerRecord | None:
+        """The next record built ahead for ``async for``, checked now; None: refill.
+
+        None also when an error waits or the membership is not current at loop time
+        ``now``: the refill (``next_iterated``) raises the one and waits out the other.
+        """
+        sub = self._sub
+        if (
+            self._error is not None
+            or self._closed
+            or sub.pending_error is not None
+            or not sub.membership_current(now)
+        ):
+            return None
+        assignment = sub.assignment
+        return None if assignment is None else self._held.take(assignment)
+
+    async def next_iterated(self) -> ConsumerRecord:
+        """Build as many records as a getmany would, hold them, hand out the first.
+
+        ``async for``'s refill (see ``aiogroup._fetch.iteration``); waits until there
+        is a record or close().
+        """
+        kd, vd = self._config.key_deserializer, self._config.value_deserializer
+        before: dict[TopicPartition, int | None] = {}
+
+        def new_sink() -> Sink:
+            # Positions just before the drain (no await between this and it).
+            before.clear()
+            assignment = self._sub.assignment
+            if assignment is not None:
+                for tp in self._delivery.buffers:
+                    st = assignment.get(tp)
+                    before[tp] = None if st is None else st.position
+            return RecordSink(kd, vd)
+
+        while True:
+            sink = await self._read((), None, self._config.max_poll_records, new_sink)
+            assert isinstance(sink, RecordSink)
+            assignment = self._sub.assignment
+            if assignment is None:
+                continue
+            self._held.hold(assignment, sink.result, before)
+            record = self._held.take(assignment)
+            if record is not None:
+                return record
 
     async def _records(
         self,

@@ -8,6 +8,7 @@ from benchmarks.scenarios import (
     join_fourth,
     memory,
     rebalance,
+    record_cost,
     scale,
     slow_listener,
     throughput,
@@ -22,6 +23,7 @@ SCENARIOS = {
     "slow-listener": slow_listener,
     "scale": scale,
     "processing": processing,
+    "record-cost": record_cost,
 }
 
 __all__ = ["SCENARIOS"]

@@ -45,6 +45,8 @@ HEARTBEAT_MS = 1000
 
 Key = tuple[int, int]  # (partition, offset)
 HALT_TIMEOUT = 30.0
+#: Records an ``async for`` member hands out between its commits.
+COMMIT_EVERY = 20
 T = TypeVar("T")
 
 
@@ -76,9 +78,12 @@ class Member(AsyncConsumerRebalanceListener):
         assign_delay: float = 0.0,
         sync_listener: bool = False,
         process_delay: float = 0.0,
+        read: str = "getmany",
         **options: Any,
     ) -> None:
         self.name = name
+        #: "getmany", or "async-for": one record per step, committed every COMMIT_EVERY.
+        self.read = read
         self.topic = topic
         self.progress = progress
         self.owned: set[int] = set()
@@ -255,6 +260,9 @@ class Member(AsyncConsumerRebalanceListener):
         self._task = asyncio.create_task(self._consume(), name=f"consume-{self.name}")
 
     async def _consume(self) -> None:
+        if self.read == "async-for":
+            await self._iterate()
+            return
         loop = asyncio.get_running_loop()
         while True:
             try:
@@ -287,6 +295,35 @@ class Member(AsyncConsumerRebalanceListener):
                             if p in self.positions
                         }
                     )
+
+    async def _iterate(self) -> None:
+        """``async for``: each record recorded as handed out, a commit every few."""
+        loop = asyncio.get_running_loop()
+        since_commit = 0
+        while True:
+            try:
+                async for record in self.consumer:
+                    p = record.partition
+                    self.seen.append((p, record.offset))
+                    self.deliveries[p].append(loop.time())
+                    self.positions[p] = record.offset + 1
+                    if self.history is not None:
+                        self.history.delivered(self.topic, p, [record.offset])
+                    self.progress.set()
+                    if self.process_delay:
+                        await asyncio.sleep(self.process_delay)  # the application's work
+                    since_commit += 1
+                    if self.history is not None and since_commit >= COMMIT_EVERY:
+                        since_commit = 0
+                        await self._commit(
+                            {TopicPartition(self.topic, q): o for q, o in self.positions.items()}
+                        )
+                return  # the consumer stopped
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # kept for the test to inspect; the member goes on
+                self.errors.append(exc)
+                self.progress.set()
 
     async def _halt(self) -> None:
         if self._task is not None:

@@ -266,3 +266,33 @@ def test_rebalance_section_names_its_clock_and_the_broker_counts(tmp_path: Path)
         in text
     )
     assert "| 1 (1-2) |" in text
+
+
+def _cost(per_record: float) -> dict[str, Any]:
+    return {"status": "ok", "instructions_per_record": per_record, "drains": {}}
+
+
+def test_record_cost_guard_judges_ratios_against_the_stated_thresholds(tmp_path: Path) -> None:
+    section = {
+        "meta": {"quick": False, "reps": 3, "finished": "now", "seconds": 1, "broker": "Tansu"},
+        "small": 20_000,
+        "large": 100_000,
+        "limits": {"getmany_vs_aiokafka": 0.6, "async_for_vs_getmany": 1.11},
+        "configs": {
+            "aiogroup/getmany": _cost(7_000),
+            "aiogroup/async-for": _cost(14_000),
+            "aiokafka/getmany": _cost(12_500),
+        },
+    }
+    rows = {t: (m, v) for t, m, v in report.record_cost_targets(section)}
+    assert len(rows) == 2
+    (getmany, verdict), (loop, loop_verdict) = rows.values()
+    assert getmany.startswith("0.56x") and verdict == "**met**"
+    assert loop.startswith("2.00x") and loop_verdict == "**not met**"
+    section["configs"]["aiogroup/getmany"] = _cost(11_500)  # the d3364ad regression
+    assert next(v for _, _, v in report.record_cost_targets(section)) == "**not met**"
+    results = {"scenarios": {"record-cost": section}}
+    text = report.write(results, tmp_path).read_text()
+    assert "## Record path cost per record" in text and "d3364ad" in text
+    assert "| aiogroup/getmany | 11,500 | 0.92x | <= 0.60x aiokafka getmany | **not met** |" in text
+    assert [v for _, _, v in report.record_cost_targets({})] == ["not measured"] * 2

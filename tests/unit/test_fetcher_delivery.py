@@ -481,3 +481,30 @@ async def test_nothing_is_handed_out_past_the_membership_deadline() -> None:
     assert [r.offset for r in got[tps[0]]] == [0, 1, 2, 3, 4]
     sub.set_membership_valid_until(None)  # no session bounds delivery (joining, no group)
     assert sub.membership_current(now + 10**6)
+
+
+def _sized(key: bytes | None, value: bytes | None) -> ConsumerRecord:
+    return ConsumerRecord(
+        "t",
+        0,
+        0,
+        0,
+        0,
+        key,
+        value,
+        None,
+        -1 if key is None else len(key),
+        -1 if value is None else len(value),
+        (),
+    )
+
+
+def test_records_and_bytes_counts_key_and_value_bytes_missing_ones_as_zero() -> None:
+    shapes = [(None, None), (b"", b""), (b"k", None), (None, b"vv"), (b"key", b"x" * 100)]
+    records = [_sized(k, v) for k, v in shapes]
+    # The definition: key + value bytes, a missing key or value (size -1) counting 0.
+    expected = sum(max(0, r.serialized_key_size) + max(0, r.serialized_value_size) for r in records)
+    assert expected == 1 + 2 + 3 + 100
+    assert delivery.records_and_bytes([records[:2], [], records[2:]]) == (5, expected)
+    assert delivery.records_and_bytes([]) == (0, 0)
+    assert [delivery.record_bytes(r) for r in records] == [0, 0, 1, 2, 103]

@@ -1,0 +1,369 @@
+"""The record path's cost per record, in instructions: a guard that load does not move.
+
+``python -m benchmarks.record_path_cost [--tree PATH ...] [--wall REPS]``
+
+Wall-clock throughput on a shared two-core machine moves by tens of percent with
+whatever else runs; the number of instructions a drain executes barely moves.  So
+this guard counts instructions with valgrind's callgrind (hardware counters are not
+available in the VMs this runs in), which makes a regression of a few percent in the
+record path visible where wall time cannot show it.
+
+The scenario: the embedded broker (or ``AIOGROUP_BROKER``'s), two topics of 8
+partitions holding ``--small`` and ``--large`` records of 100 B, produced once.
+Each measurement is a child process that starts a consumer in assign mode, then
+drains one topic to its end with ``getmany`` (defaults, ``timeout_ms=1000``) or
+``async for``; callgrind counts only the drain (the child calls ``os.getsid`` just
+before and just after it and callgrind dumps its counts at each call, so imports,
+start-up and shutdown fall outside).  Per record is the difference of the two
+drains' counts over the difference of their sizes: what every drain pays once (the
+first Fetch, connections, the last empty poll) cancels.  aiokafka's ``getmany`` is
+measured the same way in the same run as the reference: instructions per record
+differ between machines and Python builds, the ratio to aiokafka much less.
+
+``--tree PATH`` (repeatable) runs that checkout's ``aiogroup`` in the child (it is
+put first on ``PYTHONPATH`` and the child checks ``aiogroup.__file__``), so commits
+can be compared, or bisected, in one run; the broker, the producer and this script
+come from the current checkout.  ``--wall REPS`` also times the drains without
+valgrind, interleaved tree by tree, ``REPS`` times each, on ``--wall-records``
+records, and prints records/s with the spread.
+
+It takes a few minutes: about 20 s of start-up under valgrind per child, six
+children per tree plus two for aiokafka.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+PARTITIONS = 8
+#: aiogroup's measured ways of reading records (aiokafka's reference is its getmany).
+PATHS = ("getmany", "async-for")
+#: The bench row's threshold: aiogroup's getmany may cost at most this many times
+#: aiokafka's getmany per record.  Measured (docs/benchmarks.md): da67187's tree
+#: 0.59x, 6eb2725's and main's before the fix 0.92x, after it 0.64-0.65x (the
+#: delivered-bytes count, now summed in C, still costs about 1,000 instructions a
+#: record).  A return of the d3364ad regression crosses it, and so does a new
+#: Python-level call per record of about 700 instructions or more (+0.06x); the
+#: run-to-run movement (under 1 %) does not.
+GETMANY_RATIO_LIMIT = 0.70
+#: The same for ``async for`` against aiogroup's own getmany per record (issue 29
+#: asks for async for at >= 0.9x getmany's speed: <= 1.11x its cost).
+ASYNC_FOR_RATIO_LIMIT = 1.11
+
+
+# -- the child: one drain -------------------------------------------------------------------
+
+
+def _mark() -> None:
+    """callgrind dumps its counts here (``--dump-before=getsid``): a segment boundary."""
+    os.getsid(0)
+
+
+async def _drain(client: str, path: str, bootstrap: str, topic: str, records: int) -> None:
+    """Drain ``records`` records of ``topic`` from the beginning; print what was read."""
+    consumer: Any
+    if client == "aiogroup":
+        import aiogroup
+        from aiogroup import GroupConsumer, TopicPartition
+
+        origin = str(Path(aiogroup.__file__).parent.parent)
+        consumer = GroupConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+    elif client == "aiokafka":
+        from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[assignment]
+
+        origin = ""
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
+        )
+    else:
+        raise ValueError(f"unknown client {client!r}: aiogroup or aiokafka")
+    await consumer.start()
+    try:
+        consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+        n = 0
+        _mark()
+        started, cpu0 = time.perf_counter(), time.process_time()
+        if path == "getmany":
+            while n < records:
+                for recs in (await consumer.getmany(timeout_ms=1000)).values():
+                    n += len(recs)
+        elif path == "async-for":
+            async for _record in consumer:
+                n += 1
+                if n >= records:
+                    break
+        else:
+            raise ValueError(f"unknown read path {path!r}: getmany or async-for")
+        seconds, cpu = time.perf_counter() - started, time.process_time() - cpu0
+        _mark()
+    finally:
+        await consumer.stop()
+    print(json.dumps({"records": n, "seconds": seconds, "cpu": cpu, "origin": origin}))
+
+
+# -- the parent ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Drain:
+    """What one child reported, and the instructions callgrind counted in its drain."""
+
+    records: int
+    seconds: float
+    cpu: float
+    instructions: int | None
+
+
+def _child_env(tree: Path | None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONHASHSEED"] = "0"
+    if tree is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(tree), *filter(None, [env.get("PYTHONPATH", "")])])
+    return env
+
+
+def run_drain(
+    client: str,
+    path: str,
+    bootstrap: str,
+    topic: str,
+    records: int,
+    tree: Path | None,
+    *,
+    callgrind: bool,
+) -> Drain:
+    """One drain in a child process, counted by callgrind when ``callgrind``."""
+    args = [sys.executable, str(Path(__file__).resolve()), "_drain"]
+    args += [client, path, bootstrap, topic, str(records)]
+    with tempfile.TemporaryDirectory(prefix="record-path-cost-") as tmp:
+        out = os.path.join(tmp, "cg.out")
+        if callgrind:
+            args = [
+                "valgrind",
+                "--tool=callgrind",
+                "--dump-before=getsid",
+                f"--callgrind-out-file={out}",
+                *args,
+            ]
+        done = subprocess.run(
+            args,
+            env=_child_env(tree if client == "aiogroup" else None),
+            capture_output=True,
+            text=True,
+            timeout=1200,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"{client} {path} drain failed ({done.returncode}): {done.stderr[-2000:]}"
+            )
+        got = json.loads(done.stdout.strip().splitlines()[-1])
+        if tree is not None and client == "aiogroup":
+            if Path(got["origin"]).resolve() != tree.resolve():
+                raise RuntimeError(f"the child imported aiogroup from {got['origin']}, not {tree}")
+        instructions = _segment_total(out + ".2") if callgrind else None
+    return Drain(got["records"], got["seconds"], got["cpu"], instructions)
+
+
+def _segment_total(dump: str) -> int:
+    """The instructions of one callgrind dump (its ``totals:`` line)."""
+    with open(dump) as f:
+        for line in f:
+            if line.startswith("totals:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no totals line in {dump}")
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Instructions per record of one read path, from a small and a large drain."""
+
+    small: Drain
+    large: Drain
+
+    @property
+    def per_record(self) -> float:
+        assert self.small.instructions is not None and self.large.instructions is not None
+        return (self.large.instructions - self.small.instructions) / (
+            self.large.records - self.small.records
+        )
+
+
+def measure_costs(
+    bootstrap: str,
+    topics: dict[int, str],
+    trees: list[Path],
+    paths: tuple[str, ...] = PATHS,
+    log: Any = print,
+) -> tuple[dict[str, dict[str, Cost]], Cost]:
+    """Every tree's aiogroup paths and aiokafka's getmany, counted by callgrind."""
+    small, large = sorted(topics)
+    costs: dict[str, dict[str, Cost]] = {}
+    for tree in trees:
+        name = str(tree)
+        for path in paths:
+            drains = [
+                run_drain("aiogroup", path, bootstrap, topics[n], n, tree, callgrind=True)
+                for n in (small, large)
+            ]
+            costs.setdefault(name, {})[path] = cost = Cost(*drains)
+            log(f"  {name}: aiogroup {path}: {cost.per_record:,.0f} instructions/record")
+    drains = [
+        run_drain("aiokafka", "getmany", bootstrap, topics[n], n, None, callgrind=True)
+        for n in (small, large)
+    ]
+    reference = Cost(*drains)
+    log(f"  aiokafka getmany: {reference.per_record:,.0f} instructions/record")
+    return costs, reference
+
+
+def measure_wall(
+    bootstrap: str,
+    topic: str,
+    records: int,
+    trees: list[Path],
+    reps: int,
+    paths: tuple[str, ...] = PATHS,
+) -> dict[str, list[Drain]]:
+    """Each tree's paths and aiokafka's getmany timed, interleaved ``reps`` times."""
+    rates: dict[str, list[Drain]] = {}
+    for _ in range(reps):
+        for tree in trees:
+            for path in paths:
+                d = run_drain("aiogroup", path, bootstrap, topic, records, tree, callgrind=False)
+                rates.setdefault(f"{tree} {path}", []).append(d)
+        d = run_drain("aiokafka", "getmany", bootstrap, topic, records, None, callgrind=False)
+        rates.setdefault("aiokafka getmany", []).append(d)
+    return rates
+
+
+def produce_topics(broker: Any, sizes: list[int], log: Any = print) -> dict[int, str]:
+    """One topic of 100 B records per size, 8 partitions, produced with librdkafka."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.data import PAYLOADS, produce
+
+    topics: dict[int, str] = {}
+    for n in sorted(set(sizes)):
+        topic = broker.create_topic(partitions=PARTITIONS)
+        produce(broker.bootstrap_servers, topic, PAYLOADS["100B"], n, PARTITIONS)
+        topics[n] = topic
+        log(f"produced {n:,} records to {topic}")
+    return topics
+
+
+def summary(costs: dict[str, dict[str, Cost]], reference: Cost) -> list[str]:
+    ref = reference.per_record
+    lines = [f"{'tree':50s} {'path':10s} {'instr/record':>13s} {'x aiokafka':>10s}"]
+    for name, paths in costs.items():
+        for path, cost in paths.items():
+            lines.append(
+                f"{name:50s} {path:10s} {cost.per_record:13,.0f} {cost.per_record / ref:10.2f}"
+            )
+    lines.append(f"{'aiokafka':50s} {'getmany':10s} {ref:13,.0f} {1:10.2f}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["_drain"]:
+        client, path, bootstrap, topic, records = argv[1:6]
+        asyncio.run(_drain(client, path, bootstrap, topic, int(records)))
+        return 0
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.record_path_cost", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--tree",
+        type=Path,
+        action="append",
+        help="a checkout whose aiogroup the child runs (repeatable; default: this one)",
+    )
+    parser.add_argument(
+        "--path",
+        action="append",
+        choices=PATHS,
+        help="aiogroup's read path to measure (repeatable; default: both)",
+    )
+    parser.add_argument("--small", type=int, default=20_000, help="records of the small drain")
+    parser.add_argument("--large", type=int, default=100_000, help="records of the large drain")
+    parser.add_argument(
+        "--wall", type=int, default=0, help="also time REPS interleaved drains without valgrind"
+    )
+    parser.add_argument("--wall-records", type=int, default=500_000)
+    parser.add_argument("--no-callgrind", action="store_true", help="only the --wall timing")
+    parser.add_argument("--json", type=Path, help="write the numbers here too")
+    args = parser.parse_args(argv)
+    if not 0 < args.small < args.large:
+        parser.error(f"need 0 < --small < --large, got {args.small} and {args.large}")
+    trees: list[Path] = [t.resolve() for t in args.tree] if args.tree else [ROOT]
+    for tree in trees:
+        if not (tree / "aiogroup" / "__init__.py").is_file():
+            parser.error(f"--tree {tree}: no aiogroup/__init__.py there")
+
+    paths = tuple(args.path or PATHS)
+    from aiogroup.testing import SyncKafkaBroker
+
+    result: dict[str, Any] = {"load_before": os.getloadavg()}
+    with SyncKafkaBroker() as broker:
+        sizes = [args.small, args.large] if not args.no_callgrind else []
+        if args.wall:
+            sizes.append(args.wall_records)
+        topics = produce_topics(broker, sizes)
+        if not args.no_callgrind:
+            costs, reference = measure_costs(
+                broker.bootstrap_servers,
+                {n: topics[n] for n in (args.small, args.large)},
+                trees,
+                paths,
+            )
+            print("\n".join(summary(costs, reference)))
+            result["instructions_per_record"] = {
+                name: {path: c.per_record for path, c in paths.items()}
+                for name, paths in costs.items()
+            }
+            result["aiokafka_getmany"] = reference.per_record
+        if args.wall:
+            rates = measure_wall(
+                broker.bootstrap_servers,
+                topics[args.wall_records],
+                args.wall_records,
+                trees,
+                args.wall,
+                paths,
+            )
+            print(
+                f"\n{args.wall} interleaved repetitions, median (min-max): "
+                "records/s, and CPU seconds per million records"
+            )
+            for name, drains in rates.items():
+                rate = [d.records / d.seconds for d in drains]
+                cpu = [d.cpu / d.records * 1e6 for d in drains]
+                print(
+                    f"  {name:45s} {statistics.median(rate):9,.0f} "
+                    f"({min(rate):,.0f}-{max(rate):,.0f})  {statistics.median(cpu):5.2f} "
+                    f"({min(cpu):.2f}-{max(cpu):.2f})"
+                )
+            result["wall"] = {
+                name: [{"records": d.records, "seconds": d.seconds, "cpu": d.cpu} for d in drains]
+                for name, drains in rates.items()
+            }
+    result["load_after"] = os.getloadavg()
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
