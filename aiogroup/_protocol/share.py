@@ -22,7 +22,6 @@ Partitions are named by topic id (KIP-516) on these APIs; names are the caller's
 
 from __future__ import annotations
 
-import enum
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from aiogroup._protocol.group import (
     _require_str,
 )
 from aiogroup._protocol.schema import ApiStructs, Field, Kind, define_api
+from aiogroup._protocol.share_types import AckBatch, AcknowledgeType, AcquireMode
 
 __all__ = [
     "SHARE_ACKNOWLEDGE",
@@ -67,29 +67,6 @@ LEAVE_EPOCH = -1
 #: share_session_epoch: 0 opens a session, -1 closes it, otherwise it counts requests.
 OPEN_SESSION_EPOCH = 0
 CLOSE_SESSION_EPOCH = -1
-
-
-class AcknowledgeType(enum.IntEnum):
-    """How a record is settled (KIP-932; RENEW is KIP-1222).
-
-    GAP (0) marks an offset with no record (compacted away, a transaction marker)
-    inside an acknowledged range; the others are the application's choices.
-    """
-
-    GAP = 0
-    ACCEPT = 1
-    RELEASE = 2
-    REJECT = 3
-    RENEW = 4
-
-
-class AcquireMode(enum.IntEnum):
-    """ShareFetch v2's ``share_acquire_mode`` (KIP-1206)."""
-
-    #: The broker may hand out whole batches, exceeding ``max_records``.
-    BATCH_OPTIMIZED = 0
-    #: ``max_records`` is a strict limit on the records acquired.
-    RECORD_LIMIT = 1
 
 
 _ACK_BATCH = (
@@ -267,36 +244,6 @@ SHARE_ACKNOWLEDGE: ApiStructs = define_api(
 
 #: The first ShareFetch / ShareAcknowledge version with strict acquisition and RENEW.
 _V2 = 2
-
-
-@dataclass(frozen=True, slots=True)
-class AckBatch:
-    """Acknowledgements of the offsets ``first..last`` (inclusive).
-
-    ``types`` holds one type for the whole range, or one per offset (the wire's two
-    shapes).
-    """
-
-    first_offset: int
-    last_offset: int
-    types: tuple[int, ...]
-
-    def __post_init__(self) -> None:
-        if self.first_offset < 0 or self.last_offset < self.first_offset:
-            raise ValueError(
-                f"acknowledgement range {self.first_offset}..{self.last_offset} is not a range"
-            )
-        count = self.last_offset - self.first_offset + 1
-        if len(self.types) not in (1, count):
-            raise ValueError(
-                f"acknowledgement range {self.first_offset}..{self.last_offset} needs 1 or "
-                f"{count} types, got {len(self.types)}"
-            )
-        for t in self.types:
-            AcknowledgeType(t)
-
-    def type_at(self, offset: int) -> int:
-        return self.types[0] if len(self.types) == 1 else self.types[offset - self.first_offset]
 
 
 #: Per topic id, per partition: the acknowledgement batches (possibly none).
