@@ -100,6 +100,8 @@ class AckResult:
     offsets: tuple[int, ...]
     error_code: int
     error_message: str | None = None
+    #: False: never sent - the session (or membership) ended first.
+    sent: bool = True
 
     @property
     def ok(self) -> bool:
@@ -390,16 +392,17 @@ class AcknowledgementTracker:
         return results
 
     def _drop_rows(self, tp: Partition, offsets: list[int], why: str) -> list[AckResult]:
-        owed: dict[int, list[int]] = {}
+        owed: dict[tuple[int, bool], list[int]] = {}
         for offset in sorted(offsets):
             h = self._held[tp][offset]
-            kind = h.pending if h.pending is not None else h.in_flight
+            sent = h.in_flight is not None
+            kind = h.in_flight if sent else h.pending
             if kind is not None and kind != T.GAP:
-                owed.setdefault(kind, []).append(offset)
+                owed.setdefault((kind, sent), []).append(offset)
             self._drop_one(tp, offset, why)
         return [
-            AckResult(tp[0], tp[1], T(kind), tuple(o), NO_ANSWER, why)
-            for kind, o in sorted(owed.items())
+            AckResult(tp[0], tp[1], T(kind), tuple(o), NO_ANSWER, why, sent=sent)
+            for (kind, sent), o in sorted(owed.items())
         ]
 
     def _drop_one(self, tp: Partition, offset: int, why: str) -> None:
@@ -429,6 +432,14 @@ class AcknowledgementTracker:
         if tp is not None:
             return len(self._held.get(tp, {}))
         return sum(len(h) for h in self._held.values())
+
+    def session_partitions(self, session: Hashable) -> list[Partition]:
+        """The partitions holding records acquired in ``session``."""
+        return [
+            tp
+            for tp, held in self._held.items()
+            if any(h.session == session for h in held.values())
+        ]
 
     def in_flight(self) -> int:
         return sum(1 for held in self._held.values() for h in held.values() if h.in_flight)

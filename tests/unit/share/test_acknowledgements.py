@@ -121,7 +121,9 @@ def test_a_record_of_an_ended_session_is_refused_naming_why() -> None:
     tr, a = tracker()
     tr.acknowledge(a[1], T.RELEASE)
     dropped = tr.drop_session(("n1", 0), "its share session ended")
-    assert dropped == [AckResult("t", 0, T.RELEASE, (1,), NO_ANSWER, "its share session ended")]
+    assert dropped == [
+        AckResult("t", 0, T.RELEASE, (1,), NO_ANSWER, "its share session ended", sent=False)
+    ]
     with pytest.raises(
         InvalidAcknowledgement, match=r"no longer held .*\(its share session ended\)"
     ):
@@ -261,7 +263,10 @@ def test_drop_all_reports_what_was_owed_and_ends_in_flight_tokens() -> None:
     token, _ = tr.take(None, now=0.0, lock_ms=LOCK)
     tr.acknowledge(a[1], T.RELEASE)
     results = tr.drop_all("fenced")
-    assert {(r.ack_type, r.offsets) for r in results} == {(T.ACCEPT, (0,)), (T.RELEASE, (1,))}
+    assert {(r.ack_type, r.offsets, r.sent) for r in results} == {
+        (T.ACCEPT, (0,), True),
+        (T.RELEASE, (1,), False),
+    }
     assert tr.answered(token, {}) == []
     assert tr.held() == 0 and tr.in_flight() == 0
 
