@@ -74,8 +74,8 @@ class ShareFetcherConfig:
     fetch_max_bytes: int
     retry_backoff: float
     auto_renew: bool
-    #: Renew this long before a lock's sure end (auto_renew).
-    renew_margin: float
+    #: Renew this long before a lock's sure end (auto_renew; None: a quarter of the lock).
+    renew_margin: float | None
     check_crcs: bool = True
     key_deserializer: Callable[[bytes | None], Any] | None = None
     value_deserializer: Callable[[bytes | None], Any] | None = None
@@ -324,7 +324,7 @@ class ShareFetcher:
                 await self._close_session(node, session)
                 return
             if self._cfg.auto_renew:
-                self.tracker.renew_expiring(loop.time(), self._cfg.renew_margin)
+                self.tracker.renew_expiring(loop.time(), self._renew_margin())
             wanted = self._partitions_of(node)
             flush = [f for f in self._flushes if node in f.nodes]
             try:
@@ -349,7 +349,7 @@ class ShareFetcher:
     async def _idle(self, wake: asyncio.Event) -> None:
         timeout = None
         if self._cfg.auto_renew:
-            due = self.tracker.next_renewal(self._cfg.renew_margin)
+            due = self.tracker.next_renewal(self._renew_margin())
             if due is not None:
                 timeout = max(0.0, due - asyncio.get_running_loop().time())
         waiter = asyncio.ensure_future(wake.wait())
@@ -357,6 +357,17 @@ class ShareFetcher:
             await asyncio.wait({waiter}, timeout=timeout)
         finally:
             waiter.cancel()
+
+    def _renew_margin(self) -> float:
+        """How long before a lock's sure end a RENEW goes out.  By default a quarter of
+        the lock, but at least a ShareFetch's wait and a round trip (a renewal waits for
+        the request in flight to its leader), and at most three quarters of the lock."""
+        margin = self._cfg.renew_margin
+        if margin is not None:
+            return margin
+        lock = self._lock_ms / 1000
+        floor = self._cfg.fetch_max_wait_ms / 1000 + 0.25
+        return min(max(lock / 4, floor), lock * 0.75)
 
     def _key(self, node: int, session: ShareSession) -> tuple[int, int]:
         return (node, session.generation)

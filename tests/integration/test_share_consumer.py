@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,6 +36,7 @@ from aiogroup.testing.share_peers import configure_share_group, record_broker_vi
 
 pytestmark = pytest.mark.integration
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 #: The broker's default delivery limit (group.share.delivery.count.limit).
 DELIVERY_LIMIT = 5
 WAIT = 30.0
@@ -290,8 +293,7 @@ async def test_renew_keeps_a_slow_handlers_record_past_its_lock(
             group,
             topic,
             acknowledgement_mode="explicit",
-            auto_renew=True,
-            renew_margin_ms=700,
+            auto_renew=True,  # the default margin: max(lock / 4, fetch wait + 250 ms)
             recorder=recorder,
             recorder_name="slow",
         ) as slow,
@@ -377,3 +379,41 @@ async def test_start_on_a_broker_without_share_groups_names_the_missing_api(
     )
     with pytest.raises(IncompatibleBrokerVersion, match="ShareGroupHeartbeat \\(API key 76\\)"):
         await c.start()
+
+
+async def test_the_share_worker_example_accepts_good_records_and_rejects_poison(
+    share_broker: KafkaBroker, kafka_topic: TopicFactory
+) -> None:
+    """docs/usage.md's example, as it is: a poison record is released, then rejected
+    on its third delivery; every good record is accepted once."""
+    spec = importlib.util.spec_from_file_location("share_worker", EXAMPLES / "share_worker.py")
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    bootstrap = share_broker.bootstrap_servers
+    topic = await kafka_topic(1)
+    group = unique_name("share")
+    await configure_share_group(bootstrap, group)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    try:
+        for value in (b"a", b"poison", b"b"):
+            await producer.send_and_wait(topic, value, partition=0)
+    finally:
+        await producer.stop()
+    decisions: list[tuple[int, int, str]] = []
+    stop = asyncio.Event()
+
+    def done(record: ShareRecord, ack: AcknowledgeType) -> None:
+        decisions.append((record.offset, record.delivery_count, ack.name))
+        if ack is AcknowledgeType.REJECT:
+            stop.set()
+
+    await asyncio.wait_for(example.run(bootstrap, topic, group, stop, done), timeout=WAIT)
+    assert sorted(decisions) == [
+        (0, 1, "ACCEPT"),
+        (1, 1, "RELEASE"),
+        (1, 2, "RELEASE"),
+        (1, 3, "REJECT"),
+        (2, 1, "ACCEPT"),
+    ]
