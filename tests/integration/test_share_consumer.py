@@ -27,7 +27,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import IncompatibleBrokerVersion
 
 from aiogroup import AcknowledgeType, ShareConsumer, ShareRecord
-from aiogroup.errors import ConfigurationError, KafkaError
+from aiogroup.errors import ConfigurationError, ConsumerStoppedError, KafkaError
 from aiogroup.share import InvalidAcknowledgement
 from aiogroup.testing.broker import KafkaBroker, unique_name
 from aiogroup.testing.plugin import TopicFactory
@@ -130,11 +130,22 @@ async def test_explicit_release_redelivers_with_a_higher_delivery_count(
     await configure_share_group(bootstrap, group)
     recorder = ShareRecorder()
     await produce(bootstrap, topic, 3, recorder)
+    called: list[tuple[int, str, bool]] = []
+    three = asyncio.Event()
+
+    async def on_results(results: dict[Any, list[Any]]) -> None:  # an async callback
+        called.extend(
+            (o, r.ack_type.name, r.ok) for rs in results.values() for r in rs for o in r.offsets
+        )
+        if len(called) >= 3:
+            three.set()
+
     async with consumer(
         bootstrap,
         group,
         topic,
         acknowledgement_mode="explicit",
+        acknowledgement_callback=on_results,
         recorder=recorder,
         recorder_name="c1",
     ) as c:
@@ -145,6 +156,8 @@ async def test_explicit_release_redelivers_with_a_higher_delivery_count(
         c.acknowledge(first[2], AcknowledgeType.ACCEPT)
         results = await c.commit()
         assert all(r.ok for rs in results.values() for r in rs), results
+        await asyncio.wait_for(three.wait(), timeout=WAIT)
+        assert sorted(called) == [(0, "ACCEPT", True), (1, "RELEASE", True), (2, "ACCEPT", True)]
         again = await collect(c, 1)
         assert [(r.offset, r.delivery_count) for r in again] == [(1, 2)]
         c.acknowledge(again[0])
@@ -417,3 +430,23 @@ async def test_the_share_worker_example_accepts_good_records_and_rejects_poison(
         (1, 3, "REJECT"),
         (2, 1, "ACCEPT"),
     ]
+
+
+async def test_stop_wakes_a_waiting_getone_and_ends_async_for(
+    share_broker: KafkaBroker, kafka_topic: TopicFactory
+) -> None:
+    bootstrap = share_broker.bootstrap_servers
+    topic = await kafka_topic(1)
+    group = unique_name("share")
+    c = ShareConsumer(topic, group_id=group, bootstrap_servers=bootstrap)
+    await c.start()
+    waiting = asyncio.create_task(c.getone())  # no timeout: only stop() ends it
+    iterating = asyncio.create_task(anext(aiter(c), None))
+    await asyncio.sleep(0)  # let both start waiting (nothing is produced)
+    assert not waiting.done() and not iterating.done()
+    await c.stop()
+    with pytest.raises(ConsumerStoppedError):
+        await asyncio.wait_for(waiting, timeout=5)
+    assert await asyncio.wait_for(iterating, timeout=5) is None  # StopAsyncIteration
+    with pytest.raises(ConsumerStoppedError):
+        await c.getmany()
