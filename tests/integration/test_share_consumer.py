@@ -238,6 +238,14 @@ async def test_two_consumers_on_one_partition_never_hold_a_record_at_once(
         await b.commit()
     assert sorted(seen["a"] + seen["b"]) == list(range(total))
     assert seen["a"] and seen["b"], "both consumers read the one partition"
+    # Strict acquisition (ShareFetch v2, KIP-1206): no fetch acquired more than
+    # max_poll_records, though the producer's records sat in the log 200 at a time.
+    per_fetch: dict[tuple[str, float | None], int] = {}
+    for e in recorder.events():
+        if e.kind == "acquired":
+            key = (e.consumer, e.sent)
+            per_fetch[key] = per_fetch.get(key, 0) + 1
+    assert per_fetch and max(per_fetch.values()) <= 10, max(per_fetch.values())
     await record_broker_view(recorder, bootstrap, group)
     report = check_share_history(recorder.events(), delivery_limit=DELIVERY_LIMIT)
     report.assert_clean()
