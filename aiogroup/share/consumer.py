@@ -169,6 +169,24 @@ class ShareConsumer:
         self._started = False
         self._closed = False
 
+    def subscribe(self, *topics: str) -> None:
+        """Read ``topics`` from now on (replacing the subscription); before ``start()``
+        or while running - the coordinator learns of it with the next heartbeat, sent
+        at once."""
+        if not topics:
+            raise ConfigurationError("subscribe() needs at least one topic")
+        for t in topics:
+            if not isinstance(t, str) or not t:
+                raise ConfigurationError(f"topics must be non-empty str, got {t!r}")
+        if self._closed:
+            raise ConsumerStoppedError("the share consumer was stopped")
+        self._topics = frozenset(topics)
+        if self._routine is not None:
+            self._routine.subscribe(self._topics)
+
+    def subscription(self) -> frozenset[str]:
+        return self._topics
+
     # -- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> None:

@@ -378,6 +378,21 @@ async def test_a_group_id_of_a_consumer_group_is_refused_naming_it(
         await classic.stop()
 
 
+async def test_subscribe_while_running_reads_the_new_topic(
+    share_broker: KafkaBroker, kafka_topic: TopicFactory
+) -> None:
+    bootstrap = share_broker.bootstrap_servers
+    first, second = await kafka_topic(1), await kafka_topic(1)
+    group = unique_name("share")
+    await configure_share_group(bootstrap, group)
+    await produce(bootstrap, second, 3)
+    async with consumer(bootstrap, group, first) as c:
+        c.subscribe(second)
+        assert c.subscription() == {second}
+        got = await collect(c, 3)
+        assert {(r.topic, r.offset) for r in got} == {(second, 0), (second, 1), (second, 2)}
+
+
 def test_bad_options_are_refused_naming_them() -> None:
     with pytest.raises(ConfigurationError, match="group_id"):
         ShareConsumer("t", group_id="")
@@ -387,6 +402,8 @@ def test_bad_options_are_refused_naming_them() -> None:
         ShareConsumer("t", group_id="g", auto_renew=True)
     with pytest.raises(ConfigurationError, match="max_poll_records"):
         ShareConsumer("t", group_id="g", max_poll_records=0)
+    with pytest.raises(ConfigurationError, match="at least one topic"):
+        ShareConsumer("t", group_id="g").subscribe()
 
 
 async def test_start_on_a_broker_without_share_groups_names_the_missing_api(
