@@ -334,6 +334,39 @@ async def test_renew_keeps_a_slow_handlers_record_past_its_lock(
     report.assert_clean()
 
 
+async def test_a_record_whose_lock_ran_out_comes_back_and_its_old_delivery_is_refused(
+    share_broker: KafkaBroker, kafka_topic: TopicFactory
+) -> None:
+    bootstrap = share_broker.bootstrap_servers
+    topic = await kafka_topic(1)
+    group = unique_name("share")
+    lock_ms = 1000
+    await configure_share_group(bootstrap, group, lock_ms=lock_ms)
+    recorder = ShareRecorder()
+    await produce(bootstrap, topic, 1, recorder)
+    async with consumer(
+        bootstrap,
+        group,
+        topic,
+        acknowledgement_mode="explicit",
+        recorder=recorder,
+        recorder_name="late",
+    ) as c:
+        (record,) = await collect(c, 1)
+        # The next delivery proves the lock ran out (no sleep: the broker says so).
+        (again,) = await collect(c, 1)
+        assert (again.offset, again.delivery_count) == (0, 2)
+        with pytest.raises(InvalidAcknowledgement, match="delivered again since"):
+            c.acknowledge(record)  # the first delivery is not ours any more
+        c.acknowledge(again)
+        results = await c.commit()
+        assert [r.ok for rs in results.values() for r in rs] == [True]
+    await record_broker_view(recorder, bootstrap, group)
+    report = check_share_history(recorder.events(), delivery_limit=DELIVERY_LIMIT)
+    report.assert_clean()
+    assert report.lock_expiries == 1
+
+
 async def test_bad_acknowledgements_are_refused_naming_the_problem(
     share_broker: KafkaBroker, kafka_topic: TopicFactory
 ) -> None:
