@@ -435,6 +435,10 @@ def test_bad_options_are_refused_naming_them() -> None:
         ShareConsumer("t", group_id="g", auto_renew=True)
     with pytest.raises(ConfigurationError, match="max_poll_records"):
         ShareConsumer("t", group_id="g", max_poll_records=0)
+    with pytest.raises(ConfigurationError, match=r"unknown option.*'sasl_passwrd'"):
+        ShareConsumer("t", group_id="g", sasl_passwrd="x")
+    with pytest.raises(ConfigurationError, match="needs an ssl_context"):
+        ShareConsumer("t", group_id="g", security_protocol="SSL")
     with pytest.raises(ConfigurationError, match="at least one topic"):
         ShareConsumer("t", group_id="g").subscribe()
 
