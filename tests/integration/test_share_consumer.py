@@ -162,6 +162,10 @@ async def test_explicit_release_redelivers_with_a_higher_delivery_count(
         assert [(r.offset, r.delivery_count) for r in again] == [(1, 2)]
         c.acknowledge(again[0])
         await c.commit()
+        metrics = c.metrics.share_snapshot()
+        assert metrics["delivery_count_histogram"] == {1: 3, 2: 1}
+        assert metrics["acknowledged"] == {"accept": 3, "release": 1}
+        assert metrics["records_acquired"] == metrics["records_delivered"] == 4
     await record_broker_view(recorder, bootstrap, group)
     report = check_share_history(recorder.events(), delivery_limit=DELIVERY_LIMIT)
     report.assert_clean()
