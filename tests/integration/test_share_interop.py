@@ -26,7 +26,7 @@ from aiogroup.testing.share_peers import (
     configure_share_group,
     record_broker_view,
 )
-from tests.integration.test_share_consumer import DELIVERY_LIMIT, produce
+from tests.integration.test_share_consumer import DELIVERY_LIMIT, members_assigned, produce
 
 pytestmark = pytest.mark.integration
 
@@ -41,35 +41,6 @@ def share_broker(kafka_broker: KafkaBroker) -> KafkaBroker:
             "not applicable: this broker serves no share groups (caps.supports_share_groups)"
         )
     return kafka_broker
-
-
-async def members_assigned(bootstrap: str, group: str, count: int) -> None:
-    """Until the coordinator shows ``count`` members, each with partitions assigned
-    (ShareGroupDescribe, polled: the broker offers nothing to await)."""
-    from aiokafka.admin import AIOKafkaAdminClient
-
-    from aiogroup._protocol.share_admin import (
-        ShareGroupDescribeRequest,
-        parse_share_group_describe,
-    )
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + WAIT
-        while True:
-            node = await admin.find_coordinator(group)
-            found = parse_share_group_describe(
-                await admin._client.send(node, ShareGroupDescribeRequest(group))
-            )
-            members = [m for m in found.members if m.assignment]
-            if len(members) >= count:
-                return
-            assert loop.time() < deadline, f"{len(members)} of {count} members assigned"
-            await asyncio.sleep(0.2)
-    finally:
-        await admin.close()
 
 
 async def run_aiogroup(c: ShareConsumer, mine: list[int], others: Callable[[], set[int]]) -> None:
