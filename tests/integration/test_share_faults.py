@@ -19,6 +19,7 @@ import pytest
 from aiogroup.testing.broker import KafkaBroker, unique_name
 from aiogroup.testing.plugin import TopicFactory
 from aiogroup.testing.share_checker import ShareRecorder, check_share_history, load_share_history
+from aiogroup.testing.share_observer import ShareGroupObserver
 from aiogroup.testing.share_peers import configure_share_group, record_broker_view
 from tests.integration.test_share_consumer import DELIVERY_LIMIT, collect, consumer, produce
 
@@ -38,7 +39,7 @@ def share_broker(kafka_broker: KafkaBroker) -> KafkaBroker:
 
 
 async def start_member(
-    bootstrap: str, topic: str, group: str, history: Path, name: str
+    bootstrap: str, topic: str, group: str, history: Path, name: str, *extra: str
 ) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         sys.executable,
@@ -48,6 +49,7 @@ async def start_member(
         group,
         str(history),
         name,
+        *extra,
         stdout=asyncio.subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
@@ -133,3 +135,86 @@ async def test_a_frozen_consumers_records_go_to_another_after_the_lock(
     report = check_share_history(load_share_history(history), delivery_limit=DELIVERY_LIMIT)
     report.assert_clean()
     assert report.lock_expiries >= 5
+
+
+async def group_session_is(bootstrap: str, group: str, ms: int) -> None:
+    """Until the brokers report the group's share session as ``ms`` (a group config
+    takes a moment to reach them; measured: up to about 3 s on Kafka 4.4)."""
+    from aiokafka.client import AIOKafkaClient
+
+    from aiogroup._protocol.group_configs import (
+        parse_share_session_timeout,
+        share_session_timeout_request,
+    )
+
+    client = AIOKafkaClient(bootstrap_servers=bootstrap)
+    await client.bootstrap()
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WAIT
+        while True:
+            node = client.get_random_node()
+            resp = await client.send(node, share_session_timeout_request(group, node))
+            if parse_share_session_timeout(resp) == ms:
+                return
+            assert loop.time() < deadline, "the group's session config never arrived"
+            await asyncio.sleep(0.2)
+    finally:
+        await client.close()
+
+
+async def test_a_member_frozen_past_its_session_hands_out_nothing_it_held_when_it_wakes(
+    share_broker: KafkaBroker, kafka_topic: TopicFactory, tmp_path: Path
+) -> None:
+    """SIGSTOP past the session (3 s), woken before the lock (6 s) ends: the broker has
+    dropped the member from the group, while its buffer still holds records whose locks,
+    as far as it knows, run on.  Awake, it hands none of those deliveries out: the
+    delivery gate (last heartbeat answered + session) is closed until a heartbeat
+    answers, and that answer (fenced) drops them.  They come back after the lock, with
+    delivery count 2.  Measured on Kafka 4.4: a fenced member whose connections stay
+    keeps its records locked until the lock ends (they are not handed on at the fence)."""
+    bootstrap = share_broker.bootstrap_servers
+    topic = await kafka_topic(1)
+    group = unique_name("share")
+    await configure_share_group(
+        bootstrap, group, lock_ms=6_000, session_ms=3_000, heartbeat_ms=1_000
+    )
+    await group_session_is(bootstrap, group, 3_000)
+    history = tmp_path / "history.jsonl"
+    recorder = ShareRecorder(history)
+    await produce(bootstrap, topic, 5, recorder)
+    observer = await ShareGroupObserver(bootstrap, group, recorder).start()
+    proc = await start_member(bootstrap, topic, group, history, "sleeper", "0.3", "5")
+    assert proc.stdout is not None
+    try:
+        first = await proc.stdout.readline()  # one handed out; four wait in its buffer
+        assert first.split()[2] == b"1", first
+        os.kill(proc.pid, signal.SIGSTOP)
+        recorder.add("sleeper", "frozen")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WAIT
+        while not any(e.kind == "gone" and e.consumer == "sleeper" for e in recorder.events()):
+            assert loop.time() < deadline, "the broker never dropped the frozen member"
+            await asyncio.sleep(0.1)  # the observer samples ShareGroupDescribe
+        os.kill(proc.pid, signal.SIGCONT)
+        recorder.add("sleeper", "woke")
+        # Everything it hands out from now on is a new delivery (count 2, after the lock).
+        again: set[int] = set()
+        while len(again) < 5:
+            line = await asyncio.wait_for(proc.stdout.readline(), WAIT)
+            _, offset, count = line.split()
+            assert count != b"1", f"a delivery it held while fenced was handed out: {line!r}"
+            again.add(int(offset))
+    finally:
+        proc.kill()  # kill -9; another consumer settles the records
+        await proc.wait()
+        await observer.stop()
+    recorder.add("sleeper", "crashed")
+    async with consumer(bootstrap, group, topic, recorder=recorder, recorder_name="closer") as c:
+        assert sorted(r.offset for r in await collect(c, 5)) == list(range(5))
+        await c.getmany(timeout_ms=0)
+        await c.commit()
+    await record_broker_view(recorder, bootstrap, group)
+    recorder.close()
+    report = check_share_history(load_share_history(history), delivery_limit=DELIVERY_LIMIT)
+    report.assert_clean()
