@@ -1,4 +1,5 @@
-"""A share consumer that dies or freezes holding records, judged by the share checker.
+"""Share consumers that die, freeze, join or leave while holding records, judged by the
+share checker.
 
 The member runs in its own process (``share_member.py``) so the test can kill -9 or
 SIGSTOP it; its acquisitions go to a history file, the test adds ``crashed`` / ``frozen``
@@ -15,7 +16,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from aiokafka import AIOKafkaProducer
 
+from aiogroup import ShareConsumer
 from aiogroup.testing.broker import KafkaBroker, unique_name
 from aiogroup.testing.plugin import TopicFactory
 from aiogroup.testing.share_checker import ShareRecorder, check_share_history, load_share_history
@@ -93,7 +96,6 @@ async def test_a_killed_consumers_records_are_delivered_again(
         # records back (the lock, 5 s, is the bound).
         assert loop.time() - killed_at < WAIT
         assert sorted((r.offset, r.delivery_count) for r in again) == [(o, 2) for o in range(10)]
-        await c.getmany(timeout_ms=0)
         await c.commit()
     await record_broker_view(recorder, bootstrap, group)
     recorder.close()
@@ -122,7 +124,6 @@ async def test_a_frozen_consumers_records_go_to_another_after_the_lock(
         async with consumer(bootstrap, group, topic, recorder=recorder, recorder_name="other") as c:
             again = await collect(c, 5)
             assert sorted((r.offset, r.delivery_count) for r in again) == [(o, 2) for o in range(5)]
-            await c.getmany(timeout_ms=0)
             await c.commit()
         os.kill(proc.pid, signal.SIGCONT)
         recorder.add("frozen", "woke")
@@ -212,9 +213,91 @@ async def test_a_member_frozen_past_its_session_hands_out_nothing_it_held_when_i
     recorder.add("sleeper", "crashed")
     async with consumer(bootstrap, group, topic, recorder=recorder, recorder_name="closer") as c:
         assert sorted(r.offset for r in await collect(c, 5)) == list(range(5))
-        await c.getmany(timeout_ms=0)
         await c.commit()
     await record_broker_view(recorder, bootstrap, group)
     recorder.close()
     report = check_share_history(load_share_history(history), delivery_limit=DELIVERY_LIMIT)
     report.assert_clean()
+
+
+async def test_a_consumer_joining_and_leaving_under_load(
+    share_broker: KafkaBroker, kafka_topic: TopicFactory
+) -> None:
+    """Two consumers read while records are produced; a third joins half-way and stops
+    (releasing what it holds) a little later.  Every record is accepted once, no record
+    is held by two consumers at once."""
+    bootstrap = share_broker.bootstrap_servers
+    topic = await kafka_topic(1)
+    group = unique_name("share")
+    await configure_share_group(bootstrap, group)
+    recorder = ShareRecorder()
+    total = 300
+    accepted: list[int] = []
+    by: dict[str, int] = {}
+    leave = asyncio.Event()
+    all_handled = asyncio.Event()
+
+    async def work(c: ShareConsumer, name: str, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            for records in (await c.getmany(timeout_ms=100, max_records=5)).values():
+                for r in records:
+                    await asyncio.sleep(0.005)  # a 5 ms handler
+                    accepted.append(r.offset)  # accepted at the next poll (implicit)
+                    by[name] = by.get(name, 0) + 1
+                    if len(set(accepted)) >= total:
+                        all_handled.set()
+        await c.commit()
+
+    async with (
+        consumer(
+            bootstrap, group, topic, recorder=recorder, recorder_name="a", max_poll_records=5
+        ) as a,
+        consumer(
+            bootstrap, group, topic, recorder=recorder, recorder_name="b", max_poll_records=5
+        ) as b,
+    ):
+        done = asyncio.Event()
+        steady = [asyncio.create_task(work(a, "a", done)), asyncio.create_task(work(b, "b", done))]
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+        await producer.start()
+        try:
+            offsets: list[int] = []
+            for i in range(total):
+                meta = await producer.send_and_wait(topic, f"v{i}".encode(), partition=0)
+                offsets.append(meta.offset)
+                if i == total // 3:
+                    joiner = ShareConsumer(
+                        topic,
+                        group_id=group,
+                        bootstrap_servers=bootstrap,
+                        recorder=recorder,
+                        recorder_name="joiner",
+                        max_poll_records=5,
+                    )
+                    await joiner.start()
+                    joining = asyncio.create_task(work(joiner, "joiner", leave))
+                    # Go on once the broker has given it the partition (a few heartbeats).
+                    deadline = asyncio.get_running_loop().time() + WAIT
+                    while not joiner.assignment():
+                        assert asyncio.get_running_loop().time() < deadline, "never assigned"
+                        await asyncio.sleep(0.05)
+                if i >= 2 * total // 3 and by.get("joiner") and not leave.is_set():
+                    leave.set()  # it took part: now it leaves, under load
+                    await joining
+                    await joiner.stop()  # releases what it still holds, leaves
+        finally:
+            await producer.stop()
+        joined_in = bool(by.get("joiner"))
+        if not leave.is_set():  # it never took part: stop it all the same
+            leave.set()
+            await joining
+            await joiner.stop()
+        assert joined_in, f"the joiner handled nothing while records were produced: {by}"
+        recorder.produced(topic, 0, offsets[0], offsets[-1])
+        await asyncio.wait_for(all_handled.wait(), WAIT)
+        done.set()
+        await asyncio.gather(*steady)
+    await record_broker_view(recorder, bootstrap, group)
+    report = check_share_history(recorder.events(), delivery_limit=DELIVERY_LIMIT)
+    report.assert_clean()
+    assert {e.consumer for e in recorder.events() if e.kind == "acquired"} == {"a", "b", "joiner"}
