@@ -561,3 +561,5 @@ async def test_stop_wakes_a_waiting_getone_and_ends_async_for(
     assert await asyncio.wait_for(iterating, timeout=5) is None  # StopAsyncIteration
     with pytest.raises(ConsumerStoppedError):
         await c.getmany()
+    with pytest.raises(ConsumerStoppedError, match="make a new one"):
+        await c.start()
