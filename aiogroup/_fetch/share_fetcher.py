@@ -20,9 +20,10 @@ the buffer of records handed to the application, the commit surface and the clos
   then.  A record past it is never handed out.
 * A lost session (an error, no answer) drops what it acquired: the broker gives those
   records back; an epoch-0 request opens a new session.
-* Closing: implicit mode accepts what was handed out, everything else held is
-  RELEASEd, and each open session ends with a ShareAcknowledge at epoch -1 carrying
-  them - so another consumer gets the released records at once, not after the lock.
+* Closing: implicit mode accepts what was handed out; explicit mode RELEASEs what was
+  handed out and not acknowledged; each open session ends with a ShareAcknowledge at
+  epoch -1 carrying them, which also gives back what was never handed out - so another
+  consumer gets those records at once, not after the lock.
 """
 
 from __future__ import annotations
@@ -254,7 +255,8 @@ class ShareFetcher:
     # -- lifecycle -----------------------------------------------------------------------
 
     async def close(self, timeout: float) -> None:
-        """Release what is held, end the sessions (epoch -1), stop the tasks."""
+        """Settle what was handed out (accept in implicit mode, release in explicit),
+        end the sessions (epoch -1, which gives back the rest), stop the tasks."""
         if not self._cfg.explicit:
             self.tracker.accept_delivered()
         self.tracker.release_unacknowledged()
