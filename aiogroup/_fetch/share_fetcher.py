@@ -330,6 +330,14 @@ class ShareFetcher:
             return False
         return self.tracker.pending(self._session_tps(node), renew=renew)
 
+    def _to_forget(self, node: int, wanted: set[TopicPartition]) -> bool:
+        """Does the session hold partitions no longer read from this leader?"""
+        session = self._sessions[node]
+        if not session.is_open:
+            return False
+        ids = {(self._assigned[tp], tp.partition) for tp in wanted}
+        return bool(session.partitions - ids)
+
     def _has_in_flight(self, node: int) -> bool:
         session = self._sessions.get(node)
         return session is not None and session.in_flight is not None
@@ -364,7 +372,10 @@ class ShareFetcher:
                     for f in flush:
                         f.node_done(node)
                     continue
-                elif wanted and len(self._buffer) == 0:
+                elif len(self._buffer) == 0 and (wanted or self._to_forget(node, wanted)):
+                    # Also with nothing left to read here: the fetch forgets the
+                    # partitions that left the assignment, and the broker releases
+                    # what this member still held of them.
                     await self._fetch(node, session, wanted)
                 elif self._has_work(node, renew=False):
                     await self._acknowledge(node, session, renew=False)
