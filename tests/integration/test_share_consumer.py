@@ -475,6 +475,48 @@ async def test_subscribe_while_running_reads_the_new_topic(
         assert {(r.topic, r.offset) for r in got} == {(second, 0), (second, 1), (second, 2)}
 
 
+async def test_records_never_handed_out_of_a_partition_that_leaves_are_released_at_once(
+    share_broker: KafkaBroker, kafka_topic: TopicFactory
+) -> None:
+    """A member stops reading a topic while it holds three of its records: one handed
+    out, two still in its buffer.  The two are RELEASEd at once (another consumer gets
+    them well inside the 30 s lock); the one the application holds is forgotten (its
+    acknowledgement is refused, naming why) and stays locked to the member until the
+    lock ends (measured on Kafka 4.4: forgetting the partition does not give it back)."""
+    bootstrap = share_broker.bootstrap_servers
+    first, second = await kafka_topic(1), await kafka_topic(1)
+    group = unique_name("share")
+    await configure_share_group(bootstrap, group, lock_ms=30_000)
+    recorder = ShareRecorder()
+    await produce(bootstrap, first, 3, recorder)
+    async with consumer(
+        bootstrap,
+        group,
+        first,
+        acknowledgement_mode="explicit",
+        max_poll_records=3,
+        recorder=recorder,
+        recorder_name="mover",
+    ) as mover:
+        held: list[ShareRecord] = []
+        while not held:
+            for records in (await mover.getmany(timeout_ms=500, max_records=1)).values():
+                held.extend(records)
+        assert [r.offset for r in held] == [0]
+        mover.subscribe(second)
+        loop = asyncio.get_running_loop()
+        moved_at = loop.time()
+        async with consumer(bootstrap, group, first, recorder=recorder, recorder_name="other") as c:
+            again = await collect(c, 2, timeout=15)
+            assert loop.time() - moved_at < 15  # well inside the 30 s lock
+            assert sorted((r.offset, r.delivery_count) for r in again) == [(1, 2), (2, 2)]
+            await c.commit()
+        with pytest.raises(InvalidAcknowledgement, match="no longer assigned"):
+            mover.acknowledge(held[0])
+    report = check_share_history(recorder.events(), delivery_limit=DELIVERY_LIMIT)
+    assert report.by_rule("overlap") == [], report.summary()
+
+
 def test_bad_options_are_refused_naming_them() -> None:
     with pytest.raises(ConfigurationError, match="group_id"):
         ShareConsumer("t", group_id="")
