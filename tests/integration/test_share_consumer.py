@@ -245,6 +245,42 @@ async def test_reject_archives_the_record(
     assert start.lag == 0
 
 
+async def test_a_poison_record_is_archived_at_the_delivery_limit(
+    share_broker: KafkaBroker, kafka_topic: TopicFactory
+) -> None:
+    """A record the handler always gives back (RELEASE) is delivered ``delivery_limit``
+    times (2 here), then archived by the broker: never delivered again, settled."""
+    bootstrap = share_broker.bootstrap_servers
+    topic = await kafka_topic(1)
+    group = unique_name("share")
+    await configure_share_group(bootstrap, group, delivery_limit=2)
+    recorder = ShareRecorder()
+    await produce(bootstrap, topic, 2, recorder)  # offset 0 is the poison, 1 is fine
+    counts: list[tuple[int, int]] = []
+    async with consumer(
+        bootstrap,
+        group,
+        topic,
+        acknowledgement_mode="explicit",
+        recorder=recorder,
+        recorder_name="c1",
+    ) as c:
+        while sum(1 for o, _ in counts if o == 0) < 2:
+            for records in (await c.getmany(timeout_ms=500)).values():
+                for r in records:
+                    counts.append((r.offset, r.delivery_count))
+                    c.acknowledge(
+                        r, AcknowledgeType.RELEASE if r.offset == 0 else AcknowledgeType.ACCEPT
+                    )
+            await c.commit()
+        assert [n for o, n in counts if o == 0] == [1, 2]
+        assert await c.getmany(timeout_ms=1500) == {}  # archived: not delivered a third time
+    await record_broker_view(recorder, bootstrap, group)
+    report = check_share_history(recorder.events(), delivery_limit=2)
+    report.assert_clean()
+    assert report.archived == 1
+
+
 async def test_four_consumers_on_one_partition_never_hold_a_record_at_once(
     share_broker: KafkaBroker, kafka_topic: TopicFactory
 ) -> None:
