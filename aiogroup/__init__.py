@@ -25,6 +25,7 @@ from aiogroup.processing import (
     Processor,
     RetryPolicy,
 )
+from aiogroup.share import AcknowledgeType, ShareConsumer, ShareRecord
 from aiogroup.structs import (
     ConsumerRecord,
     OffsetAndMetadata,
@@ -36,6 +37,7 @@ from aiogroup.structs import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "AcknowledgeType",
     "AsyncConsumerRebalanceListener",
     "CommitFailedError",
     "ConfigurationError",
@@ -58,5 +60,7 @@ __all__ = [
     "RebalanceProtocol",
     "RecordDeserializationError",
     "RetryPolicy",
+    "ShareConsumer",
+    "ShareRecord",
     "TopicPartition",
 ]

@@ -47,6 +47,7 @@ __all__ = [
     "MemberView",
     "MetricsSnapshot",
     "PartitionMetrics",
+    "ShareMetrics",
     "assess_health",
     "partition_metrics",
     "snapshot",
@@ -495,3 +496,45 @@ def assess_health(m: ConsumerMetrics, view: MemberView) -> Health:
         last_error=repr(pending) if pending is not None else m.last_broker_error,
         reasons=tuple(reasons),
     )
+
+
+class ShareMetrics(ConsumerMetrics):
+    """A share consumer's counters (KIP-932): what it acquired, how it acknowledged.
+
+    On top of :class:`ConsumerMetrics` (deliveries, group-request latency, heartbeat
+    age): records acquired, acknowledgements answered without error by type (accept,
+    release, reject, renew - a renewal is a lock extended), acknowledgements that
+    failed or got no answer, and how often each delivery count was seen - counts
+    above 1 are redeliveries (a release, an expired lock, a consumer gone).
+    """
+
+    def __init__(self, session_timeout_s: float = 10.0) -> None:
+        super().__init__(session_timeout_s)
+        self.acquired = 0
+        self.acknowledged: dict[str, int] = {}
+        self.acknowledge_failures = 0
+        self.lock_renewals = 0
+        self.delivery_counts: dict[int, int] = {}
+
+    def record_acquired(self, delivery_count: int) -> None:
+        self.acquired += 1
+        self.delivery_counts[delivery_count] = self.delivery_counts.get(delivery_count, 0) + 1
+
+    def record_acknowledged(self, ack_type: str, count: int, ok: bool) -> None:
+        if not ok:
+            self.acknowledge_failures += count
+            return
+        self.acknowledged[ack_type] = self.acknowledged.get(ack_type, 0) + count
+        if ack_type == "renew":
+            self.lock_renewals += count
+
+    def share_snapshot(self) -> dict[str, Any]:
+        """The share counters as plain data (for logs, exporters, tests)."""
+        return {
+            "records_acquired": self.acquired,
+            "records_delivered": self.records_consumed,
+            "acknowledged": dict(self.acknowledged),
+            "acknowledge_failures": self.acknowledge_failures,
+            "lock_renewals": self.lock_renewals,
+            "delivery_count_histogram": dict(sorted(self.delivery_counts.items())),
+        }

@@ -36,6 +36,7 @@ __all__ = [
     "Backoff",
     "CancelListener",
     "ComputeAssignment",
+    "DropAcquiredRecords",
     "FindCoordinator",
     "InvokeOnPartitionsAssigned",
     "InvokeOnPartitionsLost",
@@ -52,6 +53,7 @@ __all__ = [
     "SendHeartbeat",
     "SendJoinGroup",
     "SendLeaveGroup",
+    "SendShareGroupHeartbeat",
     "SendSyncGroup",
     "SetAssignment",
 ]
@@ -139,6 +141,25 @@ class SendConsumerGroupHeartbeat(Action):
     subscribed_topic_regex: str | None = None
     server_assignor: str | None = None
     topic_partitions: dict[uuid.UUID, tuple[int, ...]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SendShareGroupHeartbeat(Action):
+    """One ShareGroupHeartbeat (KIP-932): epoch 0 joins, -1 leaves; ``None`` topics
+    means "unchanged since the last heartbeat"."""
+
+    member_id: str
+    member_epoch: int
+    subscribed_topic_names: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DropAcquiredRecords(Action):
+    """Share groups: the membership is gone (fenced, failed, left), so the broker has
+    released every record this member held; forget them all, hand none of them out,
+    and open fresh share sessions (epoch 0) when fetching again."""
+
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)

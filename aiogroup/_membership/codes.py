@@ -14,10 +14,11 @@ __all__ = ["ErrorCode", "code_name"]
 
 
 class ErrorCode(enum.IntEnum):
-    """The codes the group APIs (classic, consumer protocol, offsets) answer with."""
+    """The codes the group APIs (classic, consumer protocol, share groups, offsets) answer with."""
 
     NONE = 0
     UNKNOWN_TOPIC_OR_PARTITION = 3
+    NOT_LEADER_OR_FOLLOWER = 6
     REQUEST_TIMED_OUT = 7
     OFFSET_METADATA_TOO_LARGE = 12
     COORDINATOR_LOAD_IN_PROGRESS = 14
@@ -39,11 +40,18 @@ class ErrorCode(enum.IntEnum):
     GROUP_MAX_SIZE_REACHED = 81
     FENCED_INSTANCE_ID = 82
     UNSTABLE_OFFSET_COMMIT = 88
+    UNKNOWN_TOPIC_ID = 100
     FENCED_MEMBER_EPOCH = 110
     UNRELEASED_INSTANCE_ID = 111
     UNSUPPORTED_ASSIGNOR = 112
     STALE_MEMBER_EPOCH = 113
+    # Share groups (KIP-932): a record not in the state an acknowledgement needs
+    # (its lock expired, it was already acknowledged), and share-session errors.
+    INVALID_RECORD_STATE = 121
+    SHARE_SESSION_NOT_FOUND = 122
+    INVALID_SHARE_SESSION_EPOCH = 123
     INVALID_REGULAR_EXPRESSION = 128
+    SHARE_SESSION_LIMIT_REACHED = 133
 
 
 def code_name(code: int) -> str:

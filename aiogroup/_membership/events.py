@@ -66,6 +66,8 @@ __all__ = [
     "RoutineFailed",
     "SessionTimeoutLearned",
     "SessionTimeoutLookupFailed",
+    "ShareGroupHeartbeatFailed",
+    "ShareGroupHeartbeatResponseReceived",
     "Subscribed",
     "SubscribedTopicsMissing",
     "SubscriptionChanged",
@@ -266,6 +268,13 @@ class ConsumerGroupHeartbeatFailed(RequestFailed):
     api: ClassVar[str] = "ConsumerGroupHeartbeat"
 
 
+@dataclass(frozen=True, slots=True)
+class ShareGroupHeartbeatFailed(RequestFailed):
+    """A share-group heartbeat (KIP-932) got no answer (connection lost, timeout)."""
+
+    api: ClassVar[str] = "ShareGroupHeartbeat"
+
+
 #: API name -> its failure event, for the shell's one generic request path.
 REQUEST_FAILURES: dict[str, type[RequestFailed]] = {
     cls.api: cls
@@ -278,6 +287,7 @@ REQUEST_FAILURES: dict[str, type[RequestFailed]] = {
         OffsetCommitFailed,
         OffsetFetchFailed,
         ConsumerGroupHeartbeatFailed,
+        ShareGroupHeartbeatFailed,
     )
 }
 #: The group APIs whose transport failures the machines react to.
@@ -430,3 +440,23 @@ class SessionTimeoutLookupFailed(Event):
     """DescribeConfigs for the group's session timeout got no answer."""
 
     error: BaseException
+
+
+# --- share groups (KIP-932) ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ShareGroupHeartbeatResponseReceived(Event):
+    """ShareGroupHeartbeat answered (error code, epoch, maybe a new assignment).
+
+    Share groups reuse the consumer protocol's subscription events (:class:`Subscribed`,
+    :class:`UnsubscribeRequested`) and topic-name lookups; only the wire answer is theirs.
+    """
+
+    error_code: int
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    member_id: str | None = None
+    #: The assignment by topic id, or None when unchanged.
+    assignment: Mapping[uuid.UUID, tuple[int, ...]] | None = None
+    error_message: str | None = None

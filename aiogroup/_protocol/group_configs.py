@@ -23,8 +23,11 @@ __all__ = [
     "BROKER_MAX_SESSION_CONFIG",
     "BROKER_SESSION_CONFIG",
     "GROUP_SESSION_CONFIG",
+    "SHARE_SESSION_CONFIGS",
     "parse_session_timeout",
+    "parse_share_session_timeout",
     "session_timeout_request",
+    "share_session_timeout_request",
 ]
 
 #: ConfigResource.Type ids (DescribeConfigsRequest.json).
@@ -35,30 +38,55 @@ BROKER_SESSION_CONFIG = "group.consumer.session.timeout.ms"
 BROKER_MAX_SESSION_CONFIG = "group.consumer.max.session.timeout.ms"
 
 
-def session_timeout_request(group_id: str, node_id: int) -> DescribeConfigsRequest:
-    """Ask node ``node_id`` for the group's and its own consumer session timeout."""
+def session_timeout_request(
+    group_id: str, node_id: int, names: tuple[str, str, str] | None = None
+) -> DescribeConfigsRequest:
+    """Ask node ``node_id`` for the group's and its own consumer session timeout
+    (``names``: the (group, broker, broker maximum) config names to ask instead)."""
+    group, broker, cap = names or (
+        GROUP_SESSION_CONFIG,
+        BROKER_SESSION_CONFIG,
+        BROKER_MAX_SESSION_CONFIG,
+    )
     return DescribeConfigsRequest(
-        [
-            (_GROUP, group_id, [GROUP_SESSION_CONFIG]),
-            (_BROKER, str(node_id), [BROKER_SESSION_CONFIG, BROKER_MAX_SESSION_CONFIG]),
-        ]
+        [(_GROUP, group_id, [group]), (_BROKER, str(node_id), [broker, cap])]
     )
 
 
-def parse_session_timeout(response: Any) -> int | None:
+#: A share group's session (KIP-932): the group's ``share.session.timeout.ms``, else the
+#: broker's ``group.share.session.timeout.ms``, capped at its maximum - same rules.
+SHARE_SESSION_CONFIGS = (
+    "share.session.timeout.ms",
+    "group.share.session.timeout.ms",
+    "group.share.max.session.timeout.ms",
+)
+
+
+def share_session_timeout_request(group_id: str, node_id: int) -> DescribeConfigsRequest:
+    """Ask node ``node_id`` for a share group's session timeout and its own default."""
+    return session_timeout_request(group_id, node_id, SHARE_SESSION_CONFIGS)
+
+
+def parse_share_session_timeout(response: Any) -> int | None:
+    """:func:`parse_session_timeout` for a share group's configs."""
+    return parse_session_timeout(response, SHARE_SESSION_CONFIGS)
+
+
+def parse_session_timeout(response: Any, names: tuple[str, str, str] | None = None) -> int | None:
     """The group's session timeout in ms, else the broker's, capped at the broker's
     maximum; None when neither answered (an error on a resource, e.g. no
     DESCRIBE_CONFIGS permission, skips it)."""
+    group, broker, cap_name = names or (
+        GROUP_SESSION_CONFIG,
+        BROKER_SESSION_CONFIG,
+        BROKER_MAX_SESSION_CONFIG,
+    )
     found: dict[str, int] = {}
     for resource in response.resources:
         error_code, _message, resource_type, _name, entries = resource[:5]
         if error_code:
             continue
-        wanted = (
-            (GROUP_SESSION_CONFIG,)
-            if resource_type == _GROUP
-            else (BROKER_SESSION_CONFIG, BROKER_MAX_SESSION_CONFIG)
-        )
+        wanted = (group,) if resource_type == _GROUP else (broker, cap_name)
         for entry in entries:
             name, value = entry[0], entry[1]
             if name not in wanted or value is None:
@@ -69,6 +97,6 @@ def parse_session_timeout(response: Any) -> int | None:
                 continue
             if ms > 0:
                 found[name] = ms
-    session = found.get(GROUP_SESSION_CONFIG, found.get(BROKER_SESSION_CONFIG))
-    cap = found.get(BROKER_MAX_SESSION_CONFIG)
+    session = found.get(group, found.get(broker))
+    cap = found.get(cap_name)
     return session if session is None or cap is None else min(session, cap)

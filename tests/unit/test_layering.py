@@ -33,7 +33,7 @@ PUBLIC_MODULES = {
     "structs.py",
     "transactions.py",
 }
-PUBLIC_PACKAGES = {"assignors", "processing", "spark", "testing"}
+PUBLIC_PACKAGES = {"assignors", "processing", "share", "spark", "testing"}
 WINGS = {
     "_coordination",
     "_fetch",

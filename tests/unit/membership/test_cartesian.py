@@ -180,6 +180,9 @@ def sample(event_type: type[E.Event], m: Membership) -> E.Event:
         E.SessionTimeoutLearned: E.SessionTimeoutLearned(45000),
         E.SessionTimeoutLookupFailed: E.SessionTimeoutLookupFailed(OSError("refused")),
         E.TopicNamesLookupFailed: E.TopicNamesLookupFailed(OSError("refused")),
+        # Share groups' own answers (KIP-932): a classic member refuses them too.
+        E.ShareGroupHeartbeatResponseReceived: E.ShareGroupHeartbeatResponseReceived(0),
+        E.ShareGroupHeartbeatFailed: E.ShareGroupHeartbeatFailed("connection"),
     }
     return samples[event_type]
 

@@ -209,6 +209,8 @@ CLASSIC_SAMPLES: dict[type[E.Event], list[E.Event]] = {
         E.OffsetCommitResponseReceived(OffsetCommitResult({("a", 0): 0}), 1)
     ],
     **{cls: [cls("connection")] for cls in E.REQUEST_FAILURES.values()},
+    # A share group's (KIP-932) heartbeat answer: foreign to this machine as well.
+    E.ShareGroupHeartbeatResponseReceived: [E.ShareGroupHeartbeatResponseReceived(0)],
 }
 del CLASSIC_SAMPLES[E.ConsumerGroupHeartbeatFailed]
 VOCABULARY = {

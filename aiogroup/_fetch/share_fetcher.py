@@ -1,0 +1,656 @@
+"""The share fetcher: one request at a time per partition leader, acknowledgements riding.
+
+Why a module of its own: the only place a share consumer awaits ShareFetch and
+ShareAcknowledge.  Everything it decides comes from the pure parts - which epoch,
+which partitions, which acknowledgements (:mod:`.share_session`,
+:mod:`.share_acknowledgements`) - so what is here is the wiring: a task per leader,
+the buffer of records handed to the application, the commit surface and the close.
+
+* One task per leader node reads that leader's assigned partitions through one share
+  session, one request at a time (the session epoch orders them).  Each turn it sends
+  the first that applies: RENEW acknowledgements (a ShareAcknowledge marked
+  ``is_renew_ack``, KIP-1222), a commit's acknowledgements (ShareAcknowledge), a
+  ShareFetch when the buffer has room (carrying every pending acknowledgement of the
+  leader's partitions), acknowledgements alone when the buffer is full; otherwise it
+  waits to be woken.
+* ``max_records`` is ``max_poll_records``; where the leader speaks ShareFetch v2 it is
+  a strict limit (``share_acquire_mode`` record_limit, KIP-1206).
+* A record's lock deadline is when its ShareFetch *left* plus the lock duration the
+  answer names: the broker took the lock no earlier, so the lock surely holds until
+  then.  A record past it is never handed out.
+* A lost session (an error, no answer) drops what it acquired: the broker gives those
+  records back; an epoch-0 request opens a new session.
+* Closing: implicit mode accepts what was handed out; explicit mode RELEASEs what was
+  handed out and not acknowledged; each open session ends with a ShareAcknowledge at
+  epoch -1 carrying them, which also gives back what was never handed out - so another
+  consumer gets those records at once, not after the lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka.client import AIOKafkaClient
+from aiokafka.errors import IncompatibleBrokerVersion
+
+from aiogroup._fetch.share_acknowledgements import AcknowledgementTracker, AckResult
+from aiogroup._fetch.share_records import ShareRecord, acquired_records
+from aiogroup._fetch.share_session import SessionReaction, SessionRequest, ShareSession
+from aiogroup._protocol.share import (
+    AckBatch,
+    AcquireMode,
+    ShareAcknowledgeRequest,
+    ShareFetchRequest,
+    parse_share_acknowledge,
+    parse_share_fetch,
+)
+from aiogroup._support.supervision import TaskScope
+from aiogroup.errors import KafkaError
+from aiogroup.structs import TopicPartition
+
+__all__ = ["ShareFetcher", "ShareFetcherConfig", "ShareHooks"]
+
+log = logging.getLogger("aiogroup.share")
+
+#: Partition errors after which the leader is looked up again (the partition moves on).
+_LEADER_ERRORS = frozenset({3, 6, 74, 100})
+#: The lock duration assumed until a ShareFetch answer names one (Kafka's default).
+_DEFAULT_LOCK_MS = 30_000
+
+
+@dataclass(frozen=True, slots=True)
+class ShareFetcherConfig:
+    group_id: str
+    explicit: bool
+    max_poll_records: int
+    fetch_max_wait_ms: int
+    fetch_min_bytes: int
+    fetch_max_bytes: int
+    retry_backoff: float
+    auto_renew: bool
+    #: Renew this long before a lock's sure end (auto_renew; None: a quarter of the lock).
+    renew_margin: float | None
+    check_crcs: bool = True
+    key_deserializer: Callable[[bytes | None], Any] | None = None
+    value_deserializer: Callable[[bytes | None], Any] | None = None
+
+
+@dataclass
+class ShareHooks:
+    """Callbacks the facade wires: metrics, the recorder, the result callback."""
+
+    acquired: Callable[[ShareRecord, float, int], None] = lambda record, sent, lock_ms: None
+    acknowledged: Callable[[AckResult, float], None] = lambda result, sent: None
+    results: Callable[[list[AckResult]], None] = lambda results: None
+    closing: Callable[[], None] = lambda: None
+
+
+@dataclass
+class _Flush:
+    """A commit waiting for some leaders to send what was pending when it began."""
+
+    nodes: set[int]
+    results: list[AckResult] = field(default_factory=list)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def node_done(self, node: int) -> None:
+        self.nodes.discard(node)
+        if not self.nodes:
+            self.done.set()
+
+
+class ShareFetcher:
+    """Reads the assigned share partitions for one consumer; hands records out."""
+
+    def __init__(
+        self, client: AIOKafkaClient, config: ShareFetcherConfig, hooks: ShareHooks
+    ) -> None:
+        self._client = client
+        self._cfg = config
+        self.hooks = hooks
+        self.tracker = AcknowledgementTracker(explicit=config.explicit)
+        self._member_id: Callable[[], str] = lambda: ""
+        #: Assigned partitions -> topic id.
+        self._assigned: dict[TopicPartition, uuid.UUID] = {}
+        #: name -> topic id of every topic ever assigned.
+        self._topic_ids: dict[str, uuid.UUID] = {}
+        self._sessions: dict[int, ShareSession] = {}
+        self._loops: dict[int, asyncio.Task[None]] = {}
+        self._wake: dict[int, asyncio.Event] = {}
+        self._buffer: deque[ShareRecord] = deque()
+        self._arrived = asyncio.Event()
+        #: Set by an error (a stop included): wakes a waiting poll whatever the gate says.
+        self._alert = asyncio.Event()
+        self._flushes: list[_Flush] = []
+        self._lock_ms = _DEFAULT_LOCK_MS
+        self._valid_until: float | None = None
+        self._gate_changed = asyncio.Event()
+        self._closing = False
+        #: Leaders whose session must be reopened (the membership ended meanwhile).
+        self._reset_nodes: set[int] = set()
+        self._scope = TaskScope(self._crashed)
+        self._leader_watch: asyncio.Task[Any] | None = None
+        self._error: BaseException | None = None
+        #: The first fatal error: raised by every poll from then on.
+        self._fatal: BaseException | None = None
+
+    # -- wiring from the routine -------------------------------------------------------
+
+    def set_member_id(self, member_id: Callable[[], str]) -> None:
+        self._member_id = member_id
+
+    def set_assignment(self, partitions: dict[tuple[str, int], uuid.UUID]) -> None:
+        new = {TopicPartition(t, p): tid for (t, p), tid in partitions.items()}
+        gone = set(self._assigned) - set(new)
+        self._assigned = new
+        self._topic_ids.update({tp.topic: tid for tp, tid in new.items()})
+        if gone:
+            self._buffer = deque(r for r in self._buffer if (r.topic, r.partition) not in gone)
+            # Not ours to hand out any more.  The broker keeps them locked to us until
+            # their lock ends (measured on Kafka 4.4: forgetting the partition from the
+            # session does not give them back), so what was never handed out is RELEASEd
+            # (with the next request, which forgets the partition too); what the
+            # application holds is forgotten (its acknowledgement is refused).
+            self.tracker.release_undelivered(gone)
+            self.hooks.results(self.tracker.drop_delivered(gone, "no longer assigned"))
+        self._ensure_loops()
+        self._wake_all()
+
+    def drop_acquired(self, reason: str) -> None:
+        self._buffer.clear()
+        results = self.tracker.drop_all(reason)
+        self._reset_nodes = set(self._sessions)
+        for flush in self._flushes:
+            flush.results.extend(results)
+        self.hooks.results(results)
+        self._wake_all()
+
+    def set_membership_valid_until(self, deadline: float | None) -> None:
+        self._valid_until = deadline
+        self._gate_changed.set()
+        self._gate_changed = asyncio.Event()
+
+    def report_error(self, exc: BaseException, *, fatal: bool) -> None:
+        self._error = exc
+        if fatal and self._fatal is None:
+            self._fatal = exc
+        self._alert.set()
+
+    # -- the application side ----------------------------------------------------------
+
+    def raise_pending_error(self) -> None:
+        """Raise what was reported: a fatal error every time, another one once."""
+        if self._fatal is not None:
+            raise self._fatal
+        exc, self._error = self._error, None
+        self._alert.clear()
+        if exc is not None:
+            raise exc
+
+    def has_error(self) -> bool:
+        return self._error is not None
+
+    def take_records(self, max_records: int) -> list[ShareRecord]:
+        """Up to ``max_records`` buffered records that may be handed out now."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if self._valid_until is None or now >= self._valid_until:
+            return []
+        out: list[ShareRecord] = []
+        while self._buffer and len(out) < max_records:
+            record = self._buffer.popleft()
+            if self.tracker.hand_out(record.acquisition, now):
+                out.append(record)
+        if not self._buffer:
+            self._wake_all()  # room again: fetch more
+        return out
+
+    async def wait_for_records(self, timeout: float) -> None:
+        """Until records may be handed out, an error (or a stop) is reported, or
+        ``timeout``.  While the delivery gate is closed only its reopening (a heartbeat
+        answered) or an error wakes the caller: buffered records must wait for it."""
+        now = asyncio.get_running_loop().time()
+        gate_open = self._valid_until is not None and now < self._valid_until
+        waits = {
+            asyncio.ensure_future(self._alert.wait()),
+            asyncio.ensure_future(self._gate_changed.wait()),
+        }
+        if gate_open:
+            if not self._buffer:
+                self._arrived.clear()
+            waits.add(asyncio.ensure_future(self._arrived.wait()))
+            if self._valid_until is not None:
+                timeout = min(timeout, self._valid_until - now)
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+
+    def acknowledged(self) -> None:
+        """The application acknowledged something: let it ride on the next request."""
+        self._wake_all()
+
+    async def commit(self) -> list[AckResult]:
+        """Send every pending acknowledgement now (ShareAcknowledge per leader) and
+        return how they ended."""
+        if not self._cfg.explicit:
+            self.tracker.accept_delivered()
+        # Leaders with acknowledgements pending, or in flight (their answers count too).
+        nodes = {
+            n for n in self._sessions if self._has_work(n, renew=False) or self._has_in_flight(n)
+        }
+        if not nodes:
+            return []
+        flush = _Flush(set(nodes))
+        self._flushes.append(flush)
+        self._wake_all()
+        try:
+            await flush.done.wait()
+        finally:
+            if flush in self._flushes:
+                self._flushes.remove(flush)
+        return flush.results
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def close(self, timeout: float) -> None:
+        """Settle what was handed out (accept in implicit mode, release in explicit),
+        end the sessions (epoch -1, which gives back the rest), stop the tasks."""
+        if not self._cfg.explicit:
+            self.tracker.accept_delivered()
+        self.tracker.release_unacknowledged()
+        self._buffer.clear()
+        self._closing = True
+        self.hooks.closing()
+        self._wake_all()
+        loops = [t for t in self._loops.values() if not t.done()]
+        if loops:
+            await asyncio.wait(loops, timeout=timeout)
+        await self._scope.aclose()
+
+    async def abort(self) -> None:
+        await self._scope.aclose()
+
+    def _crashed(self, exc: BaseException) -> None:
+        log.error("share fetcher failed", exc_info=exc)
+        self.report_error(KafkaError(f"the share fetcher failed: {exc!r}"), fatal=True)
+
+    # -- per leader --------------------------------------------------------------------
+
+    def _leaders(self) -> dict[int, set[TopicPartition]]:
+        cluster = self._client.cluster
+        out: dict[int, set[TopicPartition]] = {}
+        missing = False
+        for tp in self._assigned:
+            leader = cluster.leader_for_partition(tp)
+            if leader is None or leader < 0:
+                missing = True
+                continue
+            out.setdefault(leader, set()).add(tp)
+        if missing and (self._leader_watch is None or self._leader_watch.done()):
+            self._leader_watch = self._scope.spawn(self._find_leaders(), "share-leaders")
+        return out
+
+    async def _find_leaders(self) -> None:
+        """Some assigned partitions have no known leader: refresh metadata until they do
+        (a topic just assigned is not in the client's metadata yet)."""
+        while not self._closing:
+            await self._client.force_metadata_update()
+            cluster = self._client.cluster
+            if all((cluster.leader_for_partition(tp) or -1) >= 0 for tp in self._assigned):
+                break
+            await asyncio.sleep(self._cfg.retry_backoff)
+        self._leader_watch = None
+        self._ensure_loops()
+        self._wake_all()
+
+    def _ensure_loops(self) -> None:
+        if self._closing:
+            return
+        for node in self._leaders():
+            task = self._loops.get(node)
+            if task is None or task.done():
+                self._sessions.setdefault(node, ShareSession(node))
+                self._wake.setdefault(node, asyncio.Event())
+                self._loops[node] = self._scope.spawn(
+                    self._leader_loop(node), f"share-fetch-{node}"
+                )
+
+    def _wake_all(self) -> None:
+        for event in self._wake.values():
+            event.set()
+
+    def _partitions_of(self, node: int) -> set[TopicPartition]:
+        return self._leaders().get(node, set())
+
+    def _has_work(self, node: int, *, renew: bool) -> bool:
+        session = self._sessions.get(node)
+        if session is None or not session.is_open:
+            return False
+        return self.tracker.pending(self._session_tps(node), renew=renew)
+
+    def _to_forget(self, node: int, wanted: set[TopicPartition]) -> bool:
+        """Does the session hold partitions no longer read from this leader?"""
+        session = self._sessions[node]
+        if not session.is_open:
+            return False
+        ids = {(self._assigned[tp], tp.partition) for tp in wanted}
+        return bool(session.partitions - ids)
+
+    def _has_in_flight(self, node: int) -> bool:
+        session = self._sessions.get(node)
+        return session is not None and session.in_flight is not None
+
+    def _session_tps(self, node: int) -> list[tuple[str, int]]:
+        """The partitions whose held records this leader's session acquired."""
+        session = self._sessions[node]
+        return self.tracker.session_partitions((node, session.generation))
+
+    async def _leader_loop(self, node: int) -> None:
+        session = self._sessions[node]
+        wake = self._wake[node]
+        loop = asyncio.get_running_loop()
+        while True:
+            wake.clear()
+            if node in self._reset_nodes and session.in_flight is None:
+                self._reset_nodes.discard(node)
+                session.reset()
+            if self._closing:
+                await self._close_session(node, session)
+                return
+            if self._cfg.auto_renew:
+                self.tracker.renew_expiring(loop.time(), self._renew_margin())
+            wanted = self._partitions_of(node)
+            flush = [f for f in self._flushes if node in f.nodes]
+            try:
+                if self._has_work(node, renew=True):
+                    await self._acknowledge(node, session, renew=True)
+                elif flush and self._has_work(node, renew=False):
+                    await self._acknowledge(node, session, renew=False)
+                elif flush:
+                    for f in flush:
+                        f.node_done(node)
+                    continue
+                elif len(self._buffer) == 0 and (wanted or self._to_forget(node, wanted)):
+                    # Also with nothing left to read here: the fetch forgets the
+                    # partitions that left the assignment, and the broker releases
+                    # what this member still held of them.
+                    await self._fetch(node, session, wanted)
+                elif self._has_work(node, renew=False):
+                    await self._acknowledge(node, session, renew=False)
+                else:
+                    await self._idle(wake)
+            except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+                log.debug("share fetch from node %d failed: %r", node, exc)
+                await asyncio.sleep(self._cfg.retry_backoff)
+
+    async def _idle(self, wake: asyncio.Event) -> None:
+        timeout = None
+        if self._cfg.auto_renew:
+            due = self.tracker.next_renewal(self._renew_margin())
+            if due is not None:
+                timeout = max(0.0, due - asyncio.get_running_loop().time())
+        waiter = asyncio.ensure_future(wake.wait())
+        try:
+            await asyncio.wait({waiter}, timeout=timeout)
+        finally:
+            waiter.cancel()
+
+    def _renew_margin(self) -> float:
+        """How long before a lock's sure end a RENEW goes out.  By default a quarter of
+        the lock, but at least a ShareFetch's wait and a round trip (a renewal waits for
+        the request in flight to its leader), and at most three quarters of the lock."""
+        margin = self._cfg.renew_margin
+        if margin is not None:
+            return margin
+        lock = self._lock_ms / 1000
+        floor = self._cfg.fetch_max_wait_ms / 1000 + 0.25
+        return min(max(lock / 4, floor), lock * 0.75)
+
+    def _key(self, node: int, session: ShareSession) -> tuple[int, int]:
+        return (node, session.generation)
+
+    def _ids(self, acks: dict[tuple[str, int], Any]) -> dict[tuple[uuid.UUID, int], Any]:
+        out = {}
+        for (t, p), batches in acks.items():
+            tid = self._topic_ids.get(t)
+            if tid is not None:
+                out[(tid, p)] = batches
+        return out
+
+    def _names(self) -> dict[uuid.UUID, str]:
+        """Topic id -> name of every topic ever assigned (an acknowledgement for a
+        partition that left the assignment is still answered by id)."""
+        return {tid: name for name, tid in self._topic_ids.items()}
+
+    async def _fetch(self, node: int, session: ShareSession, wanted: set[TopicPartition]) -> None:
+        loop = asyncio.get_running_loop()
+        cfg = self._cfg
+        key = self._key(node, session)
+        wanted_ids = {(self._assigned[tp], tp.partition) for tp in wanted}
+        token, acks = 0, dict[tuple[str, int], list[AckBatch]]()
+        if session.is_open:
+            token, acks = self.tracker.take(
+                self._session_tps(node), now=loop.time(), lock_ms=self._lock_ms
+            )
+        plan = session.fetch_request(wanted_ids, self._ids(acks))
+        request = ShareFetchRequest(
+            cfg.group_id,
+            self._member_id(),
+            plan.epoch,
+            plan.topics,
+            forgotten=plan.forgotten,
+            max_wait_ms=cfg.fetch_max_wait_ms,
+            min_bytes=cfg.fetch_min_bytes,
+            max_bytes=cfg.fetch_max_bytes,
+            max_records=cfg.max_poll_records,
+            batch_size=cfg.max_poll_records,
+            acquire_mode=AcquireMode.RECORD_LIMIT,
+        )
+        sent_at, sent_mono = loop.time(), time.monotonic()
+        try:
+            resp = await self._send(node, request, fallback=self._fetch_v1(request, plan))
+        except BaseException as exc:  # cancelled included: the session is gone either way
+            self._lost(node, session, key, token, f"ShareFetch got no answer: {exc!r}")
+            raise
+        result = parse_share_fetch(resp)
+        reaction = session.answered(result.error_code)
+        if reaction is not SessionReaction.OK:
+            self._lost(
+                node,
+                session,
+                key,
+                token,
+                f"share session lost ({result.error_code})",
+                answered=True,
+            )
+            if result.error_code and result.error_code not in (122, 123):
+                log.warning(
+                    "share group %s: ShareFetch to node %d refused: %s %s",
+                    cfg.group_id,
+                    node,
+                    result.error_code,
+                    result.error_message,
+                )
+            if reaction is SessionReaction.REOPEN_LATER or result.error_code not in (122, 123):
+                await asyncio.sleep(cfg.retry_backoff)
+            return
+        if result.acquisition_lock_timeout_ms > 0:
+            self._lock_ms = result.acquisition_lock_timeout_ms
+        names = self._names()
+        ack_errors: dict[tuple[str, int], tuple[int, str | None]] = {}
+        refresh = False
+        arrived = 0
+        deadline = sent_at + self._lock_ms / 1000
+        for part in result.partitions:
+            topic = names.get(part.topic_id)
+            if topic is None:
+                continue
+            tp = (topic, part.partition)
+            if part.acknowledge_error_code:
+                ack_errors[tp] = (part.acknowledge_error_code, part.acknowledge_error_message)
+            if part.error_code:
+                refresh = refresh or part.error_code in _LEADER_ERRORS
+                log.debug("share fetch %s: error %d", tp, part.error_code)
+            if not part.acquired:
+                continue
+            ranges = [(a.first_offset, a.last_offset, a.delivery_count) for a in part.acquired]
+            records, gaps = acquired_records(part.records, ranges, check_crcs=cfg.check_crcs)
+            for offset in gaps:
+                self.tracker.acquired_gap(tp, offset, deadline, key)
+            for r in records:
+                acq = self.tracker.acquired(tp, r.offset, r.delivery_count, deadline, key)
+                record = ShareRecord(
+                    topic,
+                    part.partition,
+                    r.offset,
+                    r.timestamp,
+                    r.timestamp_type,
+                    cfg.key_deserializer(r.key) if cfg.key_deserializer else r.key,
+                    cfg.value_deserializer(r.value) if cfg.value_deserializer else r.value,
+                    r.headers,
+                    r.delivery_count,
+                    acq,
+                )
+                self.hooks.acquired(record, sent_mono, self._lock_ms)
+                if TopicPartition(*tp) in self._assigned:
+                    self._buffer.append(record)
+                    arrived += 1
+            if TopicPartition(*tp) not in self._assigned:
+                # Acquired for a partition that left the assignment meanwhile: back.
+                self.tracker.release_undelivered([tp])
+                self._wake_all()
+        if token:
+            self._report(self.tracker.answered(token, ack_errors), sent_mono, node)
+        if arrived:
+            self._arrived.set()
+        if refresh:
+            # A leader moved (or a topic is not known there yet): look again, and do
+            # not ask this broker again at once.
+            self._client.force_metadata_update()
+            self._ensure_loops()
+            await asyncio.sleep(cfg.retry_backoff)
+
+    def _fetch_v1(self, request: ShareFetchRequest, plan: SessionRequest) -> ShareFetchRequest:
+        """The same fetch without strict acquisition, for a leader without ShareFetch v2."""
+        return ShareFetchRequest(
+            request.group_id,
+            request.member_id,
+            request.session_epoch,
+            plan.topics,
+            forgotten=plan.forgotten,
+            max_wait_ms=request.max_wait_ms,
+            min_bytes=request.min_bytes,
+            max_bytes=request.max_bytes,
+            max_records=request.max_records,
+            batch_size=request.batch_size,
+        )
+
+    async def _send(self, node: int, request: Any, *, fallback: Any = None) -> Any:
+        try:
+            return await self._client.send(node, request)
+        except IncompatibleBrokerVersion:
+            if fallback is None:
+                raise
+            return await self._client.send(node, fallback)
+
+    async def _acknowledge(self, node: int, session: ShareSession, *, renew: bool) -> None:
+        loop = asyncio.get_running_loop()
+        key = self._key(node, session)
+        token, acks = self.tracker.take(
+            self._session_tps(node), now=loop.time(), lock_ms=self._lock_ms, renew=renew
+        )
+        plan = session.acknowledge_request(self._ids(acks))
+        request = ShareAcknowledgeRequest(
+            self._cfg.group_id, self._member_id(), plan.epoch, plan.topics, is_renew_ack=renew
+        )
+        sent_mono = time.monotonic()
+        try:
+            resp = await self._client.send(node, request)
+        except BaseException as exc:
+            self._lost(node, session, key, token, f"ShareAcknowledge got no answer: {exc!r}")
+            raise
+        result = parse_share_acknowledge(resp)
+        names = self._names()
+        errors = {
+            (names[p.topic_id], p.partition): (p.error_code, p.error_message)
+            for p in result.partitions
+            if p.error_code and p.topic_id in names
+        }
+        reaction = session.answered(result.error_code)
+        if reaction is not SessionReaction.OK:
+            self._lost(
+                node,
+                session,
+                key,
+                token,
+                f"share session lost ({result.error_code})",
+                answered=True,
+            )
+            return
+        lock = result.acquisition_lock_timeout_ms if renew else None
+        self._report(self.tracker.answered(token, errors, lock_ms=lock), sent_mono, node)
+
+    async def _close_session(self, node: int, session: ShareSession) -> None:
+        if not session.is_open or session.in_flight is not None:
+            return
+        loop = asyncio.get_running_loop()
+        token, acks = self.tracker.take(
+            self._session_tps(node), now=loop.time(), lock_ms=self._lock_ms
+        )
+        plan = session.acknowledge_request(self._ids(acks), close=True)
+        request = ShareAcknowledgeRequest(
+            self._cfg.group_id, self._member_id(), plan.epoch, plan.topics
+        )
+        sent_mono = time.monotonic()
+        try:
+            resp = await self._client.send(node, request)
+        except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+            session.failed()
+            self._report(self.tracker.failed(token, repr(exc)), sent_mono, node)
+            return
+        result = parse_share_acknowledge(resp)
+        names = self._names()
+        errors = {
+            (names[p.topic_id], p.partition): (p.error_code, p.error_message)
+            for p in result.partitions
+            if p.error_code and p.topic_id in names
+        }
+        session.answered(result.error_code)
+        if result.error_code:
+            errors = {tp: (result.error_code, result.error_message) for tp in acks}
+        self._report(self.tracker.answered(token, errors), sent_mono, node)
+
+    def _lost(
+        self,
+        node: int,
+        session: ShareSession,
+        key: tuple[int, int],
+        token: int,
+        why: str,
+        *,
+        answered: bool = False,
+    ) -> None:
+        """The session is gone (no answer, or the broker said so): its records too."""
+        if not answered and session.in_flight is not None:
+            session.failed()
+        results = self.tracker.failed(token, why) if token else []
+        results += self.tracker.drop_session(key, "its share session ended")
+        self._report(results, time.monotonic(), node)
+
+    def _report(self, results: list[AckResult], sent: float, node: int) -> None:
+        for result in results:
+            self.hooks.acknowledged(result, sent)
+        for flush in self._flushes:
+            if node in flush.nodes:
+                flush.results.extend(results)
+        if results:
+            self.hooks.results(results)
