@@ -1,0 +1,243 @@
+"""Share-group (KIP-932) scenarios of issue 28, aiogroup's ShareConsumer judged from outside.
+
+Every consumer - aiogroup's, in this process or in its own
+(:mod:`aiogroup.testing.share_member`, for kill -9 and SIGSTOP), and the peers of
+:mod:`aiogroup.testing.share_peers` - feeds one share history; the producer's
+acknowledged records and the broker's final view (DescribeShareGroupOffsets: start
+offset and lag) go in too, and :func:`~aiogroup.testing.share_checker.check_share_history`
+rules on the whole.  Each scenario is short (seconds): locks and sessions of seconds
+through the group's own configs (the fixture's SHARE_TEST_SETTINGS floors allow them).
+
+Apache Kafka only (``AIOGROUP_BROKER=kafka``): the embedded Tansu serves no share
+groups (``caps.supports_share_groups``); there the scenarios report themselves not
+applicable and :func:`test_tansu_has_no_share_groups_and_start_says_so` asserts what a
+user gets instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import IncompatibleBrokerVersion
+
+from aiogroup import AcknowledgeType, ShareConsumer, ShareRecord
+from aiogroup.testing.broker import KafkaBroker, unique_name
+from aiogroup.testing.plugin import TopicFactory
+from aiogroup.testing.share_checker import (
+    ShareEvent,
+    ShareRecorder,
+    ShareReport,
+    check_share_history,
+    load_share_history,
+)
+from aiogroup.testing.share_member import load_outcomes
+from aiogroup.testing.share_observer import ShareGroupObserver
+from aiogroup.testing.share_peers import (
+    ConfluentSharePeer,
+    JavaSharePeer,
+    configure_share_group,
+    record_broker_view,
+    share_offsets,
+)
+
+pytestmark = pytest.mark.integration
+
+#: The broker's default share.delivery.count.limit (a group may set its own).
+DELIVERY_LIMIT = 5
+WAIT = 60.0
+
+
+@pytest.fixture
+def share_broker(kafka_broker: KafkaBroker) -> KafkaBroker:
+    if not kafka_broker.caps.supports_share_groups:
+        pytest.skip(
+            "not applicable: this broker serves no share groups (caps.supports_share_groups); "
+            "test_tansu_has_no_share_groups_and_start_says_so covers it"
+        )
+    return kafka_broker
+
+
+# -- helpers -----------------------------------------------------------------------------
+
+
+async def produce(
+    bootstrap: str,
+    topic: str,
+    count: int,
+    recorder: ShareRecorder,
+    *,
+    partitions: int = 1,
+    start: int = 0,
+) -> None:
+    """``count`` records round-robin over ``partitions``, each recorded once acknowledged."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=2)
+    await producer.start()
+    try:
+        futures = [
+            await producer.send(topic, f"v{start + i}".encode(), partition=(start + i) % partitions)
+            for i in range(count)
+        ]
+        for md in await asyncio.gather(*futures):
+            recorder.produced(topic, md.partition, md.offset, md.offset)
+    finally:
+        await producer.stop()
+
+
+async def until(what: str, check: Callable[[], Awaitable[bool]], timeout: float = WAIT) -> None:
+    """Poll what only the outside shows (a file, the broker's view) until ``check``."""
+    deadline = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout}s: {what}")
+        await asyncio.sleep(0.2)
+
+
+async def settled(bootstrap: str, group: str, partitions: int) -> bool:
+    """The broker's view: every partition's share state initialized and lag 0."""
+    rows = await share_offsets(bootstrap, group)
+    return len(rows) == partitions and all(r.start_offset >= 0 and r.lag == 0 for r in rows)
+
+
+@contextlib.asynccontextmanager
+async def share_consumer(
+    bootstrap: str, group: str, topic: str, recorder: ShareRecorder, name: str, **options: Any
+) -> AsyncIterator[ShareConsumer]:
+    c = ShareConsumer(
+        topic,
+        group_id=group,
+        bootstrap_servers=bootstrap,
+        client_id=name,
+        recorder=recorder,
+        recorder_name=name,
+        **options,
+    )
+    await c.start()
+    try:
+        yield c
+    finally:
+        await c.stop(timeout=10)
+
+
+async def work(
+    c: ShareConsumer,
+    done: asyncio.Event,
+    *,
+    handle_s: float = 0.0,
+    decide: Callable[[ShareRecord], AcknowledgeType] | None = None,
+    seen: list[ShareRecord] | None = None,
+) -> None:
+    """An explicit-mode worker: handle each record (await ``handle_s``), acknowledge it
+    as ``decide`` says (ACCEPT), commit after each batch; until ``done``."""
+    while not done.is_set():
+        batch = await c.getmany(timeout_ms=200)
+        for records in batch.values():
+            for r in records:
+                if seen is not None:
+                    seen.append(r)
+                if handle_s:
+                    await asyncio.sleep(handle_s)
+                c.acknowledge(r, decide(r) if decide else AcknowledgeType.ACCEPT)
+        if batch:
+            await c.commit()
+
+
+async def judge(
+    recorder: ShareRecorder | list[ShareEvent],
+    bootstrap: str,
+    group: str,
+    *,
+    delivery_limit: int = DELIVERY_LIMIT,
+) -> ShareReport:
+    view = ShareRecorder()
+    await record_broker_view(view, bootstrap, group)
+    events = recorder if isinstance(recorder, list) else recorder.events()
+    return check_share_history([*events, *view.events()], delivery_limit=delivery_limit)
+
+
+def member_argv(
+    bootstrap: str, topic: str, group: str, name: str, history: Path, **options: Any
+) -> list[str]:
+    argv = [sys.executable, "-m", "aiogroup.testing.share_member"]
+    argv += [bootstrap, topic, group, name, str(history)]
+    for key, value in options.items():
+        argv += [f"--{key.replace('_', '-')}", str(value)]
+    return argv
+
+
+# -- Tansu ----------------------------------------------------------------------------------
+
+
+async def test_tansu_has_no_share_groups_and_start_says_so(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory
+) -> None:
+    """Where share groups are not served, the caps flag says so and ``start()`` fails
+    naming the missing API (never a hang or a bare protocol error)."""
+    if kafka_broker.caps.supports_share_groups:
+        pytest.skip("not applicable: this broker serves share groups (the scenarios run)")
+    topic = await kafka_topic(1)
+    c = ShareConsumer(
+        topic, group_id=unique_name("share"), bootstrap_servers=kafka_broker.bootstrap_servers
+    )
+    with pytest.raises(IncompatibleBrokerVersion, match="does not serve share groups"):
+        await c.start()
+
+
+# -- 1. four consumers on one partition ---------------------------------------------------
+
+
+async def test_four_consumers_on_one_partition_hold_each_record_alone_and_accept_it_once(
+    share_broker: KafkaBroker, kafka_topic: TopicFactory
+) -> None:
+    """Four aiogroup share consumers (one loop, explicit ACCEPT, a 1 ms handler, 10
+    records a fetch) drain one partition: the checker finds no record held by two inside
+    overlapping lock windows, each of 400 records accepted once, the broker's lag 0."""
+    bootstrap = share_broker.bootstrap_servers
+    topic = await kafka_topic(1)
+    group = unique_name("share-four")
+    await configure_share_group(bootstrap, group, lock_ms=5000)
+    recorder = ShareRecorder()
+    total = 400
+    seen: dict[str, list[ShareRecord]] = {f"c{i}": [] for i in range(4)}
+    async with contextlib.AsyncExitStack() as stack:
+        consumers = {
+            name: await stack.enter_async_context(
+                share_consumer(
+                    bootstrap,
+                    group,
+                    topic,
+                    recorder,
+                    name,
+                    acknowledgement_mode="explicit",
+                    max_poll_records=10,
+                )
+            )
+            for name in seen
+        }
+        done = asyncio.Event()
+        workers = [
+            asyncio.create_task(work(c, done, handle_s=0.001, seen=seen[name]))
+            for name, c in consumers.items()
+        ]
+        try:
+            await produce(bootstrap, topic, total, recorder)
+            await until("every record settled", lambda: settled(bootstrap, group, 1))
+        finally:
+            done.set()
+            await asyncio.gather(*workers)
+    report = await judge(recorder, bootstrap, group)
+    report.assert_clean()
+    assert report.records == total and report.accepted == total, report.summary()
+    assert sorted(r.offset for rs in seen.values() for r in rs) == list(range(total))
+    # Measured: 100 records each (10 a fetch, the broker serving fetches in turn).
+    idle = [name for name, rs in seen.items() if not rs]
+    assert not idle, f"one partition, four consumers: {idle} got no record"
