@@ -241,3 +241,138 @@ async def test_four_consumers_on_one_partition_hold_each_record_alone_and_accept
     # Measured: 100 records each (10 a fetch, the broker serving fetches in turn).
     idle = [name for name, rs in seen.items() if not rs]
     assert not idle, f"one partition, four consumers: {idle} got no record"
+
+
+# -- 2. kill -9 with records acquired -----------------------------------------------------
+
+
+async def test_kill_9_of_an_aiogroup_share_consumer_gives_its_records_to_another(
+    share_broker: KafkaBroker, kafka_topic: TopicFactory, tmp_path: Path
+) -> None:
+    """An aiogroup share consumer in its own process acquires a batch and is killed
+    (kill -9) inside its handler.  Its connections drop, Kafka ends its share session
+    (KAFKA-19015), and a second aiogroup consumer gets every record it held with a
+    higher delivery count, long before the 10 s lock would have run out."""
+    lock_ms = 10_000
+    bootstrap = share_broker.bootstrap_servers
+    topic = await kafka_topic(1)
+    group = unique_name("share-kill")
+    await configure_share_group(bootstrap, group, lock_ms=lock_ms)
+    history = tmp_path / "share.jsonl"
+    recorder = ShareRecorder(history)
+    await produce(bootstrap, topic, 10, recorder)
+    argv = member_argv(bootstrap, topic, group, "victim", history, handle_s=60)
+    victim = await asyncio.to_thread(subprocess.Popen, argv)
+    try:
+
+        async def victim_holds() -> bool:
+            return any(
+                e.kind == "acquired" and e.consumer == "victim" for e in load_share_history(history)
+            )
+
+        await until("the victim acquired records", victim_holds)
+    finally:
+        victim.kill()
+        await asyncio.to_thread(victim.wait, 10)
+    recorder.add("victim", "crashed")
+    held = [e for e in load_share_history(history) if e.kind == "acquired"]
+    assert held and all(e.delivery_count == 1 for e in held)
+    done = asyncio.Event()
+    async with share_consumer(
+        bootstrap, group, topic, recorder, "survivor", acknowledgement_mode="explicit"
+    ) as survivor:
+        worker = asyncio.create_task(work(survivor, done))
+        try:
+            await until("every record settled", lambda: settled(bootstrap, group, 1))
+        finally:
+            done.set()
+            await worker
+    recorder.close()
+    events = load_share_history(history)
+    report = await judge(events, bootstrap, group)
+    report.assert_clean()
+    assert report.crashes == 1 and report.records == 10 and report.accepted == 10
+    again = {e.record: e for e in events if e.consumer == "survivor" and e.kind == "acquired"}
+    for first in held:
+        second = again[first.record]
+        assert second.delivery_count is not None and second.delivery_count >= 2
+        # Back at the connection drop, not at the lock's end.
+        assert second.t < (first.sent or first.t) + lock_ms / 1000, (first, second)
+
+
+# -- 3. SIGSTOP past the lock and the session ---------------------------------------------
+
+
+async def test_sigstop_past_the_lock_and_the_session_late_acks_reported_failed(
+    share_broker: KafkaBroker, kafka_topic: TopicFactory, tmp_path: Path
+) -> None:
+    """An aiogroup share consumer (own process) frozen mid-handler past its 3 s session
+    and 4 s lock: the broker drops it (the share observer sees it), a second consumer
+    accepts its records with delivery count 2.  Woken, the frozen consumer's handler
+    finishes and acknowledges: the checker counts none of those acknowledgements (each
+    record is accepted once, by the survivor) and finds no claim of success - aiogroup
+    told the application every late acknowledgement failed (an error result or a refused
+    ``acknowledge()``).  confluent-kafka 2.16 reported the same late acknowledgements as
+    successful (test_share_admin.py::test_sigstop_past_the_lock_and_the_session)."""
+    lock_ms = 4000
+    bootstrap = share_broker.bootstrap_servers
+    topic = await kafka_topic(1)
+    group = unique_name("share-stop")
+    await configure_share_group(
+        bootstrap, group, lock_ms=lock_ms, session_ms=3000, heartbeat_ms=500
+    )
+    history = tmp_path / "share.jsonl"
+    outcomes = tmp_path / "outcomes.jsonl"
+    recorder = ShareRecorder(history)
+    await produce(bootstrap, topic, 3, recorder)
+    argv = member_argv(
+        bootstrap, topic, group, "frozen", history, outcomes=outcomes, handle_s=1.5
+    )
+    observer = await ShareGroupObserver(bootstrap, group, recorder).start()
+    victim = await asyncio.to_thread(subprocess.Popen, argv)
+    done = asyncio.Event()
+    try:
+
+        async def victim_holds() -> bool:
+            return any(e.kind == "acquired" for e in load_share_history(history))
+
+        await until("the victim acquired records", victim_holds)
+        victim.send_signal(signal.SIGSTOP)
+        recorder.add("frozen", "frozen")
+        async with share_consumer(
+            bootstrap, group, topic, recorder, "survivor", acknowledgement_mode="explicit"
+        ) as survivor:
+            worker = asyncio.create_task(work(survivor, done))
+            try:
+                await until("every record settled", lambda: settled(bootstrap, group, 1))
+            finally:
+                done.set()
+                await worker
+        victim.send_signal(signal.SIGCONT)
+        recorder.add("frozen", "woke")
+
+        async def told() -> bool:
+            return {o["offset"] for o in load_outcomes(outcomes) if o["k"] == "ack"} == {0, 1, 2}
+
+        # Its handler (1.5 s a record) ran out while it was stopped: it finishes the
+        # batch and acknowledges each record, long after the lock.
+        await until("the woken consumer was told about every acknowledgement", told, 30)
+    finally:
+        victim.send_signal(signal.SIGCONT)
+        victim.terminate()
+        await asyncio.to_thread(victim.wait, 30)
+        await observer.stop()
+        recorder.close()
+    events = load_share_history(history)
+    report = await judge(events, bootstrap, group)
+    report.assert_clean()
+    assert report.records == 3 and report.accepted == 3, report.summary()
+    # Measured: the wake's first heartbeat learnt the fence (UNKNOWN_MEMBER_ID) before the
+    # first late ACCEPT left, so it never left: the callback reported it failed, and the
+    # next two were refused by acknowledge() naming the fence.  Had one left, the broker's
+    # error would have been the result; an "ok" would break the checker's late-ack rule.
+    told_app = [o for o in load_outcomes(outcomes) if o["k"] == "ack"]
+    assert told_app and all(o["outcome"] != "ok" for o in told_app), told_app
+    fence = min(e.since or e.t for e in events if e.kind == "gone" and e.consumer == "frozen")
+    taken = [e for e in events if e.kind == "acquired" and e.consumer == "survivor"]
+    assert len(taken) == 3 and all(e.delivery_count == 2 and e.t > fence for e in taken)
