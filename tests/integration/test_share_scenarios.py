@@ -376,3 +376,137 @@ async def test_sigstop_past_the_lock_and_the_session_late_acks_reported_failed(
     fence = min(e.since or e.t for e in events if e.kind == "gone" and e.consumer == "frozen")
     taken = [e for e in events if e.kind == "acquired" and e.consumer == "survivor"]
     assert len(taken) == 3 and all(e.delivery_count == 2 and e.t > fence for e in taken)
+
+
+# -- 4. a poison record -------------------------------------------------------------------
+
+
+async def test_a_poison_record_is_archived_at_the_delivery_limit(
+    share_broker: KafkaBroker, kafka_topic: TopicFactory
+) -> None:
+    """A record whose handler always fails (RELEASE) among good ones, delivery limit 3:
+    it comes back with counts 1, 2, 3 and is then archived - delivered no more, the
+    partition not blocked behind it - while every other record is accepted once."""
+    limit = 3
+    bootstrap = share_broker.bootstrap_servers
+    topic = await kafka_topic(1)
+    group = unique_name("share-poison")
+    await configure_share_group(bootstrap, group, lock_ms=5000, delivery_limit=limit)
+    recorder = ShareRecorder()
+    await produce(bootstrap, topic, 10, recorder)
+    poison = 4
+    seen: list[ShareRecord] = []
+
+    def decide(r: ShareRecord) -> AcknowledgeType:
+        return AcknowledgeType.RELEASE if r.offset == poison else AcknowledgeType.ACCEPT
+
+    done = asyncio.Event()
+    async with share_consumer(
+        bootstrap, group, topic, recorder, "c1", acknowledgement_mode="explicit"
+    ) as c:
+        worker = asyncio.create_task(work(c, done, decide=decide, seen=seen))
+        try:
+            await until("every record settled", lambda: settled(bootstrap, group, 1))
+            # Archived, not pending: no fourth delivery comes while the consumer polls on.
+            await asyncio.sleep(1.0)
+        finally:
+            done.set()
+            await worker
+    assert [r.delivery_count for r in seen if r.offset == poison] == [1, 2, 3]
+    assert sorted(r.offset for r in seen if r.offset != poison) == [
+        o for o in range(10) if o != poison
+    ]
+    report = await judge(recorder, bootstrap, group, delivery_limit=limit)
+    report.assert_clean()
+    assert (report.accepted, report.archived, report.releases) == (9, 1, 3), report.summary()
+
+
+# -- 5. explicit RELEASE, and RENEW over three lock durations ------------------------------
+
+
+async def test_released_records_come_back_with_a_higher_count(
+    share_broker: KafkaBroker, kafka_topic: TopicFactory
+) -> None:
+    """Two consumers RELEASE every first delivery and ACCEPT the second: every record is
+    delivered twice, the second time with count 2 (to either consumer), accepted once."""
+    bootstrap = share_broker.bootstrap_servers
+    topic = await kafka_topic(1)
+    group = unique_name("share-release")
+    await configure_share_group(bootstrap, group, lock_ms=5000)
+    recorder = ShareRecorder()
+    total = 40
+    seen: list[ShareRecord] = []
+
+    def decide(r: ShareRecord) -> AcknowledgeType:
+        return AcknowledgeType.RELEASE if r.delivery_count == 1 else AcknowledgeType.ACCEPT
+
+    done = asyncio.Event()
+    options: dict[str, Any] = {"acknowledgement_mode": "explicit", "max_poll_records": 5}
+    async with (
+        share_consumer(bootstrap, group, topic, recorder, "a", **options) as a,
+        share_consumer(bootstrap, group, topic, recorder, "b", **options) as b,
+    ):
+        workers = [
+            asyncio.create_task(work(c, done, decide=decide, seen=seen, handle_s=0.001))
+            for c in (a, b)
+        ]
+        try:
+            await produce(bootstrap, topic, total, recorder)
+            await until("every record settled", lambda: settled(bootstrap, group, 1))
+        finally:
+            done.set()
+            await asyncio.gather(*workers)
+    counts: dict[int, list[int]] = {}
+    for r in seen:
+        counts.setdefault(r.offset, []).append(r.delivery_count)
+    assert counts == {o: [1, 2] for o in range(total)}
+    report = await judge(recorder, bootstrap, group)
+    report.assert_clean()
+    assert (report.accepted, report.releases, report.redeliveries) == (total, total, total)
+
+
+async def test_renew_keeps_a_record_through_a_handler_of_three_lock_durations(
+    share_broker: KafkaBroker, kafka_topic: TopicFactory
+) -> None:
+    """A handler that takes 3x the 1.5 s lock RENEWs its record (explicit
+    ``acknowledge(record, RENEW)`` every 0.5 s) while another consumer polls all along:
+    the other never gets it, the final ACCEPT is answered ok, and the checker counts the
+    renewals and one acceptance."""
+    lock_ms = 1500
+    bootstrap = share_broker.bootstrap_servers
+    topic = await kafka_topic(1)
+    group = unique_name("share-renew")
+    await configure_share_group(bootstrap, group, lock_ms=lock_ms)
+    recorder = ShareRecorder()
+    await produce(bootstrap, topic, 1, recorder)
+    stolen: list[ShareRecord] = []
+    done = asyncio.Event()
+    async with (
+        share_consumer(
+            bootstrap, group, topic, recorder, "slow", acknowledgement_mode="explicit"
+        ) as slow,
+        share_consumer(
+            bootstrap, group, topic, recorder, "other", acknowledgement_mode="explicit"
+        ) as other,
+    ):
+        thief = asyncio.create_task(work(other, done, seen=stolen))
+        try:
+            (record,) = (await slow.getmany(timeout_ms=int(WAIT * 1000), max_records=1))[
+                next(iter(slow.assignment()))
+            ]
+            handler_ends = time.monotonic() + 3 * lock_ms / 1000
+            while time.monotonic() < handler_ends:
+                await asyncio.sleep(0.5)  # a step of the handler's work
+                slow.acknowledge(record, AcknowledgeType.RENEW)
+            slow.acknowledge(record, AcknowledgeType.ACCEPT)
+            results = await slow.commit()
+        finally:
+            done.set()
+            await thief
+    (result,) = [r for rs in results.values() for r in rs]
+    assert result.ok and result.ack_type is AcknowledgeType.ACCEPT, result
+    assert stolen == []
+    assert slow.metrics.lock_renewals >= 3
+    report = await judge(recorder, bootstrap, group)
+    report.assert_clean()
+    assert report.accepted == 1 and report.renewals >= 3 and report.acquisitions == 1
