@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from aiogroup.share import AckResult, AcknowledgeType, InvalidAcknowledgement, ShareConsumer
+from aiogroup.share import AcknowledgeType, AckResult, InvalidAcknowledgement, ShareConsumer
 from aiogroup.structs import TopicPartition
 from aiogroup.testing.share_checker import ShareRecorder
 
