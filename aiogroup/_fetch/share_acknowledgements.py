@@ -221,11 +221,16 @@ class AcknowledgementTracker:
         return n
 
     def release_unacknowledged(self) -> int:
-        """Closing: RELEASE every record held and not acknowledged (handed out or not),
-        so other consumers get them now rather than after the lock."""
+        """Closing: RELEASE every record handed out and not acknowledged, so other
+        consumers get them now rather than after the lock.  Records never handed out
+        are left to the session's close (epoch -1), which gives them back as well
+        (measured on Kafka 4.4: both ways count the delivery - the next one comes
+        with delivery count 2 - so the close need not name them)."""
         n = 0
         for held in self._held.values():
             for h in held.values():
+                if not h.delivered:
+                    continue
                 if (h.pending is None or h.pending == T.RENEW) and h.in_flight is None:
                     h.pending = T.RELEASE
                     n += 1

@@ -74,8 +74,8 @@ class ShareFetcherConfig:
     fetch_max_bytes: int
     retry_backoff: float
     auto_renew: bool
-    #: Renew this long before a lock's sure end (auto_renew).
-    renew_margin: float
+    #: Renew this long before a lock's sure end (auto_renew; None: a quarter of the lock).
+    renew_margin: float | None
     check_crcs: bool = True
     key_deserializer: Callable[[bytes | None], Any] | None = None
     value_deserializer: Callable[[bytes | None], Any] | None = None
@@ -123,15 +123,20 @@ class ShareFetcher:
         self._wake: dict[int, asyncio.Event] = {}
         self._buffer: deque[ShareRecord] = deque()
         self._arrived = asyncio.Event()
+        #: Set by an error (a stop included): wakes a waiting poll whatever the gate says.
+        self._alert = asyncio.Event()
         self._flushes: list[_Flush] = []
         self._lock_ms = _DEFAULT_LOCK_MS
         self._valid_until: float | None = None
         self._gate_changed = asyncio.Event()
         self._closing = False
-        self._reset_sessions = False
+        #: Leaders whose session must be reopened (the membership ended meanwhile).
+        self._reset_nodes: set[int] = set()
         self._scope = TaskScope(self._crashed)
         self._leader_watch: asyncio.Task[Any] | None = None
         self._error: BaseException | None = None
+        #: The first fatal error: raised by every poll from then on.
+        self._fatal: BaseException | None = None
 
     # -- wiring from the routine -------------------------------------------------------
 
@@ -153,7 +158,7 @@ class ShareFetcher:
     def drop_acquired(self, reason: str) -> None:
         self._buffer.clear()
         results = self.tracker.drop_all(reason)
-        self._reset_sessions = True
+        self._reset_nodes = set(self._sessions)
         for flush in self._flushes:
             flush.results.extend(results)
         self.hooks.results(results)
@@ -166,12 +171,18 @@ class ShareFetcher:
 
     def report_error(self, exc: BaseException, *, fatal: bool) -> None:
         self._error = exc
-        self._arrived.set()
+        if fatal and self._fatal is None:
+            self._fatal = exc
+        self._alert.set()
 
     # -- the application side ----------------------------------------------------------
 
     def raise_pending_error(self) -> None:
+        """Raise what was reported: a fatal error every time, another one once."""
+        if self._fatal is not None:
+            raise self._fatal
         exc, self._error = self._error, None
+        self._alert.clear()
         if exc is not None:
             raise exc
 
@@ -194,18 +205,26 @@ class ShareFetcher:
         return out
 
     async def wait_for_records(self, timeout: float) -> None:
-        """Until records arrive, the gate opens, an error is reported, or ``timeout``."""
-        arrived = asyncio.ensure_future(self._arrived.wait())
-        gate = asyncio.ensure_future(self._gate_changed.wait())
+        """Until records may be handed out, an error (or a stop) is reported, or
+        ``timeout``.  While the delivery gate is closed only its reopening (a heartbeat
+        answered) or an error wakes the caller: buffered records must wait for it."""
+        now = asyncio.get_running_loop().time()
+        gate_open = self._valid_until is not None and now < self._valid_until
+        waits = {
+            asyncio.ensure_future(self._alert.wait()),
+            asyncio.ensure_future(self._gate_changed.wait()),
+        }
+        if gate_open:
+            if not self._buffer:
+                self._arrived.clear()
+            waits.add(asyncio.ensure_future(self._arrived.wait()))
+            if self._valid_until is not None:
+                timeout = min(timeout, self._valid_until - now)
         try:
-            await asyncio.wait(
-                {arrived, gate}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-            )
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            arrived.cancel()
-            gate.cancel()
-        if not self._buffer and self._error is None:
-            self._arrived.clear()
+            for w in waits:
+                w.cancel()
 
     def acknowledged(self) -> None:
         """The application acknowledged something: let it ride on the next request."""
@@ -216,7 +235,10 @@ class ShareFetcher:
         return how they ended."""
         if not self._cfg.explicit:
             self.tracker.accept_delivered()
-        nodes = {n for n in self._sessions if self._has_work(n, renew=False)}
+        # Leaders with acknowledgements pending, or in flight (their answers count too).
+        nodes = {
+            n for n in self._sessions if self._has_work(n, renew=False) or self._has_in_flight(n)
+        }
         if not nodes:
             return []
         flush = _Flush(set(nodes))
@@ -306,6 +328,10 @@ class ShareFetcher:
             return False
         return self.tracker.pending(self._session_tps(node), renew=renew)
 
+    def _has_in_flight(self, node: int) -> bool:
+        session = self._sessions.get(node)
+        return session is not None and session.in_flight is not None
+
     def _session_tps(self, node: int) -> list[tuple[str, int]]:
         """The partitions whose held records this leader's session acquired."""
         session = self._sessions[node]
@@ -317,14 +343,14 @@ class ShareFetcher:
         loop = asyncio.get_running_loop()
         while True:
             wake.clear()
-            if self._reset_sessions and session.in_flight is None:
+            if node in self._reset_nodes and session.in_flight is None:
+                self._reset_nodes.discard(node)
                 session.reset()
-                self._reset_sessions = any(s.is_open for s in self._sessions.values())
             if self._closing:
                 await self._close_session(node, session)
                 return
             if self._cfg.auto_renew:
-                self.tracker.renew_expiring(loop.time(), self._cfg.renew_margin)
+                self.tracker.renew_expiring(loop.time(), self._renew_margin())
             wanted = self._partitions_of(node)
             flush = [f for f in self._flushes if node in f.nodes]
             try:
@@ -349,7 +375,7 @@ class ShareFetcher:
     async def _idle(self, wake: asyncio.Event) -> None:
         timeout = None
         if self._cfg.auto_renew:
-            due = self.tracker.next_renewal(self._cfg.renew_margin)
+            due = self.tracker.next_renewal(self._renew_margin())
             if due is not None:
                 timeout = max(0.0, due - asyncio.get_running_loop().time())
         waiter = asyncio.ensure_future(wake.wait())
@@ -357,6 +383,17 @@ class ShareFetcher:
             await asyncio.wait({waiter}, timeout=timeout)
         finally:
             waiter.cancel()
+
+    def _renew_margin(self) -> float:
+        """How long before a lock's sure end a RENEW goes out.  By default a quarter of
+        the lock, but at least a ShareFetch's wait and a round trip (a renewal waits for
+        the request in flight to its leader), and at most three quarters of the lock."""
+        margin = self._cfg.renew_margin
+        if margin is not None:
+            return margin
+        lock = self._lock_ms / 1000
+        floor = self._cfg.fetch_max_wait_ms / 1000 + 0.25
+        return min(max(lock / 4, floor), lock * 0.75)
 
     def _key(self, node: int, session: ShareSession) -> tuple[int, int]:
         return (node, session.generation)

@@ -73,10 +73,11 @@ class ShareConsumer:
     may still RELEASE or REJECT one instead) or ``"explicit"`` (the application
     acknowledges each record; RENEW keeps a slow record's lock).  ``auto_renew``
     (explicit mode): a record still unacknowledged when its lock nears its end gets a
-    RENEW, ``renew_margin_ms`` before it.  ``max_poll_records``: at most this many
-    records per call, and per ShareFetch (a strict limit where the broker serves
-    ShareFetch v2, KIP-1206).  ``acknowledgement_callback`` (sync or async) receives
-    each batch of acknowledgement results, per partition.  ``recorder`` (a
+    RENEW, ``renew_margin_ms`` before it (default: a quarter of the lock, at least
+    ``fetch_max_wait_ms`` + 250 ms).  ``max_poll_records``: at most this many records
+    per call, and per ShareFetch (a strict limit where the broker serves ShareFetch
+    v2, KIP-1206).  ``acknowledgement_callback`` (sync or async) receives each batch
+    of acknowledgement results, per partition.  ``recorder`` (a
     :class:`aiogroup.testing.share_checker.ShareRecorder`) with ``recorder_name``
     records every acquisition and acknowledgement for the history checker.
     """
@@ -151,7 +152,7 @@ class ShareConsumer:
             fetch_max_bytes=fetch_max_bytes,
             retry_backoff=retry_backoff_ms / 1000,
             auto_renew=auto_renew,
-            renew_margin=(renew_margin_ms / 1000) if renew_margin_ms is not None else 0.0,
+            renew_margin=None if renew_margin_ms is None else renew_margin_ms / 1000,
             check_crcs=check_crcs,
             key_deserializer=key_deserializer,
             value_deserializer=value_deserializer,

@@ -17,13 +17,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import IncompatibleBrokerVersion
 
-from aiogroup import ShareConsumer, ShareRecord
+from aiogroup import AcknowledgeType, ShareConsumer, ShareRecord
+from aiogroup.errors import ConfigurationError, ConsumerStoppedError, KafkaError
+from aiogroup.share import InvalidAcknowledgement
 from aiogroup.testing.broker import KafkaBroker, unique_name
 from aiogroup.testing.plugin import TopicFactory
 from aiogroup.testing.share_checker import ShareRecorder, check_share_history
@@ -31,6 +36,7 @@ from aiogroup.testing.share_peers import configure_share_group, record_broker_vi
 
 pytestmark = pytest.mark.integration
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 #: The broker's default delivery limit (group.share.delivery.count.limit).
 DELIVERY_LIMIT = 5
 WAIT = 30.0
@@ -113,3 +119,342 @@ async def test_consume_with_implicit_acknowledgement_accepts_every_record_once(
     report = check_share_history(recorder.events(), delivery_limit=DELIVERY_LIMIT)
     report.assert_clean()
     assert report.records == 20
+
+
+async def test_explicit_release_redelivers_with_a_higher_delivery_count(
+    share_broker: KafkaBroker, kafka_topic: TopicFactory
+) -> None:
+    bootstrap = share_broker.bootstrap_servers
+    topic = await kafka_topic(1)
+    group = unique_name("share")
+    await configure_share_group(bootstrap, group)
+    recorder = ShareRecorder()
+    await produce(bootstrap, topic, 3, recorder)
+    called: list[tuple[int, str, bool]] = []
+    three = asyncio.Event()
+
+    async def on_results(results: dict[Any, list[Any]]) -> None:  # an async callback
+        called.extend(
+            (o, r.ack_type.name, r.ok) for rs in results.values() for r in rs for o in r.offsets
+        )
+        if len(called) >= 3:
+            three.set()
+
+    async with consumer(
+        bootstrap,
+        group,
+        topic,
+        acknowledgement_mode="explicit",
+        acknowledgement_callback=on_results,
+        recorder=recorder,
+        recorder_name="c1",
+    ) as c:
+        first = await collect(c, 3)
+        assert [(r.offset, r.delivery_count) for r in first] == [(0, 1), (1, 1), (2, 1)]
+        c.acknowledge(first[0], AcknowledgeType.ACCEPT)
+        c.acknowledge(first[1], AcknowledgeType.RELEASE)
+        c.acknowledge(first[2], AcknowledgeType.ACCEPT)
+        results = await c.commit()
+        assert all(r.ok for rs in results.values() for r in rs), results
+        await asyncio.wait_for(three.wait(), timeout=WAIT)
+        assert sorted(called) == [(0, "ACCEPT", True), (1, "RELEASE", True), (2, "ACCEPT", True)]
+        again = await collect(c, 1)
+        assert [(r.offset, r.delivery_count) for r in again] == [(1, 2)]
+        c.acknowledge(again[0])
+        await c.commit()
+    await record_broker_view(recorder, bootstrap, group)
+    report = check_share_history(recorder.events(), delivery_limit=DELIVERY_LIMIT)
+    report.assert_clean()
+
+
+async def test_reject_archives_the_record(
+    share_broker: KafkaBroker, kafka_topic: TopicFactory
+) -> None:
+    bootstrap = share_broker.bootstrap_servers
+    topic = await kafka_topic(1)
+    group = unique_name("share")
+    await configure_share_group(bootstrap, group)
+    recorder = ShareRecorder()
+    await produce(bootstrap, topic, 2, recorder)
+    async with consumer(
+        bootstrap,
+        group,
+        topic,
+        acknowledgement_mode="explicit",
+        recorder=recorder,
+        recorder_name="c1",
+    ) as c:
+        got = await collect(c, 2)
+        c.acknowledge(got[0], AcknowledgeType.REJECT)
+        c.acknowledge(got[1], AcknowledgeType.ACCEPT)
+        results = await c.commit()
+        assert sorted(r.ack_type.name for rs in results.values() for r in rs) == [
+            "ACCEPT",
+            "REJECT",
+        ]
+        # Nothing comes back: the rejected record is archived, not redelivered.
+        assert await c.getmany(timeout_ms=1500) == {}
+    await record_broker_view(recorder, bootstrap, group)
+    report = check_share_history(recorder.events(), delivery_limit=DELIVERY_LIMIT)
+    report.assert_clean()
+    (start,) = [e for e in recorder.events() if e.kind == "broker_start"]
+    assert start.lag == 0
+
+
+async def test_two_consumers_on_one_partition_never_hold_a_record_at_once(
+    share_broker: KafkaBroker, kafka_topic: TopicFactory
+) -> None:
+    bootstrap = share_broker.bootstrap_servers
+    topic = await kafka_topic(1)
+    group = unique_name("share")
+    await configure_share_group(bootstrap, group)
+    recorder = ShareRecorder()
+    total = 200
+    seen: dict[str, list[int]] = {"a": [], "b": []}
+
+    async def work(c: ShareConsumer, name: str, done: asyncio.Event) -> None:
+        while not done.is_set():
+            for records in (await c.getmany(timeout_ms=200, max_records=10)).values():
+                for r in records:
+                    seen[name].append(r.offset)
+                    await asyncio.sleep(0.002)  # a handler that awaits
+            if len(seen["a"]) + len(seen["b"]) >= total:
+                done.set()
+
+    async with (
+        consumer(
+            bootstrap, group, topic, recorder=recorder, recorder_name="a", max_poll_records=10
+        ) as a,
+        consumer(
+            bootstrap, group, topic, recorder=recorder, recorder_name="b", max_poll_records=10
+        ) as b,
+    ):
+        await produce(bootstrap, topic, total, recorder)
+        done = asyncio.Event()
+        await asyncio.wait_for(asyncio.gather(work(a, "a", done), work(b, "b", done)), timeout=WAIT)
+        await a.getmany(timeout_ms=0)
+        await b.getmany(timeout_ms=0)
+        await a.commit()
+        await b.commit()
+    assert sorted(seen["a"] + seen["b"]) == list(range(total))
+    assert seen["a"] and seen["b"], "both consumers read the one partition"
+    # Strict acquisition (ShareFetch v2, KIP-1206): no fetch acquired more than
+    # max_poll_records, though the producer's records sat in the log 200 at a time.
+    per_fetch: dict[tuple[str, float | None], int] = {}
+    for e in recorder.events():
+        if e.kind == "acquired":
+            key = (e.consumer, e.sent)
+            per_fetch[key] = per_fetch.get(key, 0) + 1
+    assert per_fetch and max(per_fetch.values()) <= 10, max(per_fetch.values())
+    await record_broker_view(recorder, bootstrap, group)
+    report = check_share_history(recorder.events(), delivery_limit=DELIVERY_LIMIT)
+    report.assert_clean()
+
+
+async def test_stop_releases_unacknowledged_records_to_another_consumer_at_once(
+    share_broker: KafkaBroker, kafka_topic: TopicFactory
+) -> None:
+    bootstrap = share_broker.bootstrap_servers
+    topic = await kafka_topic(1)
+    group = unique_name("share")
+    # A 30 s lock: a record that came back before it could only have been released.
+    await configure_share_group(bootstrap, group, lock_ms=30_000)
+    recorder = ShareRecorder()
+    await produce(bootstrap, topic, 6, recorder)
+    first = ShareConsumer(
+        topic,
+        group_id=group,
+        bootstrap_servers=bootstrap,
+        acknowledgement_mode="explicit",
+        recorder=recorder,
+        recorder_name="first",
+    )
+    await first.start()
+    got: list[ShareRecord] = []
+    while len(got) < 5:  # offset 5 stays acquired but never handed out
+        for records in (await first.getmany(timeout_ms=500, max_records=5 - len(got))).values():
+            got.extend(records)
+    assert [r.offset for r in got] == [0, 1, 2, 3, 4]
+    first.acknowledge(got[0])
+    loop = asyncio.get_running_loop()
+    stopped_at = loop.time()
+    await first.stop()
+    async with consumer(bootstrap, group, topic, recorder=recorder, recorder_name="second") as c:
+        again = await collect(c, 5, timeout=15)
+        assert loop.time() - stopped_at < 15  # well inside the 30 s lock
+        # Released (1-4, handed out) or given back by the session's close (5, never
+        # handed out): Kafka 4.4 counts that delivery either way.
+        assert [(r.offset, r.delivery_count) for r in again] == [
+            (1, 2),
+            (2, 2),
+            (3, 2),
+            (4, 2),
+            (5, 2),
+        ]
+        await c.getmany(timeout_ms=0)
+        await c.commit()
+    await record_broker_view(recorder, bootstrap, group)
+    report = check_share_history(recorder.events(), delivery_limit=DELIVERY_LIMIT)
+    report.assert_clean()
+
+
+async def test_renew_keeps_a_slow_handlers_record_past_its_lock(
+    share_broker: KafkaBroker, kafka_topic: TopicFactory
+) -> None:
+    bootstrap = share_broker.bootstrap_servers
+    topic = await kafka_topic(1)
+    group = unique_name("share")
+    lock_ms = 1500
+    await configure_share_group(bootstrap, group, lock_ms=lock_ms)
+    recorder = ShareRecorder()
+    await produce(bootstrap, topic, 1, recorder)
+    async with (
+        consumer(
+            bootstrap,
+            group,
+            topic,
+            acknowledgement_mode="explicit",
+            auto_renew=True,  # the default margin: max(lock / 4, fetch wait + 250 ms)
+            recorder=recorder,
+            recorder_name="slow",
+        ) as slow,
+        consumer(bootstrap, group, topic, recorder=recorder, recorder_name="other") as other,
+    ):
+        (record,) = await collect(slow, 1)
+        # The handler runs 3 lock durations; the other consumer polls all along.
+        stolen = await collect(other, 1, timeout=3 * lock_ms / 1000)
+        assert stolen == []
+        slow.acknowledge(record, AcknowledgeType.ACCEPT)
+        results = await slow.commit()
+        (result,) = [r for rs in results.values() for r in rs]
+        assert result.ok and result.ack_type is AcknowledgeType.ACCEPT
+        assert slow.metrics.lock_renewals >= 2
+    await record_broker_view(recorder, bootstrap, group)
+    report = check_share_history(recorder.events(), delivery_limit=DELIVERY_LIMIT)
+    report.assert_clean()
+
+
+async def test_bad_acknowledgements_are_refused_naming_the_problem(
+    share_broker: KafkaBroker, kafka_topic: TopicFactory
+) -> None:
+    bootstrap = share_broker.bootstrap_servers
+    topic = await kafka_topic(1)
+    group = unique_name("share")
+    await configure_share_group(bootstrap, group)
+    await produce(bootstrap, topic, 2)
+    async with (
+        consumer(bootstrap, group, topic, acknowledgement_mode="explicit") as a,
+        consumer(bootstrap, unique_name("share"), topic) as implicit,
+    ):
+        (r0, r1) = await collect(a, 2)
+        a.acknowledge(r0)
+        with pytest.raises(InvalidAcknowledgement, match="already acknowledged"):
+            a.acknowledge(r0, AcknowledgeType.REJECT)
+        with pytest.raises(InvalidAcknowledgement, match="not delivered by this consumer"):
+            implicit.acknowledge(r1)
+        with pytest.raises(InvalidAcknowledgement, match="RENEW needs explicit"):
+            implicit.acknowledge(r1, AcknowledgeType.RENEW)
+        with pytest.raises(TypeError, match="ShareRecord"):
+            a.acknowledge("r1")  # type: ignore[arg-type]
+        a.acknowledge(r1)
+        await a.commit()
+
+
+async def test_a_group_id_of_a_consumer_group_is_refused_naming_it(
+    share_broker: KafkaBroker, kafka_topic: TopicFactory
+) -> None:
+    from aiogroup import GroupConsumer
+
+    bootstrap = share_broker.bootstrap_servers
+    topic = await kafka_topic(1)
+    group = unique_name("classic")
+    classic = GroupConsumer(topic, bootstrap_servers=bootstrap, group_id=group)
+    await classic.start()
+    try:
+        c = ShareConsumer(topic, group_id=group, bootstrap_servers=bootstrap)
+        with pytest.raises(KafkaError, match=f"'{group}' is in use by a classic or consumer group"):
+            await c.start()
+    finally:
+        await classic.stop()
+
+
+def test_bad_options_are_refused_naming_them() -> None:
+    with pytest.raises(ConfigurationError, match="group_id"):
+        ShareConsumer("t", group_id="")
+    with pytest.raises(ConfigurationError, match="acknowledgement_mode"):
+        ShareConsumer("t", group_id="g", acknowledgement_mode="auto")
+    with pytest.raises(ConfigurationError, match="auto_renew needs acknowledgement_mode"):
+        ShareConsumer("t", group_id="g", auto_renew=True)
+    with pytest.raises(ConfigurationError, match="max_poll_records"):
+        ShareConsumer("t", group_id="g", max_poll_records=0)
+
+
+async def test_start_on_a_broker_without_share_groups_names_the_missing_api(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory
+) -> None:
+    if kafka_broker.caps.supports_share_groups:
+        pytest.skip("not applicable: this broker serves share groups (the tests above run)")
+    topic = await kafka_topic(1)
+    c = ShareConsumer(
+        topic, group_id=unique_name("share"), bootstrap_servers=kafka_broker.bootstrap_servers
+    )
+    with pytest.raises(IncompatibleBrokerVersion, match="ShareGroupHeartbeat \\(API key 76\\)"):
+        await c.start()
+
+
+async def test_the_share_worker_example_accepts_good_records_and_rejects_poison(
+    share_broker: KafkaBroker, kafka_topic: TopicFactory
+) -> None:
+    """docs/usage.md's example, as it is: a poison record is released, then rejected
+    on its third delivery; every good record is accepted once."""
+    spec = importlib.util.spec_from_file_location("share_worker", EXAMPLES / "share_worker.py")
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    bootstrap = share_broker.bootstrap_servers
+    topic = await kafka_topic(1)
+    group = unique_name("share")
+    await configure_share_group(bootstrap, group)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    try:
+        for value in (b"a", b"poison", b"b"):
+            await producer.send_and_wait(topic, value, partition=0)
+    finally:
+        await producer.stop()
+    decisions: list[tuple[int, int, str]] = []
+    stop = asyncio.Event()
+
+    def done(record: ShareRecord, ack: AcknowledgeType) -> None:
+        decisions.append((record.offset, record.delivery_count, ack.name))
+        if ack is AcknowledgeType.REJECT:
+            stop.set()
+
+    await asyncio.wait_for(example.run(bootstrap, topic, group, stop, done), timeout=WAIT)
+    assert sorted(decisions) == [
+        (0, 1, "ACCEPT"),
+        (1, 1, "RELEASE"),
+        (1, 2, "RELEASE"),
+        (1, 3, "REJECT"),
+        (2, 1, "ACCEPT"),
+    ]
+
+
+async def test_stop_wakes_a_waiting_getone_and_ends_async_for(
+    share_broker: KafkaBroker, kafka_topic: TopicFactory
+) -> None:
+    bootstrap = share_broker.bootstrap_servers
+    topic = await kafka_topic(1)
+    group = unique_name("share")
+    c = ShareConsumer(topic, group_id=group, bootstrap_servers=bootstrap)
+    await c.start()
+    waiting = asyncio.create_task(c.getone())  # no timeout: only stop() ends it
+    iterating = asyncio.create_task(anext(aiter(c), None))
+    await asyncio.sleep(0)  # let both start waiting (nothing is produced)
+    assert not waiting.done() and not iterating.done()
+    await c.stop()
+    with pytest.raises(ConsumerStoppedError):
+        await asyncio.wait_for(waiting, timeout=5)
+    assert await asyncio.wait_for(iterating, timeout=5) is None  # StopAsyncIteration
+    with pytest.raises(ConsumerStoppedError):
+        await c.getmany()

@@ -262,9 +262,9 @@ async def test_leader_snapshot_keeps_what_the_assignor_saw() -> None:
 
 
 def test_every_action_has_a_performer_in_the_shell_of_each_machine_that_returns_it() -> None:
-    from aiogroup._coordination import consumer_protocol_routine
+    from aiogroup._coordination import consumer_protocol_routine, share_routine
     from aiogroup._coordination.classic_routine import _PERFORMERS
-    from aiogroup._membership import consumer_group, machine
+    from aiogroup._membership import consumer_group, machine, share_group
 
     # From the module, not Action.__subclasses__(): dataclass(slots=True) replaces each class.
     declared = {v for v in vars(A).values() if isinstance(v, type) and issubclass(v, A.Action)} - {
@@ -272,5 +272,6 @@ def test_every_action_has_a_performer_in_the_shell_of_each_machine_that_returns_
     }
     assert set(_PERFORMERS) == machine.ACTION_TYPES
     assert set(consumer_protocol_routine._PERFORMERS) == consumer_group.ACTION_TYPES
+    assert set(share_routine._PERFORMERS) == share_group.ACTION_TYPES
     # One vocabulary: no action is left that no machine returns.
-    assert machine.ACTION_TYPES | consumer_group.ACTION_TYPES == declared
+    assert machine.ACTION_TYPES | consumer_group.ACTION_TYPES | share_group.ACTION_TYPES == declared
