@@ -266,6 +266,13 @@ class ShareGroupRoutine:
             r = parse_share_group_heartbeat(resp)
             if r.error_code == 0:
                 self.metrics.last_heartbeat_ok = time.monotonic()
+                log.debug(
+                    "share group %s: heartbeat epoch %d answered: epoch %d, assignment %s",
+                    self._group_id,
+                    action.member_epoch,
+                    r.member_epoch,
+                    r.assignment,
+                )
             else:
                 log.debug(
                     "share group %s: heartbeat answered %s: %s",

@@ -440,10 +440,8 @@ class ShareFetcher:
         sent_at, sent_mono = loop.time(), time.monotonic()
         try:
             resp = await self._send(node, request, fallback=self._fetch_v1(request, plan))
-        except BaseException as exc:
+        except BaseException as exc:  # cancelled included: the session is gone either way
             self._lost(node, session, key, token, f"ShareFetch got no answer: {exc!r}")
-            if isinstance(exc, asyncio.CancelledError):
-                raise
             raise
         result = parse_share_fetch(resp)
         reaction = session.answered(result.error_code)
@@ -509,11 +507,14 @@ class ShareFetcher:
                 arrived += 1
         if token:
             self._report(self.tracker.answered(token, ack_errors), sent_mono, node)
-        if refresh:
-            self._client.force_metadata_update()
-            self._ensure_loops()
         if arrived:
             self._arrived.set()
+        if refresh:
+            # A leader moved (or a topic is not known there yet): look again, and do
+            # not ask this broker again at once.
+            self._client.force_metadata_update()
+            self._ensure_loops()
+            await asyncio.sleep(cfg.retry_backoff)
 
     def _fetch_v1(self, request: ShareFetchRequest, plan: SessionRequest) -> ShareFetchRequest:
         """The same fetch without strict acquisition, for a leader without ShareFetch v2."""

@@ -72,8 +72,9 @@ def acquired_records(
         return [], []
     records: list[AcquiredRecord] = []
     seen: set[int] = set()
+    low, high = min(counts), max(counts)
     for batch in split_batches(data) if data else ():
-        if batch.next_offset <= min(counts) or getattr(batch, "base_offset", 0) > max(counts):
+        if batch.next_offset <= low or getattr(batch, "base_offset", 0) > high:
             continue
         if check_crcs and not batch.validate_crc():
             raise CorruptRecordException(

@@ -30,6 +30,7 @@ from aiogroup._fetch.share_records import ShareRecord
 from aiogroup._membership.codes import code_name
 from aiogroup._protocol.share_types import AcknowledgeType
 from aiogroup._support.bootstrap_errors import explain_bootstrap_failure
+from aiogroup._support.client_security import check_security_options
 from aiogroup._support.timeouts import wait_for
 from aiogroup.errors import (
     ConfigurationError,
@@ -79,7 +80,9 @@ class ShareConsumer:
     v2, KIP-1206).  ``acknowledgement_callback`` (sync or async) receives each batch
     of acknowledgement results, per partition.  ``recorder`` (a
     :class:`aiogroup.testing.share_checker.ShareRecorder`) with ``recorder_name``
-    records every acquisition and acknowledgement for the history checker.
+    records every acquisition and acknowledgement for the history checker.  Security
+    keywords (``security_protocol``, ``ssl_context``, ``sasl_mechanism``,
+    ``sasl_plain_username``, ...) are GroupConsumer's.
     """
 
     def __init__(
@@ -105,6 +108,7 @@ class ShareConsumer:
         client_rack: str | None = None,
         recorder: Any = None,
         recorder_name: str | None = None,
+        **security: Any,
     ) -> None:
         if not isinstance(group_id, str) or not group_id:
             raise ConfigurationError("group_id must be a non-empty str: the share group's id")
@@ -131,6 +135,9 @@ class ShareConsumer:
             raise ConfigurationError("fetch_max_wait_ms must be less than request_timeout_ms")
         if renew_margin_ms is not None:
             _require_int("renew_margin_ms", renew_margin_ms, 1)
+        #: Connection security (``security_protocol``, ``ssl_context``, ``sasl_*``: the
+        #: same keywords as GroupConsumer and aiokafka), checked here.
+        self._security = check_security_options("ShareConsumer", security)
         if recorder is not None and not recorder_name:
             raise ConfigurationError("recorder needs recorder_name (the consumer's name in it)")
         self._topics = frozenset(topics)
@@ -169,6 +176,24 @@ class ShareConsumer:
         self._started = False
         self._closed = False
 
+    def subscribe(self, *topics: str) -> None:
+        """Read ``topics`` from now on (replacing the subscription); before ``start()``
+        or while running - the coordinator learns of it with the next heartbeat, sent
+        at once."""
+        if not topics:
+            raise ConfigurationError("subscribe() needs at least one topic")
+        for t in topics:
+            if not isinstance(t, str) or not t:
+                raise ConfigurationError(f"topics must be non-empty str, got {t!r}")
+        if self._closed:
+            raise ConsumerStoppedError("the share consumer was stopped")
+        self._topics = frozenset(topics)
+        if self._routine is not None:
+            self._routine.subscribe(self._topics)
+
+    def subscription(self) -> frozenset[str]:
+        return self._topics
+
     # -- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -185,12 +210,13 @@ class ShareConsumer:
             client_id=self._client_id,
             request_timeout_ms=int(self._request_timeout * 1000),
             retry_backoff_ms=int(self._retry_backoff * 1000),
+            **self._security,
         )
         try:
             try:
                 await client.bootstrap()
             except KafkaConnectionError as exc:
-                raise await explain_bootstrap_failure(self._bootstrap, {}, exc) from exc
+                raise await explain_bootstrap_failure(self._bootstrap, self._security, exc) from exc
             await self._check_broker(client)
             hooks = ShareHooks(
                 acquired=self._on_acquired,

@@ -74,6 +74,47 @@ async def produce(
         recorder.produced(topic, partition, metas[0].offset, metas[-1].offset)
 
 
+async def produce_batch(bootstrap: str, topic: str, count: int, recorder: ShareRecorder) -> None:
+    """``count`` records to partition 0 in as few batches as the producer makes."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=50)
+    await producer.start()
+    try:
+        futures = [await producer.send(topic, f"v{i}".encode(), partition=0) for i in range(count)]
+        metas = await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+    recorder.produced(topic, 0, metas[0].offset, metas[-1].offset)
+
+
+async def members_assigned(bootstrap: str, group: str, count: int) -> None:
+    """Until the coordinator shows ``count`` members, each with partitions assigned
+    (ShareGroupDescribe, polled: the broker offers nothing to await)."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    from aiogroup._protocol.share_admin import (
+        ShareGroupDescribeRequest,
+        parse_share_group_describe,
+    )
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WAIT
+        while True:
+            node = await admin.find_coordinator(group)
+            found = parse_share_group_describe(
+                await admin._client.send(node, ShareGroupDescribeRequest(group))
+            )
+            members = [m for m in found.members if m.assignment]
+            if len(members) >= count:
+                return
+            assert loop.time() < deadline, f"{len(members)} of {count} members assigned"
+            await asyncio.sleep(0.2)
+    finally:
+        await admin.close()
+
+
 @contextlib.asynccontextmanager
 async def consumer(
     bootstrap: str, group: str, topic: str, **options: Any
@@ -162,6 +203,10 @@ async def test_explicit_release_redelivers_with_a_higher_delivery_count(
         assert [(r.offset, r.delivery_count) for r in again] == [(1, 2)]
         c.acknowledge(again[0])
         await c.commit()
+        metrics = c.metrics.share_snapshot()
+        assert metrics["delivery_count_histogram"] == {1: 3, 2: 1}
+        assert metrics["acknowledged"] == {"accept": 3, "release": 1}
+        assert metrics["records_acquired"] == metrics["records_delivered"] == 4
     await record_broker_view(recorder, bootstrap, group)
     report = check_share_history(recorder.events(), delivery_limit=DELIVERY_LIMIT)
     report.assert_clean()
@@ -201,7 +246,7 @@ async def test_reject_archives_the_record(
     assert start.lag == 0
 
 
-async def test_two_consumers_on_one_partition_never_hold_a_record_at_once(
+async def test_four_consumers_on_one_partition_never_hold_a_record_at_once(
     share_broker: KafkaBroker, kafka_topic: TopicFactory
 ) -> None:
     bootstrap = share_broker.bootstrap_servers
@@ -209,37 +254,44 @@ async def test_two_consumers_on_one_partition_never_hold_a_record_at_once(
     group = unique_name("share")
     await configure_share_group(bootstrap, group)
     recorder = ShareRecorder()
-    total = 200
-    seen: dict[str, list[int]] = {"a": [], "b": []}
+    total = 400
+    names = ("a", "b", "c", "d")
+    seen: dict[str, list[int]] = {name: [] for name in names}
 
     async def work(c: ShareConsumer, name: str, done: asyncio.Event) -> None:
         while not done.is_set():
-            for records in (await c.getmany(timeout_ms=200, max_records=10)).values():
+            for records in (await c.getmany(timeout_ms=200)).values():
                 for r in records:
                     seen[name].append(r.offset)
-                    await asyncio.sleep(0.002)  # a handler that awaits
-            if len(seen["a"]) + len(seen["b"]) >= total:
+                    await asyncio.sleep(0.005)  # a handler that awaits 5 ms
+            if sum(map(len, seen.values())) >= total:
                 done.set()
 
-    async with (
-        consumer(
-            bootstrap, group, topic, recorder=recorder, recorder_name="a", max_poll_records=10
-        ) as a,
-        consumer(
-            bootstrap, group, topic, recorder=recorder, recorder_name="b", max_poll_records=10
-        ) as b,
-    ):
-        await produce(bootstrap, topic, total, recorder)
+    async with contextlib.AsyncExitStack() as stack:
+        members = [
+            await stack.enter_async_context(
+                consumer(
+                    bootstrap, group, topic, recorder=recorder, recorder_name=n, max_poll_records=10
+                )
+            )
+            for n in names
+        ]
+        await members_assigned(bootstrap, group, len(names))
+        # All at once, in large batches: a fetch could take whole batches but for the
+        # strict record limit.
+        await produce_batch(bootstrap, topic, total, recorder)
         done = asyncio.Event()
-        await asyncio.wait_for(asyncio.gather(work(a, "a", done), work(b, "b", done)), timeout=WAIT)
-        await a.getmany(timeout_ms=0)
-        await b.getmany(timeout_ms=0)
-        await a.commit()
-        await b.commit()
-    assert sorted(seen["a"] + seen["b"]) == list(range(total))
-    assert seen["a"] and seen["b"], "both consumers read the one partition"
+        await asyncio.wait_for(
+            asyncio.gather(*(work(c, n, done) for c, n in zip(members, names, strict=True))),
+            timeout=WAIT,
+        )
+        for c in members:
+            await c.getmany(timeout_ms=0)  # accepts the last batch
+            await c.commit()
+    assert sorted(o for offsets in seen.values() for o in offsets) == list(range(total))
+    assert all(seen.values()), {n: len(o) for n, o in seen.items()}  # all four read
     # Strict acquisition (ShareFetch v2, KIP-1206): no fetch acquired more than
-    # max_poll_records, though the producer's records sat in the log 200 at a time.
+    # max_poll_records, though the log held the records in batches of hundreds.
     per_fetch: dict[tuple[str, float | None], int] = {}
     for e in recorder.events():
         if e.kind == "acquired":
@@ -334,6 +386,39 @@ async def test_renew_keeps_a_slow_handlers_record_past_its_lock(
     report.assert_clean()
 
 
+async def test_a_record_whose_lock_ran_out_comes_back_and_its_old_delivery_is_refused(
+    share_broker: KafkaBroker, kafka_topic: TopicFactory
+) -> None:
+    bootstrap = share_broker.bootstrap_servers
+    topic = await kafka_topic(1)
+    group = unique_name("share")
+    lock_ms = 1000
+    await configure_share_group(bootstrap, group, lock_ms=lock_ms)
+    recorder = ShareRecorder()
+    await produce(bootstrap, topic, 1, recorder)
+    async with consumer(
+        bootstrap,
+        group,
+        topic,
+        acknowledgement_mode="explicit",
+        recorder=recorder,
+        recorder_name="late",
+    ) as c:
+        (record,) = await collect(c, 1)
+        # The next delivery proves the lock ran out (no sleep: the broker says so).
+        (again,) = await collect(c, 1)
+        assert (again.offset, again.delivery_count) == (0, 2)
+        with pytest.raises(InvalidAcknowledgement, match="delivered again since"):
+            c.acknowledge(record)  # the first delivery is not ours any more
+        c.acknowledge(again)
+        results = await c.commit()
+        assert [r.ok for rs in results.values() for r in rs] == [True]
+    await record_broker_view(recorder, bootstrap, group)
+    report = check_share_history(recorder.events(), delivery_limit=DELIVERY_LIMIT)
+    report.assert_clean()
+    assert report.lock_expiries == 1
+
+
 async def test_bad_acknowledgements_are_refused_naming_the_problem(
     share_broker: KafkaBroker, kafka_topic: TopicFactory
 ) -> None:
@@ -378,6 +463,21 @@ async def test_a_group_id_of_a_consumer_group_is_refused_naming_it(
         await classic.stop()
 
 
+async def test_subscribe_while_running_reads_the_new_topic(
+    share_broker: KafkaBroker, kafka_topic: TopicFactory
+) -> None:
+    bootstrap = share_broker.bootstrap_servers
+    first, second = await kafka_topic(1), await kafka_topic(1)
+    group = unique_name("share")
+    await configure_share_group(bootstrap, group)
+    await produce(bootstrap, second, 3)
+    async with consumer(bootstrap, group, first) as c:
+        c.subscribe(second)
+        assert c.subscription() == {second}
+        got = await collect(c, 3)
+        assert {(r.topic, r.offset) for r in got} == {(second, 0), (second, 1), (second, 2)}
+
+
 def test_bad_options_are_refused_naming_them() -> None:
     with pytest.raises(ConfigurationError, match="group_id"):
         ShareConsumer("t", group_id="")
@@ -387,6 +487,12 @@ def test_bad_options_are_refused_naming_them() -> None:
         ShareConsumer("t", group_id="g", auto_renew=True)
     with pytest.raises(ConfigurationError, match="max_poll_records"):
         ShareConsumer("t", group_id="g", max_poll_records=0)
+    with pytest.raises(ConfigurationError, match=r"unknown option.*'sasl_passwrd'"):
+        ShareConsumer("t", group_id="g", sasl_passwrd="x")
+    with pytest.raises(ConfigurationError, match="needs an ssl_context"):
+        ShareConsumer("t", group_id="g", security_protocol="SSL")
+    with pytest.raises(ConfigurationError, match="at least one topic"):
+        ShareConsumer("t", group_id="g").subscribe()
 
 
 async def test_start_on_a_broker_without_share_groups_names_the_missing_api(
