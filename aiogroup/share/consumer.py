@@ -200,6 +200,8 @@ class ShareConsumer:
         """Connect, check the broker serves share groups, join, and wait (bounded by
         ``request_timeout_ms``) for the first assignment; a fatal group error - a
         group id in use by a classic or consumer group - is raised here."""
+        if self._closed:
+            raise ConsumerStoppedError("the share consumer was stopped: make a new one")
         if self._started:
             raise IllegalStateError("ShareConsumer.start() called twice")
         if not self._topics:

@@ -152,8 +152,7 @@ async def test_consume_with_implicit_acknowledgement_accepts_every_record_once(
         assert sorted(r.offset for r in got) == list(range(20))
         assert all(r.delivery_count == 1 for r in got)
         assert got[0].value == b"v0" and got[0].key == b"k0"
-        # The next poll accepts them (implicit mode); commit() sends it now.
-        await c.getmany(timeout_ms=0)
+        # Implicit mode: commit() accepts what was handed out and sends it now.
         results = await c.commit()
         assert c.metrics.share_snapshot()["acknowledged"].get("accept") == 20, results
     await record_broker_view(recorder, bootstrap, group)
@@ -286,7 +285,6 @@ async def test_four_consumers_on_one_partition_never_hold_a_record_at_once(
             timeout=WAIT,
         )
         for c in members:
-            await c.getmany(timeout_ms=0)  # accepts the last batch
             await c.commit()
     assert sorted(o for offsets in seen.values() for o in offsets) == list(range(total))
     assert all(seen.values()), {n: len(o) for n, o in seen.items()}  # all four read
@@ -343,7 +341,6 @@ async def test_stop_releases_unacknowledged_records_to_another_consumer_at_once(
             (4, 2),
             (5, 2),
         ]
-        await c.getmany(timeout_ms=0)
         await c.commit()
     await record_broker_view(recorder, bootstrap, group)
     report = check_share_history(recorder.events(), delivery_limit=DELIVERY_LIMIT)
@@ -564,3 +561,5 @@ async def test_stop_wakes_a_waiting_getone_and_ends_async_for(
     assert await asyncio.wait_for(iterating, timeout=5) is None  # StopAsyncIteration
     with pytest.raises(ConsumerStoppedError):
         await c.getmany()
+    with pytest.raises(ConsumerStoppedError, match="make a new one"):
+        await c.start()

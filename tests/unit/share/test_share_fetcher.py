@@ -1,0 +1,225 @@
+"""The share fetcher against a scripted leader: what each request carries, and what a
+lost share session does to the records it acquired.
+
+No sockets: a fake client answers ShareFetch and ShareAcknowledge from a script of
+answers; the test reads the requests the fetcher built.  Awaited events, no sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import uuid
+from typing import Any
+
+import pytest
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+from aiogroup._fetch.share_acknowledgements import InvalidAcknowledgement
+from aiogroup._fetch.share_fetcher import ShareFetcher, ShareFetcherConfig, ShareHooks
+from aiogroup._protocol.schema import struct_to_dict
+from aiogroup._protocol.share import SHARE_ACKNOWLEDGE, SHARE_FETCH, AcknowledgeType
+from aiogroup.structs import TopicPartition
+
+TID = uuid.UUID(int=0x7)
+TP = TopicPartition("t", 0)
+WAIT = 5.0
+
+
+def batch(base: int, count: int) -> bytes:
+    builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 20)
+    for i in range(count):
+        builder.append(i, 1000 + i, b"k", f"v{base + i}".encode(), [])
+    data = bytearray(builder.build())
+    struct.pack_into(">q", data, 0, base)
+    return bytes(data)
+
+
+def fetch_answer(
+    *, error: int = 0, acquired: tuple[int, int, int] | None = None, ack_error: int = 0
+) -> dict[str, Any]:
+    first, last, count = acquired or (0, -1, 0)
+    part = {
+        "partition_index": 0,
+        "error_code": 0,
+        "error_message": None,
+        "acknowledge_error_code": ack_error,
+        "acknowledge_error_message": None,
+        "current_leader": {"leader_id": 0, "leader_epoch": 0},
+        "records": batch(first, last - first + 1) if acquired else None,
+        "acquired_records": (
+            [{"first_offset": first, "last_offset": last, "delivery_count": count}]
+            if acquired
+            else []
+        ),
+    }
+    return {
+        "throttle_time_ms": 0,
+        "error_code": error,
+        "error_message": None,
+        "acquisition_lock_timeout_ms": 30_000,
+        "responses": [] if error else [{"topic_id": TID, "partitions": [part]}],
+        "node_endpoints": [],
+    }
+
+
+class Cluster:
+    def leader_for_partition(self, tp: TopicPartition) -> int:
+        return 0
+
+
+class ScriptedLeader:
+    """Answers each request with the next scripted answer (then: an empty fetch)."""
+
+    def __init__(self, answers: list[dict[str, Any]]) -> None:
+        self.cluster = Cluster()
+        self.answers = answers
+        self.requests: list[tuple[str, dict[str, Any]]] = []
+        self.sent = asyncio.Event()
+        self.idle = asyncio.Event()
+
+    async def force_metadata_update(self) -> bool:
+        return True
+
+    async def send(self, node: int, request: Any, group: Any = None) -> Any:
+        fields = struct_to_dict(request.prepare({78: (1, 2), 79: (1, 2)}))
+        name, version = request.API.name, request.api_version
+        self.requests.append((name, fields))
+        self.sent.set()
+        if name == "ShareAcknowledge":
+            return SHARE_ACKNOWLEDGE.response(
+                version,
+                {
+                    "throttle_time_ms": 0,
+                    "error_code": 0,
+                    "error_message": None,
+                    "acquisition_lock_timeout_ms": 30_000,
+                    "responses": [],
+                    "node_endpoints": [],
+                },
+            )
+        if self.answers:
+            return SHARE_FETCH.response(version, self.answers.pop(0))
+        self.idle.set()
+        await asyncio.sleep(fields["max_wait_ms"] / 1000)  # the broker's long poll
+        return SHARE_FETCH.response(version, fetch_answer())
+
+
+def make(client: ScriptedLeader) -> ShareFetcher:
+    config = ShareFetcherConfig(
+        group_id="g",
+        explicit=True,
+        max_poll_records=10,
+        fetch_max_wait_ms=50,
+        fetch_min_bytes=1,
+        fetch_max_bytes=1 << 20,
+        retry_backoff=0.01,
+        auto_renew=False,
+        renew_margin=None,
+    )
+    fetcher = ShareFetcher(client, config, ShareHooks())  # type: ignore[arg-type]
+    fetcher.set_member_id(lambda: "m")
+    fetcher.set_membership_valid_until(1e12)
+    return fetcher
+
+
+async def records(fetcher: ShareFetcher, count: int) -> list[Any]:
+    got: list[Any] = []
+    while len(got) < count:
+        got += fetcher.take_records(count - len(got))
+        if len(got) < count:
+            await fetcher.wait_for_records(WAIT)
+    return got
+
+
+async def test_a_lost_session_drops_its_records_and_the_next_fetch_opens_a_new_one() -> None:
+    client = ScriptedLeader(
+        [
+            fetch_answer(acquired=(0, 2, 1)),
+            fetch_answer(error=122),  # SHARE_SESSION_NOT_FOUND
+        ]
+    )
+    fetcher = make(client)
+    try:
+        fetcher.set_assignment({("t", 0): TID})
+        r0, r1, r2 = await records(fetcher, 3)
+        assert (r0.offset, r0.delivery_count, r0.value) == (0, 1, b"v0")
+        fetcher.tracker.acknowledge(r0.acquisition, AcknowledgeType.ACCEPT)
+        fetcher.acknowledged()
+        await asyncio.wait_for(client.idle.wait(), WAIT)
+        (first, ack_fetch, reopen) = [f for n, f in client.requests if n == "ShareFetch"][:3]
+        assert first["share_session_epoch"] == 0
+        assert first["share_acquire_mode"] == 1 and first["max_records"] == 10  # KIP-1206
+        # The buffer emptied, so the acknowledgement rode on the next fetch (epoch 1),
+        # which found the session lost.
+        assert ack_fetch["share_session_epoch"] == 1
+        (topic,) = ack_fetch["topics"]
+        assert topic["partitions"][0]["acknowledgement_batches"] == [
+            {"first_offset": 0, "last_offset": 0, "acknowledge_types": [1], "_tagged_fields": {}}
+        ]
+        # Reopened at epoch 0, naming the partition again, with no acknowledgement.
+        assert reopen["share_session_epoch"] == 0
+        assert reopen["topics"][0]["partitions"][0]["acknowledgement_batches"] == []
+        # What the lost session acquired is gone: no longer acknowledgeable.
+        for r in (r1, r2):
+            with pytest.raises(InvalidAcknowledgement, match="its share session ended"):
+                fetcher.tracker.acknowledge(r.acquisition, AcknowledgeType.RELEASE)
+        assert fetcher.tracker.held() == 0
+    finally:
+        await fetcher.abort()
+
+
+async def test_commit_sends_a_share_acknowledge_and_returns_the_results() -> None:
+    client = ScriptedLeader([fetch_answer(acquired=(0, 1, 3))])
+    fetcher = make(client)
+    try:
+        fetcher.set_assignment({("t", 0): TID})
+        r0, r1 = await records(fetcher, 2)
+        assert r0.delivery_count == 3
+        fetcher.tracker.acknowledge(r0.acquisition, AcknowledgeType.REJECT)
+        fetcher.tracker.acknowledge(r1.acquisition, AcknowledgeType.RELEASE)
+        results = await asyncio.wait_for(fetcher.commit(), WAIT)
+        assert sorted((r.ack_type.name, r.offsets, r.ok) for r in results) == [
+            ("REJECT", (0,), True),
+            ("RELEASE", (1,), True),
+        ]
+        acks = [f for n, f in client.requests if n == "ShareAcknowledge"]
+        assert len(acks) == 1 and acks[0]["share_session_epoch"] >= 1
+        batches = acks[0]["topics"][0]["partitions"][0]["acknowledgement_batches"]
+        assert [(b["first_offset"], b["last_offset"], b["acknowledge_types"]) for b in batches] == [
+            (0, 1, [3, 2])
+        ]
+    finally:
+        await fetcher.abort()
+
+
+async def test_close_ends_the_session_at_epoch_minus_1_releasing_what_was_handed_out() -> None:
+    client = ScriptedLeader([fetch_answer(acquired=(0, 1, 1))])
+    fetcher = make(client)
+    try:
+        fetcher.set_assignment({("t", 0): TID})
+        await records(fetcher, 1)  # offset 1 stays buffered (never handed out)
+        await fetcher.close(WAIT)
+        name, last = client.requests[-1]
+        assert (name, last["share_session_epoch"]) == ("ShareAcknowledge", -1)
+        batches = last["topics"][0]["partitions"][0]["acknowledgement_batches"]
+        assert [(b["first_offset"], b["last_offset"], b["acknowledge_types"]) for b in batches] == [
+            (0, 0, [2])
+        ]
+    finally:
+        await fetcher.abort()
+
+
+async def test_the_closed_gate_hands_out_nothing() -> None:
+    client = ScriptedLeader([fetch_answer(acquired=(0, 0, 1))])
+    fetcher = make(client)
+    try:
+        fetcher.set_membership_valid_until(None)  # the membership is not proven
+        fetcher.set_assignment({("t", 0): TID})
+        await asyncio.wait_for(client.sent.wait(), WAIT)
+        await fetcher.wait_for_records(0.5)  # the gate is closed: only time passes
+        assert fetcher.take_records(10) == []
+        fetcher.set_membership_valid_until(1e12)
+        assert [r.offset for r in await records(fetcher, 1)] == [0]
+    finally:
+        await fetcher.abort()
