@@ -41,7 +41,7 @@ from aiogroup.share import AcknowledgeType, AckResult, InvalidAcknowledgement, S
 from aiogroup.structs import TopicPartition
 from aiogroup.testing.share_checker import ShareRecorder
 
-__all__ = ["OutcomeLog", "run"]
+__all__ = ["OutcomeLog", "load_outcomes", "run"]
 
 
 class OutcomeLog:
