@@ -382,6 +382,28 @@ class AcknowledgementTracker:
         self._sent.clear()
         return self._drop(lambda h: True, why)
 
+    def release_undelivered(self, tps: Iterable[Partition]) -> int:
+        """RELEASE the records of ``tps`` never handed out (they left the assignment)."""
+        n = 0
+        for tp in set(tps) & set(self._held):
+            for h in self._held[tp].values():
+                if not h.delivered and h.pending is None and h.in_flight is None:
+                    h.pending = T.RELEASE
+                    n += 1
+        return n
+
+    def drop_delivered(self, tps: Iterable[Partition], why: str) -> list[AckResult]:
+        """Forget the records of ``tps`` handed out to the application (and not owed)."""
+        results: list[AckResult] = []
+        for tp in set(tps) & set(self._held):
+            offsets = [
+                o
+                for o, h in self._held[tp].items()
+                if h.delivered and h.pending is None and h.in_flight is None
+            ]
+            results.extend(self._drop_rows(tp, offsets, why))
+        return results
+
     def drop_partitions(self, tps: Iterable[Partition], why: str) -> list[AckResult]:
         gone = set(tps)
         results: list[AckResult] = []

@@ -20,9 +20,10 @@ the buffer of records handed to the application, the commit surface and the clos
   then.  A record past it is never handed out.
 * A lost session (an error, no answer) drops what it acquired: the broker gives those
   records back; an epoch-0 request opens a new session.
-* Closing: implicit mode accepts what was handed out, everything else held is
-  RELEASEd, and each open session ends with a ShareAcknowledge at epoch -1 carrying
-  them - so another consumer gets the released records at once, not after the lock.
+* Closing: implicit mode accepts what was handed out; explicit mode RELEASEs what was
+  handed out and not acknowledged; each open session ends with a ShareAcknowledge at
+  epoch -1 carrying them, which also gives back what was never handed out - so another
+  consumer gets those records at once, not after the lock.
 """
 
 from __future__ import annotations
@@ -118,6 +119,8 @@ class ShareFetcher:
         self._member_id: Callable[[], str] = lambda: ""
         #: Assigned partitions -> topic id.
         self._assigned: dict[TopicPartition, uuid.UUID] = {}
+        #: name -> topic id of every topic ever assigned.
+        self._topic_ids: dict[str, uuid.UUID] = {}
         self._sessions: dict[int, ShareSession] = {}
         self._loops: dict[int, asyncio.Task[None]] = {}
         self._wake: dict[int, asyncio.Event] = {}
@@ -147,11 +150,16 @@ class ShareFetcher:
         new = {TopicPartition(t, p): tid for (t, p), tid in partitions.items()}
         gone = set(self._assigned) - set(new)
         self._assigned = new
+        self._topic_ids.update({tp.topic: tid for tp, tid in new.items()})
         if gone:
             self._buffer = deque(r for r in self._buffer if (r.topic, r.partition) not in gone)
-            # The broker keeps what we hold of them until we forget them from the
-            # session (released then) or the lock ends; they are not ours to hand out.
-            self.hooks.results(self.tracker.drop_partitions(gone, "no longer assigned"))
+            # Not ours to hand out any more.  The broker keeps them locked to us until
+            # their lock ends (measured on Kafka 4.4: forgetting the partition from the
+            # session does not give them back), so what was never handed out is RELEASEd
+            # (with the next request, which forgets the partition too); what the
+            # application holds is forgotten (its acknowledgement is refused).
+            self.tracker.release_undelivered(gone)
+            self.hooks.results(self.tracker.drop_delivered(gone, "no longer assigned"))
         self._ensure_loops()
         self._wake_all()
 
@@ -254,7 +262,8 @@ class ShareFetcher:
     # -- lifecycle -----------------------------------------------------------------------
 
     async def close(self, timeout: float) -> None:
-        """Release what is held, end the sessions (epoch -1), stop the tasks."""
+        """Settle what was handed out (accept in implicit mode, release in explicit),
+        end the sessions (epoch -1, which gives back the rest), stop the tasks."""
         if not self._cfg.explicit:
             self.tracker.accept_delivered()
         self.tracker.release_unacknowledged()
@@ -328,6 +337,14 @@ class ShareFetcher:
             return False
         return self.tracker.pending(self._session_tps(node), renew=renew)
 
+    def _to_forget(self, node: int, wanted: set[TopicPartition]) -> bool:
+        """Does the session hold partitions no longer read from this leader?"""
+        session = self._sessions[node]
+        if not session.is_open:
+            return False
+        ids = {(self._assigned[tp], tp.partition) for tp in wanted}
+        return bool(session.partitions - ids)
+
     def _has_in_flight(self, node: int) -> bool:
         session = self._sessions.get(node)
         return session is not None and session.in_flight is not None
@@ -362,7 +379,10 @@ class ShareFetcher:
                     for f in flush:
                         f.node_done(node)
                     continue
-                elif wanted and len(self._buffer) == 0:
+                elif len(self._buffer) == 0 and (wanted or self._to_forget(node, wanted)):
+                    # Also with nothing left to read here: the fetch forgets the
+                    # partitions that left the assignment, and the broker releases
+                    # what this member still held of them.
                     await self._fetch(node, session, wanted)
                 elif self._has_work(node, renew=False):
                     await self._acknowledge(node, session, renew=False)
@@ -401,17 +421,15 @@ class ShareFetcher:
     def _ids(self, acks: dict[tuple[str, int], Any]) -> dict[tuple[uuid.UUID, int], Any]:
         out = {}
         for (t, p), batches in acks.items():
-            tid = self._assigned.get(TopicPartition(t, p)) or self._known_ids.get(t)
+            tid = self._topic_ids.get(t)
             if tid is not None:
                 out[(tid, p)] = batches
         return out
 
-    @property
-    def _known_ids(self) -> dict[str, uuid.UUID]:
-        return {tp.topic: tid for tp, tid in self._assigned.items()}
-
     def _names(self) -> dict[uuid.UUID, str]:
-        return {tid: tp.topic for tp, tid in self._assigned.items()}
+        """Topic id -> name of every topic ever assigned (an acknowledgement for a
+        partition that left the assignment is still answered by id)."""
+        return {tid: name for name, tid in self._topic_ids.items()}
 
     async def _fetch(self, node: int, session: ShareSession, wanted: set[TopicPartition]) -> None:
         loop = asyncio.get_running_loop()
@@ -502,9 +520,14 @@ class ShareFetcher:
                     r.delivery_count,
                     acq,
                 )
-                self._buffer.append(record)
                 self.hooks.acquired(record, sent_mono, self._lock_ms)
-                arrived += 1
+                if TopicPartition(*tp) in self._assigned:
+                    self._buffer.append(record)
+                    arrived += 1
+            if TopicPartition(*tp) not in self._assigned:
+                # Acquired for a partition that left the assignment meanwhile: back.
+                self.tracker.release_undelivered([tp])
+                self._wake_all()
         if token:
             self._report(self.tracker.answered(token, ack_errors), sent_mono, node)
         if arrived:

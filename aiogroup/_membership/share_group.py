@@ -277,14 +277,8 @@ class ShareMembership:
         self.leave_sent = False
         self.resubscribed = False
         self.names_lookup = Retrying(RetryPolicy.from_backoff(retry_backoff))
-        self.session_lookup = Retrying(
-            RetryPolicy(
-                retry_backoff,
-                max(retry_backoff, DEFAULT_BACKOFF_MAX),
-                attempts=SESSION_LOOKUP_ATTEMPTS,
-            ),
-            done=not learn_session_timeout,
-        )
+        self.learn_session_timeout = learn_session_timeout
+        self.session_lookup = self._new_session_lookup()
         self.error: RaiseToApplication | None = None
         self.now = now
         self.trace: deque[tuple[ShareMemberState, ShareMemberState, str]] = deque(maxlen=256)
@@ -374,6 +368,18 @@ class ShareMembership:
         return self.fetching
 
     # -- helpers -----------------------------------------------------------------------
+
+    def _new_session_lookup(self) -> Retrying:
+        """Asking for the group's session timeout: a few tries from each join (a group
+        config may have changed since the last one; without an answer the heartbeat
+        interval, which is shorter, bounds the gate)."""
+        backoff = self.config.retry_backoff
+        return Retrying(
+            RetryPolicy(
+                backoff, max(backoff, DEFAULT_BACKOFF_MAX), attempts=SESSION_LOOKUP_ATTEMPTS
+            ),
+            done=not self.learn_session_timeout,
+        )
 
     def _emit(self, action: Action) -> None:
         if isinstance(action, SetAssignment):
@@ -516,6 +522,8 @@ def _start_joining(m: M) -> None:
     m.target = None
     m.sent_topics = None
     m.next_heartbeat_at = m.now
+    if not m.session_lookup.in_flight:
+        m.session_lookup = m._new_session_lookup()  # learn it again for this membership
 
 
 def _on_leave_requested(m: M, ev: Event) -> None:

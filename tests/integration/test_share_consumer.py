@@ -245,6 +245,42 @@ async def test_reject_archives_the_record(
     assert start.lag == 0
 
 
+async def test_a_poison_record_is_archived_at_the_delivery_limit(
+    share_broker: KafkaBroker, kafka_topic: TopicFactory
+) -> None:
+    """A record the handler always gives back (RELEASE) is delivered ``delivery_limit``
+    times (2 here), then archived by the broker: never delivered again, settled."""
+    bootstrap = share_broker.bootstrap_servers
+    topic = await kafka_topic(1)
+    group = unique_name("share")
+    await configure_share_group(bootstrap, group, delivery_limit=2)
+    recorder = ShareRecorder()
+    await produce(bootstrap, topic, 2, recorder)  # offset 0 is the poison, 1 is fine
+    counts: list[tuple[int, int]] = []
+    async with consumer(
+        bootstrap,
+        group,
+        topic,
+        acknowledgement_mode="explicit",
+        recorder=recorder,
+        recorder_name="c1",
+    ) as c:
+        while sum(1 for o, _ in counts if o == 0) < 2:
+            for records in (await c.getmany(timeout_ms=500)).values():
+                for r in records:
+                    counts.append((r.offset, r.delivery_count))
+                    c.acknowledge(
+                        r, AcknowledgeType.RELEASE if r.offset == 0 else AcknowledgeType.ACCEPT
+                    )
+            await c.commit()
+        assert [n for o, n in counts if o == 0] == [1, 2]
+        assert await c.getmany(timeout_ms=1500) == {}  # archived: not delivered a third time
+    await record_broker_view(recorder, bootstrap, group)
+    report = check_share_history(recorder.events(), delivery_limit=2)
+    report.assert_clean()
+    assert report.archived == 1
+
+
 async def test_four_consumers_on_one_partition_never_hold_a_record_at_once(
     share_broker: KafkaBroker, kafka_topic: TopicFactory
 ) -> None:
@@ -473,6 +509,48 @@ async def test_subscribe_while_running_reads_the_new_topic(
         assert c.subscription() == {second}
         got = await collect(c, 3)
         assert {(r.topic, r.offset) for r in got} == {(second, 0), (second, 1), (second, 2)}
+
+
+async def test_records_never_handed_out_of_a_partition_that_leaves_are_released_at_once(
+    share_broker: KafkaBroker, kafka_topic: TopicFactory
+) -> None:
+    """A member stops reading a topic while it holds three of its records: one handed
+    out, two still in its buffer.  The two are RELEASEd at once (another consumer gets
+    them well inside the 30 s lock); the one the application holds is forgotten (its
+    acknowledgement is refused, naming why) and stays locked to the member until the
+    lock ends (measured on Kafka 4.4: forgetting the partition does not give it back)."""
+    bootstrap = share_broker.bootstrap_servers
+    first, second = await kafka_topic(1), await kafka_topic(1)
+    group = unique_name("share")
+    await configure_share_group(bootstrap, group, lock_ms=30_000)
+    recorder = ShareRecorder()
+    await produce(bootstrap, first, 3, recorder)
+    async with consumer(
+        bootstrap,
+        group,
+        first,
+        acknowledgement_mode="explicit",
+        max_poll_records=3,
+        recorder=recorder,
+        recorder_name="mover",
+    ) as mover:
+        held: list[ShareRecord] = []
+        while not held:
+            for records in (await mover.getmany(timeout_ms=500, max_records=1)).values():
+                held.extend(records)
+        assert [r.offset for r in held] == [0]
+        mover.subscribe(second)
+        loop = asyncio.get_running_loop()
+        moved_at = loop.time()
+        async with consumer(bootstrap, group, first, recorder=recorder, recorder_name="other") as c:
+            again = await collect(c, 2, timeout=15)
+            assert loop.time() - moved_at < 15  # well inside the 30 s lock
+            assert sorted((r.offset, r.delivery_count) for r in again) == [(1, 2), (2, 2)]
+            await c.commit()
+        with pytest.raises(InvalidAcknowledgement, match="no longer assigned"):
+            mover.acknowledge(held[0])
+    report = check_share_history(recorder.events(), delivery_limit=DELIVERY_LIMIT)
+    assert report.by_rule("overlap") == [], report.summary()
 
 
 def test_bad_options_are_refused_naming_them() -> None:

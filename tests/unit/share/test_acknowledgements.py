@@ -279,3 +279,15 @@ def test_drop_partitions() -> None:
     tr.acquired(("t", 1), 0, 1, 30.0, session=1)
     tr.drop_partitions([("t", 0)], "not assigned any more")
     assert tr.held(("t", 0)) == 0 and tr.held(("t", 1)) == 1
+
+
+def test_a_partition_leaving_releases_what_was_never_handed_out_and_forgets_the_rest() -> None:
+    tr = AcknowledgementTracker(explicit=True)
+    a = [tr.acquired(TP, o, 1, 30.0, session=1) for o in range(3)]
+    tr.hand_out(a[0], 0.0)
+    assert tr.release_undelivered([TP, ("u", 0)]) == 2
+    assert tr.drop_delivered([TP], "no longer assigned") == []  # nothing was owed for it
+    with pytest.raises(InvalidAcknowledgement, match="no longer assigned"):
+        tr.acknowledge(a[0], T.ACCEPT)
+    _, batches = tr.take(None, now=0.0, lock_ms=LOCK)
+    assert batches == {TP: [AckBatch(1, 2, (2,))]}

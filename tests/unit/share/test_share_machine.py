@@ -188,6 +188,16 @@ def test_the_gate_is_the_last_proving_send_plus_the_interval_until_the_session_i
     assert d.m.membership_valid_until() == pytest.approx(5.2)
 
 
+def test_the_session_is_learned_again_after_a_fence() -> None:
+    d = joined(learn_session_timeout=True)
+    d.send(E.SessionTimeoutLearned(45000))
+    d.at(1.0)
+    out = d.send(error(ErrorCode.UNKNOWN_MEMBER_ID))
+    assert LookupSessionTimeout() in out  # the group's config may have changed meanwhile
+    d.send(E.SessionTimeoutLearned(3000))
+    assert d.m.session_timeout == 3.0
+
+
 def test_the_session_lookup_gives_up_after_a_few_tries() -> None:
     d = joined(learn_session_timeout=True)
     for _ in range(sg.SESSION_LOOKUP_ATTEMPTS):
