@@ -71,7 +71,8 @@ class Cluster:
 class ScriptedLeader:
     """Answers each request with the next scripted answer (then: an empty fetch)."""
 
-    def __init__(self, answers: list[dict[str, Any]]) -> None:
+    def __init__(self, answers: list[dict[str, Any]], *, fetch_max: int = 2) -> None:
+        self.versions = {78: (1, fetch_max), 79: (1, fetch_max)}
         self.cluster = Cluster()
         self.answers = answers
         self.requests: list[tuple[str, dict[str, Any]]] = []
@@ -82,7 +83,7 @@ class ScriptedLeader:
         return True
 
     async def send(self, node: int, request: Any, group: Any = None) -> Any:
-        fields = struct_to_dict(request.prepare({78: (1, 2), 79: (1, 2)}))
+        fields = struct_to_dict(request.prepare(self.versions))
         name, version = request.API.name, request.api_version
         self.requests.append((name, fields))
         self.sent.set()
@@ -221,5 +222,19 @@ async def test_the_closed_gate_hands_out_nothing() -> None:
         assert fetcher.take_records(10) == []
         fetcher.set_membership_valid_until(1e12)
         assert [r.offset for r in await records(fetcher, 1)] == [0]
+    finally:
+        await fetcher.abort()
+
+
+async def test_a_leader_without_share_fetch_v2_is_read_without_strict_acquisition() -> None:
+    client = ScriptedLeader([fetch_answer(acquired=(0, 0, 1))], fetch_max=1)
+    fetcher = make(client)
+    try:
+        fetcher.set_assignment({("t", 0): TID})
+        (r,) = await records(fetcher, 1)
+        assert r.offset == 0
+        name, first = client.requests[0]
+        assert name == "ShareFetch" and "share_acquire_mode" not in first  # v1
+        assert first["max_records"] == 10
     finally:
         await fetcher.abort()
