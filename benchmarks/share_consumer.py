@@ -1,0 +1,267 @@
+"""``python -m benchmarks.share_consumer``: aiogroup's share consumer against its peers (issue 28).
+
+What issue 28 asks, in one run on one Apache Kafka 4.4 node started here: records/s of
+1 and 4 aiogroup :class:`~aiogroup.share.ShareConsumer` s on one topic against
+confluent-kafka's ``ShareConsumer`` and Java's ``kafka-share-consumer-perf-test``
+(``ShareConsumerPerformance``), the runners of :mod:`benchmarks.share_baseline`; then,
+with a handler that awaits 5 ms per record, throughput against the number of consumers
+beyond the partition count (aiogroup and confluent-kafka; Java's tool has no handler).
+Targets: ahead of confluent-kafka, within 2x of Java.
+
+Measured as the Java tool measures: from the consumers' creation to the last record,
+the group join included, each client in a fresh share group reading the same backlog
+(``share.auto.offset.reset=earliest``), implicit acknowledgement.  aiogroup's N
+consumers run on this process's one event loop (as an asyncio service would);
+confluent-kafka's run in N threads of this process (librdkafka's own threads under
+them); Java's in N threads of one JVM.  ``--rounds`` repeats the whole set, clients
+alternating inside each round, so each figure has a spread; a target is "met" only when
+every run says so, "not met" when every run says the opposite, and "not shown" when
+the ranges overlap.  ``uptime``'s load is printed with the figures: the machine is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import time
+from typing import Any
+
+from aiogroup import ShareConsumer
+from aiogroup.testing.broker import unique_name
+from aiogroup.testing.kafka import KafkaCluster
+from aiogroup.testing.share_peers import (
+    PerfResult,
+    configure_share_group,
+    confluent_share_rate,
+    java_share_perf,
+)
+from benchmarks.share_baseline import _produce
+from benchmarks.stats import Summary, summarize
+
+
+async def aiogroup_share_rate(
+    bootstrap: str,
+    topic: str,
+    group: str,
+    records: int,
+    *,
+    consumers: int = 1,
+    handle_s: float = 0.0,
+    max_poll_records: int = 500,
+    timeout_s: float = 300.0,
+) -> tuple[PerfResult, float]:
+    """``consumers`` aiogroup share consumers on this loop (implicit acknowledgement)
+    read ``records`` records between them; measured as :func:`java_share_perf` measures
+    (from the consumers' creation to the last record, the join included).  ``handle_s``:
+    each record's handler awaits that long (one record at a time per consumer).  Also
+    returns the seconds to the first record (the join and the first fetch): how much of
+    the figure is start-up."""
+    got = 0
+    done = asyncio.Event()
+    began = time.monotonic()
+    first: list[float] = []
+    members = [
+        ShareConsumer(
+            topic,
+            group_id=group,
+            bootstrap_servers=bootstrap,
+            client_id=f"aio-{n}",
+            max_poll_records=max_poll_records,
+        )
+        for n in range(consumers)
+    ]
+
+    async def run(c: ShareConsumer) -> None:
+        nonlocal got
+        await c.start()
+        while not done.is_set():
+            batch = await c.getmany(timeout_ms=200)
+            if batch and not first:
+                first.append(time.monotonic() - began)
+            for rs in batch.values():
+                if handle_s:
+                    for _ in rs:
+                        await asyncio.sleep(handle_s)
+                got += len(rs)
+            if got >= records:
+                done.set()
+
+    tasks = [asyncio.create_task(run(c)) for c in members]
+    try:
+        finished = asyncio.create_task(done.wait())
+        await asyncio.wait([finished, *tasks], timeout=timeout_s, return_when="FIRST_COMPLETED")
+        for t in tasks:
+            if t.done() and t.exception() is not None:
+                raise t.exception()  # type: ignore[misc]
+        if not done.is_set():
+            raise TimeoutError(f"{consumers} aiogroup share consumer(s) read {got} of {records}")
+        seconds = time.monotonic() - began
+    finally:
+        done.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*(c.stop(timeout=10) for c in members), return_exceptions=True)
+    result = PerfResult(got, seconds, got / seconds, time.monotonic() - began)
+    return result, first[0] if first else float("nan")
+
+
+#: aiogroup's ``max_poll_records`` in the runs with a handler (the acquisition limit).
+SLOW_MAX_POLL_RECORDS = 10
+
+
+async def _measure(
+    client: str,
+    bootstrap: str,
+    topic: str,
+    records: int,
+    consumers: int,
+    handle_s: float = 0.0,
+) -> tuple[PerfResult, float | None]:
+    group = unique_name(f"share-bench-{client}-{consumers}")
+    await configure_share_group(bootstrap, group)
+
+    if client == "java":
+        r = await asyncio.to_thread(
+            java_share_perf, bootstrap, topic, group, records, threads=consumers
+        )
+        return r, None
+    if client == "confluent":
+        r = await asyncio.to_thread(
+            confluent_share_rate,
+            bootstrap,
+            topic,
+            group,
+            records,
+            consumers=consumers,
+            handle_s=handle_s,
+        )
+        return r, None
+    # With a handler, a consumer holds what one fetch acquired until it has handled it
+    # all: 500 records (the default) would leave consumers past the first few idle.
+    return await aiogroup_share_rate(
+        bootstrap,
+        topic,
+        group,
+        records,
+        consumers=consumers,
+        handle_s=handle_s,
+        max_poll_records=SLOW_MAX_POLL_RECORDS if handle_s else 500,
+    )
+
+
+async def _run(
+    records: int, partitions: int, slow_records: int, rounds: int, slow_consumers: list[int]
+) -> list[dict[str, Any]]:
+    cluster = await KafkaCluster().start()
+    rows: list[dict[str, Any]] = []
+    try:
+        bootstrap = cluster.bootstrap_servers
+        topic = await cluster.create_topic(unique_name("share-bench"), partitions)
+        await _produce(bootstrap, topic, records, partitions)
+        # Untimed: the broker's first share group creates __share_group_state and loads
+        # its coordinators (measured: the first client paid ~3 s more than the others).
+        await _measure("aiogroup", bootstrap, topic, min(records, 1_000), 1)
+        for round_ in range(rounds):
+            for consumers in (1, 4):
+                # Rotated per round: no client always runs first (JIT, page cache).
+                order = ["aiogroup", "confluent", "java"]
+                order = order[round_ % 3 :] + order[: round_ % 3]
+                for client in order:
+                    r, first = await _measure(client, bootstrap, topic, records, consumers)
+                    rows.append(_row(client, consumers, 0, round_, r, first))
+            for consumers in slow_consumers:
+                for client in ("aiogroup", "confluent"):
+                    r, first = await _measure(
+                        client, bootstrap, topic, slow_records, consumers, 0.005
+                    )
+                    rows.append(_row(client, consumers, 5, round_, r, first))
+    finally:
+        await cluster.stop()
+    return rows
+
+
+def _row(
+    client: str, consumers: int, handler_ms: int, round_: int, r: PerfResult, first: float | None
+) -> dict[str, Any]:
+    row = {
+        "client": client,
+        "consumers": consumers,
+        "handler_ms": handler_ms,
+        "round": round_,
+        "records": r.records,
+        "seconds": round(r.seconds, 2),
+        "records_per_s": round(r.records_per_s),
+        "load": round(os.getloadavg()[0], 1),
+    }
+    if first is not None:
+        row["first_record_s"] = round(first, 2)
+    print(row, flush=True)
+    return row
+
+
+def _rates(rows: list[dict[str, Any]], client: str, consumers: int, handler_ms: int) -> list[float]:
+    return [
+        float(r["records_per_s"])
+        for r in rows
+        if (r["client"], r["consumers"], r["handler_ms"]) == (client, consumers, handler_ms)
+    ]
+
+
+def verdict(ours: Summary, theirs: Summary, factor: float = 1.0) -> str:
+    """ "met" when every run of ours beats every run of theirs scaled by ``factor``,
+    "not met" when every run says the opposite, else "not shown (ranges overlap)"."""
+    if ours.min > theirs.max * factor:
+        return "met (every run)"
+    if ours.max < theirs.min * factor:
+        return "not met (every run)"
+    return "not shown (ranges overlap)"
+
+
+def report(rows: list[dict[str, Any]], slow_consumers: list[int]) -> list[str]:
+    out = [
+        "| consumers | handler | client | records/s median | min-max | runs |",
+        "|---|---|---|---|---|---|",
+    ]
+    keys = [(c, 0) for c in (1, 4)] + [(c, 5) for c in slow_consumers]
+    for consumers, handler in keys:
+        for client in ("aiogroup", "confluent", "java"):
+            rates = _rates(rows, client, consumers, handler)
+            if not rates:
+                continue
+            s = summarize(rates)
+            out.append(
+                f"| {consumers} | {handler} ms | {client} | {s.median:,.0f} | "
+                f"{s.min:,.0f}-{s.max:,.0f} | {s.n} |"
+            )
+    out.append("")
+    for consumers in (1, 4):
+        aio = summarize(_rates(rows, "aiogroup", consumers, 0))
+        conf = summarize(_rates(rows, "confluent", consumers, 0))
+        java = summarize(_rates(rows, "java", consumers, 0))
+        out.append(
+            f"- {consumers} consumer(s): aiogroup/confluent {aio.median / conf.median:.2f}x at the "
+            f"median, ahead of confluent-kafka: {verdict(aio, conf)}; aiogroup/Java "
+            f"{aio.median / java.median:.2f}x, within 2x of Java: {verdict(aio, java, 0.5)}"
+        )
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.share_consumer")
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--slow-records", type=int, default=2_000)
+    parser.add_argument("--slow-consumers", type=int, nargs="+", default=[2, 4, 8])
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    began = time.time()
+    rows = asyncio.run(
+        _run(args.records, args.partitions, args.slow_records, args.rounds, args.slow_consumers)
+    )
+    print(json.dumps({"started": began, "load": os.getloadavg(), "rows": rows}))
+    print("\n".join(report(rows, args.slow_consumers)))
+
+
+if __name__ == "__main__":
+    main()
