@@ -1280,6 +1280,10 @@ def write(results: dict[str, Any], docs_dir: Path) -> Path:
     kip848 = bench_dir / "kip848.md"
     if kip848.exists():
         parts.append("\n" + kip848.read_text())
+    # Hand-kept from `python -m benchmarks.share_consumer` runs (share groups, issue 28).
+    share = bench_dir / "share.md"
+    if share.exists():
+        parts.append("\n" + share.read_text())
     # The Spark section (benchmarks/spark_bench.py, hand-written from its runs).
     spark_notes = bench_dir / "spark.md"
     if spark_notes.exists():
