@@ -583,12 +583,28 @@ class GroupConsumer:
             raise
         return sub
 
+    async def _pass_through_the_loop(self) -> None:
+        """Before a fatal error is raised again, let the event loop run once.
+
+        Why: every poll after a fatal error raises it (a member out of its group must
+        not look like a quiet topic), and it is raised before any await.  An
+        application loop that catches it and polls again - ``except Exception:
+        log; continue`` is common - would then never suspend, and every other task
+        of the process (its heartbeats, its web server, the ``stop()`` meant to end
+        it) would hang.  Found by a CI run: a test's member loop starved its own
+        event loop after a refused join.
+        """
+        sub = self._subscription
+        if sub is not None and sub.repeats_fatal_error:
+            await asyncio.sleep(0)
+
     @staticmethod
     def _poll_ended(sub: SubscriptionState) -> None:
         sub.poll_ended(asyncio.get_running_loop().time())
 
     async def getone(self, *partitions: TopicPartition) -> ConsumerRecord:
         """The next record (of ``partitions`` if given); waits until there is one or stop()."""
+        await self._pass_through_the_loop()
         sub = self._poll_started(partitions)
         try:
             record = await self._fetcher_or_raise.next_record(partitions)
@@ -607,6 +623,7 @@ class GroupConsumer:
         check_poll_limits(timeout_ms, max_records)
         if max_records is None:
             max_records = self._config.max_poll_records
+        await self._pass_through_the_loop()
         sub = self._poll_started(partitions)
         try:
             result = await self._fetcher_or_raise.fetched_records(
@@ -638,6 +655,7 @@ class GroupConsumer:
         source's executors).
         """
         check_poll_limits(timeout_ms, max_records)
+        await self._pass_through_the_loop()
         sub = self._poll_started(partitions)
         try:
             batch = await self._fetcher_or_raise.fetched_arrow(
@@ -677,6 +695,7 @@ class GroupConsumer:
                 return record
         self._count_iterated()
         try:
+            await self._pass_through_the_loop()
             sub = self._poll_started(())
             try:
                 record = await self._fetcher_or_raise.next_iterated()

@@ -185,10 +185,17 @@ class ShareFetcher:
 
     # -- the application side ----------------------------------------------------------
 
+    @property
+    def fatal_error(self) -> BaseException | None:
+        """The error every poll raises from now on (None: none yet)."""
+        return self._fatal
+
     def raise_pending_error(self) -> None:
         """Raise what was reported: a fatal error every time, another one once."""
         if self._fatal is not None:
-            raise self._fatal
+            # Raised again on each poll: without the last raise's traceback, so a loop
+            # that polls on does not grow it without end.
+            raise self._fatal.with_traceback(None)
         exc, self._error = self._error, None
         self._alert.clear()
         if exc is not None:

@@ -669,6 +669,11 @@ class SubscriptionState:
             raise exc
 
     @property
+    def repeats_fatal_error(self) -> bool:
+        """The next poll raises the fatal error again (nothing new is pending)."""
+        return self._pending_error is None and self._fatal_error is not None
+
+    @property
     def pending_error(self) -> BaseException | None:
         return self._pending_error if self._pending_error is not None else self._fatal_error
 

@@ -369,6 +369,10 @@ class ShareConsumer:
 
     async def _poll(self, timeout: float | None, limit: int) -> list[ShareRecord]:
         fetcher = self._running()
+        if fetcher.fatal_error is not None:
+            # Every poll raises it, before any await: a loop that catches it and polls
+            # again would never let the event loop run (GroupConsumer does the same).
+            await asyncio.sleep(0)
         if not self._explicit and fetcher.tracker.accept_delivered():
             fetcher.acknowledged()
         loop = asyncio.get_running_loop()

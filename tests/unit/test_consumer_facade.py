@@ -1030,3 +1030,37 @@ def test_the_revoke_listener_of_stop_may_still_commit(client: ScriptedClient) ->
         assert client.names()[-1] == "LeaveGroup"
 
     virtual(scenario)
+
+
+def test_a_loop_that_swallows_a_repeated_fatal_error_does_not_starve_the_event_loop(
+    client: ScriptedClient,
+) -> None:
+    """Every poll after a fatal error raises it; a loop that catches it and polls again
+    must still let the other tasks run (it hung a CI run: the test's own member loop
+    starved its event loop after a refused join)."""
+
+    async def scenario() -> None:
+        c = await assigned(TopicPartition("t", 0))
+        assert c._subscription is not None
+        c._subscription.report_error(PermissionError("refused for good"), fatal=True)
+        other_ran = asyncio.Event()
+        seen: list[int] = []
+
+        async def swallowing_loop() -> None:
+            for i in range(50):
+                try:
+                    await c.getmany(timeout_ms=100)
+                except PermissionError:
+                    if other_ran.is_set():
+                        seen.append(i)
+                        return
+            seen.append(-1)
+
+        loop_task = asyncio.ensure_future(swallowing_loop())
+        await asyncio.sleep(0)
+        other_ran.set()  # runs only if the loop above suspends between its polls
+        await loop_task
+        assert seen and seen[0] >= 0, "the loop never let another task run"
+        await c.stop()
+
+    virtual(scenario)
