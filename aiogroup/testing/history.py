@@ -443,6 +443,10 @@ def load_history(*paths: str | os.PathLike[str]) -> list[Event]:
     for path in paths:
         with open(path, encoding="utf-8") as f:
             for n, line in enumerate(f, 1):
+                if not line.endswith("\n"):
+                    # The last line, still being written: each event is one write(2), but a
+                    # reader polling the file while members append can see it part-way.
+                    break
                 if not line.strip():
                     continue
                 try:

@@ -365,6 +365,17 @@ def test_malformed_events_are_refused_with_the_problem_named(tmp_path: Path) -> 
         load_history(path)
 
 
+def test_a_last_line_still_being_written_is_left_for_the_next_read(tmp_path: Path) -> None:
+    """A test polls the history while members append: the last line may be seen part-way
+    (it failed a CI run as 'not a history event'); a whole line that is wrong still fails."""
+    path = tmp_path / "h.jsonl"
+    whole = Event(1.0, "A", "crashed").to_json() + "\n"
+    path.write_text(whole + Event(2.0, "B", "crashed").to_json()[:7])
+    assert [e.member for e in load_history(path)] == ["A"]
+    path.write_text(whole + Event(2.0, "B", "crashed").to_json() + "\n")
+    assert [e.member for e in load_history(path)] == ["A", "B"]
+
+
 def test_recorder_member_handle_writes_what_the_checker_reads(tmp_path: Path) -> None:
     path = tmp_path / "h.jsonl"
     clock = iter(float(i) for i in range(100))
