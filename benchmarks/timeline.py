@@ -31,12 +31,15 @@ Emit = Callable[..., None]
 #: The process's emitter once :func:`install` ran (librdkafka's log lines report through it).
 _emit: Emit | None = None
 
-#: librdkafka's ``debug=cgrp`` line for each classic heartbeat it sends.
-_RDKAFKA_HEARTBEAT = "Heartbeat for group"
+#: librdkafka's ``debug=cgrp`` lines as it sends a heartbeat: classic, consumer protocol.
+_RDKAFKA_HEARTBEATS = (
+    ("Heartbeat for group", "Heartbeat"),
+    ("ConsumerGroupHeartbeat of member", "ConsumerGroupHeartbeat"),
+)
 
 
 def librdkafka_options() -> dict[str, Any]:
-    """confluent-kafka options that report its classic heartbeats as ``req`` events.
+    """confluent-kafka options that report its heartbeats as ``req`` events.
 
     librdkafka's requests cannot be wrapped from Python, but with ``debug=cgrp`` it
     logs a line as it sends each heartbeat; the logger turns that line into a
@@ -50,11 +53,13 @@ def librdkafka_options() -> dict[str, Any]:
 
     class _Heartbeats(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
-            if _RDKAFKA_HEARTBEAT in record.getMessage():
-                now = time.monotonic()
-                emit_ = emit
-                assert emit_ is not None
-                emit_("req", api="Heartbeat", sent=now, answered=now, error=None)
+            message = record.getMessage()
+            for marker, api in _RDKAFKA_HEARTBEATS:
+                if marker in message:
+                    now = time.monotonic()
+                    emit_ = emit
+                    assert emit_ is not None
+                    emit_("req", api=api, sent=now, answered=now, error=None)
 
     logger = logging.getLogger("benchmarks.timeline.librdkafka")
     if not logger.handlers:
