@@ -148,7 +148,9 @@ async def one_rep(ctx: Context, client: str, variant: str, cooperative: bool) ->
                 "D",
                 spec("D"),
                 ctx.plan.heartbeat_interval_ms,
-                max(m.last_assignment_time() for m in trio),
+                # The three joined in one round, so their heartbeat cycles run
+                # together: the latest heartbeat of any of them places the phase.
+                max(m.heartbeat_anchor() for m in trio),
             )
             members.append(d)
             quad = [*trio, d]
