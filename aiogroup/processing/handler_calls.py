@@ -14,13 +14,16 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-from collections.abc import Awaitable, Callable
+import logging
+from collections.abc import Awaitable, Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aiogroup._support.timeouts import wait_for
 
-__all__ = ["MAX_THREADS", "Handler", "HandlerCalls", "check_handler", "is_async"]
+__all__ = ["MAX_THREADS", "Handler", "HandlerCalls", "check_handler", "drain", "is_async"]
+
+log = logging.getLogger("aiogroup.processing")
 
 Handler = Callable[[Any], Awaitable[None]] | Callable[[Any], None]
 
@@ -86,3 +89,32 @@ class HandlerCalls:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
+
+
+async def drain(
+    tasks: Collection[asyncio.Task[None]], timeout: float, grace: float, why: str
+) -> None:
+    """Wait up to ``timeout`` for these handler tasks, then cancel and await the rest.
+
+    A cancelled handler ends at its next await (a sync handler's thread cannot be
+    stopped: its task ends at once, the thread runs on).  One that swallows the
+    cancellation is not waited for beyond ``grace``: the caller goes on without it.
+    """
+    if not tasks:
+        return
+    pending: set[asyncio.Task[None]] = set(tasks)
+    if timeout > 0:
+        _, pending = await asyncio.wait(pending, timeout=timeout)
+    if not pending:
+        return
+    if timeout > 0:
+        log.warning(
+            "%s: %d handler(s) still running after drain_timeout_ms; cancelling them",
+            why,
+            len(pending),
+        )
+    for task in pending:
+        task.cancel()
+    _, stuck = await asyncio.wait(pending, timeout=max(grace, 0.001))
+    if stuck:
+        log.error("%s: %d handler(s) ignored cancellation; going on without them", why, len(stuck))
