@@ -11,6 +11,12 @@ join included, each run in a fresh share group reading the same backlog.  The pl
 loop's ceiling is 200 records/s per consumer (1 / 5 ms); the processor's is
 ``concurrency`` times that.  Ratios from one run; ``uptime``'s load is printed with the
 figures (the machine is shared).
+
+One run (2026-11-27, Kafka 4.4, 2 shared cores at load 5.1-5.6 - other benchmarks ran):
+2 consumers 256 records/s (plain loop) against 7,472 (processor): 29x; 4 consumers 406
+against 6,815: 17x.  Every one of the 40,000 records ACCEPTed and confirmed, no lock lost.
+The processor rows sit far below their ceiling (20,000 records/s per consumer): all the
+consumers share this process's one event loop, which the load left about one core.
 """
 
 from __future__ import annotations
