@@ -519,3 +519,45 @@ async def test_a_release_riding_on_a_fetch_that_reacquires_the_record_is_reporte
         assert [(r.ack_type, r.offsets, r.ok) for r in reported] == [(T.RELEASE, (0,), True)]
     finally:
         await fetcher.abort()
+
+
+async def test_process_needs_a_started_explicit_consumer() -> None:
+    from aiogroup.errors import IllegalStateError
+
+    with pytest.raises(ConfigurationError, match="acknowledgement_mode='explicit'"):
+        await ShareConsumer("t", group_id="g").process(handler)
+    with pytest.raises(IllegalStateError, match="not started"):
+        await explicit().process(handler)
+
+
+async def test_a_sync_handler_runs_in_a_thread_and_an_overrun_is_a_failed_attempt() -> None:
+    import threading
+
+    consumer = FakeShareConsumer(pending=records(2))
+    threads: set[str] = set()
+    attempts: dict[int, int] = {}
+    done = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def handle(record: Rec) -> None:  # a plain function: the thread pool
+        threads.add(threading.current_thread().name)
+        attempts[record.offset] = attempts.get(record.offset, 0) + 1
+        if record.offset == 1 and attempts[1] == 1:
+            threading.Event().wait(0.5)  # overruns record_timeout_ms the first time
+        if sum(attempts.values()) == 3:
+            loop.call_soon_threadsafe(done.set)
+
+    proc = ShareProcessor(
+        consumer,  # type: ignore[arg-type]
+        handle,
+        record_timeout_ms=100,
+        retry=RetryPolicy(attempts=2, backoff_ms=0),
+    )
+    run = asyncio.create_task(proc.run())
+    await asyncio.wait_for(done.wait(), 10)
+    await proc.stop()
+    await run
+    assert all(name.startswith("aiogroup-handler") for name in threads)
+    assert attempts == {0: 1, 1: 2}
+    assert sorted(consumer.acks) == [(0, T.ACCEPT), (1, T.ACCEPT)]
+    assert proc.metrics()["retried"] == 1
