@@ -563,7 +563,7 @@ class ShareConsumer:
         fatal = None
         if fetcher is not None:
             until = fetcher._valid_until
-            if until is not None:
+            if until is not None and not self._closed:
                 valid_for = until - asyncio.get_running_loop().time()
             leaders = tuple(
                 LeaderSession(

@@ -152,6 +152,12 @@ async def test_every_record_is_accepted_exactly_once_by_two_concurrent_processor
     assert sum(m["lock_lost"] for m in metrics) == 0, metrics
     assert all(m["in_flight"] == 0 and m["held"] == 0 for m in metrics), metrics
     assert health.ready and health.joined and health.session_alive, health
+    assert [s.open for s in health.leader_sessions] == [True], health  # one node: one leader
+    assert health.member_epoch is not None and health.member_epoch > 0
+    assert health.seconds_since_last_heartbeat is not None
+    after = a.health()  # stopped: not live, and says so
+    assert (after.live, after.ready, after.member_state) == (False, False, "stopped")
+    assert "consumer is stopped" in after.reasons
     report = await judged(recorder, bootstrap, group)
     assert report.accepted == total and report.records == total
 
