@@ -269,9 +269,24 @@ class ShareProcessor:
         loop = asyncio.get_running_loop()
         for work in self._sched.take():
             work.started = loop.time()
-            self._tasks[work] = loop.create_task(
-                self._handle(work), name=f"aiogroup-share-handler-{work.tp.partition}@{work.offset}"
-            )
+            self._tasks[work] = loop.create_task(self._work(work), name="aiogroup-share-handler")
+
+    async def _work(self, work: Work) -> None:
+        """A handler task: ``work``, then the next record the slot it frees releases, until
+        none is ready (as Processor's: a task per record costs the loop more than many
+        handlers' own work).  After stop() or a failure no next record is taken, so a
+        task's end is its record's end there, which is what the drain waits for."""
+        task = asyncio.current_task()
+        assert task is not None
+        next_work: Work | None = work
+        while next_work is not None:
+            await self._handle(next_work)
+            next_work = None
+            if self._failure is None and not self._stop_event.is_set():
+                next_work = self._sched.take_one()
+            if next_work is not None:
+                next_work.started = asyncio.get_running_loop().time()
+                self._tasks[next_work] = task
 
     # -- handling ------------------------------------------------------------------------
 
@@ -309,7 +324,6 @@ class ShareProcessor:
             self._settle(work, outcome)
             self._tasks.pop(work, None)
             self._sched.done(work)
-            self._dispatch()
             self._room.set()
 
     async def _failed_record(self, work: Work, exc: Exception, attempts: int) -> Outcome:
@@ -423,7 +437,7 @@ class ShareProcessor:
         self._sched.drop({w.tp for w in self._held})
         for work in [w for w in self._held if w not in self._sched.in_flight]:
             self._settle(work, "cancelled")  # waiting, never started: back to the broker
-        tasks = [self._tasks[w] for w in in_flight if w in self._tasks]
+        tasks = {self._tasks[w] for w in in_flight if w in self._tasks}
         await drain(tasks, self._drain_timeout, self._drain_timeout, "share processor stop")
         for work in list(self._held):  # a handler that ignored its cancellation
             self._settle(work, "cancelled")
