@@ -12,11 +12,17 @@ loop's ceiling is 200 records/s per consumer (1 / 5 ms); the processor's is
 ``concurrency`` times that.  Ratios from one run; ``uptime``'s load is printed with the
 figures (the machine is shared).
 
-One run (2026-11-27, Kafka 4.4, 2 shared cores at load 5.1-5.6 - other benchmarks ran):
-2 consumers 256 records/s (plain loop) against 7,472 (processor): 29x; 4 consumers 406
-against 6,815: 17x.  Every one of the 40,000 records ACCEPTed and confirmed, no lock lost.
-The processor rows sit far below their ceiling (20,000 records/s per consumer): all the
-consumers share this process's one event loop, which the load left about one core.
+Runs on 2026-11-27 (Kafka 4.4, 2 shared cores, other benchmarks running), the figures
+including each run's join (1-2 s of the 3-5 s the processor rows took):
+
+* task per record: 2 consumers 256 records/s (plain loop) against 7,472 (processor), 29x;
+  4 consumers 406 against 6,815, 17x (load 5.1-5.6);
+* a handler task going on with the next record (as Processor): 2 consumers 258 against
+  8,632, 33x; 4 consumers 423 against 12,886, 30x (load 3.7-4.2).
+
+Every one of the 40,000 records ACCEPTed and confirmed in each run, no lock lost.  The
+processor rows sit below their ceiling (20,000 records/s per consumer): all consumers
+share this process's one event loop, on a loaded machine.
 """
 
 from __future__ import annotations
