@@ -96,6 +96,10 @@ async def drain(
 ) -> None:
     """Wait up to ``timeout`` for these handler tasks, then cancel and await the rest.
 
+    For a processor whose tasks end with the records drained (``ShareProcessor`` at
+    stop: no task takes a next record then).  ``Processor`` drains mid-run (a revoke),
+    while its tasks go on with other partitions' records, so it waits for records.
+
     A cancelled handler ends at its next await (a sync handler's thread cannot be
     stopped: its task ends at once, the thread runs on).  One that swallows the
     cancellation is not waited for beyond ``grace``: the caller goes on without it.
