@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -391,3 +392,46 @@ async def test_stop_on_failure_raises_and_the_failed_record_comes_back(
     assert deliveries == [1, 1 + released]  # delivered again, its count raised
     report = await judged(recorder, bootstrap, group)
     assert (report.accepted, report.releases, report.redeliveries) == (1, released, released)
+
+
+async def test_a_record_whose_lock_ran_out_mid_handler_is_counted_lost_not_accepted(
+    share_broker: KafkaBroker, kafka_topic: TopicFactory
+) -> None:
+    bootstrap = share_broker.bootstrap_servers
+    topic = await kafka_topic(1)
+    group = unique_name("shareproc")
+    lock_ms = 1000
+    await configure_share_group(bootstrap, group, lock_ms=lock_ms)
+    recorder = ShareRecorder()
+    await produce(bootstrap, topic, 1, recorder)
+    deliveries: list[int] = []
+    accepted_again = asyncio.Event()
+
+    async def handle(record: ShareRecord) -> None:
+        deliveries.append(record.delivery_count)
+        if record.delivery_count == 1:
+            # The whole process stalls (a stand-in for a long GC pause or a frozen
+            # host): no RENEW can go out, and the broker takes the lock back.
+            time.sleep(2.5 * lock_ms / 1000)  # noqa: ASYNC251 - the stall is the point
+        else:
+            accepted_again.set()
+
+    async with share_consumer(bootstrap, group, topic, recorder, "stalled") as c:
+        proc = ShareProcessor(c, handle)
+        run = asyncio.create_task(proc.run())
+        await asyncio.wait_for(accepted_again.wait(), WAIT)
+        await proc.stop()
+        await run
+        m = proc.metrics()
+    # Both deliveries finished their handler; only the second one's ACCEPT held.
+    assert deliveries == [1, 2]
+    assert (m["finished"], m["accepted"]) == (2, 1), m
+    report = await judged(recorder, bootstrap, group)
+    assert report.accepted == 1 and report.redeliveries == 1
+    if m["lock_lost"] == 0:
+        # The late ACCEPT rode on a ShareFetch whose answer acquired the record again,
+        # and the share fetcher drops that ACCEPT's error answer unreported (the gap the
+        # strict xfail in tests/unit/test_share_processing.py names); with the fetcher
+        # settling acknowledgements before acquisitions this counts 1 (tried locally).
+        pytest.xfail("share fetcher gap: a re-acquiring ShareFetch drops the ACCEPT's answer")
+    assert m["lock_lost"] == 1, m
