@@ -26,18 +26,18 @@ no committed offset ever passes a record whose handler has not finished.
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from aiogroup._support.timeouts import wait_for
 from aiogroup.errors import CommitFailedError, ConfigurationError, ConsumerStoppedError
 from aiogroup.processing import offset_metadata
-from aiogroup.processing.dead_letter import DeadLetter, as_bytes, dead_letter_headers
-from aiogroup.processing.errors import DeadLetterTopicError, ProcessingError
+from aiogroup.processing.dead_letter import DeadLetter
+from aiogroup.processing.dead_letter_sender import DeadLetterSender
+from aiogroup.processing.errors import ProcessingError
+from aiogroup.processing.handler_calls import HandlerCalls, check_handler
 from aiogroup.processing.retry import RetryPolicy
 from aiogroup.processing.scheduler import ORDERINGS, Ordering, Scheduler, Work, lane_of
 from aiogroup.processing.tracker import CommitPoint, PartitionTracker
@@ -52,9 +52,6 @@ log = logging.getLogger("aiogroup.processing")
 
 Handler = Callable[[ConsumerRecord], Awaitable[None]] | Callable[[ConsumerRecord], None]
 
-#: Most threads a processor's sync handlers get (not one per unit of concurrency).
-_MAX_THREADS = 128
-
 #: Most records one read takes from the consumer.  Building records and queueing
 #: them holds the event loop (some 10-20 us a record): 1,000 at once delay every
 #: running handler's timer by 10-30 ms, which at a 5 ms handler halves throughput.
@@ -63,12 +60,6 @@ _READ_CHUNK = 250
 #: and the lane's slot (measured with tracemalloc: about 310 B on CPython 3.11).  The
 #: byte bound counts it, so a backlog of small records is bounded by memory too.
 RECORD_OVERHEAD = 320
-
-
-def _is_async(handler: Any) -> bool:
-    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
-        getattr(handler, "__call__", None)  # noqa: B004 - an object with async __call__
-    )
 
 
 def _positive_ms(name: str, value: object, allow_none: bool = False) -> None:
@@ -101,11 +92,7 @@ class Processor:
         max_unfinished_per_partition: int = 100_000,
         metadata_max_bytes: int = offset_metadata.DEFAULT_MAX_BYTES,
     ) -> None:
-        if not callable(handler):
-            raise TypeError(
-                f"handler must be callable (async def handler(record) or a plain "
-                f"function), got {handler!r}"
-            )
+        check_handler(handler)
         if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
             raise ValueError(f"concurrency must be an int >= 1, got {concurrency!r}")
         if ordering not in ORDERINGS:
@@ -147,13 +134,15 @@ class Processor:
             )
         self._consumer = consumer
         self._handler = handler
-        self._async = _is_async(handler)
         self._ordering: Ordering = ordering
         self._retry = retry
         self._on_failure = on_failure
         self._record_timeout = None if record_timeout_ms is None else record_timeout_ms / 1000
+        self._calls = HandlerCalls(
+            handler, threads=concurrency, record_timeout=self._record_timeout
+        )
         #: An async handler without a per-record timeout is awaited inline (_handle).
-        self._direct = self._async and self._record_timeout is None
+        self._direct = self._calls.is_async and self._record_timeout is None
         self._drain_timeout = drain_timeout_ms / 1000
         self._commit_interval = commit_interval_ms / 1000
         self._max_unfinished = max_unfinished_per_partition
@@ -170,9 +159,7 @@ class Processor:
         #: Set when a record's handler ends while a drain waits (``_work_waiters`` > 0).
         self._work_ended = asyncio.Event()
         self._work_waiters = 0
-        self._executor: ThreadPoolExecutor | None = None
-        self._producer: Any = None
-        self._own_producer = False
+        self._dead_letters: DeadLetterSender | None = None
         self._failure: ProcessingError | None = None
         self._stop_event = asyncio.Event()
         #: Set when the waiting records fell to half the queue bound (or on stop).
@@ -217,9 +204,9 @@ class Processor:
             if consumer._metrics.processing == self.metrics:
                 consumer._metrics.processing = None
             self._running = False
-            await self._close_dead_letter()
-            if self._executor is not None:
-                self._executor.shutdown(wait=False, cancel_futures=True)
+            if self._dead_letters is not None:
+                await self._dead_letters.close()
+            self._calls.close()
             if not self._done.done():
                 self._done.set_result(None)
         if self._failure is not None:
@@ -497,31 +484,6 @@ class Processor:
 
     # -- handling ------------------------------------------------------------------------
 
-    async def _call(self, record: ConsumerRecord) -> None:
-        if self._async:
-            result = self._handler(record)
-            if inspect.isawaitable(result):
-                await result
-            return
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(
-                max_workers=min(self._sched.concurrency, _MAX_THREADS),
-                thread_name_prefix="aiogroup-handler",
-            )
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, functools.partial(self._handler, record))
-
-    async def _attempt(self, record: ConsumerRecord) -> None:
-        if self._record_timeout is None:
-            await self._call(record)
-            return
-        try:
-            await wait_for(self._call(record), self._record_timeout)
-        except asyncio.TimeoutError:
-            raise TimeoutError(
-                f"handler overran record_timeout_ms ({self._record_timeout * 1000:g} ms)"
-            ) from None
-
     async def _handle(self, work: Work) -> None:
         record: ConsumerRecord = work.record
         attempt = 0
@@ -537,7 +499,7 @@ class Processor:
                         if inspect.isawaitable(result):
                             await result
                     else:
-                        await self._attempt(record)
+                        await self._calls.attempt(record)
                 except Exception as exc:
                     delay = self._retry.delay_after(attempt)
                     if delay is None:
@@ -573,9 +535,9 @@ class Processor:
 
     async def _failed_record(self, work: Work, exc: Exception, attempts: int) -> None:
         self._failed += 1
-        if isinstance(self._on_failure, DeadLetter):
+        if self._dead_letters is not None:
             try:
-                await self._dead_letter(work.record, exc, attempts)
+                await self._dead_letters.send(work.record, exc, attempts)
             except Exception as produce_error:
                 log.error(
                     "dead-lettering %s[%d]@%d failed",
@@ -613,51 +575,15 @@ class Processor:
         dl = self._on_failure
         if not isinstance(dl, DeadLetter):
             return
-        topics = await self._consumer.topics()
-        if dl.topic not in topics:
-            raise DeadLetterTopicError(
-                f"dead-letter topic {dl.topic!r} does not exist; create it first "
-                "(the processor does not create topics)"
-            )
-        if dl.producer is not None:
-            self._producer = dl.producer
-            return
-        from aiokafka import AIOKafkaProducer
-
         cfg = self._consumer.config
-        producer = AIOKafkaProducer(
+        sender = DeadLetterSender(
+            dl,
             bootstrap_servers=cfg.bootstrap_servers,
-            client_id=f"{cfg.client_id}-dead-letter",
-            acks="all",
-            **cfg.client_options,
+            client_id=cfg.client_id,
+            client_options=cfg.client_options,
         )
-        await producer.start()
-        self._producer = producer
-        self._own_producer = True
-
-    async def _close_dead_letter(self) -> None:
-        if self._own_producer and self._producer is not None:
-            producer, self._producer = self._producer, None
-            await producer.stop()
-
-    async def _dead_letter(self, record: ConsumerRecord, exc: BaseException, attempts: int) -> None:
-        dl = self._on_failure
-        assert isinstance(dl, DeadLetter) and self._producer is not None
-        await self._producer.send_and_wait(
-            dl.topic,
-            value=as_bytes(record.value),
-            key=as_bytes(record.key),
-            headers=dead_letter_headers(record, exc, attempts),
-        )
-        log.warning(
-            "dead-lettered %s[%d]@%d to %s after %d attempt(s): %r",
-            record.topic,
-            record.partition,
-            record.offset,
-            dl.topic,
-            attempts,
-            exc,
-        )
+        await sender.open(await self._consumer.topics())
+        self._dead_letters = sender
 
     # -- commits, assignment and shutdown ------------------------------------------------
 
