@@ -4,8 +4,9 @@ The async shell around the pure parts: it reads records with ``getmany``, feeds
 each partition's :class:`~aiogroup.processing.tracker.PartitionTracker` and the
 :class:`~aiogroup.processing.scheduler.Scheduler`, runs the handler tasks the
 scheduler releases, and commits each partition's first unfinished offset (with
-the finished-beyond runs in the metadata) every ``commit_interval_ms``, on revoke
-and on stop.  The decisions are the pure parts'; this module awaits and counts.
+the finished-beyond runs in the metadata) every ``commit_interval_ms`` (0: as soon
+as the previous commit is answered), on revoke and on stop.  The decisions are the
+pure parts'; this module awaits and counts.
 
 Rebalances reach it through the consumer's internal rebalance hooks
 (:class:`aiogroup.listeners.RebalanceHooks`), which the coordination routine runs
@@ -107,7 +108,15 @@ class Processor:
             )
         _positive_ms("record_timeout_ms", record_timeout_ms, allow_none=True)
         _positive_ms("drain_timeout_ms", drain_timeout_ms)
-        _positive_ms("commit_interval_ms", commit_interval_ms)
+        if (
+            not isinstance(commit_interval_ms, int | float)
+            or isinstance(commit_interval_ms, bool)
+            or commit_interval_ms < 0
+        ):
+            raise ValueError(
+                "commit_interval_ms must be a number of milliseconds >= 0 (0: commit as "
+                f"soon as the previous commit is answered), got {commit_interval_ms!r}"
+            )
         if (
             not isinstance(max_unfinished_per_partition, int)
             or isinstance(max_unfinished_per_partition, bool)
@@ -145,6 +154,9 @@ class Processor:
         self._direct = self._calls.is_async and self._record_timeout is None
         self._drain_timeout = drain_timeout_ms / 1000
         self._commit_interval = commit_interval_ms / 1000
+        #: commit_interval_ms=0: set when a record finishes; the commit loop commits as
+        #: soon as the previous commit is answered and something finished since.
+        self._progress: asyncio.Event | None = asyncio.Event() if commit_interval_ms == 0 else None
         self._max_unfinished = max_unfinished_per_partition
         self._metadata_max_bytes = metadata_max_bytes
         self._sched = Scheduler(concurrency)
@@ -565,6 +577,8 @@ class Processor:
 
     def _finish(self, work: Work) -> None:
         self._finished += 1
+        if self._progress is not None:
+            self._progress.set()
         tracker = self._trackers.get(work.tp)
         if tracker is not None and tracker.is_pending(work.offset):
             tracker.finished(work.offset)
@@ -619,8 +633,17 @@ class Processor:
             self._revoking.discard(tp)
 
     async def _commit_loop(self) -> None:
+        progress = self._progress
+        if progress is None:
+            while True:
+                await asyncio.sleep(self._commit_interval)
+                await self._commit(None)
+        # Continuous: one commit in flight at a time, the next as soon as it is answered,
+        # so what a kill -9 leaves finished-but-uncommitted is about one commit round
+        # trip's worth of records instead of an interval's (issue 25).
         while True:
-            await asyncio.sleep(self._commit_interval)
+            await progress.wait()
+            progress.clear()
             await self._commit(None)
 
     async def _commit(self, partitions: set[TopicPartition] | None) -> None:
