@@ -197,6 +197,7 @@ class Fetcher:
         self._cursors.clear()
         self._budget.buffered = 0
         self._budget.reserved = 0
+        self._budget.clear_frames()
         self._data_ready.set()
 
     # -- the fetch routine ----------------------------------------------------------------
@@ -439,7 +440,10 @@ class Fetcher:
         now = asyncio.get_running_loop().time()
         backoffs = dict(self._tp_backoff)
         got_data = refresh = False
+        frame = 0
         for result in parse_fetch_response(response):
+            if result.records:
+                frame += len(result.records)
             planned = plan.get(result.tp)
             if planned is None:
                 continue
@@ -468,7 +472,8 @@ class Fetcher:
                 tp = result.tp
                 self._report(error_for_code(result.error_code)(f"Fetch {tp.topic}-{tp.partition}"))
             self._tp_backoff[result.tp] = now + self._backoff
-        self._budget.note_peak()
+        # The connection keeps this response until its next one (see planning.py).
+        self._budget.frame_held(node, frame)
         if refresh:
             self._client.force_metadata_update()
         if self._tp_backoff != backoffs:

@@ -91,6 +91,27 @@ def test_budget_invariant_holds_over_any_sequence() -> None:
     assert b.peak <= b.limit
 
 
+def test_the_last_response_a_connection_holds_counts_until_its_next_one() -> None:
+    """aiokafka's reader keeps its last frame alive: the room must leave it out."""
+    b = MemoryBudget(30 * MiB, MiB, 50 * MiB)
+    b.frame_held(1, 6 * MiB)
+    assert b.room() == 8 * MiB  # (30 - 6) / 3
+    b.frame_held(2, 3 * MiB)
+    b.frame_held(1, 2 * MiB)  # node 1's next response replaces its last
+    assert b.frames == 5 * MiB and b.room() == (25 * MiB) // COPIES_WHILE_HANDLED
+    assert b.peak == 9 * MiB
+    # A request, its response in chunks and frame: within the bound all along.
+    size = b.request_sizes([8])[0]
+    reserved = b.reserve(size)
+    assert b.buffered + b.reserved + b.frames <= b.limit
+    b.unreserve(reserved)
+    b.buffer(size)
+    b.frame_held(1, size)
+    assert b.buffered + b.reserved + b.frames <= b.limit
+    b.clear_frames()
+    assert b.frames == 0
+
+
 def test_planning_order_rotates_and_puts_empty_partitions_first() -> None:
     items = ["a", "b", "c", "d"]
     buffered = {"b"}
