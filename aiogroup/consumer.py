@@ -772,6 +772,8 @@ class GroupConsumer:
     def _iterated_tick(self) -> None:
         """A second passed: the next step from held records takes the full path."""
         self._iterated_timer = None
+        # Due now, whatever the clock's resolution made of the timer's moment.
+        self._iterated_due = float("-inf")
         if self._fetcher is not None:
             self._fetcher.held.expire()
 

@@ -297,7 +297,9 @@ class Fetcher:
             self._client.force_metadata_update()
             self._wake_later(self._backoff)
         nodes = list(by_node.items())
-        sizes = self._budget.request_sizes([len(parts) for _, parts in nodes])
+        sizes = self._budget.request_sizes(
+            [len(parts) for _, parts in nodes], [node for node, _ in nodes]
+        )
         # Fewer sizes than leaders when the room ran out: the rest wait for released data.
         for (node, parts), max_bytes in zip(nodes, sizes, strict=False):
             self._send_fetch(node, parts, max_bytes)
@@ -373,7 +375,7 @@ class Fetcher:
 
     def _send_fetch(self, node: int, parts: list[_Planned], max_bytes: int) -> None:
         cfg = self._config
-        reserved = self._budget.reserve(max_bytes)
+        reserved = self._budget.reserve(max_bytes, node)
         self._inflight_nodes.add(node)
         self._inflight_tps.update(p.state.tp for p in parts)
         tps = frozenset(p.state.tp for p in parts)

@@ -149,11 +149,20 @@ class HeldRecords:
             self._runs.append(run)
         if self.run is None and self._runs:
             self.run = self._runs.popleft()
-        self.verified = -1
+        self._moved()
 
     def expire(self) -> None:
         """Make the next step take the full check (and the caller's bookkeeping)."""
+        self._moved()
+
+    def _moved(self) -> None:
+        """Runs or their progress changed here: every iterator's next step checks in full.
+
+        Bumps the count, so an iterator that keeps the current run in its own
+        variables (``iterate``) - another task's, say - cannot go on from them.
+        """
         self.verified = -1
+        self.changes.value += 1
 
     def take(self, assignment: Assignment) -> ConsumerRecord | None:
         """The next held record that may still go out, checked in full; None: none left.
@@ -161,7 +170,7 @@ class HeldRecords:
         Leaves ``verified`` set when the run that is current afterwards passed the
         check with nothing changed since, so the next steps may go without it.
         """
-        self.verified = -1
+        self._moved()
         run = self.run
         while run is not None:
             if self._holds(assignment, run):
@@ -186,7 +195,7 @@ class HeldRecords:
 
     def release(self, assignment: Assignment | None) -> None:
         """Give back every record not handed out (another read path is about to read)."""
-        self.verified = -1
+        self._moved()
         run = self.run
         while run is not None:
             self._give_back(assignment, run)
@@ -257,22 +266,33 @@ async def iterate(
     is held: one resumption of this generator, one comparison of the count, the
     gate's deadline (and the clock while one is set), the position moved past the
     record.  No function call and no await: nothing else runs between the check and
-    the hand-over.
+    the hand-over.  The current run is kept in local variables, read again after each
+    full step; anything else that moves a run (another task's step, a refill, a give
+    back, ``expire``) bumps the count, so the locals are never used stale.
     """
     changes = held.changes
+    seen = -1  # the count when this generator last made the full check
+    records: list[ConsumerRecord] = []
+    i = last = 0
+    run: _Run | None = None
+    state: PartitionState | None = None
     while True:
-        run = held.run
-        if run is not None and changes.value == held.verified:
+        if changes.value == seen and i < last:
             until = sub.membership_valid_until
             if until is None or clock() < until:
-                i = run.index
-                if i < run.last:
-                    record = run.records[i]
-                    run.index = i + 1
-                    run.state.position = record.offset + 1
-                    yield record
-                    continue
+                record = records[i]
+                i += 1
+                run.index = i  # type: ignore[union-attr]
+                state.position = record.offset + 1  # type: ignore[union-attr]
+                yield record
+                continue
         record = await step()
         if record is None:
             return
+        run = held.run
+        if run is None:
+            seen = -1
+        else:
+            seen = held.verified
+            records, i, last, state = run.records, run.index, run.last, run.state
         yield record
