@@ -277,17 +277,32 @@ async def iterate(
     run: _Run | None = None
     state: PartitionState | None = None
     while True:
-        if changes.value == seen and i < last:
+        if changes.value == seen:
             until = sub.membership_valid_until
             if until is None or clock() < until:
-                record = records[i]
-                i += 1
-                run.index = i  # type: ignore[union-attr]
-                state.position = record.offset + 1  # type: ignore[union-attr]
-                yield record
-                continue
-        record = await step()
-        if record is None:
+                if i < last:
+                    record = records[i]
+                    i += 1
+                    run.index = i  # type: ignore[union-attr]
+                    state.position = record.offset + 1  # type: ignore[union-attr]
+                    yield record
+                    continue
+                # The run's last record.  Nothing changed since the full step (no
+                # error waits, the gate is open): ``take`` checks in full, hands it
+                # out and checks the next run, without the full step's coroutine.
+                assignment = sub.assignment
+                taken = None if assignment is None else held.take(assignment)
+                if taken is not None:
+                    run = held.run
+                    if run is None:
+                        seen = -1
+                    else:
+                        seen = held.verified
+                        records, i, last, state = run.records, run.index, run.last, run.state
+                    yield taken
+                    continue
+        taken = await step()
+        if taken is None:
             return
         run = held.run
         if run is None:
@@ -295,4 +310,4 @@ async def iterate(
         else:
             seen = held.verified
             records, i, last, state = run.records, run.index, run.last, run.state
-        yield record
+        yield taken
