@@ -823,8 +823,11 @@ held record's assignment checked by identity; 10,525 with the generator and the
 count (callgrind by function: of the 7,895 instructions the step cost over getmany
 before, 5,083 were the interpreter's bytecode loop - five Python calls and a
 coroutine per record - and most of the rest frame set-up and teardown); 10,276
-with the current run kept in the generator's own variables.  The final run is the
-table below.
+with the current run kept in the generator's own variables; 10,258 with a run's
+last record handed out without the full step's coroutine.  The table below is the
+final run (commit 0996b2f).  In group mode, while heartbeats keep the membership
+gate set, each step also reads the clock: about 420 instructions more per record
+(the same generator over held records, without a broker).
 
 Still not met, and not reachable this way on CPython 3.11: the `async for`
 protocol alone costs about as much as the threshold allows (0.11x getmany's
@@ -834,11 +837,12 @@ for a plain `for`): an async generator yielding a constant 1,229 per step, an
 `async def __anext__` returning one 1,586, `types.coroutine` 1,875, a class whose
 `__await__` is a generator 3,629, an iterator object raising `StopIteration(value)`
 5,501, an already-completed `Future` 4,278.  The async generator is the cheapest,
-so about 820 of its step are the protocol (the `asend` object, the frame's resumption,
-the `StopIteration` that carries the value) and the rest of the step's bytecode
-about 1,000 more.  Getting under 1.11x would take the step in C (an iterator whose
-awaitable completes without raising), or a CPython whose generator sends are
-cheaper (3.12 specialises `SEND`).
+so about 820 of its step are the protocol (the `asend` object, the frame's
+resumption, the `StopIteration` that carries the value); the step's own work (the
+count, the gate, the position, the benchmark loop's compare, the bookkeeping per
+run) is the other ~1,400 of the 2,203 it costs over getmany in the table.  Getting
+under 1.11x would take the step in C (an iterator whose awaitable completes without
+raising), or a CPython whose generator sends are cheaper (3.12 specialises `SEND`).
 
 Wall clock, for the record (the same trees, 500,000 records of 100 B, 3 interleaved
 repetitions on Tansu, load average 4.4-5.6 on 2 CPUs, 2026-11-27 17:47 UTC;
