@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import logging
+import time
 import warnings
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -37,6 +38,7 @@ from aiogroup._coordination.consumer_protocol_routine import (
 from aiogroup._fetch import offset_lookups as _offsets
 from aiogroup._fetch.delivery import record_bytes, records_and_bytes
 from aiogroup._fetch.fetcher import Fetcher
+from aiogroup._fetch.iteration import iterate
 from aiogroup._state.subscription import (
     FetchStatus,
     PartitionState,
@@ -230,12 +232,12 @@ class GroupConsumer:
         #: know a topic ``topics()`` has just listed (Java's ``partitionsFor`` does).
         self._listed: ClusterMetadata | None = None
         self._metrics = ConsumerMetrics(self._config.session_timeout_ms / 1000)
-        #: Records ``async for`` handed out and their bytes, not yet told to the metrics:
-        #: told per refill, at least each second, and before any snapshot - not per
-        #: record, which kept a rate-window entry per record (30 s of them).
-        self._iterated = 0
-        self._iterated_bytes = 0
+        #: Loop time of the next poll bookkeeping of ``async for`` / getone() steps
+        #: served from held records (the poll clock, the broker watch, the delivered
+        #: count): per refill and at least once a second, not per record.  The timer
+        #: makes the next step after the second take the full path, which does it.
         self._iterated_due = 0.0
+        self._iterated_timer: asyncio.TimerHandle | None = None
         #: Internal parties run before the application's listener (the processor).
         self._rebalance_hooks = RebalanceHooks()
 
@@ -395,6 +397,9 @@ class GroupConsumer:
                 else:
                     await self._coordinator.abort()
         finally:
+            if self._iterated_timer is not None:
+                self._iterated_timer.cancel()
+                self._iterated_timer = None
             if self._fetcher is not None:
                 await self._fetcher.close()
             if self._subscription is not None:
@@ -603,7 +608,18 @@ class GroupConsumer:
         sub.poll_ended(asyncio.get_running_loop().time())
 
     async def getone(self, *partitions: TopicPartition) -> ConsumerRecord:
-        """The next record (of ``partitions`` if given); waits until there is one or stop()."""
+        """The next record (of ``partitions`` if given); waits until there is one or stop().
+
+        Without ``partitions`` it is a step of ``async for`` (``_iterated_step``): a
+        refill builds a getmany's worth of records and the calls after it hand them
+        out one by one, with delivery's checks made at each.  With ``partitions``,
+        records held for the others are given back (refetched) and one is read.
+        """
+        if not partitions:
+            record = await self._iterated_step()
+            if record is None:
+                raise ConsumerStoppedError()
+            return record
         await self._pass_through_the_loop()
         sub = self._poll_started(partitions)
         try:
@@ -669,10 +685,34 @@ class GroupConsumer:
         return batch
 
     def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
-        return self
+        """``async for``: an iterator over records a refill built ahead.
+
+        Not the consumer itself (aiokafka returns ``self``): an async generator
+        (``aiogroup._fetch.iteration.iterate``), whose steps cost one resumption and
+        one comparison while held records last - a step through ``__anext__`` costs a
+        coroutine, and each call in it, per record.  ``async for`` behaves the same;
+        an iterator kept by hand ends after an error it raised (a new ``async for``
+        goes on), where ``__anext__`` can be awaited again.  Before ``start()`` this
+        is the consumer, whose ``__anext__`` says why it cannot read.
+        """
+        fetcher, sub = self._fetcher, self._subscription
+        if fetcher is None or sub is None:
+            return self
+        loop = asyncio.get_running_loop()
+        # The gate's deadline is in loop time; for asyncio's own loops that is
+        # time.monotonic(), called without the method's Python frame.
+        clock = time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time
+        return iterate(fetcher.held, sub, clock, self._iterated_step)
 
     async def __anext__(self) -> ConsumerRecord:
-        """The next record: ``async for`` hands out records a refill built ahead.
+        """The next record: the step ``async for`` takes when it has to check in full."""
+        record = await self._iterated_step()
+        if record is None:
+            raise StopAsyncIteration
+        return record
+
+    async def _iterated_step(self) -> ConsumerRecord | None:
+        """A held record after delivery's checks in full, else a refill; None: stopped.
 
         A step that finds a held record hands it out after the delivery checks, at
         this moment (``aiogroup._fetch.iteration``), and the membership gate; errors
@@ -687,9 +727,6 @@ class GroupConsumer:
             now = asyncio.get_running_loop().time()
             record = fetcher.held_record(now)
             if record is not None:
-                self._iterated += 1
-                k, v = record.serialized_key_size, record.serialized_value_size
-                self._iterated_bytes += (k if k > 0 else 0) + (v if v > 0 else 0)
                 if now >= self._iterated_due:
                     self._iterated_poll(now)
                 return record
@@ -698,17 +735,14 @@ class GroupConsumer:
             await self._pass_through_the_loop()
             sub = self._poll_started(())
             try:
-                record = await self._fetcher_or_raise.next_iterated()
+                return await self._fetcher_or_raise.next_iterated()
             finally:
                 self._poll_ended(sub)
         except ConsumerStoppedError:
-            raise StopAsyncIteration from None
-        self._iterated += 1
-        self._iterated_bytes += record_bytes(record)
-        return record
+            return None
 
     def _iterated_poll(self, now: float) -> None:
-        """A second of ``async for`` from held records: it counts as polling."""
+        """A second of steps from held records: it counts as polling."""
         sub = self._subscription
         if sub is not None:
             sub.poll_started(now)
@@ -717,19 +751,31 @@ class GroupConsumer:
         self._count_iterated()
 
     def _count_iterated(self) -> None:
-        """Tell the metrics what ``async for`` handed out since the last time.
+        """Tell the metrics what the held records handed out since the last time.
 
         Only on the event loop: a snapshot taken in another thread (a sync listener)
         leaves the count to the loop rather than race it.
         """
         try:
-            now = asyncio.get_running_loop().time()
+            loop = asyncio.get_running_loop()
         except RuntimeError:
             return
-        self._iterated_due = now + 1.0
-        if self._iterated:
-            self._metrics.delivered(self._iterated, self._iterated_bytes)
-            self._iterated = self._iterated_bytes = 0
+        fetcher = self._fetcher
+        if fetcher is None:
+            return
+        self._iterated_due = loop.time() + 1.0
+        if self._iterated_timer is None:
+            self._iterated_timer = loop.call_at(self._iterated_due, self._iterated_tick)
+        n, nbytes = fetcher.held.handed_out()
+        self._metrics.delivered(n, nbytes)
+
+    def _iterated_tick(self) -> None:
+        """A second passed: the next step from held records takes the full path."""
+        self._iterated_timer = None
+        # Due now, whatever the clock's resolution made of the timer's moment.
+        self._iterated_due = float("-inf")
+        if self._fetcher is not None:
+            self._fetcher.held.expire()
 
     # -- committing -----------------------------------------------------------------------
 

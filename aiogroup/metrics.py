@@ -62,6 +62,8 @@ _HELD_BY_BROKER = frozenset({"JoinGroup", "SyncGroup"})
 
 #: Window over which records/s and bytes/s are computed.
 RATE_WINDOW_S = 30.0
+#: One rate-window entry covers the deliveries of up to this many seconds.
+RATE_BUCKET_S = 1.0
 
 
 @dataclass
@@ -213,13 +215,25 @@ class ConsumerMetrics:
     # -- hooks --------------------------------------------------------------------------
 
     def delivered(self, records: int, nbytes: int) -> None:
-        """Records handed to the application (getone/getmany/getmany_arrow)."""
+        """Records handed to the application (getone/getmany/getmany_arrow/async for).
+
+        The rate window keeps one entry per second at most, not one per call: a
+        getone() per record at a few hundred thousand records a second used to keep
+        that many entries per second of the window (30 s of them), and sum them all
+        at every ``rates()``.  An entry counts from the start of its second, so the
+        window is ``RATE_WINDOW_S`` give or take one second.
+        """
         if not records:
             return
         now = time.monotonic()
         self.records_consumed += records
         self.bytes_consumed += nbytes
-        self._deliveries.append((now, records, nbytes))
+        deliveries = self._deliveries
+        if deliveries and now - deliveries[-1][0] < RATE_BUCKET_S:
+            since, n, b = deliveries[-1]
+            deliveries[-1] = (since, n + records, b + nbytes)
+            return
+        deliveries.append((now, records, nbytes))
         self._prune(now)
 
     async def timed_fetch(self, call: Awaitable[T], partitions: Iterable[TopicPartition]) -> T:

@@ -37,6 +37,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -143,8 +144,13 @@ def run_drain(
     tree: Path | None,
     *,
     callgrind: bool,
+    keep: Path | None = None,
 ) -> Drain:
-    """One drain in a child process, counted by callgrind when ``callgrind``."""
+    """One drain in a child process, counted by callgrind when ``callgrind``.
+
+    ``keep``: a directory the drain's callgrind dump is copied to, for
+    ``callgrind_annotate`` (where the instructions go, by function).
+    """
     args = [sys.executable, str(Path(__file__).resolve()), "_drain"]
     args += [client, path, bootstrap, topic, str(records)]
     with tempfile.TemporaryDirectory(prefix="record-path-cost-") as tmp:
@@ -174,6 +180,10 @@ def run_drain(
             if Path(got["origin"]).resolve() != tree.resolve():
                 raise RuntimeError(f"the child imported aiogroup from {got['origin']}, not {tree}")
         instructions = _segment_total(out + ".2") if callgrind else None
+        if callgrind and keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            name = f"{client}-{path}-{records}-{Path(tree).name if tree else 'ref'}.callgrind"
+            shutil.copyfile(out + ".2", keep / name)
     return Drain(got["records"], got["seconds"], got["cpu"], instructions)
 
 
@@ -207,6 +217,7 @@ def measure_costs(
     trees: list[Path],
     paths: tuple[str, ...] = PATHS,
     log: Any = print,
+    keep: Path | None = None,
 ) -> tuple[dict[str, dict[str, Cost]], Cost]:
     """Every tree's aiogroup paths and aiokafka's getmany, counted by callgrind."""
     small, large = sorted(topics)
@@ -215,13 +226,15 @@ def measure_costs(
         name = str(tree)
         for path in paths:
             drains = [
-                run_drain("aiogroup", path, bootstrap, topics[n], n, tree, callgrind=True)
+                run_drain(
+                    "aiogroup", path, bootstrap, topics[n], n, tree, callgrind=True, keep=keep
+                )
                 for n in (small, large)
             ]
             costs.setdefault(name, {})[path] = cost = Cost(*drains)
             log(f"  {name}: aiogroup {path}: {cost.per_record:,.0f} instructions/record")
     drains = [
-        run_drain("aiokafka", "getmany", bootstrap, topics[n], n, None, callgrind=True)
+        run_drain("aiokafka", "getmany", bootstrap, topics[n], n, None, callgrind=True, keep=keep)
         for n in (small, large)
     ]
     reference = Cost(*drains)
@@ -304,6 +317,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wall-records", type=int, default=500_000)
     parser.add_argument("--no-callgrind", action="store_true", help="only the --wall timing")
     parser.add_argument("--json", type=Path, help="write the numbers here too")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        help="copy each drain's callgrind dump here (read it with callgrind_annotate)",
+    )
     args = parser.parse_args(argv)
     if not 0 < args.small < args.large:
         parser.error(f"need 0 < --small < --large, got {args.small} and {args.large}")
@@ -327,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
                 {n: topics[n] for n in (args.small, args.large)},
                 trees,
                 paths,
+                keep=args.keep,
             )
             print("\n".join(summary(costs, reference)))
             result["instructions_per_record"] = {

@@ -817,12 +817,41 @@ the count at all: 7,086).
 `async for` cost about 74,000 instructions per record on main (each step went
 through the whole read path: errors, the drain, a fresh sink, the walker, a result
 dict, the metrics' per-record rate-window entry).  A refill now builds a getmany's
-worth of records and each step hands out the next after delivery's checks at that
-moment (`aiogroup/_fetch/iteration.py`): main's tree measured 73,966 and this one
-17,398 in one run, and 15,938 in the table below with the held record's assignment
-checked by identity.  What is left is mostly the step itself (a coroutine per record,
-the checks, the membership gate's clock read), so the `async for` row below is not
-met yet.
+worth of records (`aiogroup/_fetch/iteration.py`), and `__aiter__` returns an async
+generator that steps through them.  Delivery's checks (same partition state and
+epoch, not revoking or paused, position where the last record left it, no error
+waiting) are made in full at each partition run's first and last record, after
+anything that could fail them and once a second; in between, a step compares one
+count (`DeliveryChanges`, bumped by every write that can stop a hand-out: a new
+assignment, a revocation, a seek, reset or lookup, pause and resume, an error
+reported, another read path's drain, close), reads the membership gate's deadline
+(and the clock while one is set, so a process frozen past it hands out nothing on
+waking), moves the position past the record and yields it.  Instructions per
+record, one run each: 73,966 on main; 17,398 with the refill; 15,938 with the
+held record's assignment checked by identity; 10,525 with the generator and the
+count (callgrind by function: of the 7,895 instructions the step cost over getmany
+before, 5,083 were the interpreter's bytecode loop - five Python calls and a
+coroutine per record - and most of the rest frame set-up and teardown); 10,276
+with the current run kept in the generator's own variables; 10,258 with a run's
+last record handed out without the full step's coroutine.  The table below is the
+final run (commit 0996b2f).  In group mode, while heartbeats keep the membership
+gate set, each step also reads the clock: about 420 instructions more per record
+(the same generator over held records, without a broker).
+
+Still not met, and not reachable this way on CPython 3.11: the `async for`
+protocol alone costs about as much as the threshold allows (0.11x getmany's
+~8,100, about 890 instructions).  Measured with the same callgrind method on a bare
+loop (`n += 1` per item, which the benchmark's loop also pays; 412 instructions
+for a plain `for`): an async generator yielding a constant 1,229 per step, an
+`async def __anext__` returning one 1,586, `types.coroutine` 1,875, a class whose
+`__await__` is a generator 3,629, an iterator object raising `StopIteration(value)`
+5,501, an already-completed `Future` 4,278.  The async generator is the cheapest,
+so about 820 of its step are the protocol (the `asend` object, the frame's
+resumption, the `StopIteration` that carries the value); the step's own work (the
+count, the gate, the position, the benchmark loop's compare, the bookkeeping per
+run) is the other ~1,400 of the 2,203 it costs over getmany in the table.  Getting
+under 1.11x would take the step in C (an iterator whose awaitable completes without
+raising), or a CPython whose generator sends are cheaper (3.12 specialises `SEND`).
 
 Wall clock, for the record (the same trees, 500,000 records of 100 B, 3 interleaved
 repetitions on Tansu, load average 4.4-5.6 on 2 CPUs, 2026-11-27 17:47 UTC;
@@ -832,6 +861,15 @@ with (min-max); the rates spread too much to judge a quarter, the CPU time much 
 {wall_table}
 Against aiokafka's getmany in that run, by median rate: main's getmany 0.84x, this
 branch's 1.64x; by CPU per record: main 1.23x less, this branch 1.66x less.
+
+With the async generator (branch `asyncfor`, 500,000 records, 3 interleaved
+repetitions on Tansu, load average 1.4-2.5, 2026-11-27 20:31 UTC;
+`python -m benchmarks.record_path_cost --no-callgrind --wall 3`): getmany 507,034
+(494,576-636,143) records/s and 1.56 (1.33-1.74) CPU s per M records, `async for`
+569,308 (431,234-573,731) and 1.51 (1.47-1.97), aiokafka's getmany 414,144
+(404,719-426,547) and 2.11 (1.98-2.14).  By wall clock `async for` reached 1.12x
+getmany's median rate (the ranges overlap), by CPU time about the same; the
+instruction count, which the load does not move, still says 1.27x getmany's cost.
 
 The threshold: getmany's instructions per record at most {limit:.2f}x aiokafka's
 getmany's (da67187's tree measured 0.59x, 6eb2725's 0.92x, this branch 0.64-0.65x:

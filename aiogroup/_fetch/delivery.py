@@ -18,7 +18,7 @@ import gc
 from collections import deque
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
-from operator import attrgetter
+from operator import attrgetter, length_hint
 
 from aiokafka.errors import CorruptRecordException
 
@@ -33,6 +33,12 @@ __all__ = ["Delivery", "record_bytes", "records_and_bytes"]
 
 _KEY_SIZE = attrgetter("serialized_key_size")
 _VALUE_SIZE = attrgetter("serialized_value_size")
+
+
+#: A decoded record beyond its share of the raw bytes: the record object and the
+#: headers of its key and value bytes objects.  Measured with tracemalloc on a
+#: partly read batch of 100 B records: about 285 B a record in ~3 allocations.
+DECODED_RECORD_OVERHEAD = 200
 
 
 def records_and_bytes(batches: Iterable[list[ConsumerRecord]]) -> tuple[int, int]:
@@ -95,13 +101,21 @@ class Delivery:
         #: new refusal raises it at once instead of waiting for more data.
         self.refusals = 0
         self._rr = 0
+        #: Per partition: the decoded records of its partly read batch, as counted in
+        #: the budget's ``decoded``, and the raw bytes a record of it averages.
+        self._decoded: dict[TopicPartition, int] = {}
+        self._raw_per_record: dict[TopicPartition, int] = {}
 
     def add(self, chunk: Chunk) -> None:
         self.buffers.setdefault(chunk.tp, deque()).append(chunk)
         self._budget.buffer(chunk.size)
+        span = chunk.end_offset - chunk.next_offset
+        if span > 0:
+            self._raw_per_record[chunk.tp] = chunk.size // span
 
     def drop(self, tp: TopicPartition) -> None:
         chunks = self.buffers.pop(tp, None)
+        self._count_decoded(tp, None)
         if chunks:
             self._budget.release(sum(c.size for c in chunks))
             self._wake()
@@ -109,6 +123,26 @@ class Delivery:
     def clear(self) -> None:
         self.buffers.clear()
         self._refusal = None
+        self._decoded.clear()
+        self._raw_per_record.clear()
+        self._budget.decoded = 0
+
+    def _count_decoded(self, tp: TopicPartition, chunk: Chunk | None) -> None:
+        """Count the decoded records ``chunk`` keeps of a partly read batch (see planning)."""
+        pending = None if chunk is None else chunk.pending
+        now = 0
+        if pending is not None:
+            per_record = DECODED_RECORD_OVERHEAD + self._raw_per_record.get(tp, 0)
+            now = length_hint(pending) * per_record
+        before = self._decoded.get(tp, 0)
+        if now != before:
+            self._budget.decoded += now - before
+            if now:
+                self._decoded[tp] = now
+            else:
+                del self._decoded[tp]
+                self._wake()
+            self._budget.note_peak()
 
     @property
     def refusal_pending(self) -> bool:
@@ -232,6 +266,7 @@ class Delivery:
                 st.consumed_to(chunk.next_offset)
                 self._on_corrupt(tp, exc)
                 return taken
+            self._count_decoded(tp, chunk)
             st.consumed_to(chunk.next_offset)
             if chunk.failure is not None:
                 self._refusal = _Refusal(chunk.failure, st, st.epoch)

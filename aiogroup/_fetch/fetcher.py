@@ -103,8 +103,9 @@ class Fetcher:
             config.max_buffered_bytes, config.max_partition_fetch_bytes, config.fetch_max_bytes
         )
         self._delivery = Delivery(self._budget, wake=self._wake, on_corrupt=self._corrupt)
-        #: Records a refill built ahead for ``async for`` (``held_record``).
-        self._held = HeldRecords()
+        #: Records a refill built ahead for ``async for`` (``held_record``, and the
+        #: consumer's ``iterate`` steps through them while nothing changed).
+        self.held = HeldRecords(subscription.delivery_changes)
         self._resets = PositionResets(
             client,
             subscription,
@@ -180,6 +181,7 @@ class Fetcher:
         if self._closed:
             return
         self._closed = True
+        self._sub.delivery_changes.bump()
         tasks: list[asyncio.Task[Any]] = list(self._watchers.values())
         if self._routine is not None:
             tasks.append(self._routine)
@@ -190,11 +192,12 @@ class Fetcher:
         self._timers.clear()
         await asyncio.gather(*tasks, self._tasks.aclose(), return_exceptions=True)
         self._watchers.clear()
-        self._held.release(None)
+        self.held.release(None)
         self._delivery.clear()
         self._cursors.clear()
         self._budget.buffered = 0
         self._budget.reserved = 0
+        self._budget.clear_frames()
         self._data_ready.set()
 
     # -- the fetch routine ----------------------------------------------------------------
@@ -294,7 +297,9 @@ class Fetcher:
             self._client.force_metadata_update()
             self._wake_later(self._backoff)
         nodes = list(by_node.items())
-        sizes = self._budget.request_sizes([len(parts) for _, parts in nodes])
+        sizes = self._budget.request_sizes(
+            [len(parts) for _, parts in nodes], [node for node, _ in nodes]
+        )
         # Fewer sizes than leaders when the room ran out: the rest wait for released data.
         for (node, parts), max_bytes in zip(nodes, sizes, strict=False):
             self._send_fetch(node, parts, max_bytes)
@@ -370,7 +375,7 @@ class Fetcher:
 
     def _send_fetch(self, node: int, parts: list[_Planned], max_bytes: int) -> None:
         cfg = self._config
-        reserved = self._budget.reserve(max_bytes)
+        reserved = self._budget.reserve(max_bytes, node)
         self._inflight_nodes.add(node)
         self._inflight_tps.update(p.state.tp for p in parts)
         tps = frozenset(p.state.tp for p in parts)
@@ -437,7 +442,10 @@ class Fetcher:
         now = asyncio.get_running_loop().time()
         backoffs = dict(self._tp_backoff)
         got_data = refresh = False
+        frame = 0
         for result in parse_fetch_response(response):
+            if result.records:
+                frame += len(result.records)
             planned = plan.get(result.tp)
             if planned is None:
                 continue
@@ -466,7 +474,8 @@ class Fetcher:
                 tp = result.tp
                 self._report(error_for_code(result.error_code)(f"Fetch {tp.topic}-{tp.partition}"))
             self._tp_backoff[result.tp] = now + self._backoff
-        self._budget.note_peak()
+        # The connection keeps this response until its next one (see planning.py).
+        self._budget.frame_held(node, frame)
         if refresh:
             self._client.force_metadata_update()
         if self._tp_backoff != backoffs:
@@ -532,6 +541,7 @@ class Fetcher:
     def _report(self, exc: BaseException) -> None:
         if self._error is None:
             self._error = exc
+        self._sub.delivery_changes.bump()
         self._data_ready.set()
 
     def _raise_error(self, partitions: Collection[TopicPartition]) -> None:
@@ -574,8 +584,8 @@ class Fetcher:
         record refused by a deserializer in an earlier call (records read before it
         in that call were returned with it).
         """
-        if self._held:
-            self._held.release(self._sub.assignment)
+        if self.held:
+            self.held.release(self._sub.assignment)
         while True:
             self._raise_error(partitions)
             self._data_ready.clear()
@@ -585,6 +595,8 @@ class Fetcher:
             if self._sub.membership_current(now) and self._delivery.drain(
                 self._sub.assignment, partitions, max_records, sink
             ):
+                # Positions moved: records another read path holds are checked in full.
+                self._sub.delivery_changes.bump()
                 return sink
             if self._error is not None or self._delivery.refusals != refusals:
                 continue
@@ -623,7 +635,7 @@ class Fetcher:
         ):
             return None
         assignment = sub.assignment
-        return None if assignment is None else self._held.take(assignment)
+        return None if assignment is None else self.held.take(assignment)
 
     async def next_iterated(self) -> ConsumerRecord:
         """Build as many records as a getmany would, hold them, hand out the first.
@@ -650,8 +662,8 @@ class Fetcher:
             assignment = self._sub.assignment
             if assignment is None:
                 continue
-            self._held.hold(assignment, sink.result, before)
-            record = self._held.take(assignment)
+            self.held.hold(assignment, sink.result, before)
+            record = self.held.take(assignment)
             if record is not None:
                 return record
 

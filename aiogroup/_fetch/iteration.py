@@ -1,6 +1,6 @@
 """Records built ahead for ``async for``, handed out one at a time with the delivery checks.
 
-Why: ``async for`` asks for one record per call, and sending each through the whole
+Why: ``async for`` asks for one record per step, and sending each through the whole
 read path (errors, the drain, a fresh sink, the walker, a result dict) cost about
 70,000 instructions a record against getmany's 8,000
 (``python -m benchmarks.record_path_cost``).  So the iterator's refill builds as
@@ -8,10 +8,24 @@ many records as a ``getmany`` would, in the one drain, and each later step takes
 next of them after the same checks delivery makes, synchronously (no ``await``
 between the check and the hand-over):
 
+* no error waits for the application (the fetcher's, the group's) and the fetcher
+  is open;
 * the partition is still assigned with the same ``PartitionState`` and ``epoch``
   (a seek, a reset or a new assignment changes them), it is not ``revoking`` or
   ``paused``, and its fetch status is ``READY``;
-* its position is where the last record handed out left it.
+* its position is where the last record handed out left it;
+* the membership gate is open (``SubscriptionState.membership_current``).
+
+Made in full for every record, the checks and the calls around them cost as much as
+building the record.  So they are made in full once (``take``), and the steps after
+it compare one number instead (:func:`iterate`): the subscription state's
+``DeliveryChanges`` count, which every write that can fail a check bumps.  While it
+has not moved since the full check, and the partition's run of held records goes
+on, the result of the check cannot have changed - except the gate, which is a
+deadline on the loop's clock and is read at every step while one is set (a process
+frozen past it must not hand out another record when it wakes).  A run's last
+record, the next partition's first and any step after a bump take the full check.
+``expire`` forces one too: the consumer's once-a-second poll bookkeeping.
 
 Positions never run ahead of the application: the drain moved each partition's
 position past the records it built, so ``hold`` puts it back where it was, and each
@@ -25,22 +39,43 @@ records: when its state is still the current one (paused, say, or another read p
 is used), its position is sought to the first record not handed out.  A seek bumps
 the epoch, so the fetcher drops that partition's read-ahead and fetches again from
 there: nothing is skipped and nothing is handed out twice.
+
+What was handed out is counted for the metrics lazily (``handed_out``), in bulk per
+run, with the C sums getmany uses, rather than per step.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
 
-from aiogroup._state.subscription import Assignment, FetchStatus, PartitionState
+from aiogroup._fetch.delivery import records_and_bytes
+from aiogroup._state.subscription import (
+    Assignment,
+    DeliveryChanges,
+    FetchStatus,
+    PartitionState,
+    SubscriptionState,
+)
 from aiogroup.structs import ConsumerRecord, TopicPartition
 
-__all__ = ["HeldRecords"]
+__all__ = ["HeldRecords", "iterate"]
 
 
 class _Run:
     """One partition's held records and where handing them out has got to."""
 
-    __slots__ = ("assignment", "end", "epoch", "expected", "index", "records", "state")
+    __slots__ = (
+        "assignment",
+        "counted",
+        "end",
+        "epoch",
+        "index",
+        "last",
+        "records",
+        "start",
+        "state",
+    )
 
     def __init__(
         self,
@@ -55,27 +90,47 @@ class _Run:
         self.state = state
         self.epoch = state.epoch
         self.records = records
+        #: The next record to hand out.
         self.index = 0
-        #: The position the partition must still have for the next record to go out.
-        self.expected = start
+        #: The index of the run's last record: the step before it takes the full check.
+        self.last = len(records) - 1
+        #: Records before this index are counted for the metrics already.
+        self.counted = 0
+        #: The position before the run's first record.
+        self.start = start
         #: Where the drain left the position: set after the last record goes out.
         self.end = end
+
+    @property
+    def expected(self) -> int:
+        """The position the partition must still have for the next record to go out."""
+        i = self.index
+        return self.start if i == 0 else self.records[i - 1].offset + 1
 
 
 _READY = FetchStatus.READY
 
 
 class HeldRecords:
-    """Records of one refill, per partition in the drain's order."""
+    """Records of one refill, per partition in the drain's order.
 
-    __slots__ = ("_run", "_runs")
+    ``run`` is the partition being handed out; ``verified`` is the value of
+    ``changes`` when its checks were last made in full, or -1 when the next step
+    must make them (see the module docstring).
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_pending", "_runs", "changes", "run", "verified")
+
+    def __init__(self, changes: DeliveryChanges | None = None) -> None:
         self._runs: deque[_Run] = deque()
-        self._run: _Run | None = None
+        self.run: _Run | None = None
+        self.changes = DeliveryChanges() if changes is None else changes
+        self.verified = -1
+        #: Records handed out and bytes, of runs no longer current, not yet counted.
+        self._pending = [0, 0]
 
     def __bool__(self) -> bool:
-        return self._run is not None
+        return self.run is not None
 
     def hold(
         self,
@@ -92,47 +147,97 @@ class HeldRecords:
             run = _Run(assignment, st, records, start, st.position)
             st.position = start  # nothing of it is handed out yet
             self._runs.append(run)
-        if self._run is None and self._runs:
-            self._run = self._runs.popleft()
+        if self.run is None and self._runs:
+            self.run = self._runs.popleft()
+        self._moved()
+
+    def expire(self) -> None:
+        """Make the next step take the full check (and the caller's bookkeeping)."""
+        self._moved()
+
+    def _moved(self) -> None:
+        """Runs or their progress changed here: every iterator's next step checks in full.
+
+        Bumps the count, so an iterator that keeps the current run in its own
+        variables (``iterate``) - another task's, say - cannot go on from them.
+        """
+        self.verified = -1
+        self.changes.value += 1
 
     def take(self, assignment: Assignment) -> ConsumerRecord | None:
-        """The next held record that may still go out, or None when none is left."""
-        run = self._run
+        """The next held record that may still go out, checked in full; None: none left.
+
+        Leaves ``verified`` set when the run that is current afterwards passed the
+        check with nothing changed since, so the next steps may go without it.
+        """
+        self._moved()
+        run = self.run
         while run is not None:
-            st = run.state
-            if (
-                run.assignment is assignment
-                and st.position == run.expected
-                and st.epoch == run.epoch
-                and not st.revoking
-                and not st.paused
-                and st.status is _READY
-            ):
+            if self._holds(assignment, run):
                 records = run.records
-                i = run.index
-                record = records[i]
-                i += 1
-                if i < len(records):
-                    run.index = i
-                    st.position = run.expected = record.offset + 1
+                record = records[run.index]
+                run.index += 1
+                st = run.state
+                if run.index < len(records):
+                    st.position = record.offset + 1
+                    # Nothing changed since the check a line above: the next steps
+                    # may compare the count instead.
+                    self.verified = self.changes.value
                 else:
                     st.position = run.end
-                    self._run = self._runs.popleft() if self._runs else None
+                    self._next_run()
+                    if self.run is not None and self._holds(assignment, self.run):
+                        self.verified = self.changes.value
                 return record
             self._give_back(assignment, run)
-            run = self._run = self._runs.popleft() if self._runs else None
+            run = self.run
         return None
 
     def release(self, assignment: Assignment | None) -> None:
         """Give back every record not handed out (another read path is about to read)."""
-        run = self._run
+        self._moved()
+        run = self.run
         while run is not None:
             self._give_back(assignment, run)
-            run = self._runs.popleft() if self._runs else None
-        self._run = None
+            run = self.run
+
+    def handed_out(self) -> tuple[int, int]:
+        """Records handed out, and their key + value bytes, since the last call."""
+        n, nbytes = self._pending
+        self._pending = [0, 0]
+        run = self.run
+        if run is not None and run.index > run.counted:
+            more, more_bytes = records_and_bytes((run.records[run.counted : run.index],))
+            run.counted = run.index
+            n += more
+            nbytes += more_bytes
+        return n, nbytes
+
+    # -- internals ----------------------------------------------------------------------
 
     @staticmethod
-    def _give_back(assignment: Assignment | None, run: _Run) -> None:
+    def _holds(assignment: Assignment, run: _Run) -> bool:
+        st = run.state
+        return (
+            run.assignment is assignment
+            and st.position == run.expected
+            and st.epoch == run.epoch
+            and not st.revoking
+            and not st.paused
+            and st.status is _READY
+        )
+
+    def _next_run(self) -> None:
+        """The current run is done with: count what went out, go to the next."""
+        run = self.run
+        if run is not None and run.index > run.counted:
+            n, nbytes = records_and_bytes((run.records[run.counted : run.index],))
+            run.counted = run.index
+            self._pending[0] += n
+            self._pending[1] += nbytes
+        self.run = self._runs.popleft() if self._runs else None
+
+    def _give_back(self, assignment: Assignment | None, run: _Run) -> None:
         st = run.state
         if (
             assignment is not None
@@ -142,3 +247,67 @@ class HeldRecords:
         ):
             # Refetch from the first record not handed out; the read-ahead past it goes.
             st.seek(run.expected)
+        self._next_run()
+
+
+async def iterate(
+    held: HeldRecords,
+    sub: SubscriptionState,
+    clock: Callable[[], float],
+    step: Callable[[], Awaitable[ConsumerRecord | None]],
+) -> AsyncIterator[ConsumerRecord]:
+    """``async for``'s steps: held records by the count's check, else ``step``.
+
+    ``step`` is the full step (errors, the full check, the caller's bookkeeping, a
+    refill when nothing is held); None from it ends the iteration (the consumer
+    stopped).  ``clock``: the loop's clock, for the membership gate.
+
+    The fast branch below is the whole per-record cost of ``async for`` once a refill
+    is held: one resumption of this generator, one comparison of the count, the
+    gate's deadline (and the clock while one is set), the position moved past the
+    record.  No function call and no await: nothing else runs between the check and
+    the hand-over.  The current run is kept in local variables, read again after each
+    full step; anything else that moves a run (another task's step, a refill, a give
+    back, ``expire``) bumps the count, so the locals are never used stale.
+    """
+    changes = held.changes
+    seen = -1  # the count when this generator last made the full check
+    records: list[ConsumerRecord] = []
+    i = last = 0
+    run: _Run | None = None
+    state: PartitionState | None = None
+    while True:
+        if changes.value == seen:
+            until = sub.membership_valid_until
+            if until is None or clock() < until:
+                if i < last:
+                    record = records[i]
+                    i += 1
+                    run.index = i  # type: ignore[union-attr]
+                    state.position = record.offset + 1  # type: ignore[union-attr]
+                    yield record
+                    continue
+                # The run's last record.  Nothing changed since the full step (no
+                # error waits, the gate is open): ``take`` checks in full, hands it
+                # out and checks the next run, without the full step's coroutine.
+                assignment = sub.assignment
+                taken = None if assignment is None else held.take(assignment)
+                if taken is not None:
+                    run = held.run
+                    if run is None:
+                        seen = -1
+                    else:
+                        seen = held.verified
+                        records, i, last, state = run.records, run.index, run.last, run.state
+                    yield taken
+                    continue
+        taken = await step()
+        if taken is None:
+            return
+        run = held.run
+        if run is None:
+            seen = -1
+        else:
+            seen = held.verified
+            records, i, last, state = run.records, run.index, run.last, run.state
+        yield taken

@@ -38,6 +38,7 @@ from aiogroup.structs import OffsetResetStrategy, TopicPartition
 
 __all__ = [
     "Assignment",
+    "DeliveryChanges",
     "FetchStatus",
     "PartitionState",
     "Subscription",
@@ -79,6 +80,32 @@ class FetchStatus(enum.Enum):
     AWAITING_RESET = "awaiting_reset"
 
 
+class DeliveryChanges:
+    """A count bumped by every change that can stop a record from being handed out.
+
+    Why: ``async for`` hands out records a refill built ahead, one per step, and each
+    step must make delivery's checks (the partition still in this assignment with
+    this epoch, not revoking or paused, its position where the last record left it,
+    no error waiting).  Made per record, those checks cost more than the rest of the
+    step (``python -m benchmarks.record_path_cost``).  Instead, every write that can
+    fail one of them bumps this count - a new assignment, a revocation, a seek, reset
+    or lookup (the epoch), a pause or resume, an error reported, a drain by another
+    read path, close - and the step compares one number with the one it saw when it
+    last made the checks in full (``aiogroup._fetch.iteration``).  A bump that
+    changes nothing only costs one full check.
+
+    One per ``SubscriptionState``, shared by its ``PartitionState`` objects.
+    """
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def bump(self) -> None:
+        self.value += 1
+
+
 class PartitionState:
     """Per-partition position and flags.
 
@@ -94,6 +121,7 @@ class PartitionState:
         "_resumed_waiter",
         "assigning",
         "changes",
+        "delivery_changes",
         "epoch",
         "highwater",
         "last_stable_offset",
@@ -106,8 +134,15 @@ class PartitionState:
         "tp",
     )
 
-    def __init__(self, tp: TopicPartition, default_reset: OffsetResetStrategy) -> None:
+    def __init__(
+        self,
+        tp: TopicPartition,
+        default_reset: OffsetResetStrategy,
+        delivery_changes: DeliveryChanges | None = None,
+    ) -> None:
         self.tp = tp
+        #: Bumped with every change of epoch, pause or revocation (see the class).
+        self.delivery_changes = DeliveryChanges() if delivery_changes is None else delivery_changes
         self.position: int | None = None
         self.status = FetchStatus.AWAITING_COMMITTED
         self.reset_strategy: OffsetResetStrategy = default_reset
@@ -207,6 +242,7 @@ class PartitionState:
         await fut
 
     def _changed(self) -> None:
+        self.delivery_changes.value += 1
         self.changes += 1
         waiters, self._change_waiters = self._change_waiters, []
         for fut in waiters:
@@ -216,9 +252,11 @@ class PartitionState:
 
     def pause(self) -> None:
         self.paused = True
+        self.delivery_changes.value += 1
 
     def resume(self) -> None:
         self.paused = False
+        self.delivery_changes.value += 1
         waiter, self._resumed_waiter = self._resumed_waiter, None
         _resolve(waiter, None)
 
@@ -343,6 +381,8 @@ class SubscriptionState:
         self.subscription = Subscription(SubscriptionType.NONE)
         self._assignment: Assignment | None = None
         self._version = 0
+        #: Bumped by every change that can stop a record from being handed out.
+        self.delivery_changes = DeliveryChanges()
         self._subscription_waiters: list[asyncio.Future[Subscription]] = []
         self._assignment_waiters: list[asyncio.Future[Assignment]] = []
         #: Resolved at every change of subscription (any type, NONE included).
@@ -473,7 +513,7 @@ class SubscriptionState:
             keep = {} if old is None else {tp: old._states[tp] for tp in partitions if tp in old}
             for tp in partitions:
                 if tp not in keep:
-                    keep[tp] = PartitionState(tp, self.default_reset)
+                    keep[tp] = PartitionState(tp, self.default_reset, self.delivery_changes)
             self._version += 1
             new = Assignment(keep, self._version)
         if old is not None:
@@ -485,6 +525,7 @@ class SubscriptionState:
                 st._abort(_Unassigned(f"partition {tp} was unassigned"))
             _resolve(old.unassigned, None)
         self._assignment = new
+        self.delivery_changes.value += 1
         if new is not None:
             if new.needing_committed():
                 self.commit_refresh_needed.set()
@@ -506,6 +547,7 @@ class SubscriptionState:
             if st is not None:
                 st.revoking = True
                 st.epoch += 1
+        self.delivery_changes.value += 1
 
     def mark_assigning(self, partitions: Iterable[TopicPartition], assigning: bool) -> None:
         """Hold these new partitions while on_partitions_assigned runs; release after.
@@ -648,6 +690,7 @@ class SubscriptionState:
             self._pending_error = exc
         if fatal and self._fatal_error is None:
             self._fatal_error = exc
+        self.delivery_changes.value += 1
         for callback in self._error_callbacks:
             callback()
 
@@ -687,6 +730,7 @@ class SubscriptionState:
         """Fail every waiter with ConsumerStoppedError; the object is unusable afterwards."""
         exc = ConsumerStoppedError()
         self._closed = exc
+        self.delivery_changes.value += 1
         for sub_fut in self._subscription_waiters:
             _fail(sub_fut, exc)
         self._subscription_waiters = []

@@ -10,6 +10,7 @@ and how polling ends.  The wire is the integration tier's business.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import warnings
 from typing import Any
@@ -628,6 +629,33 @@ def test_async_for_ends_when_the_consumer_is_stopped(client: ScriptedClient) -> 
         await c.stop()
         await asyncio.wait_for(loop_task, 5)  # the iteration ended, no exception
         assert seen == [0, 1, 2]
+
+    virtual(scenario)
+
+
+def test_async_for_from_held_records_notes_a_poll_each_second_and_counts_each_record(
+    client: ScriptedClient,
+) -> None:
+    """Steps served from held records skip the per-step poll; a timer brings it back."""
+
+    async def scenario() -> None:
+        client.produce(TP0, 50)
+        c = await assigned(TP0)
+        assert c._subscription is not None
+        polls: list[float] = []
+        c._subscription.add_poll_callback(lambda: polls.append(asyncio.get_running_loop().time()))
+        n = 0
+        async for _record in c:
+            n += 1
+            if n == 20:
+                break
+            await asyncio.sleep(0.3)  # the application's work, 5.7 s in all
+        # One refill held all 50: the poll is noted there and then about each second.
+        assert 5 <= len(polls) <= 8
+        assert max(b - a for a, b in itertools.pairwise(polls)) <= 1.3
+        assert c.metrics().records_consumed == 20
+        assert await c.position(TP0) == 20
+        await c.stop()
 
     virtual(scenario)
 

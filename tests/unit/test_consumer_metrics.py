@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 
 import pytest
 
+import aiogroup.metrics as metrics_module
 from aiogroup.metrics import (
     ConsumerMetrics,
     LatencyStats,
@@ -221,3 +222,21 @@ def test_a_snapshot_copies_the_counters_and_carries_the_view() -> None:
     m.fetch_latency.add(5.0)
     assert snap.fetch_latency.count == 0  # a copy, not the live counter
     assert snap.as_dict()["member_state"] == "STABLE" and snap.processing is None
+
+
+def test_the_rate_window_keeps_an_entry_per_second_not_per_delivery(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """getone() tells the metrics of each record: the window must not grow with the rate."""
+    clock = [1000.0]
+    monkeypatch.setattr(metrics_module.time, "monotonic", lambda: clock[0])
+    m = ConsumerMetrics()
+    for second in range(60):
+        for i in range(1000):
+            clock[0] = 1000.0 + second + i / 1000
+            m.delivered(1, 10)
+    assert (m.records_consumed, m.bytes_consumed) == (60_000, 600_000)
+    # The last 30 s (give or take the bucket): about 31 entries, not 30,000.
+    assert len(m._deliveries) <= 32
+    records_per_s, bytes_per_s = m.rates()
+    assert 990 <= records_per_s <= 1040 and 9_900 <= bytes_per_s <= 10_400

@@ -6,7 +6,7 @@ the partition again.  What goes out and where positions end up is the contract.
 
 from __future__ import annotations
 
-from aiogroup._fetch.iteration import HeldRecords
+from aiogroup._fetch.iteration import HeldRecords, iterate
 from aiogroup._state.subscription import Assignment, PartitionState, SubscriptionState
 from aiogroup.structs import ConsumerRecord, TopicPartition
 
@@ -117,3 +117,192 @@ async def test_a_partition_reset_meanwhile_is_left_alone() -> None:
     a.await_reset()
     held.release(assignment)
     assert a.position is None  # the reset stands: nothing sought over it
+
+
+# -- the steps between full checks (iterate) --------------------------------------------
+
+
+class _Steps:
+    """``iterate``'s full step over ``held``: counts how often the full check ran."""
+
+    def __init__(self, held: HeldRecords, sub: SubscriptionState) -> None:
+        self.held, self.sub, self.calls = held, sub, 0
+
+    async def __call__(self) -> ConsumerRecord | None:
+        self.calls += 1
+        assignment = self.sub.assignment
+        return None if assignment is None else self.held.take(assignment)
+
+
+def _subscribed(positions: dict[TopicPartition, int]) -> SubscriptionState:
+    sub = SubscriptionState()
+    sub.assign_from_user(positions)
+    assert sub.assignment is not None
+    for tp, position in positions.items():
+        sub.assignment.state(tp).seek(position)
+    return sub
+
+
+def _hold(
+    sub: SubscriptionState, drained: dict[TopicPartition, tuple[list[int], int]]
+) -> HeldRecords:
+    assignment = sub.assignment
+    assert assignment is not None
+    before: dict[TopicPartition, int | None] = {}
+    for tp, (_, end) in drained.items():
+        before[tp] = assignment.state(tp).position
+        assignment.state(tp).consumed_to(end)
+    held = HeldRecords(sub.delivery_changes)
+    held.hold(assignment, {tp: _records(tp, offs) for tp, (offs, _) in drained.items()}, before)
+    return held
+
+
+async def test_iterate_checks_in_full_only_at_the_ends_of_a_run_when_nothing_changes() -> None:
+    sub = _subscribed({A: 0, B: 0})
+    held = _hold(sub, {A: ([0, 1, 2, 3, 4], 6), B: ([0, 1, 2], 3)})
+    steps = _Steps(held, sub)
+    got: list[tuple[int, int, int | None]] = []
+    assert sub.assignment is not None
+    a = sub.assignment.state(A)
+    async for r in iterate(held, sub, lambda: 0.0, steps):
+        got.append((r.partition, r.offset, a.position))
+    assert [(p, o) for p, o, _ in got] == [
+        (0, 0),
+        (0, 1),
+        (0, 2),
+        (0, 3),
+        (0, 4),
+        (1, 0),
+        (1, 1),
+        (1, 2),
+    ]
+    # The position moves past each record as it goes out, to the drain's end after the last.
+    assert [pos for p, _, pos in got if p == 0] == [1, 2, 3, 4, 6]
+    # Full steps: the first record and the final one that finds nothing; each run's
+    # last record is checked in full by ``take`` (which checks the next run too)
+    # without one.
+    assert steps.calls == 2
+
+
+async def test_iterate_a_pause_between_two_steps_stops_the_partition_at_once() -> None:
+    sub = _subscribed({A: 0})
+    held = _hold(sub, {A: ([0, 1, 2, 3, 4], 5)})
+    steps = _Steps(held, sub)
+    assert sub.assignment is not None
+    a = sub.assignment.state(A)
+    got = []
+    async for r in iterate(held, sub, lambda: 0.0, steps):
+        got.append(r.offset)
+        if r.offset == 1:
+            a.pause()
+    assert got == [0, 1]
+    assert a.position == 2 and a.paused  # sought back to the first record not handed out
+
+
+async def test_iterate_a_revocation_between_two_steps_stops_the_partition_at_once() -> None:
+    sub = _subscribed({A: 0})
+    held = _hold(sub, {A: ([0, 1, 2, 3, 4], 5)})
+    got = []
+    async for r in iterate(held, sub, lambda: 0.0, _Steps(held, sub)):
+        got.append(r.offset)
+        if r.offset == 1:
+            sub.mark_revoking([A])
+    assert got == [0, 1]
+
+
+async def test_iterate_a_seek_between_two_steps_ends_the_held_run() -> None:
+    sub = _subscribed({A: 0})
+    held = _hold(sub, {A: ([0, 1, 2, 3, 4], 5)})
+    assert sub.assignment is not None
+    a = sub.assignment.state(A)
+    got = []
+    async for r in iterate(held, sub, lambda: 0.0, _Steps(held, sub)):
+        got.append(r.offset)
+        if r.offset == 1:
+            a.seek(100)
+    assert got == [0, 1] and a.position == 100
+
+
+async def test_iterate_an_error_reported_between_two_steps_goes_to_the_full_step() -> None:
+    sub = _subscribed({A: 0})
+    held = _hold(sub, {A: ([0, 1, 2, 3, 4], 5)})
+    steps = _Steps(held, sub)
+    it = iterate(held, sub, lambda: 0.0, steps)
+    assert (await anext(it)).offset == 0
+    assert (await anext(it)).offset == 1
+    calls = steps.calls
+    sub.report_error(RuntimeError("listener failed"))
+    assert (await anext(it)).offset == 2
+    assert steps.calls == calls + 1  # the full step, which raises errors in the consumer
+
+
+async def test_iterate_hands_out_nothing_past_the_membership_gate_without_the_full_step() -> None:
+    sub = _subscribed({A: 0})
+    held = _hold(sub, {A: ([0, 1, 2, 3, 4], 5)})
+    now = [10.0]
+    sub.set_membership_valid_until(20.0)
+    gated: list[int] = []
+
+    async def step() -> ConsumerRecord | None:
+        gated.append(1)
+        assignment = sub.assignment
+        if assignment is None or not sub.membership_current(now[0]):
+            return None
+        return held.take(assignment)
+
+    got = []
+    async for r in iterate(held, sub, lambda: now[0], step):
+        got.append(r.offset)
+        if r.offset == 1:
+            now[0] = 25.0  # the process froze past the deadline between two steps
+    assert got == [0, 1]
+    assert len(gated) == 2  # the first step, then the gated one
+
+
+async def test_iterate_expire_makes_the_next_step_the_full_one() -> None:
+    sub = _subscribed({A: 0})
+    held = _hold(sub, {A: ([0, 1, 2, 3, 4], 5)})
+    steps = _Steps(held, sub)
+    it = iterate(held, sub, lambda: 0.0, steps)
+    await anext(it)
+    await anext(it)
+    assert steps.calls == 1
+    held.expire()
+    await anext(it)
+    assert steps.calls == 2
+
+
+async def test_handed_out_counts_each_record_once_across_runs_and_give_backs() -> None:
+    sub = _subscribed({A: 0, B: 0})
+    held = _hold(sub, {A: ([0, 1, 2], 3), B: ([0, 1, 2], 3)})
+    steps = _Steps(held, sub)
+    it = iterate(held, sub, lambda: 0.0, steps)
+    for _ in range(4):
+        await anext(it)  # A's three and B's first
+    assert held.handed_out() == (4, 4 * len(b"v"))
+    assert held.handed_out() == (0, 0)
+    await anext(it)
+    held.release(sub.assignment)  # B's last is given back, not counted
+    assert held.handed_out() == (1, 1)
+
+
+async def test_every_write_that_can_stop_a_hand_out_bumps_the_delivery_changes() -> None:
+    sub = _subscribed({A: 0, B: 0})
+    assert sub.assignment is not None
+    a = sub.assignment.state(A)
+    writes = {
+        "pause": a.pause,
+        "resume": a.resume,
+        "seek": lambda: a.seek(3),
+        "await_reset": a.await_reset,
+        "await_committed": a.await_committed,
+        "set_assigning": lambda: a.set_assigning(True),
+        "mark_revoking": lambda: sub.mark_revoking([B]),
+        "report_error": lambda: sub.report_error(RuntimeError("x")),
+        "set_assignment": lambda: sub.set_assignment([A]),
+        "close": sub.close,
+    }
+    for name, write in writes.items():
+        before = sub.delivery_changes.value
+        write()
+        assert sub.delivery_changes.value > before, name

@@ -243,6 +243,21 @@ async def test_buffer_accounting_releases_delivered_chunks() -> None:
     assert fetcher.buffered_partitions() == frozenset()
 
 
+async def test_decoded_records_of_a_partly_read_batch_count_against_the_bound() -> None:
+    """A batch cut by max_records is decoded whole and kept: its records are memory too."""
+    fetcher, _, tps = await _fetcher_with(2, 50)
+    got = await fetcher.fetched_records((), 0, max_records=10)
+    assert sorted(len(r) for r in got.values()) == [5, 5]
+    # 45 decoded records wait in each partition's batch: counted until handed out.
+    decoded = fetcher._budget.decoded
+    assert decoded >= 2 * 45 * delivery.DECODED_RECORD_OVERHEAD
+    assert fetcher.peak_bytes >= fetcher.buffered_bytes + decoded
+    await fetcher.fetched_records([tps[0]], 0)
+    assert 0 < fetcher._budget.decoded < decoded  # tps[0]'s went out
+    await fetcher.fetched_records((), 0)
+    assert fetcher._budget.decoded == 0 and fetcher.buffered_bytes == 0
+
+
 @pytest.mark.parametrize("change", ["revoking", "paused", "seek", "unassigned", "reset"])
 async def test_stale_data_is_never_delivered(change: str) -> None:
     fetcher, sub, tps = await _fetcher_with(2, 5)

@@ -91,6 +91,58 @@ def test_budget_invariant_holds_over_any_sequence() -> None:
     assert b.peak <= b.limit
 
 
+def test_the_last_response_a_connection_holds_counts_until_its_next_request() -> None:
+    """aiokafka's reader keeps its last frame alive: other requests' room leaves it out."""
+    b = MemoryBudget(30 * MiB, MiB, 50 * MiB)
+    b.frame_held(1, 6 * MiB)
+    b.frame_held(2, 3 * MiB)
+    b.frame_held(1, 2 * MiB)  # node 1's next response replaces its last
+    assert b.frames == 5 * MiB and b.room() == (25 * MiB) // COPIES_WHILE_HANDLED
+    assert b.peak == 9 * MiB
+    # Node 3's request leaves both frames out; node 1's may use its own frame's room.
+    assert b.request_sizes([30], [3]) == [(25 * MiB) // 3]
+    assert b.request_sizes([30], [1]) == [(27 * MiB) // 3]
+    # Node 1's request takes its frame over; its response brings a new frame.
+    reserved = b.reserve(9 * MiB, 1)
+    assert (b.frames, b.reserved) == (3 * MiB, 27 * MiB)
+    assert b.buffered + b.reserved + b.frames <= b.limit
+    b.unreserve(reserved)
+    b.buffer(9 * MiB)
+    b.frame_held(1, 9 * MiB)
+    assert b.buffered + b.reserved + b.frames <= b.limit
+    b.clear_frames()
+    assert b.frames == 0
+
+
+def test_a_frame_never_keeps_out_the_request_that_lets_it_go() -> None:
+    """A small bound, one broker: its last response's frame must not stop fetching."""
+    b = MemoryBudget(9 * MiB, 2 * MiB, 50 * MiB)
+    b.frame_held(1, 3 * MiB)  # a whole third of the bound
+    assert b.room() == 2 * MiB and b.can_request()
+    assert b.request_sizes([4], [1]) == [3 * MiB]
+    reserved = b.reserve(3 * MiB, 1)
+    assert b.frames == 0 and reserved == 9 * MiB
+
+
+def test_budget_invariant_holds_with_frames_over_any_sequence() -> None:
+    b = MemoryBudget(20 * MiB, 3 * MiB, 8 * MiB)
+    inflight: list[tuple[int, int, int]] = []
+    for step in range(300):
+        node = step % 3
+        if step % 3 == 2 and inflight:
+            reserved, max_bytes, at = inflight.pop(0)
+            b.unreserve(reserved)
+            b.buffer(max_bytes)
+            b.frame_held(at, max_bytes)
+        elif step % 5 == 4 and b.buffered:
+            b.release(min(b.buffered, 5 * MiB))
+        elif node not in {at for _, _, at in inflight}:
+            for size in b.request_sizes([1 + step % 4], [node]):
+                inflight.append((b.reserve(size, node), size, node))
+        assert b.buffered + b.reserved + b.frames <= b.limit
+    assert b.peak <= b.limit
+
+
 def test_planning_order_rotates_and_puts_empty_partitions_first() -> None:
     items = ["a", "b", "c", "d"]
     buffered = {"b"}
