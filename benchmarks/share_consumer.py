@@ -23,8 +23,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
+import io
 import json
 import os
+import pstats
 import time
 from typing import Any
 
@@ -247,6 +250,36 @@ def report(rows: list[dict[str, Any]], slow_consumers: list[int]) -> list[str]:
     return out
 
 
+async def _profile(records: int, partitions: int, reps: int, top: int) -> None:
+    """aiogroup alone, one consumer draining ``records``: ``reps`` timed drains, then
+    one under cProfile (its top functions by own time and by cumulative time).  Cheap
+    enough to run between changes; the comparison with the peers is the full run's."""
+    cluster = await KafkaCluster().start()
+    try:
+        bootstrap = cluster.bootstrap_servers
+        topic = await cluster.create_topic(unique_name("share-prof"), partitions)
+        await _produce(bootstrap, topic, records, partitions)
+        await _measure("aiogroup", bootstrap, topic, min(records, 1_000), 1)
+        for _ in range(reps):
+            r, first = await _measure("aiogroup", bootstrap, topic, records, 1)
+            print(
+                f"drain: {r.records} records in {r.seconds:.2f} s = {r.records_per_s:,.0f}/s "
+                f"(first record {first:.2f} s; load {os.getloadavg()[0]:.1f})",
+                flush=True,
+            )
+        prof = cProfile.Profile()
+        prof.enable()
+        r, _ = await _measure("aiogroup", bootstrap, topic, records, 1)
+        prof.disable()
+        print(f"under cProfile: {r.records_per_s:,.0f} records/s, {r.seconds:.2f} s")
+        for key in ("tottime", "cumulative"):
+            out = io.StringIO()
+            pstats.Stats(prof, stream=out).sort_stats(key).print_stats(top)
+            print(out.getvalue())
+    finally:
+        await cluster.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.share_consumer")
     parser.add_argument("--records", type=int, default=200_000)
@@ -254,7 +287,16 @@ def main() -> None:
     parser.add_argument("--slow-records", type=int, default=2_000)
     parser.add_argument("--slow-consumers", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--profile",
+        type=int,
+        metavar="REPS",
+        help="aiogroup alone: REPS timed one-consumer drains, then one under cProfile",
+    )
     args = parser.parse_args()
+    if args.profile is not None:
+        asyncio.run(_profile(args.records, args.partitions, args.profile, 30))
+        return
     began = time.time()
     rows = asyncio.run(
         _run(args.records, args.partitions, args.slow_records, args.rounds, args.slow_consumers)
