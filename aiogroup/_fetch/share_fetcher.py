@@ -86,7 +86,8 @@ class ShareFetcherConfig:
 class ShareHooks:
     """Callbacks the facade wires: metrics, the recorder, the result callback."""
 
-    acquired: Callable[[ShareRecord, float, int], None] = lambda record, sent, lock_ms: None
+    #: Records one ShareFetch acquired for one partition (sent: when it left).
+    acquired: Callable[[list[ShareRecord], float, int], None] = lambda records, sent, lock_ms: None
     acknowledged: Callable[[AckResult, float], None] = lambda result, sent: None
     results: Callable[[list[AckResult]], None] = lambda results: None
     closing: Callable[[], None] = lambda: None
@@ -509,28 +510,24 @@ class ShareFetcher:
                 log.debug("share fetch %s: error %d", tp, part.error_code)
             if not part.acquired:
                 continue
-            ranges = [(a.first_offset, a.last_offset, a.delivery_count) for a in part.acquired]
-            records, gaps = acquired_records(part.records, ranges, check_crcs=cfg.check_crcs)
-            for offset in gaps:
-                self.tracker.acquired_gap(tp, offset, deadline, key)
-            for r in records:
-                acq = self.tracker.acquired(tp, r.offset, r.delivery_count, deadline, key)
-                record = ShareRecord(
-                    topic,
-                    part.partition,
-                    r.offset,
-                    r.timestamp,
-                    r.timestamp_type,
-                    cfg.key_deserializer(r.key) if cfg.key_deserializer else r.key,
-                    cfg.value_deserializer(r.value) if cfg.value_deserializer else r.value,
-                    r.headers,
-                    r.delivery_count,
-                    acq,
+            runs = [
+                self.tracker.acquired_range(
+                    tp, a.first_offset, a.last_offset, a.delivery_count, deadline, key
                 )
-                self.hooks.acquired(record, sent_mono, self._lock_ms)
+                for a in part.acquired
+            ]
+            records = acquired_records(
+                part.records,
+                runs,
+                check_crcs=cfg.check_crcs,
+                key_deserializer=cfg.key_deserializer,
+                value_deserializer=cfg.value_deserializer,
+            )
+            if records:
+                self.hooks.acquired(records, sent_mono, self._lock_ms)
                 if TopicPartition(*tp) in self._assigned:
-                    self._buffer.append(record)
-                    arrived += 1
+                    self._buffer.extend(records)
+                    arrived += len(records)
             if TopicPartition(*tp) not in self._assigned:
                 # Acquired for a partition that left the assignment meanwhile: back.
                 self.tracker.release_undelivered([tp])

@@ -425,18 +425,20 @@ class ShareConsumer:
 
     # -- hooks ---------------------------------------------------------------------------
 
-    def _on_acquired(self, record: ShareRecord, sent: float, lock_ms: int) -> None:
-        self.metrics.record_acquired(record.delivery_count)
+    def _on_acquired(self, records: list[ShareRecord], sent: float, lock_ms: int) -> None:
+        for record in records:
+            self.metrics.record_acquired(record.delivery_count)
         if self._recorder is not None:
-            self._recorder.acquired(
-                self._recorder_name,
-                record.topic,
-                record.partition,
-                record.offset,
-                record.delivery_count,
-                sent=sent,
-                lock_ms=lock_ms,
-            )
+            for record in records:
+                self._recorder.acquired(
+                    self._recorder_name,
+                    record.topic,
+                    record.partition,
+                    record.offset,
+                    record.delivery_count,
+                    sent=sent,
+                    lock_ms=lock_ms,
+                )
 
     def _on_acknowledged(self, result: AckResult, sent: float) -> None:
         if not result.sent:
