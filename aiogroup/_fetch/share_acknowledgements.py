@@ -47,6 +47,7 @@ import bisect
 import re
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 from aiogroup._protocol.share_types import AckBatch, AcknowledgeType
 
@@ -208,6 +209,16 @@ class AckResult:
         return self.error_code == 0
 
 
+class _Carrier(Protocol):
+    """A record as :meth:`AcknowledgementTracker.hand_out_many` sees it."""
+
+    @property
+    def acquisition(self) -> Acquisition: ...
+
+
+_C = TypeVar("_C", bound=_Carrier)
+
+
 #: What one request carried for one partition: (run, first index, last index, type).
 _Segment = tuple[AcquiredRun, int, int, int]
 
@@ -298,6 +309,32 @@ class AcknowledgementTracker:
             return False
         run.state[i] = code | _DELIVERED
         return True
+
+    def hand_out_many(self, records: Iterable[_C], now: float) -> list[_C]:
+        """:meth:`hand_out` for each of ``records`` (anything with an ``acquisition``),
+        in order; the ones that may be handed out.  The common case - the record's run
+        is this tracker's, its lock holds - is one byte test and set, inline."""
+        out: list[_C] = []
+        append = out.append
+        for record in records:
+            acq = record.acquisition
+            run = acq.run
+            if run is None or run.owner is not self or run.deadlines is not None:
+                if self.hand_out(acq, now):
+                    append(record)
+                continue
+            i = acq.offset - run.first
+            st = run.state
+            code = st[i]
+            if code & _GONE or run.base + i != acq.id:
+                continue
+            if now >= run.deadline and not code & _FLY:
+                self._gone(run, i, "its acquisition lock expired")
+                self._prune(run)
+                continue
+            st[i] = code | _DELIVERED
+            append(record)
+        return out
 
     # -- what the application says ---------------------------------------------------------
 

@@ -12,7 +12,11 @@ the buffer of records handed to the application, the commit surface and the clos
   ``is_renew_ack``, KIP-1222), a commit's acknowledgements (ShareAcknowledge), a
   ShareFetch when the buffer has room (carrying every pending acknowledgement of the
   leader's partitions), acknowledgements alone when the buffer is full; otherwise it
-  waits to be woken.
+  waits to be woken.  "Room" reads ahead: a buffer of at most ``max_poll_records``
+  records, with more than half their lock left, does not hold the next fetch back, so
+  the broker's round trip overlaps the application's work (Java's share consumer
+  also keeps a ShareFetch per node going while the application polls, with the
+  previous poll's acknowledgements riding on it).
 * ``max_records`` is ``max_poll_records``; where the leader speaks ShareFetch v2 it is
   a strict limit (``share_acquire_mode`` record_limit, KIP-1206).
 * A record's lock deadline is when its ShareFetch *left* plus the lock duration the
@@ -38,9 +42,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka.client import AIOKafkaClient
-from aiokafka.errors import IncompatibleBrokerVersion
+from aiokafka.errors import CorruptRecordException, IncompatibleBrokerVersion
 
-from aiogroup._fetch.share_acknowledgements import AcknowledgementTracker, AckResult
+from aiogroup._fetch.share_acknowledgements import (
+    AcknowledgementTracker,
+    AckResult,
+    AcquiredRun,
+)
 from aiogroup._fetch.share_records import ShareRecord, acquired_records
 from aiogroup._fetch.share_session import SessionReaction, SessionRequest, ShareSession
 from aiogroup._protocol.share import (
@@ -93,6 +101,22 @@ class ShareHooks:
     closing: Callable[[], None] = lambda: None
 
 
+@dataclass(slots=True)
+class _Undecoded:
+    """One partition's part of a ShareFetch answer, its acquired runs registered."""
+
+    tp: tuple[str, int]
+    data: bytes | None
+    runs: list[AcquiredRun]
+    #: When the fetch left (monotonic), and the lock it reported: for the hooks.
+    sent: float
+    lock_ms: int
+
+    @property
+    def size(self) -> int:
+        return sum(r.last - r.first + 1 for r in self.runs)
+
+
 @dataclass
 class _Flush:
     """A commit waiting for some leaders to send what was pending when it began."""
@@ -126,6 +150,10 @@ class ShareFetcher:
         self._loops: dict[int, asyncio.Task[None]] = {}
         self._wake: dict[int, asyncio.Event] = {}
         self._buffer: deque[ShareRecord] = deque()
+        #: What fetches acquired and are not decoded yet: decoded when the application
+        #: takes records, so the next ShareFetch leaves before this one's decoding.
+        self._undecoded: deque[_Undecoded] = deque()
+        self._undecoded_n = 0
         self._arrived = asyncio.Event()
         #: Set by an error (a stop included): wakes a waiting poll whatever the gate says.
         self._alert = asyncio.Event()
@@ -154,6 +182,8 @@ class ShareFetcher:
         self._topic_ids.update({tp.topic: tid for tp, tid in new.items()})
         if gone:
             self._buffer = deque(r for r in self._buffer if (r.topic, r.partition) not in gone)
+            self._undecoded = deque(u for u in self._undecoded if u.tp not in gone)
+            self._undecoded_n = sum(u.size for u in self._undecoded)
             # Not ours to hand out any more.  The broker keeps them locked to us until
             # their lock ends (measured on Kafka 4.4: forgetting the partition from the
             # session does not give them back), so what was never handed out is RELEASEd
@@ -165,7 +195,7 @@ class ShareFetcher:
         self._wake_all()
 
     def drop_acquired(self, reason: str) -> None:
-        self._buffer.clear()
+        self._clear_buffer()
         results = self.tracker.drop_all(reason)
         self._reset_nodes = set(self._sessions)
         for flush in self._flushes:
@@ -212,11 +242,22 @@ class ShareFetcher:
         if self._valid_until is None or now >= self._valid_until:
             return []
         out: list[ShareRecord] = []
-        while self._buffer and len(out) < max_records:
-            record = self._buffer.popleft()
-            if self.tracker.hand_out(record.acquisition, now):
-                out.append(record)
-        if not self._buffer:
+        buffer = self._buffer
+        while len(out) < max_records:
+            if not buffer:
+                if not self._undecoded:
+                    break
+                self._decode_next()
+                buffer = self._buffer
+                continue
+            want = max_records - len(out)
+            if want >= len(buffer):
+                batch = list(buffer)
+                buffer.clear()
+            else:
+                batch = [buffer.popleft() for _ in range(want)]
+            out += self.tracker.hand_out_many(batch, now)
+        if self._read_ahead_room(now):
             self._wake_all()  # room again: fetch more
         return out
 
@@ -231,7 +272,7 @@ class ShareFetcher:
             asyncio.ensure_future(self._gate_changed.wait()),
         }
         if gate_open:
-            if not self._buffer:
+            if not self._buffer and not self._undecoded:
                 self._arrived.clear()
             waits.add(asyncio.ensure_future(self._arrived.wait()))
             if self._valid_until is not None:
@@ -275,7 +316,7 @@ class ShareFetcher:
         if not self._cfg.explicit:
             self.tracker.accept_delivered()
         self.tracker.release_unacknowledged()
-        self._buffer.clear()
+        self._clear_buffer()
         self._closing = True
         self.hooks.closing()
         self._wake_all()
@@ -332,6 +373,59 @@ class ShareFetcher:
                     self._leader_loop(node), f"share-fetch-{node}"
                 )
 
+    def _read_ahead_room(self, now: float) -> bool:
+        """May a ShareFetch go out now?  While the buffer is empty, and also while it
+        holds at most ``max_poll_records`` records whose lock has more than half left:
+        the next fetch's round trip and the broker's acquisition then overlap the
+        application working through the buffer (a fetch only once the buffer is empty
+        left the loop waiting on the broker: 3.6 s of a 6.8 s drain).  The bound keeps
+        what waits under its lock to about two polls' worth, and a buffer whose
+        records are half through their lock is drained before more is acquired."""
+        buffer = self._buffer
+        if not buffer and not self._undecoded:
+            return True
+        if len(buffer) + self._undecoded_n > self._cfg.max_poll_records:
+            return False
+        run = buffer[0].acquisition.run if buffer else self._undecoded[0].runs[0]
+        if run is None:
+            return True
+        return run.deadline - now > self._lock_ms / 2000
+
+    def _clear_buffer(self) -> None:
+        self._buffer.clear()
+        self._undecoded.clear()
+        self._undecoded_n = 0
+
+    def _decode_next(self) -> None:
+        """Decode the oldest undecoded fetch result into the buffer."""
+        u = self._undecoded.popleft()
+        self._undecoded_n -= u.size
+        try:
+            records = self._decode(u)
+        except CorruptRecordException as exc:
+            # Its records are never handed out: the broker gets them back when their
+            # lock ends (or the session closes); the next poll raises this once.
+            log.error("share group %s: %s", self._cfg.group_id, exc)
+            self.report_error(exc, fatal=False)
+            return
+        if records:
+            self._buffer.extend(records)
+
+    def _decode(self, u: _Undecoded) -> list[ShareRecord]:
+        cfg = self._cfg
+        records = acquired_records(
+            u.data,
+            u.runs,
+            check_crcs=cfg.check_crcs,
+            key_deserializer=cfg.key_deserializer,
+            value_deserializer=cfg.value_deserializer,
+        )
+        if records:
+            self.hooks.acquired(records, u.sent, u.lock_ms)
+        if len(records) < u.size:
+            self._wake_all()  # gaps to acknowledge
+        return records
+
     def _wake_all(self) -> None:
         for event in self._wake.values():
             event.set()
@@ -387,7 +481,9 @@ class ShareFetcher:
                     for f in flush:
                         f.node_done(node)
                     continue
-                elif len(self._buffer) == 0 and (wanted or self._to_forget(node, wanted)):
+                elif self._read_ahead_room(loop.time()) and (
+                    wanted or self._to_forget(node, wanted)
+                ):
                     # Also with nothing left to read here: the fetch forgets the
                     # partitions that left the assignment, and the broker releases
                     # what this member still held of them.
@@ -516,18 +612,13 @@ class ShareFetcher:
                 )
                 for a in part.acquired
             ]
-            records = acquired_records(
-                part.records,
-                runs,
-                check_crcs=cfg.check_crcs,
-                key_deserializer=cfg.key_deserializer,
-                value_deserializer=cfg.value_deserializer,
-            )
-            if records:
-                self.hooks.acquired(records, sent_mono, self._lock_ms)
-                if TopicPartition(*tp) in self._assigned:
-                    self._buffer.extend(records)
-                    arrived += len(records)
+            u = _Undecoded(tp, part.records, runs, sent_mono, self._lock_ms)
+            if TopicPartition(*tp) in self._assigned:
+                self._undecoded.append(u)
+                self._undecoded_n += u.size
+                arrived += u.size
+            else:
+                self._decode(u)
             if TopicPartition(*tp) not in self._assigned:
                 # Acquired for a partition that left the assignment meanwhile: back.
                 self.tracker.release_undelivered([tp])

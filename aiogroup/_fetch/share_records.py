@@ -100,22 +100,28 @@ def acquired_records(
                 continue  # between two acquired ranges: another consumer's
             if offset > nxt:
                 _gaps(run, nxt, offset - 1)
-            key, value = r.key, r.value
-            headers = r.headers
-            append(
-                ShareRecord(
-                    topic,
-                    partition,
-                    offset,
-                    r.timestamp,
-                    ts_type,
-                    kd(key) if kd else key,
-                    vd(value) if vd else value,
-                    tuple(headers) if headers else (),
-                    run.delivery_count,
-                    Acquisition(topic, partition, offset, run.base + offset - run.first, run),
-                )
-            )
+            # What ShareRecord(...) and Acquisition(...) would make, without the frozen
+            # dataclasses' __init__ (an object.__setattr__ call per field: measured
+            # 2.8 and 1.5 us a record, against ~1 us for both this way).
+            acq = new(Acquisition)
+            a_topic(acq, topic)
+            a_partition(acq, partition)
+            a_offset(acq, offset)
+            a_id(acq, run.base + offset - run.first)
+            a_run(acq, run)
+            rec = new(ShareRecord)
+            s_topic(rec, topic)
+            s_partition(rec, partition)
+            s_offset(rec, offset)
+            s_timestamp(rec, r.timestamp)
+            s_timestamp_type(rec, ts_type)
+            key, value, headers = r.key, r.value, r.headers
+            s_key(rec, kd(key) if kd else key)
+            s_value(rec, vd(value) if vd else value)
+            s_headers(rec, tuple(headers) if headers else ())
+            s_delivery_count(rec, run.delivery_count)
+            s_acquisition(rec, acq)
+            append(rec)
             nxt = offset + 1
         if done:
             break
@@ -124,6 +130,30 @@ def acquired_records(
         for run in runs[ri + 1 :]:
             _gaps(run, max(nxt, run.first), run.last)
     return out
+
+
+def _setters(cls: type, names: str) -> list[Callable[[Any, Any], None]]:
+    """The slot setters of a frozen slots dataclass, in ``names``' order."""
+    return [getattr(cls, name).__set__ for name in names.split()]
+
+
+new = object.__new__
+(
+    s_topic,
+    s_partition,
+    s_offset,
+    s_timestamp,
+    s_timestamp_type,
+    s_key,
+    s_value,
+    s_headers,
+    s_delivery_count,
+    s_acquisition,
+) = _setters(
+    ShareRecord,
+    "topic partition offset timestamp timestamp_type key value headers delivery_count acquisition",
+)
+a_topic, a_partition, a_offset, a_id, a_run = _setters(Acquisition, "topic partition offset id run")
 
 
 def _gaps(run: AcquiredRun, first: int, last: int) -> None:

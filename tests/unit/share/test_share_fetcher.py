@@ -68,10 +68,19 @@ class Cluster:
         return 0
 
 
+class Gated:
+    """A scripted answer given only once the test opens ``gate`` (the fetcher reads
+    ahead: its next ShareFetch leaves while the application still holds records)."""
+
+    def __init__(self, answer: dict[str, Any]) -> None:
+        self.answer = answer
+        self.gate = asyncio.Event()
+
+
 class ScriptedLeader:
     """Answers each request with the next scripted answer (then: an empty fetch)."""
 
-    def __init__(self, answers: list[dict[str, Any]], *, fetch_max: int = 2) -> None:
+    def __init__(self, answers: list[dict[str, Any] | Gated], *, fetch_max: int = 2) -> None:
         self.versions = {78: (1, fetch_max), 79: (1, fetch_max)}
         self.cluster = Cluster()
         self.answers = answers
@@ -100,7 +109,11 @@ class ScriptedLeader:
                 },
             )
         if self.answers:
-            return SHARE_FETCH.response(version, self.answers.pop(0))
+            answer = self.answers.pop(0)
+            if isinstance(answer, Gated):
+                await answer.gate.wait()
+                answer = answer.answer
+            return SHARE_FETCH.response(version, answer)
         self.idle.set()
         await asyncio.sleep(fields["max_wait_ms"] / 1000)  # the broker's long poll
         return SHARE_FETCH.response(version, fetch_answer())
@@ -134,9 +147,11 @@ async def records(fetcher: ShareFetcher, count: int) -> list[Any]:
 
 
 async def test_a_lost_session_drops_its_records_and_the_next_fetch_opens_a_new_one() -> None:
+    read_ahead = Gated(fetch_answer())
     client = ScriptedLeader(
         [
             fetch_answer(acquired=(0, 2, 1)),
+            read_ahead,  # left while the records were buffered: answered empty
             fetch_answer(error=122),  # SHARE_SESSION_NOT_FOUND
         ]
     )
@@ -145,15 +160,23 @@ async def test_a_lost_session_drops_its_records_and_the_next_fetch_opens_a_new_o
         fetcher.set_assignment({("t", 0): TID})
         r0, r1, r2 = await records(fetcher, 3)
         assert (r0.offset, r0.delivery_count, r0.value) == (0, 1, b"v0")
+        # Three records buffered (under max_poll_records, their locks fresh): the
+        # next fetch went out before the application took them.
+        await asyncio.wait_for(read_ahead_sent(client, 2), WAIT)
         fetcher.tracker.acknowledge(r0.acquisition, AcknowledgeType.ACCEPT)
         fetcher.acknowledged()
+        read_ahead.gate.set()
         await asyncio.wait_for(client.idle.wait(), WAIT)
-        (first, ack_fetch, reopen) = [f for n, f in client.requests if n == "ShareFetch"][:3]
+        (first, ahead, ack_fetch, reopen) = [f for n, f in client.requests if n == "ShareFetch"][:4]
         assert first["share_session_epoch"] == 0
         assert first["share_acquire_mode"] == 1 and first["max_records"] == 10  # KIP-1206
-        # The buffer emptied, so the acknowledgement rode on the next fetch (epoch 1),
-        # which found the session lost.
-        assert ack_fetch["share_session_epoch"] == 1
+        assert ahead["share_session_epoch"] == 1
+        assert not any(
+            p["acknowledgement_batches"] for t in ahead["topics"] for p in t["partitions"]
+        )
+        # The acknowledgement rode on the fetch after (epoch 2), which found the
+        # session lost.
+        assert ack_fetch["share_session_epoch"] == 2
         (topic,) = ack_fetch["topics"]
         assert topic["partitions"][0]["acknowledgement_batches"] == [
             {"first_offset": 0, "last_offset": 0, "acknowledge_types": [1], "_tagged_fields": {}}
@@ -168,6 +191,12 @@ async def test_a_lost_session_drops_its_records_and_the_next_fetch_opens_a_new_o
         assert fetcher.tracker.held() == 0
     finally:
         await fetcher.abort()
+
+
+async def read_ahead_sent(client: ScriptedLeader, fetches: int) -> None:
+    while sum(1 for n, _ in client.requests if n == "ShareFetch") < fetches:
+        client.sent.clear()
+        await client.sent.wait()
 
 
 async def test_commit_sends_a_share_acknowledge_and_returns_the_results() -> None:
