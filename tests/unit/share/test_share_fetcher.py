@@ -267,3 +267,41 @@ async def test_a_leader_without_share_fetch_v2_is_read_without_strict_acquisitio
         assert first["max_records"] == 10
     finally:
         await fetcher.abort()
+
+
+def share_fetches(client: ScriptedLeader) -> int:
+    return sum(1 for name, _ in client.requests if name == "ShareFetch")
+
+
+async def test_no_fetch_reads_ahead_of_more_than_max_poll_records() -> None:
+    client = ScriptedLeader([fetch_answer(acquired=(0, 10, 1))])  # 11 > max_poll_records
+    fetcher = make(client)
+    try:
+        fetcher.set_assignment({("t", 0): TID})
+        await fetcher.wait_for_records(WAIT)
+        # A fetch that may read ahead leaves before the application is woken: none did.
+        assert share_fetches(client) == 1
+        client.sent.clear()
+        (first,) = fetcher.take_records(1)  # 10 left: room to read ahead
+        await asyncio.wait_for(client.sent.wait(), WAIT)
+        assert share_fetches(client) == 2
+        rest = fetcher.take_records(10)
+        assert [r.offset for r in [first, *rest]] == list(range(11))
+    finally:
+        await fetcher.abort()
+
+
+async def test_records_half_through_their_lock_hold_the_read_ahead_back() -> None:
+    client = ScriptedLeader([fetch_answer(acquired=(0, 2, 1))])
+    fetcher = make(client)
+    try:
+        fetcher.set_assignment({("t", 0): TID})
+        await fetcher.wait_for_records(WAIT)
+        (run,) = fetcher._undecoded[0].runs
+        half = 30_000 / 2000  # the answer's lock: 30 s
+        assert fetcher._read_ahead_room(run.deadline - half - 0.1)
+        assert not fetcher._read_ahead_room(run.deadline - half + 0.1)
+        assert [r.offset for r in fetcher.take_records(10)] == [0, 1, 2]
+        assert fetcher._read_ahead_room(run.deadline)  # an empty buffer: always room
+    finally:
+        await fetcher.abort()
