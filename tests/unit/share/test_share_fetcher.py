@@ -138,11 +138,16 @@ def make(client: ScriptedLeader) -> ShareFetcher:
 
 
 async def records(fetcher: ShareFetcher, count: int) -> list[Any]:
+    """``count`` records, or a failure naming how many came within ``WAIT``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAIT
     got: list[Any] = []
     while len(got) < count:
         got += fetcher.take_records(count - len(got))
         if len(got) < count:
-            await fetcher.wait_for_records(WAIT)
+            left = deadline - loop.time()
+            assert left > 0, f"{len(got)} of {count} records within {WAIT} s"
+            await fetcher.wait_for_records(left)
     return got
 
 
