@@ -162,6 +162,7 @@ class ShareFetcher:
         self._valid_until: float | None = None
         self._gate_changed = asyncio.Event()
         self._closing = False
+        self._closing_reported = False
         #: Leaders whose session must be reopened (the membership ended meanwhile).
         self._reset_nodes: set[int] = set()
         self._scope = TaskScope(self._crashed)
@@ -181,9 +182,8 @@ class ShareFetcher:
         self._assigned = new
         self._topic_ids.update({tp.topic: tid for tp, tid in new.items()})
         if gone:
+            self._decode_all()  # the recorder hears of every acquisition before its release
             self._buffer = deque(r for r in self._buffer if (r.topic, r.partition) not in gone)
-            self._undecoded = deque(u for u in self._undecoded if u.tp not in gone)
-            self._undecoded_n = sum(u.size for u in self._undecoded)
             # Not ours to hand out any more.  The broker keeps them locked to us until
             # their lock ends (measured on Kafka 4.4: forgetting the partition from the
             # session does not give them back), so what was never handed out is RELEASEd
@@ -318,12 +318,22 @@ class ShareFetcher:
         self.tracker.release_unacknowledged()
         self._clear_buffer()
         self._closing = True
-        self.hooks.closing()
         self._wake_all()
         loops = [t for t in self._loops.values() if not t.done()]
         if loops:
             await asyncio.wait(loops, timeout=timeout)
+        self._report_closing()
         await self._scope.aclose()
+
+    def _report_closing(self) -> None:
+        """Tell the hooks the close began, once: when the first session's closing
+        request leaves (or, with none open, once the loops are done).  Not earlier: a
+        ShareFetch still in flight when ``close()`` began acquires records on its
+        answer, and the history must show them acquired before the close that gives
+        them back."""
+        if not self._closing_reported:
+            self._closing_reported = True
+            self.hooks.closing()
 
     async def abort(self) -> None:
         await self._scope.aclose()
@@ -392,9 +402,12 @@ class ShareFetcher:
         return run.deadline - now > self._lock_ms / 2000
 
     def _clear_buffer(self) -> None:
+        self._decode_all()  # the acquired hook hears of every acquisition
         self._buffer.clear()
-        self._undecoded.clear()
-        self._undecoded_n = 0
+
+    def _decode_all(self) -> None:
+        while self._undecoded:
+            self._decode_next()
 
     def _decode_next(self) -> None:
         """Decode the oldest undecoded fetch result into the buffer."""
@@ -619,6 +632,11 @@ class ShareFetcher:
                 arrived += u.size
             else:
                 self._decode(u)
+        if arrived:
+            # Decoded as soon as this task next waits - by then the next fetch (if the
+            # buffer leaves room) is on the wire - or by the application's take first.
+            # Either way before any acknowledgement of them can be sent.
+            asyncio.get_running_loop().call_soon(self._decode_all)
             if TopicPartition(*tp) not in self._assigned:
                 # Acquired for a partition that left the assignment meanwhile: back.
                 self.tracker.release_undelivered([tp])
@@ -695,8 +713,12 @@ class ShareFetcher:
         self._report(self.tracker.answered(token, errors, lock_ms=lock), sent_mono, node)
 
     async def _close_session(self, node: int, session: ShareSession) -> None:
+        # What a fetch answered since close() began: its acquisitions are reported
+        # (decoded) now, before the close that gives them back.
+        self._clear_buffer()
         if not session.is_open or session.in_flight is not None:
             return
+        self._report_closing()
         loop = asyncio.get_running_loop()
         token, acks = self.tracker.take(
             self._session_tps(node), now=loop.time(), lock_ms=self._lock_ms
