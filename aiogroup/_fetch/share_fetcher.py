@@ -150,8 +150,9 @@ class ShareFetcher:
         self._loops: dict[int, asyncio.Task[None]] = {}
         self._wake: dict[int, asyncio.Event] = {}
         self._buffer: deque[ShareRecord] = deque()
-        #: What fetches acquired and are not decoded yet: decoded when the application
-        #: takes records, so the next ShareFetch leaves before this one's decoding.
+        #: What fetches acquired and are not decoded yet: decoded once the leader's task
+        #: waits on its next request (or by the application's take, if first), so the
+        #: next ShareFetch leaves before this one's records are decoded.
         self._undecoded: deque[_Undecoded] = deque()
         self._undecoded_n = 0
         self._arrived = asyncio.Event()
