@@ -247,6 +247,32 @@ def report(rows: list[dict[str, Any]], slow_consumers: list[int]) -> list[str]:
             f"median, ahead of confluent-kafka: {verdict(aio, conf)}; aiogroup/Java "
             f"{aio.median / java.median:.2f}x, within 2x of Java: {verdict(aio, java, 0.5)}"
         )
+    out.extend(_after_join(rows))
+    return out
+
+
+def _after_join(rows: list[dict[str, Any]]) -> list[str]:
+    """How much of aiogroup's figures is the join: the seconds to the first record, and
+    the rate from it to the last (rows with ``first_record_s``, no handler)."""
+    out = []
+    for consumers in (1, 4):
+        timed = [
+            r
+            for r in rows
+            if (r["client"], r["consumers"], r["handler_ms"]) == ("aiogroup", consumers, 0)
+            and "first_record_s" in r
+            and r["seconds"] > r["first_record_s"]
+        ]
+        if not timed:
+            continue
+        firsts = summarize([float(r["first_record_s"]) for r in timed])
+        drains = summarize([r["records"] / (r["seconds"] - r["first_record_s"]) for r in timed])
+        out.append(
+            f"- aiogroup, {consumers} consumer(s): first record "
+            f"{firsts.min:.2f}-{firsts.max:.2f} s after creation (the join); "
+            f"from it to the last, {drains.median:,.0f} records/s "
+            f"at the median ({drains.min:,.0f}-{drains.max:,.0f})"
+        )
     return out
 
 
