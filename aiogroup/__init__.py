@@ -24,6 +24,7 @@ from aiogroup.processing import (
     ProcessingError,
     Processor,
     RetryPolicy,
+    ShareProcessor,
 )
 from aiogroup.share import AcknowledgeType, ShareConsumer, ShareRecord
 from aiogroup.structs import (
@@ -61,6 +62,7 @@ __all__ = [
     "RecordDeserializationError",
     "RetryPolicy",
     "ShareConsumer",
+    "ShareProcessor",
     "ShareRecord",
     "TopicPartition",
 ]

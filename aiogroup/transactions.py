@@ -41,6 +41,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from aiogroup._support.timeouts import wait_for
+from aiogroup._transactions import pacing
 from aiogroup._transactions.committer import ProducerTxnView, Refused, commit_in_transaction
 from aiogroup._transactions.deliveries import DeliveryTracker
 from aiogroup._transactions.outcomes import MisuseKind, Step, TxnCode, check_commit_input
@@ -154,14 +155,22 @@ async def transaction(producer: Any, *, timeout: float = DEFAULT_TIMEOUT_S) -> A
             "transaction(): the producer has no transactional_id: create the "
             "AIOKafkaProducer with transactional_id=..."
         )
+    # The previous transaction's markers: see aiogroup._transactions.pacing.
+    await pacing.wait_for_markers(producer)
     await wait_for(producer.begin_transaction(), timeout)
     try:
         yield
     except BaseException:
         if view.abortable:
-            await _abort(producer, timeout)
+            try:
+                await _abort(producer, timeout)
+            finally:
+                pacing.ended(producer)
         raise
-    await wait_for(producer.commit_transaction(), timeout)
+    try:
+        await wait_for(producer.commit_transaction(), timeout)
+    finally:
+        pacing.ended(producer)
 
 
 def _normalized(

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import itertools
 import json
+import math
 import random
 import sys
 import time
@@ -91,6 +93,16 @@ class Member:
     def last_assignment_time(self) -> float:
         times = [e["t"] for e in self.of("assigned", "revoked", "lost")]
         return max(times) if times else 0.0
+
+    def heartbeat_anchor(self) -> float:
+        """Where this member's heartbeat cycle is: the last heartbeat it sent (traced
+        members; confluent-kafka's from librdkafka's log), else its last assignment."""
+        sent = [
+            e["sent"]
+            for e in self.events
+            if e["ev"] == "req" and e.get("api") in ("Heartbeat", "ConsumerGroupHeartbeat")
+        ]
+        return max(sent) if sent else self.last_assignment_time()
 
     def failed(self) -> str | None:
         for e in self.events:
@@ -254,10 +266,30 @@ class SteadyProducer:
             await self._producer.stop()
 
 
+#: The joiner's phase in the existing members' heartbeat cycle for the repetition
+#: running in this task (set by :func:`run_group_configs`, shared by every client).
+JOIN_PHASE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "JOIN_PHASE", default=None
+)
+
+
+def join_phases(reps: int, seed: int | None = None) -> list[float]:
+    """One phase per repetition, each in its own ``1/reps`` of the interval (stratified),
+    in random order: every client is started at the same phases, so the medians of
+    clients compare what each adds, not which heartbeat phases a draw gave it."""
+    rng = random.Random(seed)
+    phases = [(i + rng.random()) / reps for i in range(reps)]
+    rng.shuffle(phases)
+    return phases
+
+
 async def spawn_joiner(
-    name: str, spec: dict[str, Any], heartbeat_interval_ms: int
+    name: str,
+    spec: dict[str, Any],
+    heartbeat_interval_ms: int,
+    anchor: float | None = None,
 ) -> tuple[Member, float]:
-    """Spawn a member that joins a running group, and start its join at a random moment.
+    """Spawn a member that joins a running group, and start its join at a chosen moment.
 
     Two things kept the old join figures from measuring the join (issue 24).  Their clock
     started at the process spawn, so interpreter start and the client's imports were
@@ -266,12 +298,30 @@ async def spawn_joiner(
     of A's heartbeat cycle every time, and an eager or cooperative join waits for A's
     next heartbeat: a client whose process started 0.3 s slower missed that heartbeat
     in every repetition and paid one whole heartbeat interval more.  So the member
-    loads first, then waits a uniformly random part of one heartbeat interval, and its
-    own ``starting`` event (just before construct, ``start()``, ``subscribe()``) is the
-    clock.  Returns the member and the time its ``go`` was sent."""
+    loads first, then starts at a point of one heartbeat interval, and its own
+    ``starting`` event (just before construct, ``start()``, ``subscribe()``) is the clock.
+
+    The point: with ``anchor`` (the existing member's last heartbeat, or its last
+    assignment: :meth:`Member.heartbeat_anchor`) and a :data:`JOIN_PHASE` set for this repetition,
+    ``anchor + k * interval + phase * interval`` - the same phase for every client of
+    one repetition.  Request timelines showed every client's eager join is A's next
+    heartbeat plus 10-20 ms (2026-11-27, 24 runs of aiogroup, aiokafka and
+    confluent-kafka), so independent random phases gave 8-sample medians 0.17-0.76 s
+    apart for the same work.  Otherwise a uniformly random moment within one interval.
+    Returns the member and the time its ``go`` was sent.
+    """
     member = await Member.spawn(name, {**spec, "wait_go": True, "timeline": True})
     await wait_until([member], lambda: bool(member.of("loaded")), 60, f"{name} loaded")
-    await asyncio.sleep(random.uniform(0.0, heartbeat_interval_ms / 1000))
+    interval = heartbeat_interval_ms / 1000
+    phase = JOIN_PHASE.get()
+    if anchor is None or phase is None:
+        await asyncio.sleep(random.uniform(0.0, interval))
+    else:
+        now = time.monotonic()
+        at = anchor + phase * interval
+        if at < now:
+            at += math.ceil((now - at) / interval) * interval
+        await asyncio.sleep(at - now)
     return member, await member.go()
 
 
@@ -351,6 +401,7 @@ async def run_group_configs(
     ``ctx.parallel`` groups at once (each repetition has its own group and topic)."""
     outcomes = {config_label(*c): Outcome() for c in configs}
     factories: list[Callable[[], Awaitable[None]]] = []
+    phases = join_phases(ctx.plan.reps)
     for rep in range(ctx.plan.reps):
         for client, variant, coop in configs:
 
@@ -358,7 +409,9 @@ async def run_group_configs(
                 name = config_label(client, variant, coop)
                 if outcomes[name].status == "unavailable":
                     return
+                JOIN_PHASE.set(phases[rep])
                 result = await one_rep(ctx, client, variant, coop)
+                result.setdefault("join_phase", phases[rep])
                 outcomes[name].record(result)
                 shown = brief(result) if result.get("ok") else str(result.get("error"))
                 ctx.log(f"{scenario} rep {rep + 1} {name}: {shown}")

@@ -39,10 +39,12 @@ from typing import Any
 from benchmarks import timeline
 from benchmarks.broker_view import GroupWatch, rebalance_count
 from benchmarks.group import (
+    JOIN_PHASE,
     Member,
     SteadyProducer,
     first_callback,
     gather_limited,
+    join_phases,
     settled,
     spawn_joiner,
     wait_until,
@@ -94,7 +96,10 @@ async def one(broker: Any, client: str, variant: str, coop: bool) -> dict[str, A
         await asyncio.sleep(0.3)  # a few samples of the settled group
         gen_before = None if watch.protocol == "consumer" else await watch.generation()
         t_spawn = time.monotonic()
-        b, _go = await spawn_joiner("B", _spec(bs, client, variant, coop, topic, group, "B"), 1000)
+        anchor = a.heartbeat_anchor()
+        b, _go = await spawn_joiner(
+            "B", _spec(bs, client, variant, coop, topic, group, "B"), 1000, anchor
+        )
         members.append(b)
         t_members = await wait_until(
             members, lambda: settled([a, b], PARTITIONS, t_spawn), 60, "A+B settled"
@@ -114,6 +119,10 @@ async def one(broker: Any, client: str, variant: str, coop: bool) -> dict[str, A
             "settle": (t_settle - t_start) if t_settle else float("nan"),
             "members_settled": t_members - t_start,
             "rebalances": count,
+            "phase": JOIN_PHASE.get(),
+            # Where A's heartbeats fell in the cycle the phase is counted in (traced
+            # clients only): the anchor is A's assignment callback, not its heartbeat.
+            "a_heartbeat_phase": _heartbeat_phase(a, anchor, t_start),
             "counted_as": how,
             "timeline_b": timeline.window(b.events, t_start, t_assigned + 0.05, t_start),
             "timeline_a": timeline.window(a.events, t_start, t_assigned + 0.05, t_start),
@@ -127,20 +136,41 @@ async def one(broker: Any, client: str, variant: str, coop: bool) -> dict[str, A
         await producer.stop()
 
 
+def _heartbeat_phase(a: Member, anchor: float, before: float) -> float | None:
+    sent = [
+        e["sent"]
+        for e in a.events
+        if e.get("ev") == "req"
+        and e.get("api") in ("Heartbeat", "ConsumerGroupHeartbeat")
+        and anchor < e["sent"] < before
+    ]
+    return ((sent[-1] - anchor) % 1.0) if sent else None  # 0: the anchor was a heartbeat
+
+
+def _name(client: str, variant: str, coop: bool) -> str:
+    return f"{client}/{variant} {'cooperative' if coop else 'eager'}"
+
+
 async def main_async(args: argparse.Namespace) -> None:
     from aiogroup.testing import KafkaBroker
 
     async with KafkaBroker() as broker:
         configs = [c for c in CONFIGS if broker.caps.supports_consumer_protocol or c[1] != "kip848"]
+        if args.only:
+            configs = [c for c in configs if any(o in _name(*c) for o in args.only)]
         results: dict[str, list[dict[str, Any]]] = {}
         jobs = []
-        for _rep in range(args.reps):
+        phases = join_phases(args.reps)
+        for rep in range(args.reps):
             for client, variant, coop in configs:
-                name = f"{client}/{variant} {'cooperative' if coop else 'eager'}"
+                name = _name(client, variant, coop)
 
                 async def job(
-                    name: str = name, c: tuple[str, str, bool] = (client, variant, coop)
+                    name: str = name,
+                    c: tuple[str, str, bool] = (client, variant, coop),
+                    phase: float = phases[rep],
                 ) -> None:
+                    JOIN_PHASE.set(phase)
                     r = await one(broker, *c)
                     results.setdefault(name, []).append(r)
                     brief = {k: v for k, v in r.items() if not k.startswith("timeline")}
@@ -174,6 +204,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--parallel", type=int, default=1)
     parser.add_argument("--timeline", action="store_true", help="print A's and B's requests")
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        help="run only configurations whose name contains this (repeatable), e.g. 'eager'",
+    )
     args = parser.parse_args(argv)
     asyncio.run(main_async(args))
     return 0

@@ -28,6 +28,46 @@ GROUP_APIS = {
 
 Emit = Callable[..., None]
 
+#: The process's emitter once :func:`install` ran (librdkafka's log lines report through it).
+_emit: Emit | None = None
+
+#: librdkafka's ``debug=cgrp`` lines as it sends a heartbeat: classic, consumer protocol.
+_RDKAFKA_HEARTBEATS = (
+    ("Heartbeat for group", "Heartbeat"),
+    ("ConsumerGroupHeartbeat of member", "ConsumerGroupHeartbeat"),
+)
+
+
+def librdkafka_options() -> dict[str, Any]:
+    """confluent-kafka options that report its heartbeats as ``req`` events.
+
+    librdkafka's requests cannot be wrapped from Python, but with ``debug=cgrp`` it
+    logs a line as it sends each heartbeat; the logger turns that line into a
+    ``Heartbeat`` event (sent = answered = the moment the line arrived; the answer's
+    code is not in it).  Empty unless :func:`install` ran in this process.
+    """
+    emit = _emit
+    if emit is None:
+        return {}
+    import logging
+
+    class _Heartbeats(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            message = record.getMessage()
+            for marker, api in _RDKAFKA_HEARTBEATS:
+                if marker in message:
+                    now = time.monotonic()
+                    emit_ = emit
+                    assert emit_ is not None
+                    emit_("req", api=api, sent=now, answered=now, error=None)
+
+    logger = logging.getLogger("benchmarks.timeline.librdkafka")
+    if not logger.handlers:
+        logger.addHandler(_Heartbeats())
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False
+    return {"debug": "cgrp", "logger": logger}
+
 
 def api_name(request: Any) -> str | None:
     """The group API a request belongs to, or None for anything else (fetch, metadata)."""
@@ -57,6 +97,8 @@ def install(emit: Emit) -> None:
     client was asked to send (``time.monotonic()``), ``answered`` when the answer (or
     the failure, ``error`` then names it) came back.
     """
+    global _emit
+    _emit = emit
     from aiokafka.client import AIOKafkaClient
 
     original = AIOKafkaClient.send

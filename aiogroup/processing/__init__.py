@@ -11,7 +11,15 @@ owner skips them).  Modules:
 * ``scheduler``: lanes, the ready queue and the concurrency bound (pure);
 * ``retry``: the retry policy as data;
 * ``dead_letter``: the dead-letter choice and its headers;
+* ``handler_calls``: calling the handler (async inline, sync in a pool, timeout, drain);
+* ``dead_letter_sender``: the dead-letter producer and its sends;
 * ``processor``: the async shell (reading, handler tasks, commits, rebalance hooks).
+
+On a share consumer (KIP-932) ``ShareProcessor`` does the same with acknowledgements
+in the place of commits:
+
+* ``share_outcomes``: which acknowledgement ends each record, what the answers count (pure);
+* ``share_processor``: its async shell (bounded acquisition, handler tasks, lock renewal).
 """
 
 from aiogroup.processing.dead_letter import DeadLetter
@@ -19,6 +27,7 @@ from aiogroup.processing.errors import DeadLetterTopicError, ProcessingError
 from aiogroup.processing.processor import Handler, Processor
 from aiogroup.processing.retry import RetryPolicy
 from aiogroup.processing.scheduler import Ordering
+from aiogroup.processing.share_processor import ShareProcessor
 
 __all__ = [
     "DeadLetter",
@@ -28,4 +37,5 @@ __all__ = [
     "ProcessingError",
     "Processor",
     "RetryPolicy",
+    "ShareProcessor",
 ]

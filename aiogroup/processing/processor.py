@@ -4,8 +4,9 @@ The async shell around the pure parts: it reads records with ``getmany``, feeds
 each partition's :class:`~aiogroup.processing.tracker.PartitionTracker` and the
 :class:`~aiogroup.processing.scheduler.Scheduler`, runs the handler tasks the
 scheduler releases, and commits each partition's first unfinished offset (with
-the finished-beyond runs in the metadata) every ``commit_interval_ms``, on revoke
-and on stop.  The decisions are the pure parts'; this module awaits and counts.
+the finished-beyond runs in the metadata) every ``commit_interval_ms`` (0: as soon
+as the previous commit is answered), on revoke and on stop.  The decisions are the
+pure parts'; this module awaits and counts.
 
 Rebalances reach it through the consumer's internal rebalance hooks
 (:class:`aiogroup.listeners.RebalanceHooks`), which the coordination routine runs
@@ -26,18 +27,18 @@ no committed offset ever passes a record whose handler has not finished.
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from aiogroup._support.timeouts import wait_for
 from aiogroup.errors import CommitFailedError, ConfigurationError, ConsumerStoppedError
 from aiogroup.processing import offset_metadata
-from aiogroup.processing.dead_letter import DeadLetter, as_bytes, dead_letter_headers
-from aiogroup.processing.errors import DeadLetterTopicError, ProcessingError
+from aiogroup.processing.dead_letter import DeadLetter
+from aiogroup.processing.dead_letter_sender import DeadLetterSender
+from aiogroup.processing.errors import ProcessingError
+from aiogroup.processing.handler_calls import HandlerCalls, check_handler
 from aiogroup.processing.retry import RetryPolicy
 from aiogroup.processing.scheduler import ORDERINGS, Ordering, Scheduler, Work, lane_of
 from aiogroup.processing.tracker import CommitPoint, PartitionTracker
@@ -52,9 +53,6 @@ log = logging.getLogger("aiogroup.processing")
 
 Handler = Callable[[ConsumerRecord], Awaitable[None]] | Callable[[ConsumerRecord], None]
 
-#: Most threads a processor's sync handlers get (not one per unit of concurrency).
-_MAX_THREADS = 128
-
 #: Most records one read takes from the consumer.  Building records and queueing
 #: them holds the event loop (some 10-20 us a record): 1,000 at once delay every
 #: running handler's timer by 10-30 ms, which at a 5 ms handler halves throughput.
@@ -63,12 +61,6 @@ _READ_CHUNK = 250
 #: and the lane's slot (measured with tracemalloc: about 310 B on CPython 3.11).  The
 #: byte bound counts it, so a backlog of small records is bounded by memory too.
 RECORD_OVERHEAD = 320
-
-
-def _is_async(handler: Any) -> bool:
-    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
-        getattr(handler, "__call__", None)  # noqa: B004 - an object with async __call__
-    )
 
 
 def _positive_ms(name: str, value: object, allow_none: bool = False) -> None:
@@ -101,11 +93,7 @@ class Processor:
         max_unfinished_per_partition: int = 100_000,
         metadata_max_bytes: int = offset_metadata.DEFAULT_MAX_BYTES,
     ) -> None:
-        if not callable(handler):
-            raise TypeError(
-                f"handler must be callable (async def handler(record) or a plain "
-                f"function), got {handler!r}"
-            )
+        check_handler(handler)
         if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
             raise ValueError(f"concurrency must be an int >= 1, got {concurrency!r}")
         if ordering not in ORDERINGS:
@@ -120,7 +108,15 @@ class Processor:
             )
         _positive_ms("record_timeout_ms", record_timeout_ms, allow_none=True)
         _positive_ms("drain_timeout_ms", drain_timeout_ms)
-        _positive_ms("commit_interval_ms", commit_interval_ms)
+        if (
+            not isinstance(commit_interval_ms, int | float)
+            or isinstance(commit_interval_ms, bool)
+            or commit_interval_ms < 0
+        ):
+            raise ValueError(
+                "commit_interval_ms must be a number of milliseconds >= 0 (0: commit as "
+                f"soon as the previous commit is answered), got {commit_interval_ms!r}"
+            )
         if (
             not isinstance(max_unfinished_per_partition, int)
             or isinstance(max_unfinished_per_partition, bool)
@@ -147,15 +143,20 @@ class Processor:
             )
         self._consumer = consumer
         self._handler = handler
-        self._async = _is_async(handler)
         self._ordering: Ordering = ordering
         self._retry = retry
         self._on_failure = on_failure
         self._record_timeout = None if record_timeout_ms is None else record_timeout_ms / 1000
+        self._calls = HandlerCalls(
+            handler, threads=concurrency, record_timeout=self._record_timeout
+        )
         #: An async handler without a per-record timeout is awaited inline (_handle).
-        self._direct = self._async and self._record_timeout is None
+        self._direct = self._calls.is_async and self._record_timeout is None
         self._drain_timeout = drain_timeout_ms / 1000
         self._commit_interval = commit_interval_ms / 1000
+        #: commit_interval_ms=0: set when a record finishes; the commit loop commits as
+        #: soon as the previous commit is answered and something finished since.
+        self._progress: asyncio.Event | None = asyncio.Event() if commit_interval_ms == 0 else None
         self._max_unfinished = max_unfinished_per_partition
         self._metadata_max_bytes = metadata_max_bytes
         self._sched = Scheduler(concurrency)
@@ -165,10 +166,12 @@ class Processor:
         self._revoking: set[TopicPartition] = set()
         self._paused: set[TopicPartition] = set()
         self._last_committed: dict[TopicPartition, CommitPoint] = {}
+        #: The handler task running each in-flight record (a task runs one after another).
         self._tasks: dict[Work, asyncio.Task[None]] = {}
-        self._executor: ThreadPoolExecutor | None = None
-        self._producer: Any = None
-        self._own_producer = False
+        #: Set when a record's handler ends while a drain waits (``_work_waiters`` > 0).
+        self._work_ended = asyncio.Event()
+        self._work_waiters = 0
+        self._dead_letters: DeadLetterSender | None = None
         self._failure: ProcessingError | None = None
         self._stop_event = asyncio.Event()
         #: Set when the waiting records fell to half the queue bound (or on stop).
@@ -213,9 +216,9 @@ class Processor:
             if consumer._metrics.processing == self.metrics:
                 consumer._metrics.processing = None
             self._running = False
-            await self._close_dead_letter()
-            if self._executor is not None:
-                self._executor.shutdown(wait=False, cancel_futures=True)
+            if self._dead_letters is not None:
+                await self._dead_letters.close()
+            self._calls.close()
             if not self._done.done():
                 self._done.set_result(None)
         if self._failure is not None:
@@ -387,9 +390,50 @@ class Processor:
             return
         for work in self._sched.take():
             work.started = loop.time()
-            self._tasks[work] = loop.create_task(
-                self._handle(work), name=f"aiogroup-handler-{work.tp.partition}@{work.offset}"
-            )
+            self._tasks[work] = loop.create_task(self._work(work), name="aiogroup-handler")
+
+    def _next_work(self) -> Work | None:
+        """The record a handler task that just finished one goes on with, if any may start.
+
+        The same rules as :meth:`_dispatch` (nothing after stop or a failure, nothing
+        past the client-side session deadline), one record: the slot just freed.
+        """
+        if self._failure is not None or self._stop_event.is_set():
+            return None
+        loop = asyncio.get_running_loop()
+        subscription = self._consumer._subscription
+        if subscription is not None and not subscription.membership_current(loop.time()):
+            return None
+        work = self._sched.take_one()
+        if work is not None:
+            work.started = loop.time()
+        return work
+
+    async def _work(self, work: Work) -> None:
+        """A handler task: ``work``, then the next record released, until none is ready.
+
+        One task carries record after record rather than a task per record: creating,
+        scheduling and finishing a task costs more than many handlers' own work, and
+        at concurrency 1000 the loop was CPU-bound on it (issue 25: asyncio made some
+        119,000 tasks a second here, the target asks 160,000 records).  Cancellation
+        still reaches exactly one record: :meth:`_drain` cancels the task only while it
+        runs a record of the partitions drained (``_tasks`` maps the record to its task).
+        """
+        task = asyncio.current_task()
+        assert task is not None
+        next_work: Work | None = work
+        while next_work is not None:
+            try:
+                await self._handle(next_work)
+            except asyncio.CancelledError:
+                # Cancelled by a drain (or the loop's end): this task stops; the slot
+                # goes to a new task unless the processor is stopping.
+                if not self._stop_event.is_set():
+                    self._dispatch()
+                raise
+            next_work = self._next_work()
+            if next_work is not None:
+                self._tasks[next_work] = task
 
     def _full(self) -> bool:
         """The queue holds what the handlers can take soon, or all the memory it may.
@@ -452,31 +496,6 @@ class Processor:
 
     # -- handling ------------------------------------------------------------------------
 
-    async def _call(self, record: ConsumerRecord) -> None:
-        if self._async:
-            result = self._handler(record)
-            if inspect.isawaitable(result):
-                await result
-            return
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(
-                max_workers=min(self._sched.concurrency, _MAX_THREADS),
-                thread_name_prefix="aiogroup-handler",
-            )
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, functools.partial(self._handler, record))
-
-    async def _attempt(self, record: ConsumerRecord) -> None:
-        if self._record_timeout is None:
-            await self._call(record)
-            return
-        try:
-            await wait_for(self._call(record), self._record_timeout)
-        except asyncio.TimeoutError:
-            raise TimeoutError(
-                f"handler overran record_timeout_ms ({self._record_timeout * 1000:g} ms)"
-            ) from None
-
     async def _handle(self, work: Work) -> None:
         record: ConsumerRecord = work.record
         attempt = 0
@@ -492,7 +511,7 @@ class Processor:
                         if inspect.isawaitable(result):
                             await result
                     else:
-                        await self._attempt(record)
+                        await self._calls.attempt(record)
                 except Exception as exc:
                     delay = self._retry.delay_after(attempt)
                     if delay is None:
@@ -516,8 +535,8 @@ class Processor:
         finally:
             self._tasks.pop(work, None)
             self._sched.done(work)
-            if not self._stop_event.is_set():
-                self._dispatch()
+            if self._work_waiters:
+                self._work_ended.set()
             if self._starved() or (
                 self._sched.queued <= self._queue_limit // 2
                 and self._sched.queued_bytes <= self._buffer_limit // 2
@@ -528,9 +547,9 @@ class Processor:
 
     async def _failed_record(self, work: Work, exc: Exception, attempts: int) -> None:
         self._failed += 1
-        if isinstance(self._on_failure, DeadLetter):
+        if self._dead_letters is not None:
             try:
-                await self._dead_letter(work.record, exc, attempts)
+                await self._dead_letters.send(work.record, exc, attempts)
             except Exception as produce_error:
                 log.error(
                     "dead-lettering %s[%d]@%d failed",
@@ -558,6 +577,8 @@ class Processor:
 
     def _finish(self, work: Work) -> None:
         self._finished += 1
+        if self._progress is not None:
+            self._progress.set()
         tracker = self._trackers.get(work.tp)
         if tracker is not None and tracker.is_pending(work.offset):
             tracker.finished(work.offset)
@@ -568,51 +589,15 @@ class Processor:
         dl = self._on_failure
         if not isinstance(dl, DeadLetter):
             return
-        topics = await self._consumer.topics()
-        if dl.topic not in topics:
-            raise DeadLetterTopicError(
-                f"dead-letter topic {dl.topic!r} does not exist; create it first "
-                "(the processor does not create topics)"
-            )
-        if dl.producer is not None:
-            self._producer = dl.producer
-            return
-        from aiokafka import AIOKafkaProducer
-
         cfg = self._consumer.config
-        producer = AIOKafkaProducer(
+        sender = DeadLetterSender(
+            dl,
             bootstrap_servers=cfg.bootstrap_servers,
-            client_id=f"{cfg.client_id}-dead-letter",
-            acks="all",
-            **cfg.client_options,
+            client_id=cfg.client_id,
+            client_options=cfg.client_options,
         )
-        await producer.start()
-        self._producer = producer
-        self._own_producer = True
-
-    async def _close_dead_letter(self) -> None:
-        if self._own_producer and self._producer is not None:
-            producer, self._producer = self._producer, None
-            await producer.stop()
-
-    async def _dead_letter(self, record: ConsumerRecord, exc: BaseException, attempts: int) -> None:
-        dl = self._on_failure
-        assert isinstance(dl, DeadLetter) and self._producer is not None
-        await self._producer.send_and_wait(
-            dl.topic,
-            value=as_bytes(record.value),
-            key=as_bytes(record.key),
-            headers=dead_letter_headers(record, exc, attempts),
-        )
-        log.warning(
-            "dead-lettered %s[%d]@%d to %s after %d attempt(s): %r",
-            record.topic,
-            record.partition,
-            record.offset,
-            dl.topic,
-            attempts,
-            exc,
-        )
+        await sender.open(await self._consumer.topics())
+        self._dead_letters = sender
 
     # -- commits, assignment and shutdown ------------------------------------------------
 
@@ -648,8 +633,17 @@ class Processor:
             self._revoking.discard(tp)
 
     async def _commit_loop(self) -> None:
+        progress = self._progress
+        if progress is None:
+            while True:
+                await asyncio.sleep(self._commit_interval)
+                await self._commit(None)
+        # Continuous: one commit in flight at a time, the next as soon as it is answered,
+        # so what a kill -9 leaves finished-but-uncommitted is about one commit round
+        # trip's worth of records instead of an interval's (issue 25).
         while True:
-            await asyncio.sleep(self._commit_interval)
+            await progress.wait()
+            progress.clear()
             await self._commit(None)
 
     async def _commit(self, partitions: set[TopicPartition] | None) -> None:
@@ -679,32 +673,55 @@ class Processor:
             self._last_committed[tp] = (oam.offset, oam.metadata)
 
     async def _drain(self, in_flight: list[Work], timeout: float, why: str) -> None:
-        """Wait up to ``timeout`` for these handlers, then cancel and await the rest."""
-        tasks = [self._tasks[w] for w in in_flight if w in self._tasks]
-        if not tasks:
+        """Wait up to ``timeout`` for these records' handlers, then cancel and await the rest.
+
+        Waits for the *records*, not their tasks: a handler task goes on with the next
+        record when one ends (:meth:`_work`), so a task's end is no signal here.
+        """
+        if not any(w in self._tasks for w in in_flight):
             return
-        pending: set[asyncio.Task[None]] = set(tasks)
+        left = await self._wait_records(in_flight, timeout)
+        if not left:
+            return
         if timeout > 0:
-            _, pending = await asyncio.wait(tasks, timeout=timeout)
-        if pending:
-            if timeout > 0:
-                log.warning(
-                    "%s: %d handler(s) still running after drain_timeout_ms; cancelling them",
-                    why,
-                    len(pending),
-                )
-            for task in pending:
+            log.warning(
+                "%s: %d handler(s) still running after drain_timeout_ms; cancelling them",
+                why,
+                len(left),
+            )
+        for work in left:
+            task = self._tasks.get(work)
+            if task is not None:
                 task.cancel()
-            # A cancelled handler ends at its next await (a sync handler's thread
-            # cannot be stopped: its task ends at once, the thread runs on).  One that
-            # swallows the cancellation is not waited for beyond another drain timeout.
-            _, stuck = await asyncio.wait(pending, timeout=max(self._drain_timeout, 0.001))
-            if stuck:
-                log.error(
-                    "%s: %d handler(s) ignored cancellation; going on without them",
-                    why,
-                    len(stuck),
-                )
+        # A cancelled handler ends at its next await (a sync handler's thread cannot be
+        # stopped: its record ends at once, the thread runs on).  One that swallows the
+        # cancellation is not waited for beyond another drain timeout.
+        stuck = await self._wait_records(left, max(self._drain_timeout, 0.001))
+        if stuck:
+            log.error(
+                "%s: %d handler(s) ignored cancellation; going on without them",
+                why,
+                len(stuck),
+            )
+
+    async def _wait_records(self, works: list[Work], timeout: float) -> list[Work]:
+        """Wait up to ``timeout`` for ``works`` to end; returns those still running."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        self._work_waiters += 1
+        try:
+            while True:
+                left = [w for w in works if w in self._tasks]
+                remaining = deadline - loop.time()
+                if not left or remaining <= 0:
+                    return left
+                self._work_ended.clear()
+                try:
+                    await wait_for(self._work_ended.wait(), remaining)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            self._work_waiters -= 1
 
     async def _shutdown(self) -> None:
         """Stop dispatching, drain everything, commit, and leave positions at the commits."""

@@ -96,21 +96,27 @@ class Scheduler:
     def take(self) -> list[Work]:
         """The records to start now (their lanes become busy), up to the concurrency."""
         started: list[Work] = []
-        while self._ready and len(self.in_flight) < self.concurrency:
-            key = self._ready.popleft()
-            lane = self._lanes[key]
-            work = lane.popleft()
-            if lane:
-                self.blocked += len(lane)  # behind the record that starts now
-            else:
-                del self._lanes[key]
-            self._busy.add(key)
-            self.in_flight.add(work)
-            self.queued -= 1
-            self.queued_bytes -= work.nbytes
-            self._unwait(work)
+        while (work := self.take_one()) is not None:
             started.append(work)
         return started
+
+    def take_one(self) -> Work | None:
+        """The next record to start in a slot just freed (:meth:`take` for one record)."""
+        if not self._ready or len(self.in_flight) >= self.concurrency:
+            return None
+        key = self._ready.popleft()
+        lane = self._lanes[key]
+        work = lane.popleft()
+        if lane:
+            self.blocked += len(lane)  # behind the record that starts now
+        else:
+            del self._lanes[key]
+        self._busy.add(key)
+        self.in_flight.add(work)
+        self.queued -= 1
+        self.queued_bytes -= work.nbytes
+        self._unwait(work)
+        return work
 
     def done(self, work: Work) -> None:
         """``work`` ended (finished, failed or cancelled): its lane may go on."""

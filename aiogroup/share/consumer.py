@@ -40,6 +40,7 @@ from aiogroup.errors import (
     KafkaError,
 )
 from aiogroup.metrics import ShareMetrics
+from aiogroup.share.health import LeaderSession, ShareHealth, ShareMemberView, assess_share_health
 from aiogroup.structs import TopicPartition
 
 __all__ = [
@@ -166,6 +167,12 @@ class ShareConsumer:
             value_deserializer=value_deserializer,
         )
         self._callback = acknowledgement_callback
+        #: Internal listeners of every batch of acknowledgement results, called at once
+        #: (a running ShareProcessor counts confirmed and failed acknowledgements here).
+        self._result_listeners: list[Callable[[list[AckResult]], None]] = []
+        #: Awaited by a graceful stop() before the close (a running ShareProcessor drains
+        #: its handlers there, so the close carries their last acknowledgements).
+        self._stop_hooks: list[Callable[[], Awaitable[None]]] = []
         self._recorder = recorder
         self._recorder_name = recorder_name or ""
         self.metrics = ShareMetrics()
@@ -224,7 +231,7 @@ class ShareConsumer:
             hooks = ShareHooks(
                 acquired=self._on_acquired,
                 acknowledged=self._on_acknowledged,
-                results=self._results.put_nowait,
+                results=self._on_results,
                 closing=self._on_closing,
             )
             fetcher = self._fetcher = ShareFetcher(client, self._fetch_config, hooks)
@@ -285,7 +292,9 @@ class ShareConsumer:
     async def stop(self, timeout: float | None = None) -> None:
         """Release every record not acknowledged, close the share sessions (epoch -1),
         leave the group; bounded by ``timeout`` (default ``request_timeout_ms``).
-        Safe to call twice."""
+        A running ShareProcessor is stopped first (its drain, bounded by its
+        ``drain_timeout_ms``, comes before ``timeout`` starts), so the close carries
+        its last acknowledgements.  Safe to call twice."""
         await self._shutdown(
             graceful=True, timeout=self._request_timeout if timeout is None else timeout
         )
@@ -293,6 +302,14 @@ class ShareConsumer:
     async def _shutdown(self, *, graceful: bool, timeout: float) -> None:
         if self._closed:
             return
+        if graceful and self._stop_hooks:
+            for hook in list(self._stop_hooks):
+                try:
+                    await hook()
+                except Exception:
+                    log.exception("share group %s: a stop hook raised", self._group_id)
+            if self._closed:
+                return
         self._closed = True
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -474,6 +491,28 @@ class ShareConsumer:
                     answered=answered,
                 )
 
+    def _on_results(self, results: list[AckResult]) -> None:
+        self._results.put_nowait(results)
+        for listener in list(self._result_listeners):
+            try:
+                listener(results)
+            except Exception:
+                log.exception("share group %s: a result listener raised", self._group_id)
+
+    def _renew_expiring(self) -> float | None:
+        """RENEW every record handed out and not acknowledged whose lock ends within the
+        renewal margin (the ``auto_renew`` rule, run on demand: a ShareProcessor keeps
+        the locks of the records it holds this way whether or not ``auto_renew`` is set).
+        Returns when the next one falls due (loop clock), None with nothing held."""
+        fetcher = self._running()
+        if not self._explicit:
+            raise IllegalStateError("RENEW needs acknowledgement_mode='explicit'")
+        margin = fetcher._renew_margin()
+        now = asyncio.get_running_loop().time()
+        if fetcher.tracker.renew_expiring(now, margin):
+            fetcher.acknowledged()
+        return fetcher.tracker.next_renewal(margin)
+
     def _on_closing(self) -> None:
         if self._recorder is not None:
             self._recorder.add(self._recorder_name, "closed")
@@ -494,7 +533,103 @@ class ShareConsumer:
             except Exception:
                 log.exception("share group %s: acknowledgement_callback raised", self._group_id)
 
+    # -- processing ------------------------------------------------------------------------
+
+    async def process(self, handler: Any, **options: Any) -> None:
+        """``await ShareProcessor(self, handler, **options).run()``: see
+        aiogroup.processing (docs/usage.md, "Processing on a share consumer")."""
+        from aiogroup.processing import ShareProcessor
+
+        await ShareProcessor(self, handler, **options).run()
+
+    async def topics(self) -> set[str]:
+        """The cluster's topic names (a Metadata request for all topics)."""
+        if self._client is None:
+            raise IllegalStateError("ShareConsumer is not started: await start() first")
+        cluster = await self._client.fetch_all_metadata()
+        return set(cluster.topics())
+
+    def _client_settings(self) -> tuple[str | list[str], str, dict[str, Any]]:
+        """(bootstrap servers, client id, security options): what a producer started
+        on this consumer's behalf (the dead-letter producer) connects with."""
+        return self._bootstrap, self._client_id, dict(self._security)
+
     # -- views ---------------------------------------------------------------------------
+
+    def health(self) -> ShareHealth:
+        """Readiness and liveness for probes: member state, the session (delivery gate),
+        heartbeat and broker ages, each leader's share session, the records held under
+        acquisition locks, the fatal error if any (docs/usage.md, "Metrics and health")."""
+        return assess_share_health(self._view())
+
+    def _view(self) -> ShareMemberView:
+        """This consumer as health() reads it, at this moment."""
+        routine, fetcher = self._routine, self._fetcher
+        lifecycle = "stopped" if self._closed else "started" if self._started else "new"
+        m = self.metrics
+        valid_for = None
+        leaders: tuple[LeaderSession, ...] = ()
+        acquired = buffered = in_flight = 0
+        fatal = None
+        if fetcher is not None:
+            until = fetcher._valid_until
+            if until is not None and not self._closed:
+                valid_for = until - asyncio.get_running_loop().time()
+            leaders = tuple(
+                LeaderSession(
+                    node_id=node,
+                    open=s.is_open,
+                    epoch=s.epoch,
+                    partitions=len(s.partitions),
+                    request_in_flight=s.in_flight is not None,
+                )
+                for node, s in sorted(fetcher._sessions.items())
+            )
+            acquired = fetcher.tracker.held()
+            buffered = len(fetcher._buffer)
+            in_flight = fetcher.tracker.in_flight()
+            fatal = fetcher.fatal_error
+            if isinstance(fatal, ConsumerStoppedError) and self._closed:
+                fatal = None  # stop() itself, not a failure
+        if routine is not None:
+            state = routine.machine.state_name
+            member_id: str | None = routine.member_id
+            epoch: int | None = routine.member_epoch
+            joined = routine.machine.joined
+        else:
+            state, member_id, epoch, joined = lifecycle, None, None, False
+        if self._closed:
+            state, joined, valid_for = "stopped", False, None
+        return ShareMemberView(
+            lifecycle=lifecycle,
+            member_state=state,
+            member_id=member_id,
+            member_epoch=epoch,
+            joined=joined,
+            session_valid_for_s=valid_for,
+            seconds_since_last_heartbeat=m.seconds_since_heartbeat(),
+            seconds_since_broker_response=m.seconds_since_broker_response(),
+            broker_reachable=m.broker_reachable(),
+            leaders=leaders,
+            records_acquired=acquired,
+            records_buffered=buffered,
+            acknowledgements_in_flight=in_flight,
+            fatal_error=fatal,
+            last_broker_error=m.last_broker_error,
+        )
+
+    @property
+    def acknowledgement_mode(self) -> str:
+        """``"implicit"`` or ``"explicit"``, as given."""
+        return "explicit" if self._explicit else "implicit"
+
+    @property
+    def max_poll_records(self) -> int:
+        return self._max_poll_records
+
+    @property
+    def group_id(self) -> str:
+        return self._group_id
 
     @property
     def member_id(self) -> str | None:

@@ -38,6 +38,11 @@ def config(
     }
     conf.update(variant.options)
     conf.update(extra)
+    if group_id is not None:
+        from benchmarks import timeline
+
+        # A traced member (join scenarios) reports its heartbeats, as the others do.
+        conf.update(timeline.librdkafka_options())
     return conf
 
 

@@ -144,7 +144,14 @@ async def one_rep(ctx: Context, client: str, variant: str, cooperative: bool) ->
         watch, generation = await open_watch(ctx.bootstrap, group, variant)
         try:
             t_spawn = time.monotonic()
-            d, t_join = await spawn_joiner("D", spec("D"), ctx.plan.heartbeat_interval_ms)
+            d, t_join = await spawn_joiner(
+                "D",
+                spec("D"),
+                ctx.plan.heartbeat_interval_ms,
+                # The three joined in one round, so their heartbeat cycles run
+                # together: the latest heartbeat of any of them places the phase.
+                max(m.heartbeat_anchor() for m in trio),
+            )
             members.append(d)
             quad = [*trio, d]
             t_stable = await wait_until(quad, lambda: _even(quad, t_join), 90, "A+B+C+D settled")

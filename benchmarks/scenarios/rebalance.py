@@ -124,7 +124,9 @@ async def one_rep(ctx: Context, client: str, variant: str, cooperative: bool) ->
         watch, generation = await open_watch(ctx.bootstrap, group, variant)
         try:
             t_spawn = time.monotonic()
-            b, t_join = await spawn_joiner("B", spec("B"), ctx.plan.heartbeat_interval_ms)
+            b, t_join = await spawn_joiner(
+                "B", spec("B"), ctx.plan.heartbeat_interval_ms, a.heartbeat_anchor()
+            )
             members.append(b)
             t_stable = await wait_until(
                 members, lambda: settled([a, b], PARTITIONS, t_join), 90, "A+B settled"

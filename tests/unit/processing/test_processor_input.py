@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -37,7 +38,8 @@ def consumer(**options: Any) -> GroupConsumer:
         ({"retry": 3}, TypeError, "RetryPolicy"),
         ({"record_timeout_ms": 0}, ValueError, "record_timeout_ms"),
         ({"drain_timeout_ms": -5}, ValueError, "drain_timeout_ms"),
-        ({"commit_interval_ms": 0}, ValueError, "commit_interval_ms"),
+        ({"commit_interval_ms": -1}, ValueError, "commit_interval_ms must be a number"),
+        ({"commit_interval_ms": "5s"}, ValueError, "commit_interval_ms"),
         ({"max_unfinished_per_partition": 0}, ValueError, "max_unfinished_per_partition"),
     ],
 )
@@ -64,6 +66,41 @@ def test_drain_must_fit_in_the_rebalance_timeout() -> None:
 def test_good_options_build() -> None:
     p = Processor(consumer(), lambda r: None, ordering="unordered", retry=RetryPolicy(attempts=1))
     assert p is not None
+
+
+async def test_commit_interval_zero_commits_after_each_finish_not_on_a_clock() -> None:
+    """commit_interval_ms=0: a commit as soon as a record finished (one at a time), and
+    none while nothing finishes - continuous, not periodic."""
+    from aiogroup.processing.scheduler import Work
+
+    p = Processor(consumer(), handler, commit_interval_ms=0)
+    commits: list[None] = []
+    committed = asyncio.Event()
+
+    async def fake_commit(partitions: object) -> None:
+        commits.append(None)
+        committed.set()
+
+    p._commit = fake_commit  # type: ignore[method-assign]
+    loop_task = asyncio.ensure_future(p._commit_loop())
+    try:
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert commits == []  # nothing finished: no commit
+        tp = TopicPartition("t", 0)
+        p._finish(Work(tp, 0, tp))
+        p._finish(Work(tp, 1, tp))  # two finishes before the loop runs: one commit
+        await asyncio.wait_for(committed.wait(), 5)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert len(commits) == 1
+        committed.clear()
+        p._finish(Work(tp, 2, tp))
+        await asyncio.wait_for(committed.wait(), 5)
+        assert len(commits) == 2
+    finally:
+        loop_task.cancel()
+        await asyncio.gather(loop_task, return_exceptions=True)
 
 
 class Recording:

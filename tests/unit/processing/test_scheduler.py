@@ -26,6 +26,8 @@ def work(ordering: str, p: int, offset: int, key: object) -> Work:
         st.one_of(
             st.tuples(st.just("add"), st.integers(0, 2), st.sampled_from([None, b"a", b"b", b"c"])),
             st.tuples(st.just("done"), st.integers(0, 100), st.none()),
+            # A handler task that ends a record and goes on with the next (take_one).
+            st.tuples(st.just("next"), st.integers(0, 100), st.none()),
             st.tuples(st.just("drop"), st.integers(0, 2), st.none()),
         ),
         max_size=80,
@@ -53,6 +55,13 @@ def test_invariants(ordering: str, concurrency: int, steps: list[tuple[str, int,
         elif s.in_flight:
             w = sorted(s.in_flight, key=lambda w: (w.tp, w.offset))[n % len(s.in_flight)]
             s.done(w)
+            if kind == "next" and (nxt := s.take_one()) is not None:
+                started[nxt.lane].append(nxt.offset)
+            if kind == "next":
+                # Work conserving without take(): the freed slot was the only free one.
+                busy = {w.lane for w in s.in_flight}
+                free = len(s.in_flight) < concurrency
+                assert not (free and any(lane not in busy for lane in s._lanes))
         for w in s.take():
             started[w.lane].append(w.offset)
         lanes = [w.lane for w in s.in_flight]
@@ -72,6 +81,25 @@ def test_invariants(ordering: str, concurrency: int, steps: list[tuple[str, int,
         assert offsets == added[lane][: len(offsets)]  # offset order within a lane
     if ordering == "partition":
         assert all(isinstance(lane, TopicPartition) for lane in started)
+
+
+def test_take_one_fills_the_slot_just_freed_and_no_more() -> None:
+    s = Scheduler(2)
+    for i in range(4):
+        s.add(work("unordered", 0, i, None))
+    first = s.take()
+    assert [w.offset for w in first] == [0, 1]
+    assert s.take_one() is None  # no slot free
+    s.done(first[0])
+    nxt = s.take_one()
+    assert nxt is not None and nxt.offset == 2
+    assert s.take_one() is None and len(s.in_flight) == 2
+    s.done(first[1])
+    s.done(nxt)
+    last = s.take_one()
+    assert last is not None and last.offset == 3
+    assert s.take_one() is None  # nothing waiting
+    assert s.waiting() == 0 and s.queued_bytes == 0
 
 
 def test_hot_key_does_not_stall_the_others() -> None:
