@@ -608,16 +608,24 @@ class ShareFetcher:
         refresh = False
         arrived = 0
         deadline = sent_at + self._lock_ms / 1000
+        parts = []
         for part in result.partitions:
             topic = names.get(part.topic_id)
             if topic is None:
                 continue
             tp = (topic, part.partition)
+            parts.append((tp, part))
             if part.acknowledge_error_code:
                 ack_errors[tp] = (part.acknowledge_error_code, part.acknowledge_error_message)
             if part.error_code:
                 refresh = refresh or part.error_code in _LEADER_ERRORS
                 log.debug("share fetch %s: error %d", tp, part.error_code)
+        # The acknowledgements this fetch carried are settled before what it acquired is
+        # registered: an answer may acquire again a record it released (or whose late
+        # ACCEPT it refused), and that answer must be reported for the old delivery.
+        if token:
+            self._report(self.tracker.answered(token, ack_errors), sent_mono, node)
+        for tp, part in parts:
             if not part.acquired:
                 continue
             runs = [
@@ -632,18 +640,15 @@ class ShareFetcher:
                 self._undecoded_n += u.size
                 arrived += u.size
             else:
+                # Acquired for a partition that left the assignment meanwhile: back.
                 self._decode(u)
+                self.tracker.release_undelivered([tp])
+                self._wake_all()
         if arrived:
             # Decoded as soon as this task next waits - by then the next fetch (if the
             # buffer leaves room) is on the wire - or by the application's take first.
             # Either way before any acknowledgement of them can be sent.
             asyncio.get_running_loop().call_soon(self._decode_all)
-            if TopicPartition(*tp) not in self._assigned:
-                # Acquired for a partition that left the assignment meanwhile: back.
-                self.tracker.release_undelivered([tp])
-                self._wake_all()
-        if token:
-            self._report(self.tracker.answered(token, ack_errors), sent_mono, node)
         if arrived:
             self._arrived.set()
         if refresh:

@@ -312,3 +312,27 @@ async def test_records_half_through_their_lock_hold_the_read_ahead_back() -> Non
         assert fetcher._read_ahead_room(run.deadline)  # an empty buffer: always room
     finally:
         await fetcher.abort()
+
+
+async def test_records_acquired_for_a_partition_that_left_meanwhile_are_released() -> None:
+    answer = Gated(fetch_answer(acquired=(0, 1, 1)))
+    client = ScriptedLeader([answer])
+    fetcher = make(client)
+    try:
+        fetcher.set_assignment({("t", 0): TID})
+        await asyncio.wait_for(read_ahead_sent(client, 1), WAIT)
+        fetcher.set_assignment({})  # the partition leaves while the fetch is out
+        client.sent.clear()
+        answer.gate.set()
+        await asyncio.wait_for(read_ahead_sent(client, 2), WAIT)
+        _, after = client.requests[-1]
+        batches = [
+            (b["first_offset"], b["last_offset"], b["acknowledge_types"])
+            for t in after["topics"]
+            for p in t["partitions"]
+            for b in p["acknowledgement_batches"]
+        ]
+        assert batches == [(0, 1, [2])]  # RELEASE, with the request that forgets it
+        assert fetcher.take_records(10) == []
+    finally:
+        await fetcher.abort()
