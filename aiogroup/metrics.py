@@ -530,9 +530,10 @@ class ShareMetrics(ConsumerMetrics):
         self.lock_renewals = 0
         self.delivery_counts: dict[int, int] = {}
 
-    def record_acquired(self, delivery_count: int) -> None:
-        self.acquired += 1
-        self.delivery_counts[delivery_count] = self.delivery_counts.get(delivery_count, 0) + 1
+    def record_acquired(self, delivery_count: int, count: int = 1) -> None:
+        """``count`` records acquired with ``delivery_count`` (a fetch's range: one call)."""
+        self.acquired += count
+        self.delivery_counts[delivery_count] = self.delivery_counts.get(delivery_count, 0) + count
 
     def record_acknowledged(self, ack_type: str, count: int, ok: bool) -> None:
         if not ok:

@@ -23,8 +23,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
+import io
 import json
 import os
+import pstats
 import time
 from typing import Any
 
@@ -244,7 +247,63 @@ def report(rows: list[dict[str, Any]], slow_consumers: list[int]) -> list[str]:
             f"median, ahead of confluent-kafka: {verdict(aio, conf)}; aiogroup/Java "
             f"{aio.median / java.median:.2f}x, within 2x of Java: {verdict(aio, java, 0.5)}"
         )
+    out.extend(_after_join(rows))
     return out
+
+
+def _after_join(rows: list[dict[str, Any]]) -> list[str]:
+    """How much of aiogroup's figures is the join: the seconds to the first record, and
+    the rate from it to the last (rows with ``first_record_s``, no handler)."""
+    out = []
+    for consumers in (1, 4):
+        timed = [
+            r
+            for r in rows
+            if (r["client"], r["consumers"], r["handler_ms"]) == ("aiogroup", consumers, 0)
+            and "first_record_s" in r
+            and r["seconds"] > r["first_record_s"]
+        ]
+        if not timed:
+            continue
+        firsts = summarize([float(r["first_record_s"]) for r in timed])
+        drains = summarize([r["records"] / (r["seconds"] - r["first_record_s"]) for r in timed])
+        out.append(
+            f"- aiogroup, {consumers} consumer(s): first record "
+            f"{firsts.min:.2f}-{firsts.max:.2f} s after creation (the join); "
+            f"from it to the last, {drains.median:,.0f} records/s "
+            f"at the median ({drains.min:,.0f}-{drains.max:,.0f})"
+        )
+    return out
+
+
+async def _profile(records: int, partitions: int, reps: int, top: int) -> None:
+    """aiogroup alone, one consumer draining ``records``: ``reps`` timed drains, then
+    one under cProfile (its top functions by own time and by cumulative time).  Cheap
+    enough to run between changes; the comparison with the peers is the full run's."""
+    cluster = await KafkaCluster().start()
+    try:
+        bootstrap = cluster.bootstrap_servers
+        topic = await cluster.create_topic(unique_name("share-prof"), partitions)
+        await _produce(bootstrap, topic, records, partitions)
+        await _measure("aiogroup", bootstrap, topic, min(records, 1_000), 1)
+        for _ in range(reps):
+            r, first = await _measure("aiogroup", bootstrap, topic, records, 1)
+            print(
+                f"drain: {r.records} records in {r.seconds:.2f} s = {r.records_per_s:,.0f}/s "
+                f"(first record {first:.2f} s; load {os.getloadavg()[0]:.1f})",
+                flush=True,
+            )
+        prof = cProfile.Profile()
+        prof.enable()
+        r, _ = await _measure("aiogroup", bootstrap, topic, records, 1)
+        prof.disable()
+        print(f"under cProfile: {r.records_per_s:,.0f} records/s, {r.seconds:.2f} s")
+        for key in ("tottime", "cumulative"):
+            out = io.StringIO()
+            pstats.Stats(prof, stream=out).sort_stats(key).print_stats(top)
+            print(out.getvalue())
+    finally:
+        await cluster.stop()
 
 
 def main() -> None:
@@ -254,7 +313,16 @@ def main() -> None:
     parser.add_argument("--slow-records", type=int, default=2_000)
     parser.add_argument("--slow-consumers", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--profile",
+        type=int,
+        metavar="REPS",
+        help="aiogroup alone: REPS timed one-consumer drains, then one under cProfile",
+    )
     args = parser.parse_args()
+    if args.profile is not None:
+        asyncio.run(_profile(args.records, args.partitions, args.profile, 30))
+        return
     began = time.time()
     rows = asyncio.run(
         _run(args.records, args.partitions, args.slow_records, args.rounds, args.slow_consumers)

@@ -17,6 +17,7 @@ import asyncio
 import inspect
 import logging
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
@@ -362,8 +363,15 @@ class ShareConsumer:
         )
         records = await self._poll(timeout_ms / 1000, limit)
         out: dict[TopicPartition, list[ShareRecord]] = {}
+        # Records come in runs of one partition: one TopicPartition per run.
+        last: tuple[str, int] | None = None
+        bucket: list[ShareRecord] = []
         for r in records:
-            out.setdefault(TopicPartition(r.topic, r.partition), []).append(r)
+            key = (r.topic, r.partition)
+            if key != last:
+                last = key
+                bucket = out.setdefault(TopicPartition(*key), [])
+            bucket.append(r)
         return out
 
     async def getone(self, timeout_ms: int | None = None) -> ShareRecord:
@@ -442,18 +450,20 @@ class ShareConsumer:
 
     # -- hooks ---------------------------------------------------------------------------
 
-    def _on_acquired(self, record: ShareRecord, sent: float, lock_ms: int) -> None:
-        self.metrics.record_acquired(record.delivery_count)
+    def _on_acquired(self, records: list[ShareRecord], sent: float, lock_ms: int) -> None:
+        for delivery_count, n in Counter(r.delivery_count for r in records).items():
+            self.metrics.record_acquired(delivery_count, n)
         if self._recorder is not None:
-            self._recorder.acquired(
-                self._recorder_name,
-                record.topic,
-                record.partition,
-                record.offset,
-                record.delivery_count,
-                sent=sent,
-                lock_ms=lock_ms,
-            )
+            for record in records:
+                self._recorder.acquired(
+                    self._recorder_name,
+                    record.topic,
+                    record.partition,
+                    record.offset,
+                    record.delivery_count,
+                    sent=sent,
+                    lock_ms=lock_ms,
+                )
 
     def _on_acknowledged(self, result: AckResult, sent: float) -> None:
         if not result.sent:

@@ -428,10 +428,6 @@ async def test_a_record_whose_lock_ran_out_mid_handler_is_counted_lost_not_accep
     assert (m["finished"], m["accepted"]) == (2, 1), m
     report = await judged(recorder, bootstrap, group)
     assert report.accepted == 1 and report.redeliveries == 1
-    if m["lock_lost"] == 0:
-        # The late ACCEPT rode on a ShareFetch whose answer acquired the record again,
-        # and the share fetcher drops that ACCEPT's error answer unreported (the gap the
-        # strict xfail in tests/unit/test_share_processing.py names); with the fetcher
-        # settling acknowledgements before acquisitions this counts 1 (tried locally).
-        pytest.xfail("share fetcher gap: a re-acquiring ShareFetch drops the ACCEPT's answer")
+    # The late ACCEPT's refusal counts even when it rode on a ShareFetch whose answer
+    # acquired the record again (the share fetcher settles acknowledgements first).
     assert m["lock_lost"] == 1, m

@@ -36,6 +36,30 @@ def test_report_states_both_targets_per_consumer_count() -> None:
     assert "aiogroup/Java 0.60x" in one and "within 2x of Java: met" in one
 
 
+def test_report_separates_the_join_from_the_drain() -> None:
+    rows = [
+        {
+            "client": "aiogroup",
+            "consumers": 1,
+            "handler_ms": 0,
+            "records": 200_000,
+            "seconds": seconds,
+            "records_per_s": 200_000 / seconds,
+            "first_record_s": 1.0,
+        }
+        for seconds in (3.0, 5.0, 2.0)
+    ]
+    rows += [
+        {"client": c, "consumers": n, "handler_ms": 0, "records_per_s": 50_000}
+        for n, c in ((1, "confluent"), (1, "java"), (4, "aiogroup"), (4, "confluent"), (4, "java"))
+    ]
+    (line,) = [x for x in report(rows, []) if "first record" in x]
+    assert line == (
+        "- aiogroup, 1 consumer(s): first record 1.00-1.00 s after creation (the join); "
+        "from it to the last, 100,000 records/s at the median (50,000-200,000)"
+    )
+
+
 def test_outcome_log_writes_what_the_application_was_told(tmp_path: Path) -> None:
     path = tmp_path / "outcomes.jsonl"
     assert load_outcomes(path) == []

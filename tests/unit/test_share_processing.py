@@ -474,26 +474,21 @@ async def test_a_processor_runs_once() -> None:
         await proc.run()
 
 
-# -- a fetcher gap the share processor works around ------------------------------------------
+# -- the share fetcher settles acknowledgements before re-acquisitions (was a gap) ----------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "aiogroup/_fetch/share_fetcher.py (_fetch) registers a ShareFetch answer's newly "
-        "acquired records before it settles the acknowledgements that fetch carried: a "
-        "RELEASE whose record the same answer acquires again is dropped unreported (no "
-        "AckResult, no recorder event, no metric). ShareProcessor sends its RELEASEs in a "
-        "ShareAcknowledge of their own (_flush_soon) so it does not depend on this; the "
-        "fix (answered() before acquired()) belongs to the share fetcher's owner"
-    ),
-)
 async def test_a_release_riding_on_a_fetch_that_reacquires_the_record_is_reported() -> None:
     from aiogroup._fetch.share_fetcher import ShareFetcher, ShareFetcherConfig, ShareHooks
-    from tests.unit.share.test_share_fetcher import TID, ScriptedLeader, fetch_answer
+    from tests.unit.share.test_share_fetcher import TID, Gated, ScriptedLeader, fetch_answer
     from tests.unit.share.test_share_fetcher import records as fetched
 
-    client = ScriptedLeader([fetch_answer(acquired=(0, 0, 1)), fetch_answer(acquired=(0, 0, 2))])
+    # The share fetcher settles a ShareFetch answer's acknowledgements before it registers
+    # what the answer acquired.  The fetch that reads ahead (it leaves while record 0 is
+    # buffered) is held until the RELEASE is made, so the RELEASE rides on the one after.
+    ahead = Gated(fetch_answer())
+    client = ScriptedLeader(
+        [fetch_answer(acquired=(0, 0, 1)), ahead, fetch_answer(acquired=(0, 0, 2))]
+    )
     reported: list[AckResult] = []
     config = ShareFetcherConfig(
         group_id="g",
@@ -513,7 +508,8 @@ async def test_a_release_riding_on_a_fetch_that_reacquires_the_record_is_reporte
         fetcher.set_assignment({("t", 0): TID})
         (first,) = await fetched(fetcher, 1)
         fetcher.tracker.acknowledge(first.acquisition, T.RELEASE)
-        fetcher.acknowledged()  # the buffer is empty: the RELEASE rides on the next fetch
+        fetcher.acknowledged()
+        ahead.gate.set()  # the buffer is empty: the RELEASE rides on the next fetch
         (again,) = await fetched(fetcher, 1)  # ... whose answer acquires offset 0 again
         assert again.delivery_count == 2
         assert [(r.ack_type, r.offsets, r.ok) for r in reported] == [(T.RELEASE, (0,), True)]

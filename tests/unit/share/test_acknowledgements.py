@@ -291,3 +291,43 @@ def test_a_partition_leaving_releases_what_was_never_handed_out_and_forgets_the_
         tr.acknowledge(a[0], T.ACCEPT)
     _, batches = tr.take(None, now=0.0, lock_ms=LOCK)
     assert batches == {TP: [AckBatch(1, 2, (2,))]}
+
+
+def test_hand_out_many_is_hand_out_for_each() -> None:
+    tr = AcknowledgementTracker(explicit=True)
+    run = tr.acquired_range(TP, 0, 3, 2, 10.0, session=1)
+    late = tr.acquired_range(("t", 1), 0, 0, 1, 5.0, session=1)
+    stranger = AcknowledgementTracker(explicit=True)
+    stranger.acquired(TP, 7, 1, 10.0, session=1)
+    other = stranger.acquired(TP, 0, 1, 10.0, session=1)  # same offset, not our delivery
+
+    class Rec:
+        def __init__(self, acquisition: Acquisition) -> None:
+            self.acquisition = acquisition
+
+    ok = [Rec(run.acquisition(o)) for o in range(4)]
+    tr.drop_partitions([("u", 0)], "nothing")  # another partition: no effect
+    recs = [*ok, Rec(late.acquisition(0)), Rec(other)]
+    assert tr.hand_out_many(recs, now=6.0) == ok
+    # Each handed out once, each acknowledgeable; the expired one is forgotten.
+    for r in ok:
+        tr.acknowledge(r.acquisition, T.ACCEPT)
+    with pytest.raises(InvalidAcknowledgement, match="acquisition lock expired"):
+        tr.acknowledge(late.acquisition(0), T.ACCEPT)
+    _, batches = tr.take(None, now=6.0, lock_ms=LOCK)
+    assert batches == {TP: [AckBatch(0, 3, (1,))]}
+    assert tr.delivery_count(ok[0].acquisition) == 2
+
+
+def test_an_acquired_range_with_gaps_acknowledges_them_with_the_records() -> None:
+    tr = AcknowledgementTracker(explicit=False)
+    run = tr.acquired_range(TP, 10, 14, 1, 30.0, session=1)
+    tr.gap(run, 12)
+    acqs = [run.acquisition(o) for o in (10, 11, 13, 14)]
+    for a in acqs:
+        assert tr.hand_out(a, 0.0)
+    assert tr.accept_delivered() == 4
+    token, batches = tr.take(None, now=0.0, lock_ms=LOCK)
+    assert batches == {TP: [AckBatch(10, 14, (1, 1, 0, 1, 1))]}
+    assert tr.answered(token, {}) == [AckResult("t", 0, T.ACCEPT, (10, 11, 13, 14), 0)]
+    assert tr.held() == 0

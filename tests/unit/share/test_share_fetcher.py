@@ -68,10 +68,19 @@ class Cluster:
         return 0
 
 
+class Gated:
+    """A scripted answer given only once the test opens ``gate`` (the fetcher reads
+    ahead: its next ShareFetch leaves while the application still holds records)."""
+
+    def __init__(self, answer: dict[str, Any]) -> None:
+        self.answer = answer
+        self.gate = asyncio.Event()
+
+
 class ScriptedLeader:
     """Answers each request with the next scripted answer (then: an empty fetch)."""
 
-    def __init__(self, answers: list[dict[str, Any]], *, fetch_max: int = 2) -> None:
+    def __init__(self, answers: list[dict[str, Any] | Gated], *, fetch_max: int = 2) -> None:
         self.versions = {78: (1, fetch_max), 79: (1, fetch_max)}
         self.cluster = Cluster()
         self.answers = answers
@@ -100,7 +109,11 @@ class ScriptedLeader:
                 },
             )
         if self.answers:
-            return SHARE_FETCH.response(version, self.answers.pop(0))
+            answer = self.answers.pop(0)
+            if isinstance(answer, Gated):
+                await answer.gate.wait()
+                answer = answer.answer
+            return SHARE_FETCH.response(version, answer)
         self.idle.set()
         await asyncio.sleep(fields["max_wait_ms"] / 1000)  # the broker's long poll
         return SHARE_FETCH.response(version, fetch_answer())
@@ -125,18 +138,25 @@ def make(client: ScriptedLeader) -> ShareFetcher:
 
 
 async def records(fetcher: ShareFetcher, count: int) -> list[Any]:
+    """``count`` records, or a failure naming how many came within ``WAIT``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAIT
     got: list[Any] = []
     while len(got) < count:
         got += fetcher.take_records(count - len(got))
         if len(got) < count:
-            await fetcher.wait_for_records(WAIT)
+            left = deadline - loop.time()
+            assert left > 0, f"{len(got)} of {count} records within {WAIT} s"
+            await fetcher.wait_for_records(left)
     return got
 
 
 async def test_a_lost_session_drops_its_records_and_the_next_fetch_opens_a_new_one() -> None:
+    read_ahead = Gated(fetch_answer())
     client = ScriptedLeader(
         [
             fetch_answer(acquired=(0, 2, 1)),
+            read_ahead,  # left while the records were buffered: answered empty
             fetch_answer(error=122),  # SHARE_SESSION_NOT_FOUND
         ]
     )
@@ -145,15 +165,23 @@ async def test_a_lost_session_drops_its_records_and_the_next_fetch_opens_a_new_o
         fetcher.set_assignment({("t", 0): TID})
         r0, r1, r2 = await records(fetcher, 3)
         assert (r0.offset, r0.delivery_count, r0.value) == (0, 1, b"v0")
+        # Three records buffered (under max_poll_records, their locks fresh): the
+        # next fetch went out before the application took them.
+        await asyncio.wait_for(read_ahead_sent(client, 2), WAIT)
         fetcher.tracker.acknowledge(r0.acquisition, AcknowledgeType.ACCEPT)
         fetcher.acknowledged()
+        read_ahead.gate.set()
         await asyncio.wait_for(client.idle.wait(), WAIT)
-        (first, ack_fetch, reopen) = [f for n, f in client.requests if n == "ShareFetch"][:3]
+        (first, ahead, ack_fetch, reopen) = [f for n, f in client.requests if n == "ShareFetch"][:4]
         assert first["share_session_epoch"] == 0
         assert first["share_acquire_mode"] == 1 and first["max_records"] == 10  # KIP-1206
-        # The buffer emptied, so the acknowledgement rode on the next fetch (epoch 1),
-        # which found the session lost.
-        assert ack_fetch["share_session_epoch"] == 1
+        assert ahead["share_session_epoch"] == 1
+        assert not any(
+            p["acknowledgement_batches"] for t in ahead["topics"] for p in t["partitions"]
+        )
+        # The acknowledgement rode on the fetch after (epoch 2), which found the
+        # session lost.
+        assert ack_fetch["share_session_epoch"] == 2
         (topic,) = ack_fetch["topics"]
         assert topic["partitions"][0]["acknowledgement_batches"] == [
             {"first_offset": 0, "last_offset": 0, "acknowledge_types": [1], "_tagged_fields": {}}
@@ -168,6 +196,12 @@ async def test_a_lost_session_drops_its_records_and_the_next_fetch_opens_a_new_o
         assert fetcher.tracker.held() == 0
     finally:
         await fetcher.abort()
+
+
+async def read_ahead_sent(client: ScriptedLeader, fetches: int) -> None:
+    while sum(1 for n, _ in client.requests if n == "ShareFetch") < fetches:
+        client.sent.clear()
+        await client.sent.wait()
 
 
 async def test_commit_sends_a_share_acknowledge_and_returns_the_results() -> None:
@@ -236,5 +270,69 @@ async def test_a_leader_without_share_fetch_v2_is_read_without_strict_acquisitio
         name, first = client.requests[0]
         assert name == "ShareFetch" and "share_acquire_mode" not in first  # v1
         assert first["max_records"] == 10
+    finally:
+        await fetcher.abort()
+
+
+def share_fetches(client: ScriptedLeader) -> int:
+    return sum(1 for name, _ in client.requests if name == "ShareFetch")
+
+
+async def test_no_fetch_reads_ahead_of_more_than_max_poll_records() -> None:
+    client = ScriptedLeader([fetch_answer(acquired=(0, 10, 1))])  # 11 > max_poll_records
+    fetcher = make(client)
+    try:
+        fetcher.set_assignment({("t", 0): TID})
+        await fetcher.wait_for_records(WAIT)
+        # A fetch that may read ahead leaves before the application is woken: none did.
+        assert share_fetches(client) == 1
+        client.sent.clear()
+        (first,) = fetcher.take_records(1)  # 10 left: room to read ahead
+        await asyncio.wait_for(client.sent.wait(), WAIT)
+        assert share_fetches(client) == 2
+        rest = fetcher.take_records(10)
+        assert [r.offset for r in [first, *rest]] == list(range(11))
+    finally:
+        await fetcher.abort()
+
+
+async def test_records_half_through_their_lock_hold_the_read_ahead_back() -> None:
+    client = ScriptedLeader([fetch_answer(acquired=(0, 2, 1))])
+    fetcher = make(client)
+    try:
+        fetcher.set_assignment({("t", 0): TID})
+        await fetcher.wait_for_records(WAIT)
+        buffered = fetcher._buffer
+        run = buffered[0].acquisition.run if buffered else fetcher._undecoded[0].runs[0]
+        assert run is not None
+        half = 30_000 / 2000  # the answer's lock: 30 s
+        assert fetcher._read_ahead_room(run.deadline - half - 0.1)
+        assert not fetcher._read_ahead_room(run.deadline - half + 0.1)
+        assert [r.offset for r in fetcher.take_records(10)] == [0, 1, 2]
+        assert fetcher._read_ahead_room(run.deadline)  # an empty buffer: always room
+    finally:
+        await fetcher.abort()
+
+
+async def test_records_acquired_for_a_partition_that_left_meanwhile_are_released() -> None:
+    answer = Gated(fetch_answer(acquired=(0, 1, 1)))
+    client = ScriptedLeader([answer])
+    fetcher = make(client)
+    try:
+        fetcher.set_assignment({("t", 0): TID})
+        await asyncio.wait_for(read_ahead_sent(client, 1), WAIT)
+        fetcher.set_assignment({})  # the partition leaves while the fetch is out
+        client.sent.clear()
+        answer.gate.set()
+        await asyncio.wait_for(read_ahead_sent(client, 2), WAIT)
+        _, after = client.requests[-1]
+        batches = [
+            (b["first_offset"], b["last_offset"], b["acknowledge_types"])
+            for t in after["topics"]
+            for p in t["partitions"]
+            for b in p["acknowledgement_batches"]
+        ]
+        assert batches == [(0, 1, [2])]  # RELEASE, with the request that forgets it
+        assert fetcher.take_records(10) == []
     finally:
         await fetcher.abort()
