@@ -213,9 +213,6 @@ _FATAL_HINTS: dict[int, str] = {
     C.GROUP_MAX_SIZE_REACHED: "the share group has group.share.max.size members already",
 }
 
-#: Share of the heartbeat interval after which a member with no assignment yet asks again.
-FIRST_ASSIGNMENT_BEAT = 0.1
-
 #: Tries at the group's session timeout before the heartbeat interval stays the bound.
 SESSION_LOOKUP_ATTEMPTS = 3
 
@@ -603,13 +600,6 @@ def _on_heartbeat_response(m: M, ev: Event) -> None:
         m.coordinator_lookup.failures = 0
         if ev.assignment is not None:
             m.target = frozenset((tid, p) for tid, parts in ev.assignment.items() for p in parts)
-        elif m.target is None and m.topics:
-            # Joined, but the coordinator has given no assignment yet (Kafka 4.4 answers
-            # the joining heartbeat before it has computed one): ask again soon rather
-            # than a whole interval later - the first records waited about one interval
-            # (1.05 s of every benchmark run at a 1 s interval).  Ends with the first
-            # assignment, even an empty one.
-            m.next_heartbeat_at = m.now + FIRST_ASSIGNMENT_BEAT * m.heartbeat_interval
     elif reaction is H.FIND_COORDINATOR:
         m._coordinator_lost()
     elif reaction is H.RETRY_BACKOFF:

@@ -141,27 +141,6 @@ def test_an_empty_first_assignment_makes_the_member_stable() -> None:
     assert d.state is S.STABLE
 
 
-def test_a_join_answered_without_an_assignment_asks_again_at_a_tenth_of_the_interval() -> None:
-    d = Driver()
-    d.send(E.Subscribed(frozenset({"a"})))
-    d.send(E.CoordinatorFound(1))
-    assert d.send(ok(1, None, interval=2000)) == []  # joined, nothing assigned yet
-    assert d.m.next_deadline() == pytest.approx(0.2)
-    assert d.at(0.19) == []
-    assert d.at(0.2) == [SendShareGroupHeartbeat("m-1", 1, None)]
-    d.send(ok(1, None, interval=2000))  # still none: again soon
-    assert d.m.next_deadline() == pytest.approx(0.4)
-    assert d.at(0.4) == [SendShareGroupHeartbeat("m-1", 1, None)]
-    assert d.send(ok(2, {}, interval=2000)) == [SetAssignment(frozenset())]  # first, empty
-    assert d.state is S.STABLE
-    # From the first assignment on: the regular interval, even when later answers
-    # carry none (unchanged).
-    assert d.m.next_deadline() == pytest.approx(2.4)
-    d.at(2.4)
-    d.send(ok(2, None, interval=2000))
-    assert d.m.next_deadline() == pytest.approx(4.4)
-
-
 def test_a_new_assignment_replaces_the_old_one_and_none_means_unchanged() -> None:
     d = joined()
     d.at(1.0)
