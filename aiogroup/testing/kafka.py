@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import logging
 import os
 import re
 import shutil
@@ -34,6 +35,8 @@ from pathlib import Path
 
 from aiogroup.testing.process import kill, spawn_owned, terminate
 from aiogroup.testing.secure import SecureSetup
+
+log = logging.getLogger("aiogroup.testing.kafka")
 
 __all__ = [
     "KAFKA_VERSION",
@@ -222,6 +225,16 @@ def kafka_tools(version: str = KAFKA_VERSION) -> Path:
     )
 
 
+#: Starts tried when a node finds its port taken (see :meth:`KafkaCluster.start`).
+START_ATTEMPTS = 3
+
+
+def _port_taken(error: BaseException) -> bool:
+    """A start failed because a node could not bind its port (its log tail says so)."""
+    text = str(error)
+    return "BindException" in text or "Address already in use" in text
+
+
 def _free_ports(n: int) -> list[int]:
     """``n`` distinct free loopback ports (held open together so none repeats)."""
     socks = []
@@ -340,7 +353,35 @@ class KafkaCluster:
     # -- lifecycle -----------------------------------------------------------------
 
     async def start(self) -> KafkaCluster:
+        """Format and launch every node, and wait until all answer.
+
+        The ports are picked free and then released for the JVMs to bind seconds later;
+        in between another process can take one (a parallel test worker's broker or a
+        client's ephemeral port: it happened once in a fresh-clone CI, failing a whole
+        tier).  A start whose node could not bind its port is tried again on new ports,
+        up to ``START_ATTEMPTS`` times; any other failure is raised at once.
+        """
         began = time.monotonic()
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                await self._start_once()
+            except KafkaSetupError as exc:
+                if attempt == START_ATTEMPTS or not _port_taken(exc):
+                    raise
+                log.warning(
+                    "%s mode: a port was taken before the broker bound it; starting again "
+                    "on new ports (attempt %d of %d)",
+                    self.mode,
+                    attempt + 1,
+                    START_ATTEMPTS,
+                )
+                await self.stop()
+                continue
+            break
+        self.startup_seconds = time.monotonic() - began
+        return self
+
+    async def _start_once(self) -> None:
         self._java = java_binary()
         self._libs = kafka_libs()
         self._root = Path(tempfile.mkdtemp(prefix=f"aiogroup-{self.mode}-"))
@@ -367,8 +408,6 @@ class KafkaCluster:
         except BaseException:
             await self.stop(keep_logs=True)
             raise
-        self.startup_seconds = time.monotonic() - began
-        return self
 
     def _base_settings(self) -> dict[str, str]:
         base = dict(TEST_SETTINGS if self.size == 1 else CLUSTER_SETTINGS)
