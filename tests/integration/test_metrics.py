@@ -217,7 +217,9 @@ async def test_rebalances_are_counted_under_the_consumer_protocol(
     a_events = Count()
     async with GroupConsumer(**options) as a:
         a.subscribe([topic], listener=a_events)
-        while len(a.assignment()) < 4:
+        # The assignment shows before on_partitions_assigned has run (as in Java's
+        # consumer): wait for the reconciliation to end, not for the partitions alone.
+        while len(a.assignment()) < 4 or not a_events.assigned or a.metrics().rebalance_in_progress:
             await asyncio.wait_for(a.getmany(timeout_ms=200), 30)
         first = a.metrics()
         assert first.rebalances == a_events.assigned >= 1
