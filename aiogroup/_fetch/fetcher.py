@@ -38,7 +38,7 @@ from aiokafka.errors import (
 from aiogroup._fetch.decoding import Chunk, split_batches
 from aiogroup._fetch.delivery import Delivery
 from aiogroup._fetch.iteration import HeldRecords
-from aiogroup._fetch.planning import MemoryBudget, planning_order
+from aiogroup._fetch.planning import FIRST_COPIES, MemoryBudget, chunk_bytes, planning_order
 from aiogroup._fetch.replica import ReadReplicas, ReplicaView
 from aiogroup._fetch.resets import PositionResets
 from aiogroup._fetch.responses import (
@@ -100,7 +100,10 @@ class Fetcher:
         self._config = config
         self._backoff = config.retry_backoff_ms / 1000
         self._budget = MemoryBudget(
-            config.max_buffered_bytes, config.max_partition_fetch_bytes, config.fetch_max_bytes
+            config.max_buffered_bytes,
+            config.max_partition_fetch_bytes,
+            config.fetch_max_bytes,
+            copies=FIRST_COPIES,
         )
         self._delivery = Delivery(self._budget, wake=self._wake, on_corrupt=self._corrupt)
         #: Records a refill built ahead for ``async for`` (``held_record``, and the
@@ -516,13 +519,15 @@ class Fetcher:
             aborted = result.aborted
         if end <= offset:
             return False
+        size = chunk_bytes(len(result.records), len(batches))
+        self._budget.learn(len(result.records), size)
         self._delivery.add(
             Chunk(
                 st,
                 planned.epoch,
                 offset,
                 batches,
-                len(result.records),
+                size,
                 end_offset=end,
                 check_crcs=self._config.check_crcs,
                 aborted=aborted,

@@ -3,15 +3,21 @@
 Both are pure: no clock, no I/O, so the arithmetic is unit tested on its own.
 
 The memory bound.  Let B = ``max_buffered_bytes`` (0 disables the bound) and P =
-``max_partition_fetch_bytes``.  ``buffered`` counts the raw record-set bytes of
-every chunk not yet fully delivered.  A response exists up to three times while it
-is handled (the frame the connection read, the record set the decoder copied out of
-it, the per-batch slices the buffer keeps), so a request spends the budget three
-times over: with room R = (B - buffered - reserved) / 3, a Fetch for n partitions
-asks for ``max_bytes = min(fetch_max_bytes, n * P, R)`` and reserves three times
-that until its response is split into chunks, whose sizes then replace the
-reservation.  No request goes out while R < min(P, B / 3), so each is worth a round
-trip; an empty buffer always has R = B / 3.  The response-level limit carries the
+``max_partition_fetch_bytes``.  ``buffered`` counts what every chunk not yet fully
+delivered holds: its record-set bytes and the Python objects its record batches live
+in (``chunk_bytes``: a batch object refers to the record set rather than copying it,
+but costs as much as a 1-record batch's bytes, so counting bytes alone let small
+batches hold twice the bound).  A response exists up to three times while it is
+handled (the frame the connection read, the record set the parser copied out of it,
+the chunk the buffer keeps), so a request spends the budget three times over: with
+room R = (B - buffered - reserved) / 3, a Fetch for n partitions asks for
+``max_bytes = min(fetch_max_bytes, n * P, R)`` and reserves three times that until
+its response is split into chunks, whose sizes then replace the reservation.  No
+request goes out while R < min(P, B / 3), so each is worth a round
+trip; an empty buffer always has R = B / 3.  Where chunks hold more than their bytes
+again (batches of one small record), requests reserve more copies (``learn``); a
+fetcher's first request, before any response was seen, reserves for the worst
+(``FIRST_COPIES``).  The response-level limit carries the
 bound because brokers honour it (the embedded test broker ignores P but not
 ``max_bytes``) and every partition of a leader can share one request.
 
@@ -38,11 +44,46 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-__all__ = ["COPIES_WHILE_HANDLED", "MemoryBudget", "planning_order"]
+__all__ = [
+    "BATCH_OBJECT_BYTES",
+    "CHUNK_OBJECT_BYTES",
+    "COPIES_WHILE_HANDLED",
+    "FIRST_COPIES",
+    "SMALLEST_BATCH_BYTES",
+    "MemoryBudget",
+    "chunk_bytes",
+    "planning_order",
+]
 
 #: How many copies of a Fetch response can be alive at once while it is handled:
 #: what an in-flight Fetch reserves, in units of its max_bytes.
 COPIES_WHILE_HANDLED = 3
+
+#: What one record batch of a buffered chunk costs besides its bytes, measured with
+#: tracemalloc on CPython 3.11 whatever the batch's size (1 record of 100 B: 170 B
+#: of bytes; 150 records: 16 KiB): aiokafka's batch object, which refers to the
+#: record set instead of copying it, and its list slot (208 B), and the batch's
+#: place in the record set, kept for the CRC check once its chunk is first read
+#: (a tuple of two ints in a list: 92 B).
+BATCH_OBJECT_BYTES = 304
+
+#: The chunk object itself (17 slots), its deque slot and its batch list's header.
+CHUNK_OBJECT_BYTES = 256
+
+
+#: The smallest record batch: a v2 header (61 B) and one record with neither key,
+#: value nor headers (7 B).
+SMALLEST_BATCH_BYTES = 68
+
+#: What a request reserves before any response has shown what chunks hold: the
+#: frame plus the chunk of a record set made of the smallest batches (7 copies).
+FIRST_COPIES = 1 + -(-(SMALLEST_BATCH_BYTES + BATCH_OBJECT_BYTES) // SMALLEST_BATCH_BYTES)
+
+
+def chunk_bytes(record_bytes: int, batches: int) -> int:
+    """What a chunk of ``batches`` record batches in ``record_bytes`` holds while buffered."""
+    return record_bytes + batches * BATCH_OBJECT_BYTES + CHUNK_OBJECT_BYTES
+
 
 T = TypeVar("T")
 
@@ -53,6 +94,7 @@ class MemoryBudget:
     __slots__ = (
         "_frames",
         "buffered",
+        "copies",
         "decoded",
         "fetch_max_bytes",
         "frames",
@@ -62,7 +104,14 @@ class MemoryBudget:
         "reserved",
     )
 
-    def __init__(self, limit: int, partition_bytes: int, fetch_max_bytes: int) -> None:
+    def __init__(
+        self,
+        limit: int,
+        partition_bytes: int,
+        fetch_max_bytes: int,
+        *,
+        copies: int = COPIES_WHILE_HANDLED,
+    ) -> None:
         #: B; 0 means unbounded.
         self.limit = limit
         #: P, the per-partition limit sent with every partition.
@@ -79,6 +128,8 @@ class MemoryBudget:
         self.decoded = 0
         #: Highest ``buffered + reserved`` seen (for tests and benchmarks).
         self.peak = 0
+        #: What a request reserves, in units of its max_bytes (``learn``).
+        self.copies = copies
 
     @property
     def bounded(self) -> bool:
@@ -87,14 +138,14 @@ class MemoryBudget:
     @property
     def smallest_request(self) -> int:
         """No request is sent for less: min(P, B / 3)."""
-        return min(self.partition_bytes, self.limit // COPIES_WHILE_HANDLED)
+        return min(self.partition_bytes, self.limit // self.copies)
 
     def room(self) -> int | None:
         """R = (B - buffered - reserved) / 3; None when unbounded."""
         if not self.bounded:
             return None
         held = self.buffered + self.reserved + self.frames + self.decoded
-        return (self.limit - held) // COPIES_WHILE_HANDLED
+        return (self.limit - held) // self.copies
 
     def can_request(self) -> bool:
         """Whether some request may go out (the broker whose frame is largest, at best)."""
@@ -102,7 +153,7 @@ class MemoryBudget:
             return True
         own = max(self._frames.values(), default=0)
         free = self.limit - self.buffered - self.reserved - self.frames - self.decoded + own
-        return free // COPIES_WHILE_HANDLED >= self.smallest_request
+        return free // self.copies >= self.smallest_request
 
     def request_sizes(
         self, partition_counts: Sequence[int], nodes: Sequence[int] | None = None
@@ -119,11 +170,11 @@ class MemoryBudget:
         sizes = []
         for k, n in enumerate(partition_counts):
             own = self._frames.get(nodes[k], 0) if nodes is not None else 0
-            room = (free + own) // COPIES_WHILE_HANDLED
+            room = (free + own) // self.copies
             if room < self.smallest_request:
                 break
             max_bytes = min(self.fetch_max_bytes, n * self.partition_bytes, room)
-            free -= max(max_bytes * COPIES_WHILE_HANDLED, own) - own
+            free -= max(max_bytes * self.copies, own) - own
             sizes.append(max_bytes)
         return sizes
 
@@ -137,7 +188,7 @@ class MemoryBudget:
             return 0
         own = self._frames.pop(node, 0) if node is not None else 0
         self.frames -= own
-        reserved = max(max_bytes * COPIES_WHILE_HANDLED, own)
+        reserved = max(max_bytes * self.copies, own)
         self.reserved += reserved
         self.note_peak()
         return reserved
@@ -154,6 +205,18 @@ class MemoryBudget:
     def clear_frames(self) -> None:
         self._frames.clear()
         self.frames = 0
+
+    def learn(self, record_bytes: int, held: int) -> None:
+        """A response's ``record_bytes`` became chunks holding ``held`` (``chunk_bytes``).
+
+        While a response is handled its frame and the chunks made of it coexist, so
+        the next request reserves 1 + held / record_bytes copies of its max_bytes
+        (rounded up), at least ``COPIES_WHILE_HANDLED``: batches of one small record
+        hold about three times their bytes, and reserving three copies in all let
+        each response overshoot the bound by most of its size.
+        """
+        if record_bytes > 0:
+            self.copies = max(COPIES_WHILE_HANDLED, 1 + -(-held // record_bytes))
 
     def buffer(self, size: int) -> None:
         self.buffered += size
