@@ -54,6 +54,7 @@ async def aiogroup_share_rate(
     handle_s: float = 0.0,
     max_poll_records: int = 500,
     timeout_s: float = 300.0,
+    **options: Any,
 ) -> tuple[PerfResult, float]:
     """``consumers`` aiogroup share consumers on this loop (implicit acknowledgement)
     read ``records`` records between them; measured as :func:`java_share_perf` measures
@@ -72,6 +73,7 @@ async def aiogroup_share_rate(
             bootstrap_servers=bootstrap,
             client_id=f"aio-{n}",
             max_poll_records=max_poll_records,
+            **options,
         )
         for n in range(consumers)
     ]

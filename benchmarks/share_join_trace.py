@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -42,20 +44,34 @@ while got < int(records):
     batch = [m for m in c.poll(0.2) if m.error() is None]
     if batch and first is None:
         first = time.time()
+        cpu0 = time.process_time()
         print(f"first {first:.3f} after {first - began:.3f}", flush=True)
     got += len(batch)
 end = time.time()
-print(f"last {end:.3f} after {end - began:.3f} records {got}", flush=True)
+cpu = time.process_time() - cpu0
+print(f"last {end:.3f} after {end - began:.3f} records {got}, cpu {cpu:.2f} s", flush=True)
 c.close()
 """
 
 
-async def trace_aiogroup(bootstrap: str, topic: str, group: str, records: int) -> list[str]:
+async def trace_aiogroup(
+    bootstrap: str,
+    topic: str,
+    group: str,
+    records: int,
+    acquire_mode: str = "record_limit",
+    max_poll_records: int = 500,
+) -> list[str]:
     """One aiogroup share consumer reads ``records``; every request it sends is logged
-    with its send and answer times from the consumer's creation."""
+    with its send and answer times from the consumer's creation, and its ShareFetch
+    round trips are summed up (:func:`_fetch_summary`)."""
     from aiokafka.client import AIOKafkaClient
 
+    from aiogroup._protocol.share import parse_share_fetch
+
     lines: list[str] = []
+    #: Per ShareFetch: (sent, answered, records acquired).
+    fetches: list[tuple[float, float, int]] = []
     began = time.monotonic()
     original = AIOKafkaClient.send
 
@@ -71,12 +87,25 @@ async def trace_aiogroup(bootstrap: str, topic: str, group: str, records: int) -
         extra = ""
         if "ShareGroupHeartbeat" in name:
             extra = " " + _heartbeat_summary(resp)
+        if name == "ShareFetchRequest":
+            got = sum(
+                a.last_offset - a.first_offset + 1
+                for part in parse_share_fetch(resp).partitions
+                for a in part.acquired
+            )
+            fetches.append((sent, answered, got))
         lines.append(f"{sent:7.3f} -> {name} to {node_id}, answered {answered:7.3f}{extra}")
         return resp
 
     AIOKafkaClient.send = traced  # type: ignore[method-assign]
     try:
-        consumer = ShareConsumer(topic, group_id=group, bootstrap_servers=bootstrap)
+        consumer = ShareConsumer(
+            topic,
+            group_id=group,
+            bootstrap_servers=bootstrap,
+            acquire_mode=acquire_mode,
+            max_poll_records=max_poll_records,
+        )
         await consumer.start()
         lines.append(f"{time.monotonic() - began:7.3f}    start() returned")
         got = 0
@@ -86,22 +115,41 @@ async def trace_aiogroup(bootstrap: str, topic: str, group: str, records: int) -
                 n = sum(len(rs) for rs in batch.values())
                 if n and not got:
                     lines.append(f"{time.monotonic() - began:7.3f}    first record(s): {n}")
+                    cpu0 = time.process_time()
                 got += n
-            lines.append(f"{time.monotonic() - began:7.3f}    last record ({got})")
+            cpu = time.process_time() - cpu0
+            lines.append(f"{time.monotonic() - began:7.3f}    last record ({got}), cpu {cpu:.2f} s")
         finally:
             await consumer.stop(timeout=10)
     finally:
         AIOKafkaClient.send = original  # type: ignore[method-assign]
     # Fetches after the first answered one say nothing new.
-    out, fetches = [], 0
+    out, n = [], 0
     for line in lines:
         if "ShareFetch" in line:
-            fetches += 1
-            if fetches > 3:
+            n += 1
+            if n > 3:
                 continue
         out.append(line)
-    out.append(f"        ({fetches} ShareFetch requests in all)")
+    out.append(_fetch_summary(fetches))
     return out
+
+
+def _fetch_summary(fetches: list[tuple[float, float, int]]) -> str:
+    """How a drain's time splits: ShareFetch round trips (the broker's share and the
+    wire's) against the time between an answer and the next request (the client's)."""
+    if not fetches:
+        return "        (no ShareFetch)"
+    rtts = [b - a for a, b, _ in fetches]
+    gaps = [nxt[0] - cur[1] for cur, nxt in itertools.pairwise(fetches)]
+    sizes = [n for _, _, n in fetches if n]
+    return (
+        f"        {len(fetches)} ShareFetch: records each median "
+        f"{statistics.median(sizes or [0]):.0f}"
+        f"; round trip median {statistics.median(rtts) * 1000:.2f} ms, sum {sum(rtts):.2f} s;"
+        f" answer to next request median {statistics.median(gaps or [0]) * 1000:.2f} ms,"
+        f" sum {sum(g for g in gaps if g > 0):.2f} s (overlapping: {sum(g < 0 for g in gaps)})"
+    )
 
 
 def _heartbeat_summary(resp: Any) -> str:
@@ -141,7 +189,11 @@ def trace_confluent(
         re.IGNORECASE,
     )
     fetches = 0
+    rtts: list[float] = []
     for raw in out.read_text(errors="replace").splitlines():
+        rtt = re.search(r"Received ShareFetchResponse .*rtt ([\d.]+)ms", raw)
+        if rtt:
+            rtts.append(float(rtt.group(1)) / 1000)
         m = re.match(r"%\d\|([\d.]+)\|([^|]+)\|[^|]*\| (.*)", raw)
         if not m or not keep.search(raw):
             continue
@@ -151,6 +203,11 @@ def trace_confluent(
             if fetches > 8:
                 continue
         lines.append(f"{t:7.3f} {m.group(2)} {m.group(3)[:220]}")
+    if rtts:
+        lines.append(
+            f"        {len(rtts)} ShareFetch: round trip median "
+            f"{statistics.median(rtts) * 1000:.2f} ms, sum {sum(rtts):.2f} s"
+        )
     for line in proc.stdout.splitlines():
         m = re.match(r"(first|last) ([\d.]+) after ([\d.]+)(.*)", line)
         if m:
@@ -165,6 +222,7 @@ async def _run(
     debug: str,
     logdir: Path,
     settings: dict[str, str],
+    max_poll_records: int = 500,
 ) -> None:
     cluster = await KafkaCluster(settings=settings).start()
     try:
@@ -175,17 +233,36 @@ async def _run(
             group = unique_name(f"share-trace-{client}")
             await configure_share_group(bootstrap, group)
             print(f"== {n}: {client}, group {group}, load {os.getloadavg()[0]:.1f}", flush=True)
-            if client == "aiogroup":
-                lines = await trace_aiogroup(bootstrap, topic, group, records)
+            broker_cpu = _cpu_seconds(cluster)
+            if client.startswith("aiogroup"):
+                mode = "batch_optimized" if client == "aiogroup-batch" else "record_limit"
+                lines = await trace_aiogroup(
+                    bootstrap, topic, group, records, mode, max_poll_records
+                )
             else:
                 out = logdir / f"librdkafka-{n}.log"
                 lines = await asyncio.to_thread(
                     trace_confluent, bootstrap, topic, group, records, debug, out
                 )
                 lines.append(f"        (librdkafka's whole log: {out})")
+            lines.append(
+                f"        broker cpu {_cpu_seconds(cluster) - broker_cpu:.2f} s "
+                "(the JVM's, the client's whole run)"
+            )
             print("\n".join(lines), flush=True)
     finally:
         await cluster.stop()
+
+
+def _cpu_seconds(cluster: KafkaCluster) -> float:
+    """CPU seconds (user + system) the broker JVMs have used so far (/proc)."""
+    total = 0.0
+    for node in cluster.nodes:
+        if node.process is None:
+            continue
+        fields = Path(f"/proc/{node.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def main() -> None:
@@ -196,9 +273,11 @@ def main() -> None:
         "--order",
         nargs="+",
         default=["aiogroup", "confluent", "aiogroup", "confluent"],
-        choices=["aiogroup", "confluent"],
+        choices=["aiogroup", "aiogroup-batch", "confluent"],
+        help="aiogroup-batch: acquire_mode='batch_optimized'",
     )
     parser.add_argument("--debug", default="cgrp,protocol")
+    parser.add_argument("--max-poll-records", type=int, default=500, help="aiogroup's")
     parser.add_argument("--logdir", type=Path, default=Path("/tmp"))
     parser.add_argument(
         "--broker",
@@ -209,7 +288,17 @@ def main() -> None:
     )
     args = parser.parse_args()
     settings = dict(item.split("=", 1) for item in args.broker)
-    asyncio.run(_run(args.records, args.partitions, args.order, args.debug, args.logdir, settings))
+    asyncio.run(
+        _run(
+            args.records,
+            args.partitions,
+            args.order,
+            args.debug,
+            args.logdir,
+            settings,
+            args.max_poll_records,
+        )
+    )
 
 
 if __name__ == "__main__":

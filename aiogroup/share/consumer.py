@@ -29,7 +29,7 @@ from aiogroup._fetch.share_acknowledgements import NO_ANSWER, AckResult, Invalid
 from aiogroup._fetch.share_fetcher import ShareFetcher, ShareFetcherConfig, ShareHooks
 from aiogroup._fetch.share_records import ShareRecord
 from aiogroup._membership.codes import code_name
-from aiogroup._protocol.share_types import AcknowledgeType
+from aiogroup._protocol.share_types import AcknowledgeType, AcquireMode
 from aiogroup._support.bootstrap_errors import explain_bootstrap_failure
 from aiogroup._support.client_security import check_security_options
 from aiogroup._support.timeouts import wait_for
@@ -60,6 +60,13 @@ SHARE_APIS = {76: "ShareGroupHeartbeat", 78: "ShareFetch", 79: "ShareAcknowledge
 AckCallback = Callable[[dict[TopicPartition, list[AckResult]]], Awaitable[None] | None]
 
 
+#: ``acquire_mode`` values (Java's ``share.acquire.mode``) and their wire code.
+_ACQUIRE_MODES = {
+    "record_limit": AcquireMode.RECORD_LIMIT,
+    "batch_optimized": AcquireMode.BATCH_OPTIMIZED,
+}
+
+
 def _require_int(name: str, value: object, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigurationError(f"{name} must be an int, got {type(value).__name__}")
@@ -79,7 +86,11 @@ class ShareConsumer:
     RENEW, ``renew_margin_ms`` before it (default: a quarter of the lock, at least
     ``fetch_max_wait_ms`` + 250 ms).  ``max_poll_records``: at most this many records
     per call, and per ShareFetch (a strict limit where the broker serves ShareFetch
-    v2, KIP-1206).  ``acknowledgement_callback`` (sync or async) receives each batch
+    v2, KIP-1206).  ``acquire_mode`` (Java's ``share.acquire.mode``): ``"record_limit"``
+    (that strict limit, the default) or ``"batch_optimized"`` (Java's default: the
+    broker rounds a fetch up to whole record batches - more records per fetch than
+    ``max_poll_records``, buffered under their locks, for much less broker work per
+    record).  ``acknowledgement_callback`` (sync or async) receives each batch
     of acknowledgement results, per partition.  ``recorder`` (a
     :class:`aiogroup.testing.share_checker.ShareRecorder`) with ``recorder_name``
     records every acquisition and acknowledgement for the history checker.  Security
@@ -95,6 +106,7 @@ class ShareConsumer:
         client_id: str = "aiogroup-share",
         acknowledgement_mode: str = "implicit",
         max_poll_records: int = 500,
+        acquire_mode: str = "record_limit",
         fetch_max_wait_ms: int = 500,
         fetch_min_bytes: int = 1,
         fetch_max_bytes: int = 52_428_800,
@@ -129,6 +141,10 @@ class ShareConsumer:
                 "record is accepted at the next poll, there is nothing to renew"
             )
         _require_int("max_poll_records", max_poll_records, 1)
+        if acquire_mode not in _ACQUIRE_MODES:
+            raise ConfigurationError(
+                f"acquire_mode must be 'record_limit' or 'batch_optimized', got {acquire_mode!r}"
+            )
         _require_int("fetch_max_wait_ms", fetch_max_wait_ms, 0)
         _require_int("request_timeout_ms", request_timeout_ms, 1)
         _require_int("retry_backoff_ms", retry_backoff_ms, 1)
@@ -163,6 +179,7 @@ class ShareConsumer:
             auto_renew=auto_renew,
             renew_margin=None if renew_margin_ms is None else renew_margin_ms / 1000,
             check_crcs=check_crcs,
+            acquire_mode=_ACQUIRE_MODES[acquire_mode],
             key_deserializer=key_deserializer,
             value_deserializer=value_deserializer,
         )

@@ -18,7 +18,7 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiogroup._fetch.share_acknowledgements import InvalidAcknowledgement
 from aiogroup._fetch.share_fetcher import ShareFetcher, ShareFetcherConfig, ShareHooks
 from aiogroup._protocol.schema import struct_to_dict
-from aiogroup._protocol.share import SHARE_ACKNOWLEDGE, SHARE_FETCH, AcknowledgeType
+from aiogroup._protocol.share import SHARE_ACKNOWLEDGE, SHARE_FETCH, AcknowledgeType, AcquireMode
 from aiogroup.structs import TopicPartition
 
 TID = uuid.UUID(int=0x7)
@@ -334,5 +334,41 @@ async def test_records_acquired_for_a_partition_that_left_meanwhile_are_released
         ]
         assert batches == [(0, 1, [2])]  # RELEASE, with the request that forgets it
         assert fetcher.take_records(10) == []
+    finally:
+        await fetcher.abort()
+
+
+def make_batch_optimized(client: ScriptedLeader) -> ShareFetcher:
+    config = ShareFetcherConfig(
+        group_id="g",
+        explicit=True,
+        max_poll_records=10,
+        fetch_max_wait_ms=50,
+        fetch_min_bytes=1,
+        fetch_max_bytes=1 << 20,
+        retry_backoff=0.01,
+        auto_renew=False,
+        renew_margin=None,
+        acquire_mode=AcquireMode.BATCH_OPTIMIZED,
+    )
+    fetcher = ShareFetcher(client, config, ShareHooks())  # type: ignore[arg-type]
+    fetcher.set_member_id(lambda: "m")
+    fetcher.set_membership_valid_until(1e12)
+    return fetcher
+
+
+async def test_batch_optimized_fetches_say_so_and_read_ahead_past_one_poll() -> None:
+    # 15 records: a batch-optimized fetch may bring more than max_poll_records (10).
+    client = ScriptedLeader([fetch_answer(acquired=(0, 14, 1))])
+    fetcher = make_batch_optimized(client)
+    try:
+        fetcher.set_assignment({("t", 0): TID})
+        await asyncio.wait_for(read_ahead_sent(client, 2), WAIT)
+        first, ahead = [f for n, f in client.requests if n == "ShareFetch"][:2]
+        assert first["share_acquire_mode"] == 0 and first["max_records"] == 10
+        # The second fetch left with all 15 still buffered (up to two polls' worth).
+        assert fetcher._undecoded_n + len(fetcher._buffer) == 15
+        assert ahead["share_session_epoch"] == 1
+        assert [r.offset for r in fetcher.take_records(20)] == list(range(15))
     finally:
         await fetcher.abort()
