@@ -49,7 +49,7 @@ from aiogroup._fetch.share_acknowledgements import (
     AckResult,
     AcquiredRun,
 )
-from aiogroup._fetch.share_records import ShareRecord, acquired_records
+from aiogroup._fetch.share_records import ShareRecord, acquired_records, hand_out
 from aiogroup._fetch.share_session import SessionReaction, SessionRequest, ShareSession
 from aiogroup._protocol.share import (
     AckBatch,
@@ -269,7 +269,7 @@ class ShareFetcher:
                 buffer.clear()
             else:
                 batch = [buffer.popleft() for _ in range(want)]
-            out += self.tracker.hand_out_many(batch, now)
+            out += hand_out(self.tracker, batch, now)
         if self._read_ahead_room(now):
             self._wake_all()  # room again: fetch more
         return out
@@ -410,7 +410,7 @@ class ShareFetcher:
             return True
         if len(buffer) + self._undecoded_n > self._read_ahead_limit:
             return False
-        run = buffer[0].acquisition.run if buffer else self._undecoded[0].runs[0]
+        run = buffer[0]._run if buffer else self._undecoded[0].runs[0]
         if run is None:
             return True
         return run.deadline - now > self._lock_ms / 2000
