@@ -49,7 +49,7 @@ from aiogroup._fetch.share_acknowledgements import (
     AckResult,
     AcquiredRun,
 )
-from aiogroup._fetch.share_records import ShareRecord, acquired_records, hand_out
+from aiogroup._fetch.share_records import RecordBuffer, ShareRecord, acquired_records, hand_out
 from aiogroup._fetch.share_session import SessionReaction, SessionRequest, ShareSession
 from aiogroup._protocol.share import (
     AckBatch,
@@ -153,7 +153,7 @@ class ShareFetcher:
         self._sessions: dict[int, ShareSession] = {}
         self._loops: dict[int, asyncio.Task[None]] = {}
         self._wake: dict[int, asyncio.Event] = {}
-        self._buffer: deque[ShareRecord] = deque()
+        self._buffer = RecordBuffer()
         #: What fetches acquired and are not decoded yet: decoded once the leader's task
         #: waits on its next request (or by the application's take, if first), so the
         #: next ShareFetch leaves before this one's records are decoded.
@@ -196,7 +196,7 @@ class ShareFetcher:
         self._topic_ids.update({tp.topic: tid for tp, tid in new.items()})
         if gone:
             self._decode_all()  # the recorder hears of every acquisition before its release
-            self._buffer = deque(r for r in self._buffer if (r.topic, r.partition) not in gone)
+            self._buffer.drop_partitions({(tp.topic, tp.partition) for tp in gone})
             # Not ours to hand out any more.  The broker keeps them locked to us until
             # their lock ends (measured on Kafka 4.4: forgetting the partition from the
             # session does not give them back), so what was never handed out is RELEASEd
@@ -263,13 +263,7 @@ class ShareFetcher:
                 self._decode_next()
                 buffer = self._buffer
                 continue
-            want = max_records - len(out)
-            if want >= len(buffer):
-                batch = list(buffer)
-                buffer.clear()
-            else:
-                batch = [buffer.popleft() for _ in range(want)]
-            out += hand_out(self.tracker, batch, now)
+            out += hand_out(self.tracker, buffer.take(max_records - len(out)), now)
         if self._read_ahead_room(now):
             self._wake_all()  # room again: fetch more
         return out
@@ -410,7 +404,7 @@ class ShareFetcher:
             return True
         if len(buffer) + self._undecoded_n > self._read_ahead_limit:
             return False
-        run = buffer[0]._run if buffer else self._undecoded[0].runs[0]
+        run = buffer.first()._run if buffer else self._undecoded[0].runs[0]
         if run is None:
             return True
         return run.deadline - now > self._lock_ms / 2000

@@ -11,7 +11,8 @@ own decoding (:func:`aiogroup._fetch.decoding.split_batches`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Collection, Iterator, Sequence
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -20,7 +21,14 @@ from aiokafka.errors import CorruptRecordException
 from aiogroup._fetch.decoding import split_batches
 from aiogroup._fetch.share_acknowledgements import AcknowledgementTracker, AcquiredRun, Acquisition
 
-__all__ = ["ShareRecord", "acquired_records", "hand_out"]
+__all__ = [
+    "DELIVERY_COUNT_OF",
+    "TOPIC_PARTITION_OF",
+    "RecordBuffer",
+    "ShareRecord",
+    "acquired_records",
+    "hand_out",
+]
 
 
 class ShareRecord(tuple[Any, ...]):
@@ -220,6 +228,11 @@ def acquired_records(
     return out
 
 
+#: A record's (topic, partition) and its delivery count, read in C (for grouping and
+#: counting a poll's records without a Python call per record).
+TOPIC_PARTITION_OF = itemgetter(0, 1)
+DELIVERY_COUNT_OF = itemgetter(8)
+
 #: ``tuple.__new__``: a :class:`ShareRecord` in one C call.
 make = tuple.__new__
 
@@ -260,3 +273,66 @@ def _gaps(run: AcquiredRun, first: int, last: int) -> None:
 
 def _first(run: AcquiredRun) -> int:
     return run.first
+
+
+class RecordBuffer:
+    """Decoded records waiting to be handed out, in order: the lists decoding made,
+    taken from by slicing (a deque of records cost a ``popleft`` call per record)."""
+
+    __slots__ = ("_chunks", "_head", "_n")
+
+    def __init__(self) -> None:
+        self._chunks: deque[list[ShareRecord]] = deque()
+        #: Index of the first record not taken in ``_chunks[0]``.
+        self._head = 0
+        self._n = 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __bool__(self) -> bool:
+        return self._n > 0
+
+    def __iter__(self) -> Iterator[ShareRecord]:
+        for i, chunk in enumerate(self._chunks):
+            yield from (chunk[self._head :] if i == 0 else chunk)
+
+    def first(self) -> ShareRecord:
+        return self._chunks[0][self._head]
+
+    def extend(self, records: list[ShareRecord]) -> None:
+        """Append ``records`` (the buffer keeps the list: the caller lets go of it)."""
+        if records:
+            self._chunks.append(records)
+            self._n += len(records)
+
+    def take(self, n: int) -> list[ShareRecord]:
+        """The first ``n`` records (fewer if fewer are buffered), removed."""
+        out: list[ShareRecord] = []
+        chunks = self._chunks
+        while n > 0 and chunks:
+            chunk, head = chunks[0], self._head
+            left = len(chunk) - head
+            if left <= n:
+                out += chunk[head:] if head else chunk
+                chunks.popleft()
+                self._head = 0
+                self._n -= left
+                n -= left
+            else:
+                out += chunk[head : head + n]
+                self._head = head + n
+                self._n -= n
+                n = 0
+        return out
+
+    def clear(self) -> None:
+        self._chunks.clear()
+        self._head = 0
+        self._n = 0
+
+    def drop_partitions(self, gone: Collection[tuple[str, int]]) -> None:
+        """Forget the records of the partitions in ``gone``."""
+        kept = [r for r in self if (r[0], r[1]) not in gone]
+        self.clear()
+        self.extend(kept)

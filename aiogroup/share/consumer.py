@@ -19,6 +19,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from itertools import groupby
 from typing import Any
 
 from aiokafka.client import AIOKafkaClient
@@ -27,7 +28,7 @@ from aiokafka.errors import IncompatibleBrokerVersion, KafkaConnectionError
 from aiogroup._coordination.share_routine import ShareGroupRoutine
 from aiogroup._fetch.share_acknowledgements import NO_ANSWER, AckResult, InvalidAcknowledgement
 from aiogroup._fetch.share_fetcher import ShareFetcher, ShareFetcherConfig, ShareHooks
-from aiogroup._fetch.share_records import ShareRecord
+from aiogroup._fetch.share_records import DELIVERY_COUNT_OF, TOPIC_PARTITION_OF, ShareRecord
 from aiogroup._membership.codes import code_name
 from aiogroup._protocol.share_types import AcknowledgeType, AcquireMode
 from aiogroup._support.bootstrap_errors import explain_bootstrap_failure
@@ -381,14 +382,8 @@ class ShareConsumer:
         records = await self._poll(timeout_ms / 1000, limit)
         out: dict[TopicPartition, list[ShareRecord]] = {}
         # Records come in runs of one partition: one TopicPartition per run.
-        last: tuple[str, int] | None = None
-        bucket: list[ShareRecord] = []
-        for r in records:
-            key = (r.topic, r.partition)
-            if key != last:
-                last = key
-                bucket = out.setdefault(TopicPartition(*key), [])
-            bucket.append(r)
+        for (topic, partition), run in groupby(records, TOPIC_PARTITION_OF):
+            out.setdefault(TopicPartition(topic, partition), []).extend(run)
         return out
 
     async def getone(self, timeout_ms: int | None = None) -> ShareRecord:
@@ -468,7 +463,7 @@ class ShareConsumer:
     # -- hooks ---------------------------------------------------------------------------
 
     def _on_acquired(self, records: list[ShareRecord], sent: float, lock_ms: int) -> None:
-        for delivery_count, n in Counter(r.delivery_count for r in records).items():
+        for delivery_count, n in Counter(map(DELIVERY_COUNT_OF, records)).items():
             self.metrics.record_acquired(delivery_count, n)
         if self._recorder is not None:
             for record in records:

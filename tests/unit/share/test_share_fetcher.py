@@ -303,7 +303,7 @@ async def test_records_half_through_their_lock_hold_the_read_ahead_back() -> Non
         fetcher.set_assignment({("t", 0): TID})
         await fetcher.wait_for_records(WAIT)
         buffered = fetcher._buffer
-        run = buffered[0].acquisition.run if buffered else fetcher._undecoded[0].runs[0]
+        run = buffered.first().acquisition.run if buffered else fetcher._undecoded[0].runs[0]
         assert run is not None
         half = 30_000 / 2000  # the answer's lock: 30 s
         assert fetcher._read_ahead_room(run.deadline - half - 0.1)

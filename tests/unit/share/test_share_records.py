@@ -14,7 +14,7 @@ from aiogroup._fetch.share_acknowledgements import (
     Acquisition,
     InvalidAcknowledgement,
 )
-from aiogroup._fetch.share_records import ShareRecord, acquired_records, hand_out
+from aiogroup._fetch.share_records import RecordBuffer, ShareRecord, acquired_records, hand_out
 from aiogroup._protocol.share_types import AckBatch, AcknowledgeType
 
 T = AcknowledgeType
@@ -120,3 +120,23 @@ def test_a_span_is_refused_whole_when_any_offset_is_not_plainly_acquired() -> No
     assert not tr.hand_out_span(run, 3, 4, 0.0)  # past the run
     assert not AcknowledgementTracker(explicit=True).hand_out_span(run, 0, 0, 0.0)  # not ours
     assert tr.hand_out(run.acquisition(0), 0.0)
+
+
+def test_the_record_buffer_takes_across_the_lists_decoding_made() -> None:
+    tr = AcknowledgementTracker(explicit=True)
+    a = acquired_records(batch(0, 3), [tr.acquired_range(TP, 0, 2, 1, 30.0, session=1)])
+    b = acquired_records(batch(0, 2), [tr.acquired_range(("t", 1), 0, 1, 1, 30.0, session=1)])
+    buf = RecordBuffer()
+    buf.extend(a)
+    buf.extend([])
+    buf.extend(b)
+    assert len(buf) == 5 and buf.first() is a[0]
+    assert buf.take(2) == a[:2]
+    assert (len(buf), buf.first()) == (3, a[2])
+    assert list(buf) == [a[2], *b]
+    assert buf.take(2) == [a[2], b[0]]
+    buf.extend(list(a))
+    buf.drop_partitions({TP})
+    assert list(buf) == [b[1]] and len(buf) == 1
+    assert buf.take(10) == [b[1]] and not buf
+    assert buf.take(1) == []
