@@ -176,6 +176,10 @@ class ShareFetcher:
         self._gate_changed = asyncio.Event()
         self._closing = False
         self._closing_reported = False
+        #: No ShareFetch leaves (acknowledgements still do) until the application polls
+        #: again: set by :meth:`hold_fetching` (a ShareProcessor stopping while its
+        #: consumer runs on).
+        self._fetch_held = False
         #: Leaders whose session must be reopened (the membership ended meanwhile).
         self._reset_nodes: set[int] = set()
         self._scope = TaskScope(self._crashed)
@@ -228,6 +232,24 @@ class ShareFetcher:
         self._alert.set()
 
     # -- the application side ----------------------------------------------------------
+
+    def hold_fetching(self) -> None:
+        """Send no ShareFetch until the application's next poll (:meth:`polled`).
+
+        Why: whoever stops taking records (a ShareProcessor's ``stop()``, its consumer
+        running on) RELEASEs what it held; a read-ahead ShareFetch after that would
+        acquire those records again for a consumer nobody polls - locked to it until
+        their lock runs out, and delivered to the next member with their count raised
+        twice.  As Java's share consumer, which fetches only for a poll, this consumer
+        then acquires nothing until something asks for records again.  A fetch already
+        in flight is answered as usual (its records are buffered for the next poll)."""
+        self._fetch_held = True
+
+    def polled(self) -> None:
+        """The application began a poll: fetching resumes if it was held."""
+        if self._fetch_held:
+            self._fetch_held = False
+            self._wake_all()
 
     @property
     def fatal_error(self) -> BaseException | None:
@@ -502,8 +524,10 @@ class ShareFetcher:
                     for f in flush:
                         f.node_done(node)
                     continue
-                elif self._read_ahead_room(loop.time()) and (
-                    wanted or self._to_forget(node, wanted)
+                elif (
+                    not self._fetch_held
+                    and self._read_ahead_room(loop.time())
+                    and (wanted or self._to_forget(node, wanted))
                 ):
                     # Also with nothing left to read here: the fetch forgets the
                     # partitions that left the assignment, and the broker releases

@@ -406,6 +406,7 @@ class ShareConsumer:
 
     async def _poll(self, timeout: float | None, limit: int) -> list[ShareRecord]:
         fetcher = self._running()
+        fetcher.polled()
         if fetcher.fatal_error is not None:
             # Every poll raises it, before any await: a loop that catches it and polls
             # again would never let the event loop run (GroupConsumer does the same).
@@ -461,6 +462,12 @@ class ShareConsumer:
         return asyncio.get_running_loop().create_task(self.commit())
 
     # -- hooks ---------------------------------------------------------------------------
+
+    def _hold_fetching(self) -> None:
+        """No ShareFetch until the application polls again (a ShareProcessor stopping
+        while this consumer runs on: :meth:`ShareFetcher.hold_fetching`)."""
+        if self._fetcher is not None:
+            self._fetcher.hold_fetching()
 
     def _on_acquired(self, records: list[ShareRecord], sent: float, lock_ms: int) -> None:
         for delivery_count, n in Counter(map(DELIVERY_COUNT_OF, records)).items():

@@ -372,3 +372,32 @@ async def test_batch_optimized_fetches_say_so_and_read_ahead_past_one_poll() -> 
         assert [r.offset for r in fetcher.take_records(20)] == list(range(15))
     finally:
         await fetcher.abort()
+
+
+async def test_held_fetching_sends_acknowledgements_alone_until_the_next_poll() -> None:
+    client = ScriptedLeader([fetch_answer(acquired=(0, 1, 1))])
+    fetcher = make(client)
+    try:
+        fetcher.set_assignment({("t", 0): TID})
+        r0, r1 = await records(fetcher, 2)
+        fetcher.hold_fetching()  # e.g. a ShareProcessor stopped: it RELEASEs what it held
+        await asyncio.wait_for(read_ahead_sent(client, 2), WAIT)  # the read-ahead, answered
+        fetched = share_fetches(client)
+        client.sent.clear()
+        for r in (r0, r1):
+            fetcher.tracker.acknowledge(r.acquisition, AcknowledgeType.RELEASE)
+        fetcher.acknowledged()
+        await asyncio.wait_for(client.sent.wait(), WAIT)
+        name, ack = client.requests[-1]
+        assert name == "ShareAcknowledge"  # not a ShareFetch that could acquire them again
+        batches = ack["topics"][0]["partitions"][0]["acknowledgement_batches"]
+        assert [(b["first_offset"], b["last_offset"], b["acknowledge_types"]) for b in batches] == [
+            (0, 1, [2])
+        ]
+        assert share_fetches(client) == fetched
+        client.sent.clear()
+        fetcher.polled()  # the application asks for records again
+        await asyncio.wait_for(client.sent.wait(), WAIT)
+        assert client.requests[-1][0] == "ShareFetch"
+    finally:
+        await fetcher.abort()
