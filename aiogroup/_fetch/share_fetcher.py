@@ -18,7 +18,12 @@ the buffer of records handed to the application, the commit surface and the clos
   also keeps a ShareFetch per node going while the application polls, with the
   previous poll's acknowledgements riding on it).
 * ``max_records`` is ``max_poll_records``; where the leader speaks ShareFetch v2 it is
-  a strict limit (``share_acquire_mode`` record_limit, KIP-1206).
+  a strict limit (``share_acquire_mode`` record_limit, KIP-1206) unless the consumer
+  asked for batch-optimized acquisition (whole batches; then the read-ahead bound is
+  two polls' worth).
+* A ShareProcessor stopping while its consumer runs on holds the ShareFetches until
+  the application polls again (:meth:`ShareFetcher.hold_fetching`): what it released
+  is not acquired back for a consumer nobody reads.
 * A record's lock deadline is when its ShareFetch *left* plus the lock duration the
   answer names: the broker took the lock no earlier, so the lock surely holds until
   then.  A record past it is never handed out.
