@@ -19,8 +19,7 @@ the buffer of records handed to the application, the commit surface and the clos
   previous poll's acknowledgements riding on it).
 * ``max_records`` is ``max_poll_records``; where the leader speaks ShareFetch v2 it is
   a strict limit (``share_acquire_mode`` record_limit, KIP-1206) unless the consumer
-  asked for batch-optimized acquisition (whole batches; then the read-ahead bound is
-  two polls' worth).
+  asked for batch-optimized acquisition (whole batches).
 * A ShareProcessor stopping while its consumer runs on holds the ShareFetches until
   the application polls again (:meth:`ShareFetcher.hold_fetching`): what it released
   is not acquired back for a consumer nobody reads.
@@ -169,14 +168,6 @@ class ShareFetcher:
         self._alert = asyncio.Event()
         self._flushes: list[_Flush] = []
         self._lock_ms = _DEFAULT_LOCK_MS
-        #: Records buffered (decoded or not) up to which a ShareFetch may still leave:
-        #: ``max_poll_records``; twice that when the broker may round a fetch up to
-        #: whole batches (BATCH_OPTIMIZED: one fetch alone may bring more than a poll,
-        #: and the next one would wait for the application to take some - measured,
-        #: 1.5-2.6 ms a fetch between an answer and the next request).
-        self._read_ahead_limit = config.max_poll_records * (
-            2 if config.acquire_mode is AcquireMode.BATCH_OPTIMIZED else 1
-        )
         self._valid_until: float | None = None
         self._gate_changed = asyncio.Event()
         self._closing = False
@@ -419,8 +410,11 @@ class ShareFetcher:
 
     def _read_ahead_room(self, now: float) -> bool:
         """May a ShareFetch go out now?  While the buffer is empty, and also while it
-        holds at most ``max_poll_records`` records (twice that in BATCH_OPTIMIZED
-        mode, where one fetch may bring more than a poll) whose lock has more than half left:
+        holds at most ``max_poll_records`` records whose lock has more than half left
+        (also in batch-optimized mode, where one fetch may bring more than that: a
+        bound of two polls' worth there was measured, with four consumers on two
+        partitions, to double the ShareFetch round trips - 10.7-18.0 ms median against
+        5.5-8.6 - for no gain with one consumer):
         the next fetch's round trip and the broker's acquisition then overlap the
         application working through the buffer (a fetch only once the buffer is empty
         left the loop waiting on the broker: 3.6 s of a 6.8 s drain).  The bound keeps
@@ -429,7 +423,7 @@ class ShareFetcher:
         buffer = self._buffer
         if not buffer and not self._undecoded:
             return True
-        if len(buffer) + self._undecoded_n > self._read_ahead_limit:
+        if len(buffer) + self._undecoded_n > self._cfg.max_poll_records:
             return False
         run = buffer.first()._run if buffer else self._undecoded[0].runs[0]
         if run is None:

@@ -357,19 +357,21 @@ def make_batch_optimized(client: ScriptedLeader) -> ShareFetcher:
     return fetcher
 
 
-async def test_batch_optimized_fetches_say_so_and_read_ahead_past_one_poll() -> None:
+async def test_batch_optimized_fetches_say_so_and_read_ahead_within_one_poll() -> None:
     # 15 records: a batch-optimized fetch may bring more than max_poll_records (10).
     client = ScriptedLeader([fetch_answer(acquired=(0, 14, 1))])
     fetcher = make_batch_optimized(client)
     try:
         fetcher.set_assignment({("t", 0): TID})
-        await asyncio.wait_for(read_ahead_sent(client, 2), WAIT)
-        first, ahead = [f for n, f in client.requests if n == "ShareFetch"][:2]
+        await fetcher.wait_for_records(WAIT)
+        (first,) = [f for n, f in client.requests if n == "ShareFetch"]
         assert first["share_acquire_mode"] == 0 and first["max_records"] == 10
-        # The second fetch left with all 15 still buffered (up to two polls' worth).
-        assert fetcher._undecoded_n + len(fetcher._buffer) == 15
-        assert ahead["share_session_epoch"] == 1
-        assert [r.offset for r in fetcher.take_records(20)] == list(range(15))
+        # 15 buffered: no read-ahead until a poll takes the buffer down to 10.
+        client.sent.clear()
+        assert [r.offset for r in fetcher.take_records(5)] == list(range(5))
+        await asyncio.wait_for(client.sent.wait(), WAIT)
+        assert share_fetches(client) == 2
+        assert [r.offset for r in fetcher.take_records(20)] == list(range(5, 15))
     finally:
         await fetcher.abort()
 
