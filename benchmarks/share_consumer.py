@@ -10,7 +10,12 @@ Targets: ahead of confluent-kafka, within 2x of Java.
 
 Measured as the Java tool measures: from the consumers' creation to the last record,
 the group join included, each client in a fresh share group reading the same backlog
-(``share.auto.offset.reset=earliest``), implicit acknowledgement.  aiogroup's N
+(``share.auto.offset.reset=earliest``), implicit acknowledgement, batch-optimized
+acquisition (Java's default ``share.acquire.mode``; librdkafka's ShareFetch v1 has no
+other; aiogroup's ``acquire_mode="batch_optimized"``) - plus aiogroup with its default,
+strict record-limit acquisition (``aiogroup-record-limit``).  Each row also has the CPU
+the run took, the client's and the broker JVM's: on a shared machine records/s follow
+the load, CPU per record much less.  aiogroup's N
 consumers run on this process's one event loop (as an asyncio service would);
 confluent-kafka's run in N threads of this process (librdkafka's own threads under
 them); Java's in N threads of one JVM.  ``--rounds`` repeats the whole set, clients
@@ -28,7 +33,11 @@ import io
 import json
 import os
 import pstats
+import resource
+import statistics
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from aiogroup import ShareConsumer
@@ -54,6 +63,7 @@ async def aiogroup_share_rate(
     handle_s: float = 0.0,
     max_poll_records: int = 500,
     timeout_s: float = 300.0,
+    **options: Any,
 ) -> tuple[PerfResult, float]:
     """``consumers`` aiogroup share consumers on this loop (implicit acknowledgement)
     read ``records`` records between them; measured as :func:`java_share_perf` measures
@@ -72,6 +82,7 @@ async def aiogroup_share_rate(
             bootstrap_servers=bootstrap,
             client_id=f"aio-{n}",
             max_poll_records=max_poll_records,
+            **options,
         )
         for n in range(consumers)
     ]
@@ -113,6 +124,42 @@ async def aiogroup_share_rate(
 SLOW_MAX_POLL_RECORDS = 10
 
 
+#: The clients of the runs without a handler.  ``aiogroup`` acquires as its peers do
+#: (batch-optimized: Java's default ``share.acquire.mode``, and all librdkafka's ShareFetch
+#: v1 can ask for); ``aiogroup-record-limit`` is aiogroup's default, strict
+#: ``max_poll_records`` acquisition (KIP-1206), which costs the broker about twice the
+#: CPU per record (docs/benchmarks/share.md).
+CLIENTS = ("aiogroup", "confluent", "java", "aiogroup-record-limit")
+
+
+@dataclass
+class Cpu:
+    """CPU seconds (user + system) used so far: this process (aiogroup's consumers, or
+    confluent-kafka's with librdkafka's threads), its children (Java's JVM) and the
+    brokers' JVMs (/proc)."""
+
+    own: float
+    children: float
+    broker: float
+
+    @classmethod
+    def now(cls, cluster: KafkaCluster | None) -> Cpu:
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+        broker = 0.0
+        for node in cluster.nodes if cluster is not None else ():
+            if node.process is not None:
+                stat = Path(f"/proc/{node.process.pid}/stat").read_text()
+                fields = stat.rsplit(")", 1)[1].split()
+                broker += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cls(own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime, broker)
+
+    def since(self, before: Cpu) -> Cpu:
+        return Cpu(
+            self.own - before.own, self.children - before.children, self.broker - before.broker
+        )
+
+
 async def _measure(
     client: str,
     bootstrap: str,
@@ -120,9 +167,26 @@ async def _measure(
     records: int,
     consumers: int,
     handle_s: float = 0.0,
-) -> tuple[PerfResult, float | None]:
+    cluster: KafkaCluster | None = None,
+) -> tuple[PerfResult, float | None, Cpu]:
+    """One run of ``client``; also the CPU it took (the client's and the broker's,
+    from the consumers' creation to their close)."""
     group = unique_name(f"share-bench-{client}-{consumers}")
     await configure_share_group(bootstrap, group)
+    before = Cpu.now(cluster)
+    r, first = await _measure_one(client, bootstrap, topic, group, records, consumers, handle_s)
+    return r, first, Cpu.now(cluster).since(before)
+
+
+async def _measure_one(
+    client: str,
+    bootstrap: str,
+    topic: str,
+    group: str,
+    records: int,
+    consumers: int,
+    handle_s: float,
+) -> tuple[PerfResult, float | None]:
 
     if client == "java":
         r = await asyncio.to_thread(
@@ -141,7 +205,9 @@ async def _measure(
         )
         return r, None
     # With a handler, a consumer holds what one fetch acquired until it has handled it
-    # all: 500 records (the default) would leave consumers past the first few idle.
+    # all: 500 records (the default) would leave consumers past the first few idle, and
+    # so would batch-optimized acquisition (a fetch takes whole batches of ~120).
+    batch = client == "aiogroup" and not handle_s
     return await aiogroup_share_rate(
         bootstrap,
         topic,
@@ -150,6 +216,7 @@ async def _measure(
         consumers=consumers,
         handle_s=handle_s,
         max_poll_records=SLOW_MAX_POLL_RECORDS if handle_s else 500,
+        acquire_mode="batch_optimized" if batch else "record_limit",
     )
 
 
@@ -168,24 +235,32 @@ async def _run(
         for round_ in range(rounds):
             for consumers in (1, 4):
                 # Rotated per round: no client always runs first (JIT, page cache).
-                order = ["aiogroup", "confluent", "java"]
-                order = order[round_ % 3 :] + order[: round_ % 3]
+                order = list(CLIENTS)
+                order = order[round_ % 4 :] + order[: round_ % 4]
                 for client in order:
-                    r, first = await _measure(client, bootstrap, topic, records, consumers)
-                    rows.append(_row(client, consumers, 0, round_, r, first))
+                    r, first, cpu = await _measure(
+                        client, bootstrap, topic, records, consumers, cluster=cluster
+                    )
+                    rows.append(_row(client, consumers, 0, round_, r, first, cpu))
             for consumers in slow_consumers:
                 for client in ("aiogroup", "confluent"):
-                    r, first = await _measure(
-                        client, bootstrap, topic, slow_records, consumers, 0.005
+                    r, first, cpu = await _measure(
+                        client, bootstrap, topic, slow_records, consumers, 0.005, cluster
                     )
-                    rows.append(_row(client, consumers, 5, round_, r, first))
+                    rows.append(_row(client, consumers, 5, round_, r, first, cpu))
     finally:
         await cluster.stop()
     return rows
 
 
 def _row(
-    client: str, consumers: int, handler_ms: int, round_: int, r: PerfResult, first: float | None
+    client: str,
+    consumers: int,
+    handler_ms: int,
+    round_: int,
+    r: PerfResult,
+    first: float | None,
+    cpu: Cpu,
 ) -> dict[str, Any]:
     row = {
         "client": client,
@@ -196,6 +271,9 @@ def _row(
         "seconds": round(r.seconds, 2),
         "records_per_s": round(r.records_per_s),
         "load": round(os.getloadavg()[0], 1),
+        # The client's CPU (Java's: its JVM, a child process) and the broker's, per run.
+        "client_cpu_s": round(cpu.children if client == "java" else cpu.own, 2),
+        "broker_cpu_s": round(cpu.broker, 2),
     }
     if first is not None:
         row["first_record_s"] = round(first, 2)
@@ -228,7 +306,7 @@ def report(rows: list[dict[str, Any]], slow_consumers: list[int]) -> list[str]:
     ]
     keys = [(c, 0) for c in (1, 4)] + [(c, 5) for c in slow_consumers]
     for consumers, handler in keys:
-        for client in ("aiogroup", "confluent", "java"):
+        for client in CLIENTS:
             rates = _rates(rows, client, consumers, handler)
             if not rates:
                 continue
@@ -247,7 +325,38 @@ def report(rows: list[dict[str, Any]], slow_consumers: list[int]) -> list[str]:
             f"median, ahead of confluent-kafka: {verdict(aio, conf)}; aiogroup/Java "
             f"{aio.median / java.median:.2f}x, within 2x of Java: {verdict(aio, java, 0.5)}"
         )
+        strict = _rates(rows, "aiogroup-record-limit", consumers, 0)
+        if strict:
+            lim = summarize(strict)
+            out.append(
+                f"  - aiogroup-record-limit (the default acquisition): "
+                f"{lim.median / conf.median:.2f}x of confluent-kafka ({verdict(lim, conf)}), "
+                f"{lim.median / java.median:.2f}x of Java ({verdict(lim, java, 0.5)})"
+            )
     out.extend(_after_join(rows))
+    out.extend(_cpu_lines(rows))
+    return out
+
+
+def _cpu_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """CPU per 1,000 records, client and broker, median per client (no handler): what
+    the shared machine's load does not move much, unlike records/s."""
+    out = []
+    for consumers in (1, 4):
+        cells = []
+        for client in CLIENTS:
+            mine = [
+                r
+                for r in rows
+                if (r["client"], r["consumers"], r["handler_ms"]) == (client, consumers, 0)
+                and "client_cpu_s" in r
+            ]
+            if not mine:
+                continue
+            own = statistics.median(1000 * r["client_cpu_s"] / r["records"] for r in mine)
+            broker = statistics.median(1000 * r["broker_cpu_s"] / r["records"] for r in mine)
+            cells.append(f"{client} {own * 1000:.1f} + broker {broker * 1000:.1f}")
+        out.append(f"- CPU ms per 1,000 records, {consumers} consumer(s): " + "; ".join(cells))
     return out
 
 
@@ -287,7 +396,7 @@ async def _profile(records: int, partitions: int, reps: int, top: int) -> None:
         await _produce(bootstrap, topic, records, partitions)
         await _measure("aiogroup", bootstrap, topic, min(records, 1_000), 1)
         for _ in range(reps):
-            r, first = await _measure("aiogroup", bootstrap, topic, records, 1)
+            r, first, _cpu = await _measure("aiogroup", bootstrap, topic, records, 1)
             print(
                 f"drain: {r.records} records in {r.seconds:.2f} s = {r.records_per_s:,.0f}/s "
                 f"(first record {first:.2f} s; load {os.getloadavg()[0]:.1f})",
@@ -295,7 +404,7 @@ async def _profile(records: int, partitions: int, reps: int, top: int) -> None:
             )
         prof = cProfile.Profile()
         prof.enable()
-        r, _ = await _measure("aiogroup", bootstrap, topic, records, 1)
+        r, _, _cpu = await _measure("aiogroup", bootstrap, topic, records, 1)
         prof.disable()
         print(f"under cProfile: {r.records_per_s:,.0f} records/s, {r.seconds:.2f} s")
         for key in ("tottime", "cumulative"):

@@ -73,6 +73,7 @@ _DELIVERED = 0x40  # handed to the application (a GAP counts as handed out)
 _GONE = 0x80  # no longer held: ``AcquiredRun.why`` says why
 #: Handed out, nothing owed: the state implicit mode accepts and auto-renew renews.
 _HANDED = _DELIVERED
+_HANDED_SPAN = bytes([_HANDED])
 _FINAL_KINDS = frozenset({T.GAP, T.ACCEPT, T.RELEASE, T.REJECT})
 #: Distinct reasons kept for "no longer held (why)" (each run stores a byte).
 _MAX_REASONS = 250
@@ -335,6 +336,20 @@ class AcknowledgementTracker:
             st[i] = code | _DELIVERED
             append(record)
         return out
+
+    def hand_out_span(self, run: AcquiredRun, lo: int, hi: int, now: float) -> bool:
+        """Hand out offsets ``lo..hi`` (indexes) of ``run`` together, if all of them may
+        be (this tracker's run, its one lock holding, each offset acquired and nothing
+        else yet); False, changing nothing, otherwise - then :meth:`hand_out` decides
+        each."""
+        if run.owner is not self or run.deadlines is not None or now >= run.deadline:
+            return False
+        st = run.state
+        n = hi - lo + 1
+        if lo < 0 or hi >= len(st) or st.count(0, lo, hi + 1) != n:
+            return False
+        st[lo : hi + 1] = _HANDED_SPAN * n
+        return True
 
     # -- what the application says ---------------------------------------------------------
 

@@ -193,7 +193,10 @@ class ShareProcessor:
         """Stop dispatching, drain in-flight handlers (``drain_timeout_ms``, then cancel),
         RELEASE what did not finish, send every acknowledgement, return.
 
-        Before ``run()``: that ``run()`` then returns at once."""
+        Before ``run()``: that ``run()`` then returns at once.  The consumer, if it runs
+        on, acquires nothing more until the application polls it again (no read-ahead
+        ShareFetch takes the released records back for a consumer nobody polls)."""
+        self._hold_consumer()
         self._stop_event.set()
         self._room.set()
         if self._done is not None:
@@ -241,10 +244,16 @@ class ShareProcessor:
                 batch = await consumer.getmany(timeout_ms=_POLL_MS, max_records=room)
             except ConsumerStoppedError:
                 return
-            if batch:
+            if batch and self._stop_event.is_set():
+                # Taken by a poll that began before stop(): back to the broker with the
+                # rest (the consumer fetches nothing more meanwhile).
+                self._accept(batch, dispatch=False)
+            elif batch:
                 self._accept(batch)
 
-    def _accept(self, batch: Mapping[TopicPartition, list[ShareRecord]]) -> None:
+    def _accept(
+        self, batch: Mapping[TopicPartition, list[ShareRecord]], *, dispatch: bool = True
+    ) -> None:
         for tp, records in batch.items():
             for record in records:
                 key = record.key
@@ -261,7 +270,8 @@ class ShareProcessor:
                 work.record = record
                 self._held.add(work)
                 self._sched.add(work)
-        self._dispatch()
+        if dispatch:
+            self._dispatch()
 
     def _dispatch(self) -> None:
         if self._failure is not None or self._stop_event.is_set():
@@ -358,8 +368,17 @@ class ShareProcessor:
             )
         return "failed"
 
+    def _hold_consumer(self) -> None:
+        """Stopping: the consumer's next ShareFetch waits for the application's next poll,
+        so the records this processor RELEASEs are not acquired again by a consumer that
+        nobody reads (they would sit locked to it, then come back to the next member
+        with their delivery count raised once more)."""
+        if self._running and not self._consumer_closing:
+            self._consumer._hold_fetching()
+
     def _stop_for(self, work: Work, exc: BaseException, attempts: int) -> None:
         if self._failure is None:
+            self._hold_consumer()
             failure = ProcessingError(work.tp, work.offset, attempts, exc)
             failure.__cause__ = exc
             self._failure = failure

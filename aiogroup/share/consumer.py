@@ -19,6 +19,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from itertools import groupby
 from typing import Any
 
 from aiokafka.client import AIOKafkaClient
@@ -27,9 +28,9 @@ from aiokafka.errors import IncompatibleBrokerVersion, KafkaConnectionError
 from aiogroup._coordination.share_routine import ShareGroupRoutine
 from aiogroup._fetch.share_acknowledgements import NO_ANSWER, AckResult, InvalidAcknowledgement
 from aiogroup._fetch.share_fetcher import ShareFetcher, ShareFetcherConfig, ShareHooks
-from aiogroup._fetch.share_records import ShareRecord
+from aiogroup._fetch.share_records import DELIVERY_COUNT_OF, TOPIC_PARTITION_OF, ShareRecord
 from aiogroup._membership.codes import code_name
-from aiogroup._protocol.share_types import AcknowledgeType
+from aiogroup._protocol.share_types import AcknowledgeType, AcquireMode
 from aiogroup._support.bootstrap_errors import explain_bootstrap_failure
 from aiogroup._support.client_security import check_security_options
 from aiogroup._support.timeouts import wait_for
@@ -60,6 +61,13 @@ SHARE_APIS = {76: "ShareGroupHeartbeat", 78: "ShareFetch", 79: "ShareAcknowledge
 AckCallback = Callable[[dict[TopicPartition, list[AckResult]]], Awaitable[None] | None]
 
 
+#: ``acquire_mode`` values (Java's ``share.acquire.mode``) and their wire code.
+_ACQUIRE_MODES = {
+    "record_limit": AcquireMode.RECORD_LIMIT,
+    "batch_optimized": AcquireMode.BATCH_OPTIMIZED,
+}
+
+
 def _require_int(name: str, value: object, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigurationError(f"{name} must be an int, got {type(value).__name__}")
@@ -79,7 +87,11 @@ class ShareConsumer:
     RENEW, ``renew_margin_ms`` before it (default: a quarter of the lock, at least
     ``fetch_max_wait_ms`` + 250 ms).  ``max_poll_records``: at most this many records
     per call, and per ShareFetch (a strict limit where the broker serves ShareFetch
-    v2, KIP-1206).  ``acknowledgement_callback`` (sync or async) receives each batch
+    v2, KIP-1206).  ``acquire_mode`` (Java's ``share.acquire.mode``): ``"record_limit"``
+    (that strict limit, the default) or ``"batch_optimized"`` (Java's default: the
+    broker rounds a fetch up to whole record batches - more records per fetch than
+    ``max_poll_records``, buffered under their locks, for much less broker work per
+    record).  ``acknowledgement_callback`` (sync or async) receives each batch
     of acknowledgement results, per partition.  ``recorder`` (a
     :class:`aiogroup.testing.share_checker.ShareRecorder`) with ``recorder_name``
     records every acquisition and acknowledgement for the history checker.  Security
@@ -95,6 +107,7 @@ class ShareConsumer:
         client_id: str = "aiogroup-share",
         acknowledgement_mode: str = "implicit",
         max_poll_records: int = 500,
+        acquire_mode: str = "record_limit",
         fetch_max_wait_ms: int = 500,
         fetch_min_bytes: int = 1,
         fetch_max_bytes: int = 52_428_800,
@@ -129,6 +142,10 @@ class ShareConsumer:
                 "record is accepted at the next poll, there is nothing to renew"
             )
         _require_int("max_poll_records", max_poll_records, 1)
+        if acquire_mode not in _ACQUIRE_MODES:
+            raise ConfigurationError(
+                f"acquire_mode must be 'record_limit' or 'batch_optimized', got {acquire_mode!r}"
+            )
         _require_int("fetch_max_wait_ms", fetch_max_wait_ms, 0)
         _require_int("request_timeout_ms", request_timeout_ms, 1)
         _require_int("retry_backoff_ms", retry_backoff_ms, 1)
@@ -163,6 +180,7 @@ class ShareConsumer:
             auto_renew=auto_renew,
             renew_margin=None if renew_margin_ms is None else renew_margin_ms / 1000,
             check_crcs=check_crcs,
+            acquire_mode=_ACQUIRE_MODES[acquire_mode],
             key_deserializer=key_deserializer,
             value_deserializer=value_deserializer,
         )
@@ -364,14 +382,8 @@ class ShareConsumer:
         records = await self._poll(timeout_ms / 1000, limit)
         out: dict[TopicPartition, list[ShareRecord]] = {}
         # Records come in runs of one partition: one TopicPartition per run.
-        last: tuple[str, int] | None = None
-        bucket: list[ShareRecord] = []
-        for r in records:
-            key = (r.topic, r.partition)
-            if key != last:
-                last = key
-                bucket = out.setdefault(TopicPartition(*key), [])
-            bucket.append(r)
+        for (topic, partition), run in groupby(records, TOPIC_PARTITION_OF):
+            out.setdefault(TopicPartition(topic, partition), []).extend(run)
         return out
 
     async def getone(self, timeout_ms: int | None = None) -> ShareRecord:
@@ -394,6 +406,7 @@ class ShareConsumer:
 
     async def _poll(self, timeout: float | None, limit: int) -> list[ShareRecord]:
         fetcher = self._running()
+        fetcher.polled()
         if fetcher.fatal_error is not None:
             # Every poll raises it, before any await: a loop that catches it and polls
             # again would never let the event loop run (GroupConsumer does the same).
@@ -450,8 +463,14 @@ class ShareConsumer:
 
     # -- hooks ---------------------------------------------------------------------------
 
+    def _hold_fetching(self) -> None:
+        """No ShareFetch until the application polls again (a ShareProcessor stopping
+        while this consumer runs on: :meth:`ShareFetcher.hold_fetching`)."""
+        if self._fetcher is not None:
+            self._fetcher.hold_fetching()
+
     def _on_acquired(self, records: list[ShareRecord], sent: float, lock_ms: int) -> None:
-        for delivery_count, n in Counter(r.delivery_count for r in records).items():
+        for delivery_count, n in Counter(map(DELIVERY_COUNT_OF, records)).items():
             self.metrics.record_acquired(delivery_count, n)
         if self._recorder is not None:
             for record in records:

@@ -562,6 +562,8 @@ def test_bad_options_are_refused_naming_them() -> None:
         ShareConsumer("t", group_id="g", auto_renew=True)
     with pytest.raises(ConfigurationError, match="max_poll_records"):
         ShareConsumer("t", group_id="g", max_poll_records=0)
+    with pytest.raises(ConfigurationError, match="acquire_mode must be 'record_limit' or"):
+        ShareConsumer("t", group_id="g", acquire_mode="strict")
     with pytest.raises(ConfigurationError, match=r"unknown option.*'sasl_passwrd'"):
         ShareConsumer("t", group_id="g", sasl_passwrd="x")
     with pytest.raises(ConfigurationError, match="needs an ssl_context"):

@@ -356,6 +356,61 @@ async def test_stop_mid_processing_releases_unfinished_records_to_another_consum
     assert (report.accepted, report.releases) == (6, 6)
 
 
+async def test_a_processor_stopped_alone_leaves_its_released_records_to_the_next_member(
+    share_broker: KafkaBroker, kafka_topic: TopicFactory
+) -> None:
+    """ShareProcessor.stop() with its consumer running on: the records it RELEASEs go to
+    the next member at their second delivery.  Before, the consumer's next read-ahead
+    ShareFetch took them back (delivery 2) for a consumer nobody polled, so the next
+    member waited for the 30 s lock and got them at delivery 3."""
+    bootstrap = share_broker.bootstrap_servers
+    topic = await kafka_topic(1)
+    group = unique_name("shareproc")
+    await configure_share_group(bootstrap, group)  # the 30 s lock: a release, not expiry
+    recorder = ShareRecorder()
+    await produce(bootstrap, topic, 6, recorder)
+    started: set[int] = set()
+    all_started = asyncio.Event()
+    never = asyncio.Event()
+
+    async def stuck(record: ShareRecord) -> None:
+        started.add(record.offset)
+        if len(started) == 4:
+            all_started.set()
+        await never.wait()
+
+    got: list[ShareRecord] = []
+    six = asyncio.Event()
+
+    async def read(c: ShareConsumer) -> None:
+        async for record in c:
+            got.append(record)
+            c.acknowledge(record)
+            if len(got) == 6:
+                six.set()
+
+    async with share_consumer(bootstrap, group, topic, recorder, "first") as first:
+        proc = ShareProcessor(first, stuck, concurrency=4, drain_timeout_ms=200)
+        run = asyncio.create_task(proc.run())
+        await asyncio.wait_for(all_started.wait(), WAIT)
+        await until("all 6 records held", lambda: proc.metrics()["held"] == 6)
+        await proc.stop()  # the consumer runs on; nobody polls it
+        await run
+        m = proc.metrics()
+        assert (m["released"], m["accepted"], m["held"]) == (6, 0, 0), m
+        # Another member joins after the release: the records are there for it.
+        async with share_consumer(bootstrap, group, topic, recorder, "second") as second:
+            reader = asyncio.create_task(read(second))
+            await asyncio.wait_for(six.wait(), WAIT)
+            await second.commit()
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+        assert first.health().records_acquired == 0  # it took nothing back
+    assert sorted((r.offset, r.delivery_count) for r in got) == [(o, 2) for o in range(6)]
+    report = await judged(recorder, bootstrap, group)
+    assert (report.accepted, report.releases, report.redeliveries) == (6, 6, 6)
+
+
 async def test_stop_on_failure_raises_and_the_failed_record_comes_back(
     share_broker: KafkaBroker, kafka_topic: TopicFactory
 ) -> None:

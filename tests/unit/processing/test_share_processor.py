@@ -225,6 +225,8 @@ class FakeShareConsumer:
     fail_codes: dict[int, int] = field(default_factory=dict)
     lost: set[int] = field(default_factory=set)
     stopped: bool = False
+    #: As the real consumer: no ShareFetch from hold until the next poll began.
+    fetch_held: bool = False
     metrics: ShareMetrics = field(default_factory=ShareMetrics)
     _result_listeners: list[Callable[[list[AckResult]], None]] = field(default_factory=list)
     _stop_hooks: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
@@ -236,8 +238,12 @@ class FakeShareConsumer:
 
             raise ConsumerStoppedError("stopped")
 
+    def _hold_fetching(self) -> None:
+        self.fetch_held = True
+
     async def getmany(self, timeout_ms: int = 0, max_records: int = 500) -> Any:
         self._running()
+        self.fetch_held = False
         self.taken_max = max(self.taken_max, max_records)
         batch, self.pending = self.pending[:max_records], self.pending[max_records:]
         if not batch:
@@ -421,6 +427,11 @@ async def test_stop_cancels_what_overruns_the_drain_and_releases_it_and_the_wait
     assert sorted(consumer.acks) == [(i, T.RELEASE) for i in range(5)]
     m = proc.metrics()
     assert (m["released"], m["finished"], m["held"]) == (5, 0, 0)
+    # The consumer runs on but fetches nothing until the application polls it again:
+    # what was released is not acquired back for a consumer nobody reads.
+    assert consumer.fetch_held
+    await consumer.getmany(timeout_ms=0)
+    assert not consumer.fetch_held
 
 
 async def test_consumer_stop_stops_the_processor_and_leaves_the_releases_to_its_close() -> None:
@@ -444,6 +455,7 @@ async def test_consumer_stop_stops_the_processor_and_leaves_the_releases_to_its_
     assert consumer.acks == [(0, T.ACCEPT)]
     assert 1 in consumer.held
     assert proc.metrics()["accepted"] == 1
+    assert not consumer.fetch_held  # closing: nothing to hold
 
 
 async def test_a_record_whose_lock_was_lost_is_counted_not_accepted() -> None:

@@ -18,7 +18,7 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiogroup._fetch.share_acknowledgements import InvalidAcknowledgement
 from aiogroup._fetch.share_fetcher import ShareFetcher, ShareFetcherConfig, ShareHooks
 from aiogroup._protocol.schema import struct_to_dict
-from aiogroup._protocol.share import SHARE_ACKNOWLEDGE, SHARE_FETCH, AcknowledgeType
+from aiogroup._protocol.share import SHARE_ACKNOWLEDGE, SHARE_FETCH, AcknowledgeType, AcquireMode
 from aiogroup.structs import TopicPartition
 
 TID = uuid.UUID(int=0x7)
@@ -303,7 +303,7 @@ async def test_records_half_through_their_lock_hold_the_read_ahead_back() -> Non
         fetcher.set_assignment({("t", 0): TID})
         await fetcher.wait_for_records(WAIT)
         buffered = fetcher._buffer
-        run = buffered[0].acquisition.run if buffered else fetcher._undecoded[0].runs[0]
+        run = buffered.first().acquisition.run if buffered else fetcher._undecoded[0].runs[0]
         assert run is not None
         half = 30_000 / 2000  # the answer's lock: 30 s
         assert fetcher._read_ahead_room(run.deadline - half - 0.1)
@@ -334,5 +334,72 @@ async def test_records_acquired_for_a_partition_that_left_meanwhile_are_released
         ]
         assert batches == [(0, 1, [2])]  # RELEASE, with the request that forgets it
         assert fetcher.take_records(10) == []
+    finally:
+        await fetcher.abort()
+
+
+def make_batch_optimized(client: ScriptedLeader) -> ShareFetcher:
+    config = ShareFetcherConfig(
+        group_id="g",
+        explicit=True,
+        max_poll_records=10,
+        fetch_max_wait_ms=50,
+        fetch_min_bytes=1,
+        fetch_max_bytes=1 << 20,
+        retry_backoff=0.01,
+        auto_renew=False,
+        renew_margin=None,
+        acquire_mode=AcquireMode.BATCH_OPTIMIZED,
+    )
+    fetcher = ShareFetcher(client, config, ShareHooks())  # type: ignore[arg-type]
+    fetcher.set_member_id(lambda: "m")
+    fetcher.set_membership_valid_until(1e12)
+    return fetcher
+
+
+async def test_batch_optimized_fetches_say_so_and_read_ahead_within_one_poll() -> None:
+    # 15 records: a batch-optimized fetch may bring more than max_poll_records (10).
+    client = ScriptedLeader([fetch_answer(acquired=(0, 14, 1))])
+    fetcher = make_batch_optimized(client)
+    try:
+        fetcher.set_assignment({("t", 0): TID})
+        await fetcher.wait_for_records(WAIT)
+        (first,) = [f for n, f in client.requests if n == "ShareFetch"]
+        assert first["share_acquire_mode"] == 0 and first["max_records"] == 10
+        # 15 buffered: no read-ahead until a poll takes the buffer down to 10.
+        client.sent.clear()
+        assert [r.offset for r in fetcher.take_records(5)] == list(range(5))
+        await asyncio.wait_for(client.sent.wait(), WAIT)
+        assert share_fetches(client) == 2
+        assert [r.offset for r in fetcher.take_records(20)] == list(range(5, 15))
+    finally:
+        await fetcher.abort()
+
+
+async def test_held_fetching_sends_acknowledgements_alone_until_the_next_poll() -> None:
+    client = ScriptedLeader([fetch_answer(acquired=(0, 1, 1))])
+    fetcher = make(client)
+    try:
+        fetcher.set_assignment({("t", 0): TID})
+        r0, r1 = await records(fetcher, 2)
+        fetcher.hold_fetching()  # e.g. a ShareProcessor stopped: it RELEASEs what it held
+        await asyncio.wait_for(read_ahead_sent(client, 2), WAIT)  # the read-ahead, answered
+        fetched = share_fetches(client)
+        client.sent.clear()
+        for r in (r0, r1):
+            fetcher.tracker.acknowledge(r.acquisition, AcknowledgeType.RELEASE)
+        fetcher.acknowledged()
+        await asyncio.wait_for(client.sent.wait(), WAIT)
+        name, ack = client.requests[-1]
+        assert name == "ShareAcknowledge"  # not a ShareFetch that could acquire them again
+        batches = ack["topics"][0]["partitions"][0]["acknowledgement_batches"]
+        assert [(b["first_offset"], b["last_offset"], b["acknowledge_types"]) for b in batches] == [
+            (0, 1, [2])
+        ]
+        assert share_fetches(client) == fetched
+        client.sent.clear()
+        fetcher.polled()  # the application asks for records again
+        await asyncio.wait_for(client.sent.wait(), WAIT)
+        assert client.requests[-1][0] == "ShareFetch"
     finally:
         await fetcher.abort()

@@ -1,0 +1,305 @@
+"""``python -m benchmarks.share_join_trace``: the first seconds of a share consumer, traced.
+
+Why (issue 28): every aiogroup share run spent ~1.05 s before its first record while
+confluent-kafka's whole 200,000-record runs took ~2 s.  This traces, on one Apache Kafka
+4.4 node started here, what each client sends and gets in its first seconds, in a fresh
+share group each: aiogroup's requests and answers (every ``AIOKafkaClient.send``, with
+its time from the consumer's creation, and each ShareGroupHeartbeat's answer) and
+librdkafka's own log (``debug=cgrp,protocol``, in a child process so its stderr is its
+own), then when each got its first record.  ``--order`` picks who goes first on the
+topic (the share coordinator initialises a share partition's state once per group, so
+no client pays for another; the topic's first group may pay for the state topic).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from aiogroup import ShareConsumer
+from aiogroup.testing.broker import unique_name
+from aiogroup.testing.kafka import KafkaCluster
+from aiogroup.testing.share_peers import configure_share_group
+from benchmarks.share_baseline import _produce
+
+_CONFLUENT = r"""
+import sys, time, confluent_kafka
+bootstrap, topic, group, records, debug = sys.argv[1:6]
+began = time.time()
+print(f"created {began:.3f}", flush=True)
+c = confluent_kafka.ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
+    "client.id": "confluent-trace", **({"debug": debug} if debug else {})})
+c.subscribe([topic])
+got, first = 0, None
+while got < int(records):
+    batch = [m for m in c.poll(0.2) if m.error() is None]
+    if batch and first is None:
+        first = time.time()
+        cpu0 = time.process_time()
+        print(f"first {first:.3f} after {first - began:.3f}", flush=True)
+    got += len(batch)
+end = time.time()
+cpu = time.process_time() - cpu0
+print(f"last {end:.3f} after {end - began:.3f} records {got}, cpu {cpu:.2f} s", flush=True)
+c.close()
+"""
+
+
+async def trace_aiogroup(
+    bootstrap: str,
+    topic: str,
+    group: str,
+    records: int,
+    acquire_mode: str = "record_limit",
+    max_poll_records: int = 500,
+) -> list[str]:
+    """One aiogroup share consumer reads ``records``; every request it sends is logged
+    with its send and answer times from the consumer's creation, and its ShareFetch
+    round trips are summed up (:func:`_fetch_summary`)."""
+    from aiokafka.client import AIOKafkaClient
+
+    from aiogroup._protocol.share import parse_share_fetch
+
+    lines: list[str] = []
+    #: Per ShareFetch: (sent, answered, records acquired).
+    fetches: list[tuple[float, float, int]] = []
+    began = time.monotonic()
+    original = AIOKafkaClient.send
+
+    async def traced(self: Any, node_id: Any, request: Any, **kw: Any) -> Any:
+        name = type(request).__name__
+        sent = time.monotonic() - began
+        try:
+            resp = await original(self, node_id, request, **kw)
+        except Exception as exc:
+            lines.append(f"{sent:7.3f} -> {name} to {node_id}: failed {exc!r}")
+            raise
+        answered = time.monotonic() - began
+        extra = ""
+        if "ShareGroupHeartbeat" in name:
+            extra = " " + _heartbeat_summary(resp)
+        if name == "ShareFetchRequest":
+            got = sum(
+                a.last_offset - a.first_offset + 1
+                for part in parse_share_fetch(resp).partitions
+                for a in part.acquired
+            )
+            fetches.append((sent, answered, got))
+        lines.append(f"{sent:7.3f} -> {name} to {node_id}, answered {answered:7.3f}{extra}")
+        return resp
+
+    AIOKafkaClient.send = traced  # type: ignore[method-assign]
+    try:
+        consumer = ShareConsumer(
+            topic,
+            group_id=group,
+            bootstrap_servers=bootstrap,
+            acquire_mode=acquire_mode,
+            max_poll_records=max_poll_records,
+        )
+        await consumer.start()
+        lines.append(f"{time.monotonic() - began:7.3f}    start() returned")
+        got = 0
+        try:
+            while got < records:
+                batch = await consumer.getmany(timeout_ms=200)
+                n = sum(len(rs) for rs in batch.values())
+                if n and not got:
+                    lines.append(f"{time.monotonic() - began:7.3f}    first record(s): {n}")
+                    cpu0 = time.process_time()
+                got += n
+            cpu = time.process_time() - cpu0
+            lines.append(f"{time.monotonic() - began:7.3f}    last record ({got}), cpu {cpu:.2f} s")
+        finally:
+            await consumer.stop(timeout=10)
+    finally:
+        AIOKafkaClient.send = original  # type: ignore[method-assign]
+    # Fetches after the first answered one say nothing new.
+    out, n = [], 0
+    for line in lines:
+        if "ShareFetch" in line:
+            n += 1
+            if n > 3:
+                continue
+        out.append(line)
+    out.append(_fetch_summary(fetches))
+    return out
+
+
+def _fetch_summary(fetches: list[tuple[float, float, int]]) -> str:
+    """How a drain's time splits: ShareFetch round trips (the broker's share and the
+    wire's) against the time between an answer and the next request (the client's)."""
+    if not fetches:
+        return "        (no ShareFetch)"
+    rtts = [b - a for a, b, _ in fetches]
+    gaps = [nxt[0] - cur[1] for cur, nxt in itertools.pairwise(fetches)]
+    sizes = [n for _, _, n in fetches if n]
+    return (
+        f"        {len(fetches)} ShareFetch: records each median "
+        f"{statistics.median(sizes or [0]):.0f}"
+        f"; round trip median {statistics.median(rtts) * 1000:.2f} ms, sum {sum(rtts):.2f} s;"
+        f" answer to next request median {statistics.median(gaps or [0]) * 1000:.2f} ms,"
+        f" sum {sum(g for g in gaps if g > 0):.2f} s (overlapping: {sum(g < 0 for g in gaps)})"
+    )
+
+
+def _heartbeat_summary(resp: Any) -> str:
+    from aiogroup._protocol.share import parse_share_group_heartbeat
+
+    try:
+        r = parse_share_group_heartbeat(resp)
+    except Exception as exc:  # the trace shows whatever came
+        return f"(unparsed: {exc!r})"
+    parts = {str(t)[:8]: sorted(ps) for t, ps in (r.assignment or {}).items()}
+    return (
+        f"error {r.error_code} epoch {r.member_epoch} interval {r.heartbeat_interval_ms} "
+        f"assignment {parts if r.assignment is not None else None}"
+    )
+
+
+def trace_confluent(
+    bootstrap: str, topic: str, group: str, records: int, debug: str, out: Path
+) -> list[str]:
+    """confluent-kafka's ShareConsumer in a child process, librdkafka's debug log in
+    ``out``; returns its protocol lines about the group and first fetches, with times
+    from its creation."""
+    with out.open("w") as err:
+        proc = subprocess.run(
+            [sys.executable, "-c", _CONFLUENT, bootstrap, topic, group, str(records), debug],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+    created = float(re.search(r"created ([\d.]+)", proc.stdout).group(1))  # type: ignore[union-attr]
+    lines: list[str] = []
+    keep = re.compile(
+        r"ShareGroupHeartbeat|HEARTBEAT|ASSIGN|SHAREFETCH|ShareFetch|FindCoordinator|"
+        r"Metadata|SUBSCRIBE|JOIN|Sent |Received",
+        re.IGNORECASE,
+    )
+    fetches = 0
+    rtts: list[float] = []
+    for raw in out.read_text(errors="replace").splitlines():
+        rtt = re.search(r"Received ShareFetchResponse .*rtt ([\d.]+)ms", raw)
+        if rtt:
+            rtts.append(float(rtt.group(1)) / 1000)
+        m = re.match(r"%\d\|([\d.]+)\|([^|]+)\|[^|]*\| (.*)", raw)
+        if not m or not keep.search(raw):
+            continue
+        t = float(m.group(1)) - created
+        if "ShareFetch" in raw or "SHAREFETCH" in raw:
+            fetches += 1
+            if fetches > 8:
+                continue
+        lines.append(f"{t:7.3f} {m.group(2)} {m.group(3)[:220]}")
+    if rtts:
+        lines.append(
+            f"        {len(rtts)} ShareFetch: round trip median "
+            f"{statistics.median(rtts) * 1000:.2f} ms, sum {sum(rtts):.2f} s"
+        )
+    for line in proc.stdout.splitlines():
+        m = re.match(r"(first|last) ([\d.]+) after ([\d.]+)(.*)", line)
+        if m:
+            lines.append(f"{float(m.group(3)):7.3f}    {m.group(1)} record{m.group(4)}")
+    return lines
+
+
+async def _run(
+    records: int,
+    partitions: int,
+    order: list[str],
+    debug: str,
+    logdir: Path,
+    settings: dict[str, str],
+    max_poll_records: int = 500,
+) -> None:
+    cluster = await KafkaCluster(settings=settings).start()
+    try:
+        bootstrap = cluster.bootstrap_servers
+        topic = await cluster.create_topic(unique_name("share-trace"), partitions)
+        await _produce(bootstrap, topic, records, partitions)
+        for n, client in enumerate(order):
+            group = unique_name(f"share-trace-{client}")
+            await configure_share_group(bootstrap, group)
+            print(f"== {n}: {client}, group {group}, load {os.getloadavg()[0]:.1f}", flush=True)
+            broker_cpu = _cpu_seconds(cluster)
+            if client.startswith("aiogroup"):
+                mode = "batch_optimized" if client == "aiogroup-batch" else "record_limit"
+                lines = await trace_aiogroup(
+                    bootstrap, topic, group, records, mode, max_poll_records
+                )
+            else:
+                out = logdir / f"librdkafka-{n}.log"
+                lines = await asyncio.to_thread(
+                    trace_confluent, bootstrap, topic, group, records, debug, out
+                )
+                lines.append(f"        (librdkafka's whole log: {out})")
+            lines.append(
+                f"        broker cpu {_cpu_seconds(cluster) - broker_cpu:.2f} s "
+                "(the JVM's, the client's whole run)"
+            )
+            print("\n".join(lines), flush=True)
+    finally:
+        await cluster.stop()
+
+
+def _cpu_seconds(cluster: KafkaCluster) -> float:
+    """CPU seconds (user + system) the broker JVMs have used so far (/proc)."""
+    total = 0.0
+    for node in cluster.nodes:
+        if node.process is None:
+            continue
+        fields = Path(f"/proc/{node.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.share_join_trace")
+    parser.add_argument("--records", type=int, default=20_000)
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument(
+        "--order",
+        nargs="+",
+        default=["aiogroup", "confluent", "aiogroup", "confluent"],
+        choices=["aiogroup", "aiogroup-batch", "confluent"],
+        help="aiogroup-batch: acquire_mode='batch_optimized'",
+    )
+    parser.add_argument("--debug", default="cgrp,protocol")
+    parser.add_argument("--max-poll-records", type=int, default=500, help="aiogroup's")
+    parser.add_argument("--logdir", type=Path, default=Path("/tmp"))
+    parser.add_argument(
+        "--broker",
+        nargs="*",
+        default=[],
+        metavar="NAME=VALUE",
+        help="broker settings over the fixture's (group.share.assignment.interval.ms=100)",
+    )
+    args = parser.parse_args()
+    settings = dict(item.split("=", 1) for item in args.broker)
+    asyncio.run(
+        _run(
+            args.records,
+            args.partitions,
+            args.order,
+            args.debug,
+            args.logdir,
+            settings,
+            args.max_poll_records,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
