@@ -18,6 +18,7 @@ use std::io::Read;
 
 mod lz4_frame;
 mod pool;
+mod records;
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
@@ -119,6 +120,59 @@ fn be_u32(b: &[u8], at: usize) -> u32 {
 }
 fn be_i64(b: &[u8], at: usize) -> i64 {
     i64::from_be_bytes(b[at..at + 8].try_into().unwrap())
+}
+
+/// What decoding needs from a v2 batch header.
+pub(crate) struct BatchHead {
+    pub(crate) base_offset: i64,
+    pub(crate) first_ts: i64,
+    pub(crate) max_ts: i64,
+    pub(crate) count: usize,
+    pub(crate) codec: i16,
+    /// Timestamp type 1 (log append time): every record takes the batch's max timestamp.
+    pub(crate) log_append: bool,
+}
+
+/// The header of the v2 batch `batch` (exactly one batch), its length, magic and
+/// (when `check_crc`) CRC-32C checked; the error "CRC" is a CRC mismatch.
+pub(crate) fn batch_head(batch: &[u8], check_crc: bool) -> Res<BatchHead> {
+    if batch.len() < HEADER_LEN {
+        return Err(format!(
+            "truncated: a v2 batch header is {HEADER_LEN} bytes, got {}",
+            batch.len()
+        ));
+    }
+    let batch_length = be_i32(batch, 8);
+    if batch_length < 0 || batch_length as usize + 12 != batch.len() {
+        return Err(format!(
+            "batch length {batch_length} does not match the {} bytes given",
+            batch.len().saturating_sub(12)
+        ));
+    }
+    let magic = batch[16];
+    if magic != 2 {
+        return Err(format!("magic byte {magic}, only v2 batches are decoded natively"));
+    }
+    if check_crc {
+        let want = be_u32(batch, 17);
+        let got = ::crc32c::crc32c(&batch[CRC_START..]);
+        if want != got {
+            return Err("CRC".to_string());
+        }
+    }
+    let attrs = be_i16(batch, 21);
+    let count = be_i32(batch, 57);
+    if count < 0 {
+        return Err(format!("negative record count {count}"));
+    }
+    Ok(BatchHead {
+        base_offset: be_i64(batch, 0),
+        first_ts: be_i64(batch, 27),
+        max_ts: be_i64(batch, 35),
+        count: count as usize,
+        codec: attrs & 0x07,
+        log_append: attrs & 0x08 != 0,
+    })
 }
 
 /// A growing Arrow binary/string column: int32 offsets, data, validity bitmap.
@@ -288,42 +342,13 @@ impl BatchDecoder {
     }
 
     fn decode(&mut self, batch: &[u8], topic_i: i32, partition: i32, check_crc: bool) -> Res<usize> {
-        if batch.len() < HEADER_LEN {
-            return Err(format!(
-                "truncated: a v2 batch header is {HEADER_LEN} bytes, got {}",
-                batch.len()
-            ));
-        }
-        let batch_length = be_i32(batch, 8);
-        if batch_length < 0 || batch_length as usize + 12 != batch.len() {
-            return Err(format!(
-                "batch length {batch_length} does not match the {} bytes given",
-                batch.len().saturating_sub(12)
-            ));
-        }
-        let magic = batch[16];
-        if magic != 2 {
-            return Err(format!("magic byte {magic}, only v2 batches are decoded natively"));
-        }
-        if check_crc {
-            let want = be_u32(batch, 17);
-            let got = ::crc32c::crc32c(&batch[CRC_START..]);
-            if want != got {
-                return Err("CRC".to_string());
-            }
-        }
-        let base_offset = be_i64(batch, 0);
-        let attrs = be_i16(batch, 21);
-        let first_ts = be_i64(batch, 27);
-        let max_ts = be_i64(batch, 35);
-        let count = be_i32(batch, 57);
-        if count < 0 {
-            return Err(format!("negative record count {count}"));
-        }
-        let log_append = attrs & 0x08 != 0;
+        let head = batch_head(batch, check_crc)?;
+        let (base_offset, first_ts, max_ts, count) =
+            (head.base_offset, head.first_ts, head.max_ts, head.count);
+        let log_append = head.log_append;
         let ts_type = i32::from(log_append);
+        let codec = head.codec;
         let body = &batch[HEADER_LEN..];
-        let codec = attrs & 0x07;
         SCRATCH.with(|cell| {
             let mut scratch = cell.take();
             let result = (|| {
@@ -334,7 +359,7 @@ impl BatchDecoder {
                     &scratch[..n]
                 };
                 self.records(
-                    records, count as usize, base_offset, first_ts, max_ts, log_append, ts_type,
+                    records, count, base_offset, first_ts, max_ts, log_append, ts_type,
                     topic_i, partition,
                 )
             })();
@@ -628,6 +653,7 @@ fn aiogroup_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(crc32c_of, m)?)?;
     m.add_function(wrap_pyfunction!(crc_ok, m)?)?;
     m.add_function(wrap_pyfunction!(pooled_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(records::consumer_records, m)?)?;
     m.add("DecodeError", m.py().get_type::<DecodeError>())?;
     Ok(())
 }
