@@ -34,6 +34,7 @@ __all__ = [
     "native_crc",
     "native_decoder",
     "native_error",
+    "native_key_value_bytes",
     "native_records",
     "record_batch",
     "record_template",
@@ -133,6 +134,14 @@ def native_records() -> NativeRecords | None:
         return None
     records: NativeRecords = build
     return records
+
+
+def native_key_value_bytes() -> Callable[[list[ConsumerRecord[Any, Any]]], int] | None:
+    """``key_value_bytes(records)``: their key + value bytes (a -1 size counts 0), or None."""
+    fn: Callable[[list[ConsumerRecord[Any, Any]]], int] | None = getattr(
+        _enabled(), "key_value_bytes", None
+    )
+    return fn
 
 
 def _plain_class(cls: type) -> bool:

@@ -110,6 +110,7 @@ def walk(chunk: Chunk, limit: int, sink: Sink) -> int:
                 break
             base = getattr(batch, "base_offset", None)
             records: list[Any] | None = None
+            built = False  # records are ConsumerRecords the native module built
             if base is not None:
                 tst = batch.timestamp_type
                 if (
@@ -141,12 +142,14 @@ def walk(chunk: Chunk, limit: int, sink: Sink) -> int:
                 elif sink.builds_records and (span := chunk.raw_span(chunk.batch_index - 1)):
                     assert chunk.data is not None
                     records = sink.decode_raw(tp, chunk.data, span[0], span[1])
+                    built = records is not None
                 if records is None:
                     records = list(batch)  # C batches cannot be re-entered
                 chunk.ts_type = tst
             else:  # legacy message set: each record has its own timestamp type
                 records = list(batch)
                 chunk.ts_type = None
+            chunk.pending_native = built
             it = chunk.pending = iter(records)
         # Part of a batch: collect the run of records to hand out, then hand it over
         # in one call (one comprehension in the sink, not a call per record).

@@ -70,7 +70,21 @@ impl<'a> Cursor<'a> {
     }
 
     /// A zigzag varint of at most `max_bytes` bytes (5 for int32, 10 for int64).
+    #[inline]
     fn varlong(&mut self, what: &str, max_bytes: usize) -> Res<i64> {
+        // Most varints of a batch (lengths, deltas, header counts) are one byte.
+        if let Some(&b) = self.buf.get(self.pos) {
+            if b & 0x80 == 0 {
+                self.pos += 1;
+                let raw = u64::from(b);
+                return Ok(((raw >> 1) as i64) ^ -((raw & 1) as i64));
+            }
+        }
+        self.varlong_slow(what, max_bytes)
+    }
+
+    #[inline(never)]
+    fn varlong_slow(&mut self, what: &str, max_bytes: usize) -> Res<i64> {
         let mut raw: u64 = 0;
         let mut shift = 0u32;
         for i in 0..max_bytes {
@@ -91,12 +105,14 @@ impl<'a> Cursor<'a> {
         Err(format!("bad varint ({what}): longer than {max_bytes} bytes"))
     }
 
+    #[inline]
     fn varint(&mut self, what: &str) -> Res<i32> {
         let v = self.varlong(what, 5)?;
         i32::try_from(v).map_err(|_| format!("bad varint ({what}): {v} is out of int32 range"))
     }
 
     /// Nullable bytes: a varint length (-1 = null) and that many bytes.
+    #[inline]
     fn bytes(&mut self, what: &str) -> Res<Option<&'a [u8]>> {
         let n = self.varint(what)?;
         if n == -1 {
@@ -654,6 +670,7 @@ fn aiogroup_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(crc_ok, m)?)?;
     m.add_function(wrap_pyfunction!(pooled_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(records::consumer_records, m)?)?;
+    m.add_function(wrap_pyfunction!(records::key_value_bytes, m)?)?;
     m.add("DecodeError", m.py().get_type::<DecodeError>())?;
     Ok(())
 }

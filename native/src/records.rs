@@ -158,7 +158,10 @@ fn set(d: *mut ffi::PyObject, key: *mut ffi::PyObject, value: &Bound<'_, PyAny>)
 /// The `ConsumerRecord`s of the v2 batch `data[start:end]`, in offset order.
 ///
 /// `template`: a `ConsumerRecord`'s `__dict__` with the partition's topic and
-/// partition, `checksum` None and `headers` `()`; `cls` the class.  Keys and values
+/// partition, `checksum` None, `headers` `()`, and the values the first record's
+/// copy starts from: `offset`, `timestamp` and `timestamp_type` 0, `key` and
+/// `value` None, both sizes -1 (`aiogroup._fetch.native.record_template`); `cls`
+/// the class.  Keys and values
 /// go through `key_deserializer` / `value_deserializer` when given (not for a null
 /// one).  Returns `(records, stopped)`: `stopped` is true when a deserializer raised,
 /// and then `records` holds the records before the one it refused (its exception is
@@ -260,12 +263,20 @@ fn build<'py>(
     let mut key_sizes = IntCache { last: None };
     let mut value_sizes = IntCache { last: None };
     let mut header_keys: Vec<(&[u8], Bound<'py, PyAny>)> = Vec::new();
+    let empty = PyTuple::empty(py).into_any();
+    // Each record's dict is a copy of the previous record's (the first one's of the
+    // template, whose values are these), so only the fields that differ are set: with
+    // no key, no headers and repeated timestamps and sizes, two of the six (offset and
+    // value).  Each PyDict_SetItem costs about 140 instructions here.
+    let mut prev = batch_template;
+    let mut prev_ts: i64 = 0;
+    let (mut prev_key_none, mut prev_value_none, mut prev_headers) = (true, true, false);
+    let (mut prev_key_size, mut prev_value_size): (i64, i64) = (-1, -1);
     for (i, r) in recs.iter().enumerate() {
         let offset = owned(py, unsafe {
             ffi::PyLong_FromLongLong(head.base_offset.wrapping_add(i64::from(r.offset_delta)))
         })?;
         let ts = if head.log_append { head.max_ts } else { head.first_ts.wrapping_add(r.ts_delta) };
-        let timestamp = timestamps.get(py, ts)?;
         let key = match r.key {
             None => none.clone(),
             Some(b) => {
@@ -292,17 +303,32 @@ fn build<'py>(
                 }
             }
         };
-        let key_size = key_sizes.get(py, r.key.map_or(-1, |b| b.len() as i64))?;
-        let value_size = value_sizes.get(py, r.value.map_or(-1, |b| b.len() as i64))?;
-        // SAFETY: copying the batch template (a dict we own).
-        let d = owned(py, unsafe { ffi::PyDict_Copy(batch_template.as_ptr()) })?;
+        // SAFETY: copying the previous record's dict (or the batch template), ours.
+        let d = owned(py, unsafe { ffi::PyDict_Copy(prev.as_ptr()) })?;
         let dp = d.as_ptr();
         set(dp, k_offset, &offset)?;
-        set(dp, k_timestamp, &timestamp)?;
-        set(dp, k_key, &key)?;
-        set(dp, k_value, &value)?;
-        set(dp, k_key_size, &key_size)?;
-        set(dp, k_value_size, &value_size)?;
+        if ts != prev_ts {
+            set(dp, k_timestamp, &timestamps.get(py, ts)?)?;
+            prev_ts = ts;
+        }
+        if !(r.key.is_none() && prev_key_none) {
+            set(dp, k_key, &key)?;
+            prev_key_none = r.key.is_none();
+        }
+        if !(r.value.is_none() && prev_value_none) {
+            set(dp, k_value, &value)?;
+            prev_value_none = r.value.is_none();
+        }
+        let key_size = r.key.map_or(-1, |b| b.len() as i64);
+        if key_size != prev_key_size {
+            set(dp, k_key_size, &key_sizes.get(py, key_size)?)?;
+            prev_key_size = key_size;
+        }
+        let value_size = r.value.map_or(-1, |b| b.len() as i64);
+        if value_size != prev_value_size {
+            set(dp, k_value_size, &value_sizes.get(py, value_size)?)?;
+            prev_value_size = value_size;
+        }
         if r.end_header > r.first_header {
             let hs = &headers[r.first_header..r.end_header];
             let mut items = Vec::with_capacity(hs.len());
@@ -331,6 +357,10 @@ fn build<'py>(
                 items.push(PyTuple::new(py, [hk, hv])?);
             }
             set(dp, k_headers, PyTuple::new(py, items)?.as_any())?;
+            prev_headers = true;
+        } else if prev_headers {
+            set(dp, k_headers, &empty)?;
+            prev_headers = false;
         }
         // SAFETY: `cls` is a heap type whose instances keep attributes in a dict
         // (checked by the caller); a new instance gets `d` as that dict, and the list
@@ -342,6 +372,7 @@ fn build<'py>(
             }
             ffi::PyList_SetItem(list.as_ptr(), i as ffi::Py_ssize_t, obj.into_ptr());
         }
+        prev = d;
     }
     Ok((list.cast_into::<PyList>()?, false))
 }
@@ -355,4 +386,24 @@ fn stopped<'py>(
     // SAFETY: slots 0..i are filled; the slice copies (and owns) only them.
     let prefix = owned(py, unsafe { ffi::PyList_GetSlice(list.as_ptr(), 0, i as ffi::Py_ssize_t) })?;
     Ok((prefix.cast_into::<PyList>()?, true))
+}
+
+/// The key + value bytes of the records in `records`: the sum of their
+/// `serialized_key_size` and `serialized_value_size`, a missing one (-1) counting 0.
+///
+/// For the consumer's metrics (`aiogroup/_fetch/delivery.py`, `records_and_bytes`):
+/// two attribute reads per record with no Python loop around them, about half of
+/// what the same sum costs through `map(attrgetter)`, `sum` and `list.count`.
+#[pyfunction]
+pub(crate) fn key_value_bytes(records: &Bound<'_, PyList>) -> PyResult<i64> {
+    let py = records.py();
+    let key_size = intern!(py, "serialized_key_size");
+    let value_size = intern!(py, "serialized_value_size");
+    let mut total: i64 = 0;
+    for r in records.iter() {
+        let k: i64 = r.getattr(key_size)?.extract()?;
+        let v: i64 = r.getattr(value_size)?.extract()?;
+        total += k.max(0) + v.max(0);
+    }
+    Ok(total)
 }

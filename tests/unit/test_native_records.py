@@ -463,3 +463,23 @@ def test_native_records_are_freed() -> None:
         native_records(data)
     gc.collect()
     assert sys.getallocatedblocks() - before < 200
+
+
+def test_key_value_bytes_agree_with_the_pure_sum(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The metrics' delivered bytes: a missing key or value (-1) counts 0."""
+    from aiogroup._fetch.delivery import records_and_bytes
+
+    data = build(0, random_records(random.Random(6), 80), 4)
+    lists = [native_records(data), native_records(data)[:7], []]
+    expected = sum(
+        max(0, r.serialized_key_size) + max(0, r.serialized_value_size)
+        for records in lists
+        for r in records
+    )
+    assert expected > 0
+    for on in ("0", "1"):
+        monkeypatch.setenv("AIOGROUP_NATIVE", on)
+        assert records_and_bytes(lists) == (87, expected)
+    assert native.key_value_bytes([]) == 0
+    with pytest.raises(AttributeError):
+        native.key_value_bytes([object()])
