@@ -72,12 +72,20 @@ impl<'a> Cursor<'a> {
     /// A zigzag varint of at most `max_bytes` bytes (5 for int32, 10 for int64).
     #[inline]
     fn varlong(&mut self, what: &str, max_bytes: usize) -> Res<i64> {
-        // Most varints of a batch (lengths, deltas, header counts) are one byte.
-        if let Some(&b) = self.buf.get(self.pos) {
-            if b & 0x80 == 0 {
+        // Most varints of a batch (lengths, deltas, header counts) take one or two
+        // bytes (a 100 B record's length and value length take two).
+        if let Some(&b0) = self.buf.get(self.pos) {
+            if b0 & 0x80 == 0 {
                 self.pos += 1;
-                let raw = u64::from(b);
+                let raw = u64::from(b0);
                 return Ok(((raw >> 1) as i64) ^ -((raw & 1) as i64));
+            }
+            if let Some(&b1) = self.buf.get(self.pos + 1) {
+                if b1 & 0x80 == 0 && max_bytes >= 2 {
+                    self.pos += 2;
+                    let raw = u64::from(b0 & 0x7f) | (u64::from(b1) << 7);
+                    return Ok(((raw >> 1) as i64) ^ -((raw & 1) as i64));
+                }
             }
         }
         self.varlong_slow(what, max_bytes)

@@ -401,9 +401,21 @@ pub(crate) fn key_value_bytes(records: &Bound<'_, PyList>) -> PyResult<i64> {
     let value_size = intern!(py, "serialized_value_size");
     let mut total: i64 = 0;
     for r in records.iter() {
-        let k: i64 = r.getattr(key_size)?.extract()?;
-        let v: i64 = r.getattr(value_size)?.extract()?;
+        let k = as_i64(&r.getattr(key_size)?)?;
+        let v = as_i64(&r.getattr(value_size)?)?;
         total += k.max(0) + v.max(0);
     }
     Ok(total)
+}
+
+/// An int's value; cheaper than `extract` where -1 is common (a missing key's size):
+/// the error indicator is looked at only when -1 comes back.
+#[inline]
+fn as_i64(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
+    // SAFETY: a borrowed object; PyLong_AsLongLong raises TypeError for a non-int.
+    let v = unsafe { ffi::PyLong_AsLongLong(obj.as_ptr()) };
+    if v == -1 && unsafe { !ffi::PyErr_Occurred().is_null() } {
+        return Err(PyErr::fetch(obj.py()));
+    }
+    Ok(v)
 }
