@@ -157,16 +157,23 @@ def _plain_class(cls: type) -> bool:
 def record_template(tp: TopicPartition) -> dict[str, Any]:
     """A record's attribute dict for partition ``tp``: what ``consumer_records`` copies.
 
-    A real instance's ``__dict__``, so its keys are the class's shared attribute keys
-    and its order the dataclass's field order; the per-record fields are replaced,
+    A copy of a real instance's ``__dict__``, so its keys are the field names (interned)
+    in the dataclass's field order; the per-record fields are replaced,
     ``timestamp_type`` per batch; ``checksum`` None and ``headers`` () are what the
-    pure path gives a v2 record without headers.
+    pure path gives a v2 record without headers, and the other values are what
+    ``consumer_records`` expects a first record's copy to start from.
+
+    A *combined* dict, not the instance's own (split, sharing the class's keys):
+    CPython 3.11-3.13 specialise ``record.value`` in Python code for an instance whose
+    attributes live in a combined dict (``LOAD_ATTR_WITH_HINT``) but not in a split
+    one, where every read took the generic path - measured, three attribute reads per
+    record cost 507 ns with split dicts, 179 with combined ones, 141-182 on the pure
+    path's records.  The price is memory: the combined table is about 230 B larger.
     """
     proto: ConsumerRecord[Any, Any] = ConsumerRecord(
         tp.topic, tp.partition, 0, 0, 0, None, None, None, -1, -1, ()
     )
-    attributes: dict[str, Any] = proto.__dict__
-    return attributes
+    return dict(proto.__dict__)
 
 
 def native_error() -> type[Exception]:
