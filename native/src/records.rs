@@ -165,7 +165,8 @@ fn set(d: *mut ffi::PyObject, key: *mut ffi::PyObject, value: &Bound<'_, PyAny>)
 /// go through `key_deserializer` / `value_deserializer` when given (not for a null
 /// one).  Returns `(records, stopped)`: `stopped` is true when a deserializer raised,
 /// and then `records` holds the records before the one it refused (its exception is
-/// dropped: the caller reads that record again through its own path, which raises).
+/// dropped: the caller reads that record again through its own path, which raises; a
+/// `BaseException` that is not an `Exception` propagates instead).
 /// A malformed batch raises `DecodeError` and builds nothing.  The CRC is checked
 /// only with `check_crc` (the walker checked it already when asked to).
 #[pyfunction]
@@ -285,7 +286,7 @@ fn build<'py>(
                     None => raw,
                     Some(f) => match f.call1((raw,)) {
                         Ok(k) => k,
-                        Err(_) => return stopped(py, &list, i),
+                        Err(e) => return stopped(py, &list, i, e),
                     },
                 }
             }
@@ -298,7 +299,7 @@ fn build<'py>(
                     None => raw,
                     Some(f) => match f.call1((raw,)) {
                         Ok(v) => v,
-                        Err(_) => return stopped(py, &list, i),
+                        Err(e) => return stopped(py, &list, i, e),
                     },
                 }
             }
@@ -378,11 +379,18 @@ fn build<'py>(
 }
 
 /// The records built before a deserializer refused record `i`, and `stopped`.
+///
+/// Only an `Exception` is a refusal (the pure path catches those alone): a
+/// `BaseException` (KeyboardInterrupt, SystemExit, a task's cancellation) goes on up.
 fn stopped<'py>(
     py: Python<'py>,
     list: &Bound<'py, PyAny>,
     i: usize,
+    err: PyErr,
 ) -> PyResult<(Bound<'py, PyList>, bool)> {
+    if !err.is_instance_of::<pyo3::exceptions::PyException>(py) {
+        return Err(err);
+    }
     // SAFETY: slots 0..i are filled; the slice copies (and owns) only them.
     let prefix = owned(py, unsafe { ffi::PyList_GetSlice(list.as_ptr(), 0, i as ffi::Py_ssize_t) })?;
     Ok((prefix.cast_into::<PyList>()?, true))

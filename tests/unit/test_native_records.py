@@ -483,3 +483,23 @@ def test_key_value_bytes_agree_with_the_pure_sum(monkeypatch: pytest.MonkeyPatch
     assert native.key_value_bytes([]) == 0
     with pytest.raises(AttributeError):
         native.key_value_bytes([object()])
+
+
+@pytest.mark.parametrize("native_on", [False, True])
+def test_a_base_exception_from_a_deserializer_is_not_a_refusal(
+    native_on: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """KeyboardInterrupt (or a cancellation) goes up at once, on both paths, not swallowed."""
+    data = build(0, [(i, TS0, None, b"%d" % i, []) for i in range(5)])
+    calls = []
+
+    def interrupted(raw: bytes) -> bytes:
+        calls.append(raw)
+        if raw == b"2":
+            raise KeyboardInterrupt
+        return raw
+
+    monkeypatch.setenv("AIOGROUP_NATIVE", "1" if native_on else "0")
+    with pytest.raises(KeyboardInterrupt):
+        walk(chunk_of(data), 100, RecordSink(None, interrupted))
+    assert calls == [b"0", b"1", b"2"]  # called once each, up to the interrupt
