@@ -123,10 +123,11 @@ class NativeRecords(Protocol):
 def native_records() -> NativeRecords | None:
     """The native record builder, or None (no module, an older build, ``AIOGROUP_NATIVE=0``).
 
-    It allocates instances of ``ConsumerRecord`` directly and gives each a copy of
-    ``record_template``'s dict as its ``__dict__``, so the class must keep its
-    attributes in a ``__dict__`` and take ``object.__new__``: true of aiokafka's
-    dataclass; checked here, so that another aiokafka cannot be mis-built silently.
+    It makes instances of ``ConsumerRecord`` with the class's ``object.__new__`` and
+    stores the eleven fields with the generic ``__setattr__``, as ``__init__`` would, so
+    the class must not define ``__new__`` or ``__setattr__`` (nor a base but object)
+    and must keep its attributes in a ``__dict__``: true of aiokafka's dataclass;
+    checked here, so that another aiokafka cannot be mis-built silently.
     """
     mod = _enabled()
     build = getattr(mod, "consumer_records", None)
@@ -145,35 +146,18 @@ def native_key_value_bytes() -> Callable[[list[ConsumerRecord[Any, Any]]], int] 
 
 
 def _plain_class(cls: type) -> bool:
+    own = cls.__mro__[:-1]  # everything but object
     return (
-        cls.__dict__.get("__new__") is None
-        and all(base.__dict__.get("__new__") is None for base in cls.__mro__[1:-1])
+        all("__new__" not in c.__dict__ and "__setattr__" not in c.__dict__ for c in own)
         and "__slots__" not in cls.__dict__
-        and "__setattr__" not in cls.__dict__
         and "__dict__" in cls.__dict__
     )
 
 
 def record_template(tp: TopicPartition) -> dict[str, Any]:
-    """A record's attribute dict for partition ``tp``: what ``consumer_records`` copies.
-
-    A copy of a real instance's ``__dict__``, so its keys are the field names (interned)
-    in the dataclass's field order; the per-record fields are replaced,
-    ``timestamp_type`` per batch; ``checksum`` None and ``headers`` () are what the
-    pure path gives a v2 record without headers, and the other values are what
-    ``consumer_records`` expects a first record's copy to start from.
-
-    A *combined* dict, not the instance's own (split, sharing the class's keys):
-    CPython 3.11-3.13 specialise ``record.value`` in Python code for an instance whose
-    attributes live in a combined dict (``LOAD_ATTR_WITH_HINT``) but not in a split
-    one, where every read took the generic path - measured, three attribute reads per
-    record cost 507 ns with split dicts, 179 with combined ones, 141-182 on the pure
-    path's records.  The price is memory: the combined table is about 230 B larger.
-    """
-    proto: ConsumerRecord[Any, Any] = ConsumerRecord(
-        tp.topic, tp.partition, 0, 0, 0, None, None, None, -1, -1, ()
-    )
-    return dict(proto.__dict__)
+    """What every record of partition ``tp`` shares, for ``consumer_records``: the topic
+    and partition objects (one of each for all the records, as on the pure path)."""
+    return {"topic": tp.topic, "partition": tp.partition}
 
 
 def native_error() -> type[Exception]:

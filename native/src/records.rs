@@ -2,18 +2,23 @@
 //!
 //! Why: decoding a batch through aiokafka's C records made one `DefaultRecord` per
 //! record, and aiogroup then read five attributes of it and called the
-//! `ConsumerRecord` dataclass's Python `__init__` (eleven arguments): about 3,500 of
-//! getmany's ~8,000 instructions per record (callgrind, docs/benchmarks.md).  Here a
-//! batch is parsed (and checked) whole, then each record is built directly: a copy of
-//! a prepared attribute dict (topic, partition, timestamp type, checksum, empty
-//! headers already in it), its per-record fields set, and an instance of the class
-//! allocated with that dict as its `__dict__` - no `__init__` frame, no record object
-//! in between.
+//! `ConsumerRecord` dataclass's Python `__init__` (eleven arguments): about 3,600 of
+//! getmany's ~8,100 instructions per record (callgrind, docs/benchmarks.md).  Here a
+//! batch is parsed (and checked) whole, then each record is made the way `__init__`
+//! would leave it without running it: the class's own `tp_new` (`object.__new__`,
+//! which gives the instance its inline attribute values) and the eleven fields
+//! stored in field order by `PyObject_GenericSetAttr` - no Python frame, no record
+//! object in between.
 //!
-//! The prepared dict comes from Python (a real instance's `__dict__`, so its keys are
-//! the class's shared keys); `cls` must be a plain class whose instances keep their
-//! attributes in `__dict__` and whose `__new__` is `object.__new__` (aiokafka's
-//! `ConsumerRecord` dataclass; checked in `aiogroup/_fetch/native.py`).
+//! Measured alternatives (docs/benchmarks.md): a copy of a prepared attribute dict
+//! per record, set as the instance's `__dict__`, costs about as many instructions
+//! but twice the memory (684 B a 100 B record against 338 B), and with a split dict
+//! (the class's shared keys) CPython 3.11 does not specialise `record.value` in
+//! Python code, which made every attribute read about three times slower.
+//!
+//! `cls` must be a plain class whose `__new__` is `object.__new__` and whose
+//! attributes are set by the generic `__setattr__` (aiokafka's `ConsumerRecord`
+//! dataclass; checked in `aiogroup/_fetch/native.py`).
 //!
 //! Malformed input never panics and builds no object: the whole batch is parsed
 //! before the first object is made, and any problem is a `DecodeError` (the caller
@@ -145,23 +150,10 @@ impl<'py> IntCache<'py> {
     }
 }
 
-/// Set `d[key] = value` (both borrowed).
-#[inline]
-fn set(d: *mut ffi::PyObject, key: *mut ffi::PyObject, value: &Bound<'_, PyAny>) -> PyResult<()> {
-    // SAFETY: `d` is a dict we own, `key` an interned str kept alive by `intern!`.
-    if unsafe { ffi::PyDict_SetItem(d, key, value.as_ptr()) } != 0 {
-        return Err(PyErr::fetch(value.py()));
-    }
-    Ok(())
-}
-
 /// The `ConsumerRecord`s of the v2 batch `data[start:end]`, in offset order.
 ///
-/// `template`: a `ConsumerRecord`'s `__dict__` with the partition's topic and
-/// partition, `checksum` None, `headers` `()`, and the values the first record's
-/// copy starts from: `offset`, `timestamp` and `timestamp_type` 0, `key` and
-/// `value` None, both sizes -1 (`aiogroup._fetch.native.record_template`); `cls`
-/// the class.  Keys and values
+/// `template`: a dict with the partition's `topic` and `partition` (the objects every
+/// record shares; `aiogroup._fetch.native.record_template`); `cls` the class.  Keys and values
 /// go through `key_deserializer` / `value_deserializer` when given (not for a null
 /// one).  Returns `(records, stopped)`: `stopped` is true when a deserializer raised,
 /// and then `records` holds the records before the one it refused (its exception is
@@ -222,160 +214,22 @@ pub(crate) fn consumer_records<'py>(
             let mut recs = Vec::new();
             let mut headers = Vec::new();
             parse(records, head.count, &mut recs, &mut headers).map_err(fail)?;
-            build(py, &head, &recs, &headers, cls, template, key_deserializer, value_deserializer)
+            build(
+                py,
+                &head,
+                &recs,
+                &headers,
+                cls,
+                template,
+                key_deserializer,
+                value_deserializer,
+            )
         })();
         if scratch.capacity() <= 64 << 20 {
             cell.replace(scratch);
         }
         result
     })
-}
-
-#[allow(clippy::too_many_arguments)]
-fn build<'py>(
-    py: Python<'py>,
-    head: &crate::BatchHead,
-    recs: &[Rec<'_>],
-    headers: &[Header<'_>],
-    cls: &Bound<'py, PyType>,
-    template: &Bound<'py, PyDict>,
-    kd: Option<&Bound<'py, PyAny>>,
-    vd: Option<&Bound<'py, PyAny>>,
-) -> PyResult<(Bound<'py, PyList>, bool)> {
-    let k_offset = intern!(py, "offset").as_ptr();
-    let k_timestamp = intern!(py, "timestamp").as_ptr();
-    let k_key = intern!(py, "key").as_ptr();
-    let k_value = intern!(py, "value").as_ptr();
-    let k_key_size = intern!(py, "serialized_key_size").as_ptr();
-    let k_value_size = intern!(py, "serialized_value_size").as_ptr();
-    let k_headers = intern!(py, "headers").as_ptr();
-    // The batch's own template: the timestamp type is the batch's.
-    // SAFETY: copying a dict we were given.
-    let batch_template = owned(py, unsafe { ffi::PyDict_Copy(template.as_ptr()) })?;
-    let ts_type = owned(py, unsafe { ffi::PyLong_FromLong(i64::from(head.log_append) as _) })?;
-    set(batch_template.as_ptr(), intern!(py, "timestamp_type").as_ptr(), &ts_type)?;
-    let none = py.None().into_bound(py);
-    let n = recs.len();
-    // SAFETY: a new list of n empty slots, each filled below before it is read
-    // (on an early stop only the filled prefix is returned, as a new list).
-    let list = owned(py, unsafe { ffi::PyList_New(n as ffi::Py_ssize_t) })?;
-    let type_ptr = cls.as_type_ptr();
-    let mut timestamps = IntCache { last: None };
-    let mut key_sizes = IntCache { last: None };
-    let mut value_sizes = IntCache { last: None };
-    let mut header_keys: Vec<(&[u8], Bound<'py, PyAny>)> = Vec::new();
-    let empty = PyTuple::empty(py).into_any();
-    // Each record's dict is a copy of the previous record's (the first one's of the
-    // template, whose values are these), so only the fields that differ are set: with
-    // no key, no headers and repeated timestamps and sizes, two of the six (offset and
-    // value).  Each PyDict_SetItem costs about 140 instructions here.
-    let mut prev = batch_template;
-    let mut prev_ts: i64 = 0;
-    let (mut prev_key_none, mut prev_value_none, mut prev_headers) = (true, true, false);
-    let (mut prev_key_size, mut prev_value_size): (i64, i64) = (-1, -1);
-    for (i, r) in recs.iter().enumerate() {
-        let offset = owned(py, unsafe {
-            ffi::PyLong_FromLongLong(head.base_offset.wrapping_add(i64::from(r.offset_delta)))
-        })?;
-        let ts = if head.log_append { head.max_ts } else { head.first_ts.wrapping_add(r.ts_delta) };
-        let key = match r.key {
-            None => none.clone(),
-            Some(b) => {
-                let raw = bytes_of(py, b)?;
-                match kd {
-                    None => raw,
-                    Some(f) => match f.call1((raw,)) {
-                        Ok(k) => k,
-                        Err(e) => return stopped(py, &list, i, e),
-                    },
-                }
-            }
-        };
-        let value = match r.value {
-            None => none.clone(),
-            Some(b) => {
-                let raw = bytes_of(py, b)?;
-                match vd {
-                    None => raw,
-                    Some(f) => match f.call1((raw,)) {
-                        Ok(v) => v,
-                        Err(e) => return stopped(py, &list, i, e),
-                    },
-                }
-            }
-        };
-        // SAFETY: copying the previous record's dict (or the batch template), ours.
-        let d = owned(py, unsafe { ffi::PyDict_Copy(prev.as_ptr()) })?;
-        let dp = d.as_ptr();
-        set(dp, k_offset, &offset)?;
-        if ts != prev_ts {
-            set(dp, k_timestamp, &timestamps.get(py, ts)?)?;
-            prev_ts = ts;
-        }
-        if !(r.key.is_none() && prev_key_none) {
-            set(dp, k_key, &key)?;
-            prev_key_none = r.key.is_none();
-        }
-        if !(r.value.is_none() && prev_value_none) {
-            set(dp, k_value, &value)?;
-            prev_value_none = r.value.is_none();
-        }
-        let key_size = r.key.map_or(-1, |b| b.len() as i64);
-        if key_size != prev_key_size {
-            set(dp, k_key_size, &key_sizes.get(py, key_size)?)?;
-            prev_key_size = key_size;
-        }
-        let value_size = r.value.map_or(-1, |b| b.len() as i64);
-        if value_size != prev_value_size {
-            set(dp, k_value_size, &value_sizes.get(py, value_size)?)?;
-            prev_value_size = value_size;
-        }
-        if r.end_header > r.first_header {
-            let hs = &headers[r.first_header..r.end_header];
-            let mut items = Vec::with_capacity(hs.len());
-            for h in hs {
-                let hk = match header_keys.iter().find(|(k, _)| *k == h.key) {
-                    Some((_, s)) => s.clone(),
-                    None => {
-                        // SAFETY: `h.key` was checked to be UTF-8 while parsing.
-                        let s = owned(py, unsafe {
-                            ffi::PyUnicode_DecodeUTF8(
-                                h.key.as_ptr().cast(),
-                                h.key.len() as ffi::Py_ssize_t,
-                                std::ptr::null(),
-                            )
-                        })?;
-                        if header_keys.len() < 16 {
-                            header_keys.push((h.key, s.clone()));
-                        }
-                        s
-                    }
-                };
-                let hv = match h.value {
-                    None => none.clone(),
-                    Some(b) => bytes_of(py, b)?,
-                };
-                items.push(PyTuple::new(py, [hk, hv])?);
-            }
-            set(dp, k_headers, PyTuple::new(py, items)?.as_any())?;
-            prev_headers = true;
-        } else if prev_headers {
-            set(dp, k_headers, &empty)?;
-            prev_headers = false;
-        }
-        // SAFETY: `cls` is a heap type whose instances keep attributes in a dict
-        // (checked by the caller); a new instance gets `d` as that dict, and the list
-        // slot (empty until now) takes the new reference.
-        unsafe {
-            let obj = owned(py, ffi::PyType_GenericAlloc(type_ptr, 0))?;
-            if ffi::PyObject_GenericSetDict(obj.as_ptr(), dp, std::ptr::null_mut()) != 0 {
-                return Err(PyErr::fetch(py));
-            }
-            ffi::PyList_SetItem(list.as_ptr(), i as ffi::Py_ssize_t, obj.into_ptr());
-        }
-        prev = d;
-    }
-    Ok((list.cast_into::<PyList>()?, false))
 }
 
 /// The records built before a deserializer refused record `i`, and `stopped`.
@@ -392,7 +246,9 @@ fn stopped<'py>(
         return Err(err);
     }
     // SAFETY: slots 0..i are filled; the slice copies (and owns) only them.
-    let prefix = owned(py, unsafe { ffi::PyList_GetSlice(list.as_ptr(), 0, i as ffi::Py_ssize_t) })?;
+    let prefix = owned(py, unsafe {
+        ffi::PyList_GetSlice(list.as_ptr(), 0, i as ffi::Py_ssize_t)
+    })?;
     Ok((prefix.cast_into::<PyList>()?, true))
 }
 
@@ -426,4 +282,150 @@ fn as_i64(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
         return Err(PyErr::fetch(obj.py()));
     }
     Ok(v)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn build<'py>(
+    py: Python<'py>,
+    head: &crate::BatchHead,
+    recs: &[Rec<'_>],
+    headers: &[Header<'_>],
+    cls: &Bound<'py, PyType>,
+    template: &Bound<'py, PyDict>,
+    kd: Option<&Bound<'py, PyAny>>,
+    vd: Option<&Bound<'py, PyAny>>,
+) -> PyResult<(Bound<'py, PyList>, bool)> {
+    let names = [
+        intern!(py, "topic").as_ptr(),
+        intern!(py, "partition").as_ptr(),
+        intern!(py, "offset").as_ptr(),
+        intern!(py, "timestamp").as_ptr(),
+        intern!(py, "timestamp_type").as_ptr(),
+        intern!(py, "key").as_ptr(),
+        intern!(py, "value").as_ptr(),
+        intern!(py, "checksum").as_ptr(),
+        intern!(py, "serialized_key_size").as_ptr(),
+        intern!(py, "serialized_value_size").as_ptr(),
+        intern!(py, "headers").as_ptr(),
+    ];
+    let topic = template
+        .get_item("topic")?
+        .ok_or_else(|| pyo3::exceptions::PyKeyError::new_err("topic"))?;
+    let partition = template
+        .get_item("partition")?
+        .ok_or_else(|| pyo3::exceptions::PyKeyError::new_err("partition"))?;
+    let ts_type = owned(py, unsafe {
+        ffi::PyLong_FromLong(i64::from(head.log_append) as _)
+    })?;
+    let none = py.None().into_bound(py);
+    let empty = PyTuple::empty(py).into_any();
+    let n = recs.len();
+    let list = owned(py, unsafe { ffi::PyList_New(n as ffi::Py_ssize_t) })?;
+    let type_ptr = cls.as_type_ptr();
+    // SAFETY: the class's tp_new (object.__new__ for the dataclass: checked by the caller).
+    let new_fn: ffi::newfunc = unsafe {
+        let slot = ffi::PyType_GetSlot(type_ptr, ffi::Py_tp_new);
+        if slot.is_null() {
+            return Err(pyo3::exceptions::PyTypeError::new_err(
+                "the record class has no tp_new",
+            ));
+        }
+        std::mem::transmute::<*mut std::ffi::c_void, ffi::newfunc>(slot)
+    };
+    let mut timestamps = IntCache { last: None };
+    let mut key_sizes = IntCache { last: None };
+    let mut value_sizes = IntCache { last: None };
+    let mut header_keys: Vec<(&[u8], Bound<'py, PyAny>)> = Vec::new();
+    for (i, r) in recs.iter().enumerate() {
+        let offset = owned(py, unsafe {
+            ffi::PyLong_FromLongLong(head.base_offset.wrapping_add(i64::from(r.offset_delta)))
+        })?;
+        let ts = if head.log_append {
+            head.max_ts
+        } else {
+            head.first_ts.wrapping_add(r.ts_delta)
+        };
+        let timestamp = timestamps.get(py, ts)?;
+        let key = match r.key {
+            None => none.clone(),
+            Some(b) => {
+                let raw = bytes_of(py, b)?;
+                match kd {
+                    None => raw,
+                    Some(f) => match f.call1((raw,)) {
+                        Ok(k) => k,
+                        Err(e) => return stopped(py, &list, i, e),
+                    },
+                }
+            }
+        };
+        let value = match r.value {
+            None => none.clone(),
+            Some(b) => {
+                let raw = bytes_of(py, b)?;
+                match vd {
+                    None => raw,
+                    Some(f) => match f.call1((raw,)) {
+                        Ok(v) => v,
+                        Err(e) => return stopped(py, &list, i, e),
+                    },
+                }
+            }
+        };
+        let key_size = key_sizes.get(py, r.key.map_or(-1, |b| b.len() as i64))?;
+        let value_size = value_sizes.get(py, r.value.map_or(-1, |b| b.len() as i64))?;
+        let hdrs = if r.end_header > r.first_header {
+            let hs = &headers[r.first_header..r.end_header];
+            let mut items = Vec::with_capacity(hs.len());
+            for h in hs {
+                let hk = match header_keys.iter().find(|(k, _)| *k == h.key) {
+                    Some((_, s)) => s.clone(),
+                    None => {
+                        let s = owned(py, unsafe {
+                            ffi::PyUnicode_DecodeUTF8(
+                                h.key.as_ptr().cast(),
+                                h.key.len() as ffi::Py_ssize_t,
+                                std::ptr::null(),
+                            )
+                        })?;
+                        if header_keys.len() < 16 {
+                            header_keys.push((h.key, s.clone()));
+                        }
+                        s
+                    }
+                };
+                let hv = match h.value {
+                    None => none.clone(),
+                    Some(b) => bytes_of(py, b)?,
+                };
+                items.push(PyTuple::new(py, [hk, hv])?);
+            }
+            PyTuple::new(py, items)?.into_any()
+        } else {
+            empty.clone()
+        };
+        let values = [
+            &topic,
+            &partition,
+            &offset,
+            &timestamp,
+            &ts_type,
+            &key,
+            &value,
+            &none,
+            &key_size,
+            &value_size,
+            &hdrs,
+        ];
+        unsafe {
+            let obj = owned(py, new_fn(type_ptr, empty.as_ptr(), std::ptr::null_mut()))?;
+            for (name, v) in names.iter().zip(values.iter()) {
+                if ffi::PyObject_GenericSetAttr(obj.as_ptr(), *name, v.as_ptr()) != 0 {
+                    return Err(PyErr::fetch(py));
+                }
+            }
+            ffi::PyList_SetItem(list.as_ptr(), i as ffi::Py_ssize_t, obj.into_ptr());
+        }
+    }
+    Ok((list.cast_into::<PyList>()?, false))
 }
