@@ -838,7 +838,10 @@ dict copies were fewer instructions but not faster by the clock and twice the me
 (record_path_cost --wall 5, the two trees interleaved, load about 5: getmany CPU 1.08
 (1.05-1.20) s per M records with dicts, 1.02 (0.90-1.27) inline; `async for` 1.39
 (1.26-1.80) and 1.26 (1.11-1.33); tracemalloc, a 100 B record: 685 B with a dict, 337 B
-inline, 367 B on the pure path).  Of the inline path's ~5,440: making the records about
+inline, 367 B on the pure path).  Calling the class from Rust instead (its `__init__`
+runs) counted 5,624 against the inline stores' 5,455 and took 1.07 (1.01-1.32) against
+0.95 (0.92-1.20) CPU s per M records (the same command, 00:10 UTC, load about 5;
+aiokafka's getmany 1.95 (1.77-2.56)).  Of the inline path's ~5,440: making the records about
 3,100 (the eleven attribute stores 2,031, `object.__new__` 287, the bytes and ints,
 parsing about 300), the collector 763 (it visits each record's inline values), the
 metric's size reads 523 (the builder knows the sizes; handing them over needs the
