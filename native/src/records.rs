@@ -10,9 +10,11 @@
 //! stored in field order by `PyObject_GenericSetAttr` - no Python frame, no record
 //! object in between.
 //!
-//! Measured alternatives (docs/benchmarks.md): a copy of a prepared attribute dict
-//! per record, set as the instance's `__dict__`, costs about as many instructions
-//! but twice the memory (684 B a 100 B record against 338 B), and with a split dict
+//! Measured alternatives (docs/benchmarks.md): calling the class (its `__init__`
+//! runs) costs more (5,624 instructions a getmany record against 5,455, and more CPU
+//! time); a copy of a prepared attribute dict per record, set as the instance's
+//! `__dict__`, costs fewer instructions (4,045) but no less CPU time by the clock and
+//! twice the memory (684 B a 100 B record against 338 B), and with a split dict
 //! (the class's shared keys) CPython 3.11 does not specialise `record.value` in
 //! Python code, which made every attribute read about three times slower.
 //!
