@@ -814,6 +814,56 @@ before the merge) 7,423; 143db98 (the merge) 11,862; on the merged branch f11ca1
 against main's 11,495 and da67187's 7,411 in one run, the metric unchanged (without
 the count at all: 7,086).
 
+**The record path in native code** (issue 29, branch `nativerec`).  Where getmany's
+~8,090 instructions per record went on main (c156dc4; callgrind by function, inclusive,
+per record): the `ConsumerRecord` dataclass's Python `__init__`, called per record,
+1,995; reading five attributes of each aiokafka `DefaultRecord` in the sink's
+comprehension about 1,000; aiokafka's C decoder making the `DefaultRecord` (its key and
+value bytes included) 640; the delivered-bytes metric (`records_and_bytes`: two
+`list(map(attrgetter))`, `sum`, `list.count`) about 900; the cyclic collector after the
+drain 763; freeing the records the benchmark drops about 1,000; reading the socket into
+growing buffers (realloc, bytearray slices) about 470; the walker, delivery and the
+Fetch's own parsing under 100.  Now `aiogroup_native.consumer_records` parses a whole
+v2 batch and makes each record as `__init__` would leave it without running it: the
+class's `object.__new__` and the eleven fields stored by the generic `__setattr__`
+(docs/architecture.md, *The native decoder*); deserializers are called from Rust, and
+the metric sums the sizes in Rust.  getmany, instructions per record: 8,062-8,096 on
+main; 5,284 with each record's attribute dict a copy of a prepared one, set as its
+`__dict__`; 4,519 copying the previous record's dict so that only the fields that
+differ are set; 4,068 with the sizes summed in Rust and two-byte varints inline; 4,056
+with combined rather than split dicts (with split ones CPython 3.11 does not specialise
+`record.value` in Python code: three attribute reads a record took 507 ns against
+141-182 ns on pure-path records); 5,437-5,462 with the inline attributes kept.  The
+dict copies were fewer instructions but not faster by the clock and twice the memory
+(record_path_cost --wall 5, the two trees interleaved, load about 5: getmany CPU 1.08
+(1.05-1.20) s per M records with dicts, 1.02 (0.90-1.27) inline; `async for` 1.39
+(1.26-1.80) and 1.26 (1.11-1.33); tracemalloc, a 100 B record: 685 B with a dict, 337 B
+inline, 367 B on the pure path).  Calling the class from Rust instead (its `__init__`
+runs) counted 5,624 against the inline stores' 5,455 and took 1.07 (1.01-1.32) against
+0.95 (0.92-1.20) CPU s per M records (the same command, 00:10 UTC, load about 5;
+aiokafka's getmany 1.95 (1.77-2.56)).  Of the inline path's ~5,440: making the records about
+3,100 (the eleven attribute stores 2,031, `object.__new__` 287, the bytes and ints,
+parsing about 300), the collector 763 (it visits each record's inline values), the
+metric's size reads 523 (the builder knows the sizes; handing them over needs the
+consumer's metrics call to take them from the sink), freeing about 500, the socket about
+370.  `async for`: 10,273 -> 7,626.  The pure path (no module, or
+`AIOGROUP_NATIVE=0`) is unchanged; `tests/unit/test_native_records.py` and
+`tests/integration/test_record_paths.py` check both give the same records.
+
+By the clock, against the fastest peer: the throughput scenario's 100 B topic on
+Apache Kafka 4.4 reduced to the tuned configurations (1,000,000 records, the
+scenario's worker task, 5 interleaved repetitions, 2026-11-28 00:03-00:05 UTC, load
+3.2; docs/benchmarks/record-cost-nativerec.json), medians with min-max: aiogroup tuned
+on main 591,298 (458,934-682,623) records/s and 1.39 (1.34-1.45) CPU s per M records,
+this branch 827,273 (632,034-923,044) and 1.03 (1.03-1.09), confluent-kafka tuned
+735,665 (508,826-751,778) and 0.78 (0.78-0.87), its `AIOConsumer` tuned 754,292
+(467,559-772,471) and 0.76 (0.72-0.84).  Against the best peer configuration
+(`AIOConsumer`) 1.10x by median rate, at least 1.2x in 2 of the 5 repetitions (1.07x to
+1.24x, one 0.87x): the 1.2x target is met in some runs only; CPU per record 1.36x the
+peer's (1.87x on main): not met.  (An earlier run of the same command with the
+split-dict variant, load 5: this branch 800,604 against confluent-kafka tuned 637,375
+and `AIOConsumer` 452,934, CPU 0.96 against 0.90-0.91.)
+
 `async for` cost about 74,000 instructions per record on main (each step went
 through the whole read path: errors, the drain, a fresh sink, the walker, a result
 dict, the metrics' per-record rate-window entry).  A refill now builds a getmany's
@@ -872,8 +922,9 @@ getmany's median rate (the ranges overlap), by CPU time about the same; the
 instruction count, which the load does not move, still says 1.27x getmany's cost.
 
 The threshold: getmany's instructions per record at most {limit:.2f}x aiokafka's
-getmany's (da67187's tree measured 0.59x, 6eb2725's 0.92x, this branch 0.64-0.65x:
-the delivered-bytes count still costs about 1,000 instructions a record); `async for`
+getmany's - 0.70x on the pure path (da67187's tree measured 0.59x, 6eb2725's 0.92x,
+main 0.64-0.65x), 0.50x when the native record path is in use (measured 0.44x; a
+fall-back to the pure path or a new Python call per record crosses it); `async for`
 at most {afl:.2f}x getmany's per record (issue 29: `async for` >= 0.9x getmany's
 speed).  One repetition per configuration: the counts repeat within 1 %.
 """

@@ -104,6 +104,8 @@ class ColumnBuilder:
     )
 
     require_pyarrow = staticmethod(require_pyarrow)
+    #: Partly read batches go through aiokafka's records (``add_records``).
+    builds_records = False
 
     def __init__(self, *, whole_batches: bool = False) -> None:
         #: Take a record batch whole even where that passes the walker's limit (by less
@@ -135,6 +137,10 @@ class ColumnBuilder:
 
     def __len__(self) -> int:
         return self._rows + self._other
+
+    def decode_raw(self, tp: TopicPartition, data: bytes, start: int, end: int) -> list[Any] | None:
+        """Not used: ``builds_records`` is False."""
+        return None
 
     def add_raw_batch(self, tp: TopicPartition, data: bytes, start: int, end: int) -> int:
         """Append every record of the v2 batch ``data[start:end]`` (native decoder)."""

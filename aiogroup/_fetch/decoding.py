@@ -56,6 +56,7 @@ class Chunk:
         "failure",
         "next_offset",
         "pending",
+        "pending_native",
         "size",
         "spans",
         "state",
@@ -94,6 +95,9 @@ class Chunk:
         self.batch_index = 0
         #: Records of a partly read batch (C batches cannot be iterated twice).
         self.pending: Iterator[Any] | None = None
+        #: True when ``pending`` holds ``ConsumerRecord`` objects the native module
+        #: built (they weigh more than aiokafka's records: the memory budget's count).
+        self.pending_native = False
         #: Timestamp type of the pending batch; None for the legacy format, where
         #: each record carries its own.
         self.ts_type: int | None = 0

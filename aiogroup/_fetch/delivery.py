@@ -23,6 +23,7 @@ from operator import attrgetter, length_hint
 from aiokafka.errors import CorruptRecordException
 
 from aiogroup._fetch.decoding import Chunk
+from aiogroup._fetch.native import native_key_value_bytes
 from aiogroup._fetch.planning import MemoryBudget
 from aiogroup._fetch.walker import Sink, walk
 from aiogroup._state.subscription import Assignment, FetchStatus, PartitionState
@@ -39,6 +40,12 @@ _VALUE_SIZE = attrgetter("serialized_value_size")
 #: headers of its key and value bytes objects.  Measured with tracemalloc on a
 #: partly read batch of 100 B records: about 285 B a record in ~3 allocations.
 DECODED_RECORD_OVERHEAD = 200
+#: The same for the ``ConsumerRecord`` objects the native module builds (a partly
+#: read batch's records wait as those there): the object with its inline attribute
+#: values, the key and value bytes objects and the offset's int.  Measured the same
+#: way (1,000 records of 100 B, no key, no headers): 337 B a record, 227 B beyond the
+#: raw bytes (the pure path's finished ConsumerRecords: 367 B; aiokafka's records 282 B).
+NATIVE_DECODED_RECORD_OVERHEAD = 230
 
 
 def records_and_bytes(batches: Iterable[list[ConsumerRecord]]) -> tuple[int, int]:
@@ -48,9 +55,16 @@ def records_and_bytes(batches: Iterable[list[ConsumerRecord]]) -> tuple[int, int
     (``attrgetter``, ``sum``, ``list.count``): the Python function per record this
     replaced cost about 4,400 instructions a record, more than a third of getmany's
     whole record path (``python -m benchmarks.record_path_cost``, docs/benchmarks.md);
-    this costs about 1,000 (getmany 8,092 with it, 7,086 with no count at all).
+    this costs about 1,000 (getmany 8,092 with it, 7,086 with no count at all).  With
+    the native module the sum is one call per list (``key_value_bytes``).
     """
     n = nbytes = 0
+    native_sum = native_key_value_bytes()
+    if native_sum is not None:
+        for records in batches:
+            n += len(records)
+            nbytes += native_sum(records)
+        return n, nbytes
     for records in batches:
         keys = list(map(_KEY_SIZE, records))
         values = list(map(_VALUE_SIZE, records))
@@ -132,7 +146,11 @@ class Delivery:
         pending = None if chunk is None else chunk.pending
         now = 0
         if pending is not None:
-            per_record = DECODED_RECORD_OVERHEAD + self._raw_per_record.get(tp, 0)
+            assert chunk is not None
+            overhead = (
+                NATIVE_DECODED_RECORD_OVERHEAD if chunk.pending_native else DECODED_RECORD_OVERHEAD
+            )
+            per_record = overhead + self._raw_per_record.get(tp, 0)
             now = length_hint(pending) * per_record
         before = self._decoded.get(tp, 0)
         if now != before:

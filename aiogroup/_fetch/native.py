@@ -7,9 +7,13 @@ fetched bytes (CRC-32C, codec, varints) straight into the buffers of the Arrow
 columns; this module wraps those buffers into a ``pyarrow.RecordBatch`` without
 copying them.
 
+The record path uses it too (``native_records``): a whole v2 batch becomes its
+``ConsumerRecord`` objects in one call, without aiokafka's record objects and without
+the dataclass's Python ``__init__`` per record (``aiogroup._fetch.walker.RecordSink``).
+
 It is optional: without the module (no Rust toolchain at install time), or with
 ``AIOGROUP_NATIVE=0`` in the environment, every batch takes the pure-Python path,
-which gives the same RecordBatch.
+which gives the same RecordBatch and the same records.
 """
 
 from __future__ import annotations
@@ -19,10 +23,22 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from aiogroup.structs import ConsumerRecord, TopicPartition
+
 if TYPE_CHECKING:
     import pyarrow
 
-__all__ = ["NativeDecoder", "native_crc", "native_decoder", "native_error", "record_batch"]
+__all__ = [
+    "NativeDecoder",
+    "NativeRecords",
+    "native_crc",
+    "native_decoder",
+    "native_error",
+    "native_key_value_bytes",
+    "native_records",
+    "record_batch",
+    "record_template",
+]
 
 
 class NativeDecoder(Protocol):
@@ -79,6 +95,69 @@ def native_crc() -> Callable[[bytes, int, int], bool] | None:
     """
     mod = _enabled()
     return None if mod is None else mod.crc_ok
+
+
+class NativeRecords(Protocol):
+    """``aiogroup_native.consumer_records``: a whole v2 batch as ``ConsumerRecord`` objects."""
+
+    def __call__(
+        self,
+        data: bytes,
+        start: int,
+        end: int,
+        cls: type[ConsumerRecord[Any, Any]],
+        template: dict[str, Any],
+        key_deserializer: Callable[[bytes], Any] | None = None,
+        value_deserializer: Callable[[bytes], Any] | None = None,
+        check_crc: bool = False,
+    ) -> tuple[list[ConsumerRecord[Any, Any]], bool]:
+        """The records of ``data[start:end]`` and whether a deserializer stopped it.
+
+        Stopped: the records before the refused one (the caller reads that one again
+        through the Python path).  Raises ``DecodeError`` on a malformed batch, having
+        built nothing.
+        """
+        ...
+
+
+def native_records() -> NativeRecords | None:
+    """The native record builder, or None (no module, an older build, ``AIOGROUP_NATIVE=0``).
+
+    It makes instances of ``ConsumerRecord`` with the class's ``object.__new__`` and
+    stores the eleven fields with the generic ``__setattr__``, as ``__init__`` would, so
+    the class must not define ``__new__`` or ``__setattr__`` (nor a base but object)
+    and must keep its attributes in a ``__dict__``: true of aiokafka's dataclass;
+    checked here, so that another aiokafka cannot be mis-built silently.
+    """
+    mod = _enabled()
+    build = getattr(mod, "consumer_records", None)
+    if build is None or not _plain_class(ConsumerRecord):
+        return None
+    records: NativeRecords = build
+    return records
+
+
+def native_key_value_bytes() -> Callable[[list[ConsumerRecord[Any, Any]]], int] | None:
+    """``key_value_bytes(records)``: their key + value bytes (a -1 size counts 0), or None."""
+    fn: Callable[[list[ConsumerRecord[Any, Any]]], int] | None = getattr(
+        _enabled(), "key_value_bytes", None
+    )
+    return fn
+
+
+def _plain_class(cls: type) -> bool:
+    own = cls.__mro__[:-1]  # everything but object
+    return (
+        all("__new__" not in c.__dict__ and "__setattr__" not in c.__dict__ for c in own)
+        and "__slots__" not in cls.__dict__
+        and "__dict__" in cls.__dict__
+    )
+
+
+def record_template(tp: TopicPartition) -> dict[str, Any]:
+    """What every record of partition ``tp`` shares, for ``consumer_records``: the topic
+    and partition objects (one of each for all the records, as on the pure path)."""
+    return {"topic": tp.topic, "partition": tp.partition}
 
 
 def native_error() -> type[Exception]:

@@ -7,7 +7,8 @@ instructions per record is the difference over the difference in records.  The
 counts do not move with the machine's load (three runs of the same tree agreed
 within 0.5 %), so one repetition is enough and the verdict is a ratio to aiokafka's
 getmany measured in the same run, against a stated threshold
-(``record_path_cost.GETMANY_RATIO_LIMIT``, ``ASYNC_FOR_RATIO_LIMIT``).
+(``record_path_cost.GETMANY_RATIO_LIMIT``, ``ASYNC_FOR_RATIO_LIMIT``; with the native
+record path ``GETMANY_RATIO_LIMIT_NATIVE``, recorded in the section as ``native_records``).
 """
 
 from __future__ import annotations
@@ -28,13 +29,18 @@ TITLE = "Record path cost per record (instructions, callgrind)"
 
 async def run(ctx: Context) -> dict[str, Any]:
     small, large = (10_000, 50_000) if ctx.plan.quick else (20_000, 100_000)
+    native = rpc.native_record_path()
     limits = {
-        "getmany_vs_aiokafka": rpc.GETMANY_RATIO_LIMIT,
+        "getmany_vs_aiokafka": rpc.getmany_ratio_limit(),
         "async_for_vs_getmany": rpc.ASYNC_FOR_RATIO_LIMIT,
     }
     if shutil.which("valgrind") is None:
         missing = {"status": "unavailable", "error": "valgrind is not installed"}
-        return {"configs": {"aiogroup/getmany": missing}, "limits": limits}
+        return {
+            "configs": {"aiogroup/getmany": missing},
+            "limits": limits,
+            "native_records": native,
+        }
     topics = {
         n: (await ctx.dataset("100B", rpc.PARTITIONS, records=n)).topic for n in (small, large)
     }
@@ -49,6 +55,7 @@ async def run(ctx: Context) -> dict[str, Any]:
         "small": small,
         "large": large,
         "limits": limits,
+        "native_records": native,
         "measured_on": _measured_on(),
         "configs": configs,
     }

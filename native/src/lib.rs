@@ -18,6 +18,7 @@ use std::io::Read;
 
 mod lz4_frame;
 mod pool;
+mod records;
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
@@ -69,7 +70,29 @@ impl<'a> Cursor<'a> {
     }
 
     /// A zigzag varint of at most `max_bytes` bytes (5 for int32, 10 for int64).
+    #[inline]
     fn varlong(&mut self, what: &str, max_bytes: usize) -> Res<i64> {
+        // Most varints of a batch (lengths, deltas, header counts) take one or two
+        // bytes (a 100 B record's length and value length take two).
+        if let Some(&b0) = self.buf.get(self.pos) {
+            if b0 & 0x80 == 0 {
+                self.pos += 1;
+                let raw = u64::from(b0);
+                return Ok(((raw >> 1) as i64) ^ -((raw & 1) as i64));
+            }
+            if let Some(&b1) = self.buf.get(self.pos + 1) {
+                if b1 & 0x80 == 0 && max_bytes >= 2 {
+                    self.pos += 2;
+                    let raw = u64::from(b0 & 0x7f) | (u64::from(b1) << 7);
+                    return Ok(((raw >> 1) as i64) ^ -((raw & 1) as i64));
+                }
+            }
+        }
+        self.varlong_slow(what, max_bytes)
+    }
+
+    #[inline(never)]
+    fn varlong_slow(&mut self, what: &str, max_bytes: usize) -> Res<i64> {
         let mut raw: u64 = 0;
         let mut shift = 0u32;
         for i in 0..max_bytes {
@@ -90,12 +113,14 @@ impl<'a> Cursor<'a> {
         Err(format!("bad varint ({what}): longer than {max_bytes} bytes"))
     }
 
+    #[inline]
     fn varint(&mut self, what: &str) -> Res<i32> {
         let v = self.varlong(what, 5)?;
         i32::try_from(v).map_err(|_| format!("bad varint ({what}): {v} is out of int32 range"))
     }
 
     /// Nullable bytes: a varint length (-1 = null) and that many bytes.
+    #[inline]
     fn bytes(&mut self, what: &str) -> Res<Option<&'a [u8]>> {
         let n = self.varint(what)?;
         if n == -1 {
@@ -119,6 +144,59 @@ fn be_u32(b: &[u8], at: usize) -> u32 {
 }
 fn be_i64(b: &[u8], at: usize) -> i64 {
     i64::from_be_bytes(b[at..at + 8].try_into().unwrap())
+}
+
+/// What decoding needs from a v2 batch header.
+pub(crate) struct BatchHead {
+    pub(crate) base_offset: i64,
+    pub(crate) first_ts: i64,
+    pub(crate) max_ts: i64,
+    pub(crate) count: usize,
+    pub(crate) codec: i16,
+    /// Timestamp type 1 (log append time): every record takes the batch's max timestamp.
+    pub(crate) log_append: bool,
+}
+
+/// The header of the v2 batch `batch` (exactly one batch), its length, magic and
+/// (when `check_crc`) CRC-32C checked; the error "CRC" is a CRC mismatch.
+pub(crate) fn batch_head(batch: &[u8], check_crc: bool) -> Res<BatchHead> {
+    if batch.len() < HEADER_LEN {
+        return Err(format!(
+            "truncated: a v2 batch header is {HEADER_LEN} bytes, got {}",
+            batch.len()
+        ));
+    }
+    let batch_length = be_i32(batch, 8);
+    if batch_length < 0 || batch_length as usize + 12 != batch.len() {
+        return Err(format!(
+            "batch length {batch_length} does not match the {} bytes given",
+            batch.len().saturating_sub(12)
+        ));
+    }
+    let magic = batch[16];
+    if magic != 2 {
+        return Err(format!("magic byte {magic}, only v2 batches are decoded natively"));
+    }
+    if check_crc {
+        let want = be_u32(batch, 17);
+        let got = ::crc32c::crc32c(&batch[CRC_START..]);
+        if want != got {
+            return Err("CRC".to_string());
+        }
+    }
+    let attrs = be_i16(batch, 21);
+    let count = be_i32(batch, 57);
+    if count < 0 {
+        return Err(format!("negative record count {count}"));
+    }
+    Ok(BatchHead {
+        base_offset: be_i64(batch, 0),
+        first_ts: be_i64(batch, 27),
+        max_ts: be_i64(batch, 35),
+        count: count as usize,
+        codec: attrs & 0x07,
+        log_append: attrs & 0x08 != 0,
+    })
 }
 
 /// A growing Arrow binary/string column: int32 offsets, data, validity bitmap.
@@ -288,42 +366,13 @@ impl BatchDecoder {
     }
 
     fn decode(&mut self, batch: &[u8], topic_i: i32, partition: i32, check_crc: bool) -> Res<usize> {
-        if batch.len() < HEADER_LEN {
-            return Err(format!(
-                "truncated: a v2 batch header is {HEADER_LEN} bytes, got {}",
-                batch.len()
-            ));
-        }
-        let batch_length = be_i32(batch, 8);
-        if batch_length < 0 || batch_length as usize + 12 != batch.len() {
-            return Err(format!(
-                "batch length {batch_length} does not match the {} bytes given",
-                batch.len().saturating_sub(12)
-            ));
-        }
-        let magic = batch[16];
-        if magic != 2 {
-            return Err(format!("magic byte {magic}, only v2 batches are decoded natively"));
-        }
-        if check_crc {
-            let want = be_u32(batch, 17);
-            let got = ::crc32c::crc32c(&batch[CRC_START..]);
-            if want != got {
-                return Err("CRC".to_string());
-            }
-        }
-        let base_offset = be_i64(batch, 0);
-        let attrs = be_i16(batch, 21);
-        let first_ts = be_i64(batch, 27);
-        let max_ts = be_i64(batch, 35);
-        let count = be_i32(batch, 57);
-        if count < 0 {
-            return Err(format!("negative record count {count}"));
-        }
-        let log_append = attrs & 0x08 != 0;
+        let head = batch_head(batch, check_crc)?;
+        let (base_offset, first_ts, max_ts, count) =
+            (head.base_offset, head.first_ts, head.max_ts, head.count);
+        let log_append = head.log_append;
         let ts_type = i32::from(log_append);
+        let codec = head.codec;
         let body = &batch[HEADER_LEN..];
-        let codec = attrs & 0x07;
         SCRATCH.with(|cell| {
             let mut scratch = cell.take();
             let result = (|| {
@@ -334,7 +383,7 @@ impl BatchDecoder {
                     &scratch[..n]
                 };
                 self.records(
-                    records, count as usize, base_offset, first_ts, max_ts, log_append, ts_type,
+                    records, count, base_offset, first_ts, max_ts, log_append, ts_type,
                     topic_i, partition,
                 )
             })();
@@ -628,6 +677,8 @@ fn aiogroup_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(crc32c_of, m)?)?;
     m.add_function(wrap_pyfunction!(crc_ok, m)?)?;
     m.add_function(wrap_pyfunction!(pooled_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(records::consumer_records, m)?)?;
+    m.add_function(wrap_pyfunction!(records::key_value_bytes, m)?)?;
     m.add("DecodeError", m.py().get_type::<DecodeError>())?;
     Ok(())
 }

@@ -13,6 +13,7 @@ from aiokafka.record.util import calc_crc32c
 
 from aiogroup._fetch import delivery
 from aiogroup._fetch.fetcher import Chunk, Fetcher, split_batches
+from aiogroup._fetch.native import native_records
 from aiogroup._fetch.walker import RecordSink, walk
 from aiogroup._state.subscription import PartitionState, SubscriptionState
 from aiogroup.config import ConsumerConfig
@@ -22,6 +23,19 @@ TOPIC = "t"
 _ATTR_POS = 21  # baseOffset(8) length(4) leaderEpoch(4) magic(1) crc(4)
 _TRANSACTIONAL = 0x10
 _CONTROL = 0x20
+
+
+#: The record path both ways: the native module's (when it is built) and the pure one.
+RECORD_PATHS = ["pure", *(["native"] if native_records() is not None else [])]
+
+
+@pytest.fixture(autouse=True, params=RECORD_PATHS)
+def record_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test here runs on both record paths (``AIOGROUP_NATIVE``)."""
+    path: str = request.param
+    monkeypatch.setenv("AIOGROUP_NATIVE", "1" if path == "native" else "0")
+    assert (RecordSink(None, None).takes_raw) is (path == "native")
+    return path
 
 
 def batch_bytes(
@@ -83,6 +97,7 @@ def make_chunk(
         end_offset=batches[-1].next_offset if end is None else end,
         check_crcs=True,
         aborted=aborted,
+        data=data,  # as the fetcher gives it: the native module reads the bytes
     )
 
 
@@ -243,14 +258,22 @@ async def test_buffer_accounting_releases_delivered_chunks() -> None:
     assert fetcher.buffered_partitions() == frozenset()
 
 
-async def test_decoded_records_of_a_partly_read_batch_count_against_the_bound() -> None:
+async def test_decoded_records_of_a_partly_read_batch_count_against_the_bound(
+    record_path: str,
+) -> None:
     """A batch cut by max_records is decoded whole and kept: its records are memory too."""
     fetcher, _, tps = await _fetcher_with(2, 50)
     got = await fetcher.fetched_records((), 0, max_records=10)
     assert sorted(len(r) for r in got.values()) == [5, 5]
-    # 45 decoded records wait in each partition's batch: counted until handed out.
+    # 45 decoded records wait in each partition's batch: counted until handed out (the
+    # native module's ConsumerRecords weigh more than aiokafka's records).
     decoded = fetcher._budget.decoded
-    assert decoded >= 2 * 45 * delivery.DECODED_RECORD_OVERHEAD
+    overhead = (
+        delivery.NATIVE_DECODED_RECORD_OVERHEAD
+        if record_path == "native"
+        else delivery.DECODED_RECORD_OVERHEAD
+    )
+    assert 2 * 45 * overhead <= decoded < 2 * 45 * (overhead + 100)
     assert fetcher.peak_bytes >= fetcher.buffered_bytes + decoded
     await fetcher.fetched_records([tps[0]], 0)
     assert 0 < fetcher._budget.decoded < decoded  # tps[0]'s went out

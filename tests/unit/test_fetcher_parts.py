@@ -14,6 +14,7 @@ from aiokafka.errors import RequestTimedOutError, TopicAuthorizationFailedError
 from aiogroup._fetch.arrow import ColumnBuilder, records_to_arrow
 from aiogroup._fetch.decoding import Chunk, split_batches
 from aiogroup._fetch.fetcher import Fetcher
+from aiogroup._fetch.native import native_records
 from aiogroup._fetch.planning import (
     COPIES_WHILE_HANDLED,
     FIRST_COPIES,
@@ -40,6 +41,19 @@ from aiogroup.errors import (
 )
 from aiogroup.structs import TopicPartition
 from tests.unit.test_fetcher_delivery import batch_bytes, make_chunk, take_all
+
+#: The record path both ways: the native module's (when it is built) and the pure one.
+RECORD_PATHS = ["pure", *(["native"] if native_records() is not None else [])]
+
+
+@pytest.fixture(autouse=True, params=RECORD_PATHS)
+def record_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test here runs on both record paths (``AIOGROUP_NATIVE``)."""
+    path: str = request.param
+    monkeypatch.setenv("AIOGROUP_NATIVE", "1" if path == "native" else "0")
+    assert (RecordSink(None, None).takes_raw) is (path == "native")
+    return path
+
 
 TP = TopicPartition("t", 0)
 MiB = 1 << 20
