@@ -1124,6 +1124,104 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, str]]:
         )
     )
     rows.extend(record_cost_targets(sc.get("record-cost", {})))
+    rows.extend(record_path_targets(results))
+    return rows
+
+
+#: Issue 29's record-path targets are judged on every payload of the throughput scenario.
+RECORD_PATH_PAYLOADS = ("100B", "1KiB", "100B-lz4", "100B-zstd")
+#: The peers' configurations the fastest one is picked from (median records/s).
+PEER_CONFIGS = (
+    "aiokafka/defaults",
+    "aiokafka/tuned",
+    "kafka-python/defaults",
+    "kafka-python/tuned",
+    "confluent/defaults",
+    "confluent/tuned",
+    "confluent-aio/defaults",
+    "confluent-aio/tuned",
+)
+
+
+def _spread(cfg: dict[str, Any] | None, metric: str) -> tuple[float, float, float] | None:
+    """(median, min, max) of a configuration's metric, or None."""
+    if not cfg or cfg.get("status") != "ok":
+        return None
+    s = cfg.get("summary", {}).get(metric)
+    if s is None:
+        return None
+    return float(s["median"]), float(s["min"]), float(s["max"])
+
+
+def _at_least(
+    mine: tuple[float, float, float], ref: tuple[float, float, float], factor: float
+) -> str:
+    """Verdict of ``mine >= factor x ref``: met only if every run was (worst vs best)."""
+    if mine[1] >= factor * ref[2]:
+        return "**met** (every run)"
+    if mine[0] >= factor * ref[0]:
+        return "**not met**: met at the median, not in every run (ranges overlap)"
+    return "**not met**"
+
+
+def record_path_targets(results: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """Issue 29's rows, per broker and payload: getmany against the fastest peer (rate
+    and CPU per record) and getmany_arrow against the raw Fetch ceiling."""
+    rows: list[tuple[str, str, str]] = []
+    brokers = normalize(results)["brokers"]
+    for key in _ordered(brokers):
+        name = brokers[key].get("name") or key
+        payloads = brokers[key].get("scenarios", {}).get("throughput", {}).get("payloads", {})
+        for payload in RECORD_PATH_PAYLOADS:
+            configs = payloads.get(payload, {}).get("configs", {})
+            mine_name = max(
+                ("aiogroup/defaults", "aiogroup/tuned"),
+                key=lambda n: _median(configs.get(n), "records_per_s") or 0.0,
+            )
+            mine = _spread(configs.get(mine_name), "records_per_s")
+            peers = [n for n in PEER_CONFIGS if _spread(configs.get(n), "records_per_s")]
+            if mine is None or not peers:
+                continue
+            peer_name = max(peers, key=lambda n: _median(configs.get(n), "records_per_s") or 0.0)
+            peer = _spread(configs.get(peer_name), "records_per_s")
+            assert peer is not None
+            rows.append(
+                (
+                    f"{name}, {payload}: getmany records/s >= 1.2x the fastest peer's best "
+                    "configuration (issue 29)",
+                    f"{mine[0] / peer[0]:.2f}x at the median ({mine_name} {_fmt(mine[0], 0)} "
+                    f"({_fmt(mine[1], 0)}-{_fmt(mine[2], 0)}) vs {peer_name} {_fmt(peer[0], 0)} "
+                    f"({_fmt(peer[1], 0)}-{_fmt(peer[2], 0)}))",
+                    _at_least(mine, peer, 1.2),
+                )
+            )
+            mine_cpu = _spread(configs.get(mine_name), "cpu_s")
+            peer_cpu = _spread(configs.get(peer_name), "cpu_s")
+            if mine_cpu and peer_cpu:
+                neg_mine = (-mine_cpu[0], -mine_cpu[2], -mine_cpu[1])
+                neg_peer = (-peer_cpu[0], -peer_cpu[2], -peer_cpu[1])
+                rows.append(
+                    (
+                        f"{name}, {payload}: getmany CPU seconds per record <= that peer's "
+                        "(issue 29)",
+                        f"{mine_cpu[0]:.2f} ({mine_cpu[1]:.2f}-{mine_cpu[2]:.2f}) vs "
+                        f"{peer_cpu[0]:.2f} ({peer_cpu[1]:.2f}-{peer_cpu[2]:.2f}) CPU s for the "
+                        "same records",
+                        _at_least(neg_mine, neg_peer, 1.0),
+                    )
+                )
+            arrow = _spread(configs.get("aiogroup/arrow"), "records_per_s")
+            raw = _spread(configs.get("raw-fetch"), "records_per_s")
+            if arrow and raw and payload in ("100B", "1KiB"):
+                rows.append(
+                    (
+                        f"{name}, {payload}: getmany_arrow >= 0.5x the raw Fetch ceiling "
+                        "(issue 29)",
+                        f"{arrow[0] / raw[0]:.2f}x at the median ({_fmt(arrow[0], 0)} vs "
+                        f"{_fmt(raw[0], 0)} records/s)",
+                        _at_least(arrow, raw, 0.5),
+                    )
+                )
     return rows
 
 
@@ -1163,7 +1261,9 @@ def targets_md(results: dict[str, Any]) -> str:
         "\n## Where aiogroup stands\n\n"
         "Targets from issue 5, checked against the numbers below (medians; throughput, "
         f"rebalance and slow listener from the {_primary_broker(results, 'throughput')} "
-        "rows).\n\n"
+        "rows), then issue 29's record-path targets per broker and payload, judged by "
+        "median with (min-max): met only where the worst run of aiogroup beats the best "
+        "run of the reference.\n\n"
         "| target | measured | verdict |\n|---|---|---|\n"
     ]
     for target, measured, verdict in targets(results):

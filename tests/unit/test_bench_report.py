@@ -296,3 +296,32 @@ def test_record_cost_guard_judges_ratios_against_the_stated_thresholds(tmp_path:
     assert "## Record path cost per record" in text and "d3364ad" in text
     assert "| aiogroup/getmany | 11,500 | 0.92x | <= 0.60x aiokafka getmany | **not met** |" in text
     assert [v for _, _, v in report.record_cost_targets({})] == ["not measured"] * 2
+
+
+def _spread_cfg(median: float, low: float, high: float, cpu: float) -> dict[str, Any]:
+    return {
+        "status": "ok",
+        "runs": [],
+        "summary": {
+            "records_per_s": {"median": median, "min": low, "max": high, "n": 3},
+            "cpu_s": {"median": cpu, "min": cpu, "max": cpu, "n": 3},
+        },
+    }
+
+
+def test_record_path_targets_are_met_only_where_every_run_beats_the_fastest_peer() -> None:
+    results = _broker_results("kafka", "Apache Kafka", 1.0, "now")
+    configs = results["brokers"]["kafka"]["scenarios"]["throughput"]["payloads"]["100B"]["configs"]
+    configs["confluent-aio/tuned"] = _spread_cfg(650_000, 600_000, 680_000, 0.8)
+
+    def verdicts(low: float, median: float, high: float, cpu: float) -> list[str]:
+        configs["aiogroup/tuned"] = _spread_cfg(median, low, high, cpu)
+        rows = report.record_path_targets(results)
+        assert "confluent-aio/tuned" in rows[0][1]  # the fastest peer, not aiokafka
+        return [v for _, _, v in rows[:2]]
+
+    # Every run at least 1.2x the peer's best run, and less CPU in every run.
+    assert verdicts(820_000, 850_000, 900_000, 0.7) == ["**met** (every run)"] * 2
+    # 1.2x at the median, but the worst run is not: ranges overlap.
+    assert verdicts(700_000, 800_000, 900_000, 0.7)[0].startswith("**not met**: met at the median")
+    assert verdicts(550_000, 600_000, 700_000, 0.9) == ["**not met**"] * 2
