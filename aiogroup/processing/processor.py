@@ -31,7 +31,7 @@ import inspect
 import logging
 import time
 import types
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from aiogroup._support.timeouts import wait_for
@@ -42,7 +42,7 @@ from aiogroup.processing.dead_letter_sender import DeadLetterSender
 from aiogroup.processing.errors import ProcessingError
 from aiogroup.processing.handler_calls import HandlerCalls, check_handler
 from aiogroup.processing.retry import RetryPolicy
-from aiogroup.processing.scheduler import ORDERINGS, Ordering, Scheduler, Work, lane_of
+from aiogroup.processing.scheduler import ORDERINGS, Ordering, Scheduler, Work
 from aiogroup.processing.tracker import CommitPoint, PartitionTracker
 from aiogroup.structs import ConsumerRecord, OffsetAndMetadata, TopicPartition
 
@@ -354,6 +354,8 @@ class Processor:
                 self._dispatch()
 
     def _accept(self, batch: Mapping[TopicPartition, list[ConsumerRecord]]) -> None:
+        ordering = self._ordering
+        sched = self._sched
         for tp, records in batch.items():
             tracker = self._trackers.get(tp)
             if tracker is None or tp in self._revoking:
@@ -361,28 +363,41 @@ class Processor:
                 # nothing of it past its first unfinished record, so nothing is lost.
                 log.debug("dropping %d record(s) of %s: not (or no longer) ours", len(records), tp)
                 continue
+            # Per record only what differs by record; the lane is computed inline (the
+            # same as lane_of) and the scheduler takes the partition's records at once.
+            received = tracker.received
+            works: list[Work] = []
+            add = works.append
             for record in records:
-                if not tracker.received(record.offset):
+                offset = record.offset
+                if not received(offset):
                     self._skipped += 1
                     continue
                 key = record.key
-                if self._ordering == "key" and key is None and not self._warned_null_key:
-                    self._warned_null_key = True
-                    log.warning(
-                        "ordering='key': records without a key (first: %s[%d]@%d) are "
-                        "processed in partition order among themselves",
-                        tp.topic,
-                        tp.partition,
-                        record.offset,
-                    )
-                nbytes = (
-                    max(0, record.serialized_key_size)
-                    + max(0, record.serialized_value_size)
-                    + RECORD_OVERHEAD
-                )
-                lane = lane_of(self._ordering, tp, key, record.offset)
-                self._sched.add(Work(tp, record.offset, lane, record, nbytes))
+                if ordering == "key":
+                    if key is None and not self._warned_null_key:
+                        self._warn_null_key(tp, offset)
+                    lane: Hashable = (tp, key)
+                elif ordering == "partition":
+                    lane = tp
+                else:
+                    lane = (tp, offset, None)
+                ksize = record.serialized_key_size
+                vsize = record.serialized_value_size
+                nbytes = (ksize if ksize > 0 else 0) + (vsize if vsize > 0 else 0) + RECORD_OVERHEAD
+                add(Work(tp, offset, lane, record, nbytes))
+            sched.add_many(tp, works)
         self._dispatch()
+
+    def _warn_null_key(self, tp: TopicPartition, offset: int) -> None:
+        self._warned_null_key = True
+        log.warning(
+            "ordering='key': records without a key (first: %s[%d]@%d) are "
+            "processed in partition order among themselves",
+            tp.topic,
+            tp.partition,
+            offset,
+        )
 
     def _dispatch(self) -> None:
         if self._failure is not None:
