@@ -203,7 +203,11 @@ class Processor:
             raise RuntimeError("Processor.run() can be called once")
         self._running = True
         loop = asyncio.get_running_loop()
-        self._loop_time = loop.time
+        # asyncio's own loop.time() is time.monotonic() behind a Python-level method:
+        # the C function itself saves a call per record (another loop keeps its own).
+        self._loop_time = (
+            time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time
+        )
         self._done = loop.create_future()
         consumer = self._consumer
         hooks = consumer._rebalance_hooks
@@ -416,27 +420,6 @@ class Processor:
             work.started = loop.time()
             self._tasks[work] = loop.create_task(self._work(work), name="aiogroup-handler")
 
-    def _next_work(self) -> Work | None:
-        """The record a handler task that just finished one goes on with, if any may start.
-
-        The same rules as :meth:`_dispatch` (nothing after stop or a failure, nothing
-        past the client-side session deadline), one record: the slot just freed.  Runs
-        once per record, so it reads the deadline and the clock once and calls nothing
-        it can inline (at concurrency 1000 the loop is CPU-bound: every call counts).
-        """
-        if self._failure is not None or self._stop_event.is_set():
-            return None
-        now = self._loop_time()
-        subscription = self._consumer._subscription
-        if subscription is not None:
-            until = subscription.membership_valid_until
-            if until is not None and now >= until:
-                return None
-        work = self._sched.take_one()
-        if work is not None:
-            work.started = now
-        return work
-
     async def _work(self, work: Work) -> None:
         """A handler task: ``work``, then the next record released, until none is ready.
 
@@ -447,20 +430,29 @@ class Processor:
         still reaches exactly one record: :meth:`_drain` cancels the task only while it
         runs a record of the partitions drained (``_tasks`` maps the record to its task).
 
-        The common case - an async handler, no per-record timeout, the first attempt
-        succeeds - is awaited right here, not through :meth:`_handle`: a coroutine per
-        record and a frame more on every resume of the handler were a fifth of the
-        processor's own cost per record at concurrency 1000 (callgrind).  A failed
-        first attempt goes on in :meth:`_handle` (retries, dead letter, stop).
+        This is the per-record path, and at concurrency 1000 the loop is CPU-bound, so
+        it is written flat: the common case - an async handler, no per-record timeout,
+        the first attempt succeeds - is awaited right here rather than through
+        :meth:`_handle` (a coroutine per record and a frame more on every resume), and
+        :meth:`_finish`, the next record's take (the rules of :meth:`_dispatch`: nothing
+        after stop or a failure, nothing past the client-side session deadline) and
+        :meth:`_wake_reader` are inlined.  A failed first attempt goes on in
+        :meth:`_handle` (retries, dead letter, stop).
         """
         task = asyncio.current_task()
         assert task is not None
         tasks = self._tasks
         sched = self._sched
+        trackers = self._trackers
+        progress = self._progress
+        stop = self._stop_event
+        room = self._room
+        clock = self._loop_time
+        consumer = self._consumer
+        half_queue = self._queue_limit // 2
+        half_bytes = self._buffer_limit // 2
         handler = self._handler if self._direct else None
-        next_work: Work | None = work
-        while next_work is not None:
-            work = next_work
+        while True:
             try:
                 try:
                     if handler is None:
@@ -473,7 +465,13 @@ class Processor:
                         except Exception as exc:
                             await self._handle(work, exc)
                         else:
-                            self._finish(work)
+                            # _finish, inline.
+                            self._finished += 1
+                            if progress is not None:
+                                progress.set()
+                            tracker = trackers.get(work.tp)
+                            if tracker is not None:
+                                tracker.finished_if_pending(work.offset)
                 finally:
                     tasks.pop(work, None)
                     sched.done(work)
@@ -482,14 +480,31 @@ class Processor:
             except asyncio.CancelledError:
                 # Cancelled by a drain (or the loop's end): this task stops; the slot
                 # goes to a new task unless the processor is stopping.
-                if not self._stop_event.is_set():
+                if not stop.is_set():
                     self._dispatch()
                 self._wake_reader()
                 raise
-            next_work = self._next_work()
-            if next_work is not None:
-                tasks[next_work] = task
-            self._wake_reader()
+            # The next record for this slot, by the rules of _dispatch.
+            next_work = None
+            if self._failure is None and not stop.is_set():
+                now = clock()
+                subscription = consumer._subscription
+                until = None if subscription is None else subscription.membership_valid_until
+                if until is None or now < until:
+                    next_work = sched.take_one()
+                    if next_work is not None:
+                        next_work.started = now
+                        tasks[next_work] = task
+            # _wake_reader, inline: once set, the event stays set until the read loop
+            # waits again, so the records ending meanwhile stop at the first test.
+            if not room.is_set() and (
+                len(sched.in_flight) < sched.concurrency
+                or (sched.queued <= half_queue and sched.queued_bytes <= half_bytes)
+            ):
+                room.set()
+            if next_work is None:
+                return
+            work = next_work
 
     def _full(self) -> bool:
         """The queue holds what the handlers can take soon, or all the memory it may.

@@ -147,8 +147,17 @@ class Scheduler:
         self._busy.add(key)
         self.in_flight.add(work)
         self.queued -= 1
-        self.queued_bytes -= work.nbytes
-        self._unwait(work)
+        nbytes = work.nbytes
+        self.queued_bytes -= nbytes
+        # _unwait, inline (this runs once per record started).
+        tp = work.tp
+        left = self.waiting_by_tp[tp] - 1
+        if left:
+            self.waiting_by_tp[tp] = left
+            self._bytes_by_tp[tp] -= nbytes
+        else:
+            del self.waiting_by_tp[tp]
+            del self._bytes_by_tp[tp]
         return work
 
     def done(self, work: Work) -> None:
