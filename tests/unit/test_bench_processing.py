@@ -85,3 +85,12 @@ def test_the_ceiling_runs_the_handler_on_every_record_at_the_concurrency() -> No
     assert result["complete"] and result["finished"] == 50
     assert sorted(seen) == list(range(50))
     assert most == 7
+
+
+def test_the_cost_childs_processor_and_ceiling_finish_every_record() -> None:
+    """benchmarks.processing_cost counts between marks; what it counts must be the work."""
+    from benchmarks import processing_cost
+
+    for mode in ("processor", "ceiling"):
+        got = asyncio.run(processing_cost._child(mode, 20, 300))
+        assert got["finished"] == 300, mode
