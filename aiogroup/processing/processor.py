@@ -179,7 +179,10 @@ class Processor:
         self._work_waiters = 0
         self._dead_letters: DeadLetterSender | None = None
         self._failure: ProcessingError | None = None
-        self._stop_event = asyncio.Event()
+        #: Set once by stop(), a failure or the shutdown: nothing starts after it.  A
+        #: plain flag (nothing awaits it; the read loop waits on ``_room``), read once
+        #: per record.
+        self._stopping = False
         #: Set when the waiting records fell to half the queue bound (or on stop).
         self._room = asyncio.Event()
         self._running = False
@@ -242,7 +245,7 @@ class Processor:
 
         Before ``run()``: that ``run()`` then returns at once.
         """
-        self._stop_event.set()
+        self._stopping = True
         self._room.set()
         if self._done is not None:
             await asyncio.shield(self._done)
@@ -319,7 +322,7 @@ class Processor:
 
     async def _read_loop(self) -> None:
         consumer = self._consumer
-        while not self._stop_event.is_set() and self._failure is None:
+        while not self._stopping and self._failure is None:
             self._update_pauses()
             timeout_ms = 100
             if self._trackers and (
@@ -370,11 +373,17 @@ class Processor:
             # Per record only what differs by record; the lane is computed inline (the
             # same as lane_of) and the scheduler takes the partition's records at once.
             received = tracker.received
+            # A read's records usually follow on from the last: taken in at once.
+            taken = (
+                tracker.received_run(records[0].offset, len(records))
+                if (records and records[-1].offset - records[0].offset == len(records) - 1)
+                else False
+            )
             works: list[Work] = []
             add = works.append
             for record in records:
                 offset = record.offset
-                if not received(offset):
+                if not taken and not received(offset):
                     self._skipped += 1
                     continue
                 key = record.key
@@ -445,7 +454,6 @@ class Processor:
         sched = self._sched
         trackers = self._trackers
         progress = self._progress
-        stop = self._stop_event
         room = self._room
         clock = self._loop_time
         consumer = self._consumer
@@ -480,13 +488,13 @@ class Processor:
             except asyncio.CancelledError:
                 # Cancelled by a drain (or the loop's end): this task stops; the slot
                 # goes to a new task unless the processor is stopping.
-                if not stop.is_set():
+                if not self._stopping:
                     self._dispatch()
                 self._wake_reader()
                 raise
             # The next record for this slot, by the rules of _dispatch.
             next_work = None
-            if self._failure is None and not stop.is_set():
+            if self._failure is None and not self._stopping:
                 now = clock()
                 subscription = consumer._subscription
                 until = None if subscription is None else subscription.membership_valid_until
@@ -657,7 +665,7 @@ class Processor:
             self._failure = failure
             log.error("%s; stopping the processor", failure)
             self._sched.drop(set(self._trackers))
-            self._stop_event.set()
+            self._stopping = True
             self._room.set()
 
     def _finish(self, work: Work) -> None:
@@ -811,7 +819,7 @@ class Processor:
 
     async def _shutdown(self) -> None:
         """Stop dispatching, drain everything, commit, and leave positions at the commits."""
-        self._stop_event.set()
+        self._stopping = True
         in_flight = self._sched.drop(set(self._trackers) | {w.tp for w in self._sched.in_flight})
         await self._drain(in_flight, self._drain_timeout, "stop")
         if self._consumer._lifecycle_started:

@@ -47,6 +47,8 @@ class PartitionTracker:
         runs = sorted((s, e) for s, e in inherited if e > s and (start is None or e > start))
         self._skip_starts = [s for s, _ in runs]
         self._skip = runs
+        #: Where the last inherited run ends (a received offset at or past it is in none).
+        self._skip_end = max((e for _, e in runs), default=None)
 
     # -- feeding ---------------------------------------------------------------------
 
@@ -69,6 +71,30 @@ class PartitionTracker:
             return False
         self._pending.add(offset)
         self._order.append(offset)
+        return True
+
+    def received_run(self, first: int, count: int) -> bool:
+        """Records ``first`` .. ``first + count - 1`` arrived, with no gap: True when
+        all of them are to be processed and were taken in at once; False, with nothing
+        changed, when any may not be (the first records after an assignment, a repeat,
+        a gap, inherited runs still ahead) - the caller then takes them one by one with
+        :meth:`received`.
+
+        The common case of a read (offsets follow on from the last one received) costs
+        one call per partition rather than one per record.
+        """
+        if (
+            self._nothing_received
+            or first != self._next
+            or count < 1
+            or (self._skip_end is not None and self._skip_end > first)
+        ):
+            return False
+        end = first + count
+        offsets = range(first, end)
+        self._pending.update(offsets)
+        self._order.extend(offsets)
+        self._next = end
         return True
 
     def finished(self, offset: int) -> None:
