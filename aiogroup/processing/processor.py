@@ -29,7 +29,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+import time
+import types
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from aiogroup._support.timeouts import wait_for
@@ -40,7 +42,7 @@ from aiogroup.processing.dead_letter_sender import DeadLetterSender
 from aiogroup.processing.errors import ProcessingError
 from aiogroup.processing.handler_calls import HandlerCalls, check_handler
 from aiogroup.processing.retry import RetryPolicy
-from aiogroup.processing.scheduler import ORDERINGS, Ordering, Scheduler, Work, lane_of
+from aiogroup.processing.scheduler import ORDERINGS, Ordering, Scheduler, Work
 from aiogroup.processing.tracker import CommitPoint, PartitionTracker
 from aiogroup.structs import ConsumerRecord, OffsetAndMetadata, TopicPartition
 
@@ -48,6 +50,10 @@ if TYPE_CHECKING:
     from aiogroup.consumer import GroupConsumer
 
 __all__ = ["Handler", "Processor"]
+
+#: What an ``async def`` handler returns: tested by type first, before the general
+#: (and slower) ``inspect.isawaitable``, on the per-record path.
+_Coroutine = types.CoroutineType
 
 log = logging.getLogger("aiogroup.processing")
 
@@ -173,10 +179,15 @@ class Processor:
         self._work_waiters = 0
         self._dead_letters: DeadLetterSender | None = None
         self._failure: ProcessingError | None = None
-        self._stop_event = asyncio.Event()
+        #: Set once by stop(), a failure or the shutdown: nothing starts after it.  A
+        #: plain flag (nothing awaits it; the read loop waits on ``_room``), read once
+        #: per record.
+        self._stopping = False
         #: Set when the waiting records fell to half the queue bound (or on stop).
         self._room = asyncio.Event()
         self._running = False
+        #: The running loop's clock (set by run()); read once per record.
+        self._loop_time: Callable[[], float] = time.monotonic
         self._done: asyncio.Future[None] | None = None
         self._warned_null_key = False
         # counters
@@ -195,6 +206,11 @@ class Processor:
             raise RuntimeError("Processor.run() can be called once")
         self._running = True
         loop = asyncio.get_running_loop()
+        # asyncio's own loop.time() is time.monotonic() behind a Python-level method:
+        # the C function itself saves a call per record (another loop keeps its own).
+        self._loop_time = (
+            time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time
+        )
         self._done = loop.create_future()
         consumer = self._consumer
         hooks = consumer._rebalance_hooks
@@ -229,7 +245,7 @@ class Processor:
 
         Before ``run()``: that ``run()`` then returns at once.
         """
-        self._stop_event.set()
+        self._stopping = True
         self._room.set()
         if self._done is not None:
             await asyncio.shield(self._done)
@@ -306,7 +322,7 @@ class Processor:
 
     async def _read_loop(self) -> None:
         consumer = self._consumer
-        while not self._stop_event.is_set() and self._failure is None:
+        while not self._stopping and self._failure is None:
             self._update_pauses()
             timeout_ms = 100
             if self._trackers and (
@@ -345,6 +361,8 @@ class Processor:
                 self._dispatch()
 
     def _accept(self, batch: Mapping[TopicPartition, list[ConsumerRecord]]) -> None:
+        ordering = self._ordering
+        sched = self._sched
         for tp, records in batch.items():
             tracker = self._trackers.get(tp)
             if tracker is None or tp in self._revoking:
@@ -352,28 +370,47 @@ class Processor:
                 # nothing of it past its first unfinished record, so nothing is lost.
                 log.debug("dropping %d record(s) of %s: not (or no longer) ours", len(records), tp)
                 continue
+            # Per record only what differs by record; the lane is computed inline (the
+            # same as lane_of) and the scheduler takes the partition's records at once.
+            received = tracker.received
+            # A read's records usually follow on from the last: taken in at once.
+            taken = (
+                tracker.received_run(records[0].offset, len(records))
+                if (records and records[-1].offset - records[0].offset == len(records) - 1)
+                else False
+            )
+            works: list[Work] = []
+            add = works.append
             for record in records:
-                if not tracker.received(record.offset):
+                offset = record.offset
+                if not taken and not received(offset):
                     self._skipped += 1
                     continue
                 key = record.key
-                if self._ordering == "key" and key is None and not self._warned_null_key:
-                    self._warned_null_key = True
-                    log.warning(
-                        "ordering='key': records without a key (first: %s[%d]@%d) are "
-                        "processed in partition order among themselves",
-                        tp.topic,
-                        tp.partition,
-                        record.offset,
-                    )
-                nbytes = (
-                    max(0, record.serialized_key_size)
-                    + max(0, record.serialized_value_size)
-                    + RECORD_OVERHEAD
-                )
-                lane = lane_of(self._ordering, tp, key, record.offset)
-                self._sched.add(Work(tp, record.offset, lane, record, nbytes))
+                if ordering == "key":
+                    if key is None and not self._warned_null_key:
+                        self._warn_null_key(tp, offset)
+                    lane: Hashable = (tp, key)
+                elif ordering == "partition":
+                    lane = tp
+                else:
+                    lane = (tp, offset, None)
+                ksize = record.serialized_key_size
+                vsize = record.serialized_value_size
+                nbytes = (ksize if ksize > 0 else 0) + (vsize if vsize > 0 else 0) + RECORD_OVERHEAD
+                add(Work(tp, offset, lane, record, nbytes))
+            sched.add_many(tp, works)
         self._dispatch()
+
+    def _warn_null_key(self, tp: TopicPartition, offset: int) -> None:
+        self._warned_null_key = True
+        log.warning(
+            "ordering='key': records without a key (first: %s[%d]@%d) are "
+            "processed in partition order among themselves",
+            tp.topic,
+            tp.partition,
+            offset,
+        )
 
     def _dispatch(self) -> None:
         if self._failure is not None:
@@ -392,23 +429,6 @@ class Processor:
             work.started = loop.time()
             self._tasks[work] = loop.create_task(self._work(work), name="aiogroup-handler")
 
-    def _next_work(self) -> Work | None:
-        """The record a handler task that just finished one goes on with, if any may start.
-
-        The same rules as :meth:`_dispatch` (nothing after stop or a failure, nothing
-        past the client-side session deadline), one record: the slot just freed.
-        """
-        if self._failure is not None or self._stop_event.is_set():
-            return None
-        loop = asyncio.get_running_loop()
-        subscription = self._consumer._subscription
-        if subscription is not None and not subscription.membership_current(loop.time()):
-            return None
-        work = self._sched.take_one()
-        if work is not None:
-            work.started = loop.time()
-        return work
-
     async def _work(self, work: Work) -> None:
         """A handler task: ``work``, then the next record released, until none is ready.
 
@@ -418,24 +438,81 @@ class Processor:
         119,000 tasks a second here, the target asks 160,000 records).  Cancellation
         still reaches exactly one record: :meth:`_drain` cancels the task only while it
         runs a record of the partitions drained (``_tasks`` maps the record to its task).
+
+        This is the per-record path, and at concurrency 1000 the loop is CPU-bound, so
+        it is written flat: the common case - an async handler, no per-record timeout,
+        the first attempt succeeds - is awaited right here rather than through
+        :meth:`_handle` (a coroutine per record and a frame more on every resume), and
+        :meth:`_finish`, the next record's take (the rules of :meth:`_dispatch`: nothing
+        after stop or a failure, nothing past the client-side session deadline) and
+        :meth:`_wake_reader` are inlined.  A failed first attempt goes on in
+        :meth:`_handle` (retries, dead letter, stop).
         """
         task = asyncio.current_task()
         assert task is not None
-        next_work: Work | None = work
-        while next_work is not None:
+        tasks = self._tasks
+        sched = self._sched
+        trackers = self._trackers
+        progress = self._progress
+        room = self._room
+        clock = self._loop_time
+        consumer = self._consumer
+        half_queue = self._queue_limit // 2
+        half_bytes = self._buffer_limit // 2
+        handler = self._handler if self._direct else None
+        while True:
             try:
-                await self._handle(next_work)
+                try:
+                    if handler is None:
+                        await self._handle(work, None)
+                    else:
+                        try:
+                            result = handler(work.record)
+                            if type(result) is _Coroutine or inspect.isawaitable(result):
+                                await result
+                        except Exception as exc:
+                            await self._handle(work, exc)
+                        else:
+                            # _finish, inline.
+                            self._finished += 1
+                            if progress is not None:
+                                progress.set()
+                            tracker = trackers.get(work.tp)
+                            if tracker is not None:
+                                tracker.finished_if_pending(work.offset)
+                finally:
+                    tasks.pop(work, None)
+                    sched.done(work)
+                    if self._work_waiters:
+                        self._work_ended.set()
             except asyncio.CancelledError:
                 # Cancelled by a drain (or the loop's end): this task stops; the slot
                 # goes to a new task unless the processor is stopping.
-                if not self._stop_event.is_set():
+                if not self._stopping:
                     self._dispatch()
                 self._wake_reader()
                 raise
-            next_work = self._next_work()
-            if next_work is not None:
-                self._tasks[next_work] = task
-            self._wake_reader()
+            # The next record for this slot, by the rules of _dispatch.
+            next_work = None
+            if self._failure is None and not self._stopping:
+                now = clock()
+                subscription = consumer._subscription
+                until = None if subscription is None else subscription.membership_valid_until
+                if until is None or now < until:
+                    next_work = sched.take_one()
+                    if next_work is not None:
+                        next_work.started = now
+                        tasks[next_work] = task
+            # _wake_reader, inline: once set, the event stays set until the read loop
+            # waits again, so the records ending meanwhile stop at the first test.
+            if not room.is_set() and (
+                len(sched.in_flight) < sched.concurrency
+                or (sched.queued <= half_queue and sched.queued_bytes <= half_bytes)
+            ):
+                room.set()
+            if next_work is None:
+                return
+            work = next_work
 
     def _full(self) -> bool:
         """The queue holds what the handlers can take soon, or all the memory it may.
@@ -498,47 +575,47 @@ class Processor:
 
     # -- handling ------------------------------------------------------------------------
 
-    async def _handle(self, work: Work) -> None:
+    async def _handle(self, work: Work, failed: Exception | None) -> None:
+        """Every attempt at ``work``'s record under the retry policy, then its failure.
+
+        ``failed``: the first attempt already ran inline in :meth:`_work` and raised
+        this; None: this runs the first attempt too (a sync handler, a timeout).
+        """
         record: ConsumerRecord = work.record
-        attempt = 0
-        try:
-            while True:
+        attempt = 0 if failed is None else 1
+        error = failed
+        while True:
+            if error is None:
                 attempt += 1
                 try:
                     if self._direct:
-                        # The common case inline: no coroutine layers between the
-                        # scheduler and the user's coroutine (each costs a frame per
-                        # record on a loop that also times every handler's I/O).
                         result = self._handler(record)
                         if inspect.isawaitable(result):
                             await result
                     else:
                         await self._calls.attempt(record)
                 except Exception as exc:
-                    delay = self._retry.delay_after(attempt)
-                    if delay is None:
-                        await self._failed_record(work, exc, attempt)
-                        return
-                    self._retried += 1
-                    log.info(
-                        "handler failed on %s[%d]@%d (attempt %d of %d, retrying in %gs): %r",
-                        work.tp.topic,
-                        work.tp.partition,
-                        work.offset,
-                        attempt,
-                        self._retry.attempts,
-                        delay,
-                        exc,
-                    )
-                    await asyncio.sleep(delay)
-                    continue
-                self._finish(work)
+                    error = exc
+                else:
+                    self._finish(work)
+                    return
+            delay = self._retry.delay_after(attempt)
+            if delay is None:
+                await self._failed_record(work, error, attempt)
                 return
-        finally:
-            self._tasks.pop(work, None)
-            self._sched.done(work)
-            if self._work_waiters:
-                self._work_ended.set()
+            self._retried += 1
+            log.info(
+                "handler failed on %s[%d]@%d (attempt %d of %d, retrying in %gs): %r",
+                work.tp.topic,
+                work.tp.partition,
+                work.offset,
+                attempt,
+                self._retry.attempts,
+                delay,
+                error,
+            )
+            error = None
+            await asyncio.sleep(delay)
 
     def _wake_reader(self) -> None:
         """After a record's slot was refilled (or could not be): wake the read loop if
@@ -548,13 +625,18 @@ class Processor:
         Judged only once the slot had its chance to take the next record: checked in
         between, every record's end looked like an idle slot and woke the read loop,
         which then polled per record (at concurrency 1-10 that tripled the CPU and cost
-        a sixth of the throughput, measured before this was moved).
+        a sixth of the throughput, measured before this was moved).  Once set, the
+        event stays set until the read loop waits again: the records ending meanwhile
+        return here at the first test (one wakeup for all of them).
         """
-        if self._starved() or (
-            self._sched.queued <= self._queue_limit // 2
-            and self._sched.queued_bytes <= self._buffer_limit // 2
+        room = self._room
+        if room.is_set():
+            return
+        sched = self._sched
+        if len(sched.in_flight) < sched.concurrency or (
+            sched.queued <= self._queue_limit // 2 and sched.queued_bytes <= self._buffer_limit // 2
         ):
-            self._room.set()
+            room.set()
 
     async def _failed_record(self, work: Work, exc: Exception, attempts: int) -> None:
         self._failed += 1
@@ -583,7 +665,7 @@ class Processor:
             self._failure = failure
             log.error("%s; stopping the processor", failure)
             self._sched.drop(set(self._trackers))
-            self._stop_event.set()
+            self._stopping = True
             self._room.set()
 
     def _finish(self, work: Work) -> None:
@@ -591,8 +673,9 @@ class Processor:
         if self._progress is not None:
             self._progress.set()
         tracker = self._trackers.get(work.tp)
-        if tracker is not None and tracker.is_pending(work.offset):
-            tracker.finished(work.offset)
+        if tracker is not None:
+            # Not pending: its partition was revoked and assigned back meanwhile.
+            tracker.finished_if_pending(work.offset)
 
     # -- dead letters --------------------------------------------------------------------
 
@@ -736,7 +819,7 @@ class Processor:
 
     async def _shutdown(self) -> None:
         """Stop dispatching, drain everything, commit, and leave positions at the commits."""
-        self._stop_event.set()
+        self._stopping = True
         in_flight = self._sched.drop(set(self._trackers) | {w.tp for w in self._sched.in_flight})
         await self._drain(in_flight, self._drain_timeout, "stop")
         if self._consumer._lifecycle_started:

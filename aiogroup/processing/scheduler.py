@@ -93,6 +93,39 @@ class Scheduler:
         self.waiting_by_tp[work.tp] = self.waiting_by_tp.get(work.tp, 0) + 1
         self._bytes_by_tp[work.tp] = self._bytes_by_tp.get(work.tp, 0) + work.nbytes
 
+    def add_many(self, tp: TopicPartition, works: list[Work]) -> None:
+        """:meth:`add` for records of one partition, in offset order (one read's worth).
+
+        The same result as adding them one by one; the per-partition counts move once
+        per call instead of once per record (the read path at concurrency 1000 takes
+        some 150,000 records a second, and :meth:`add` was its dearest step).
+        """
+        if not works:
+            return
+        lanes = self._lanes
+        ready = self._ready
+        busy = self._busy
+        blocked = 0
+        nbytes = 0
+        for work in works:
+            key = work.lane
+            lane = lanes.get(key)
+            if lane is None:
+                lane = lanes[key] = deque()
+                if key in busy:
+                    blocked += 1
+                else:
+                    ready.append(key)
+            elif key in busy:
+                blocked += 1
+            lane.append(work)
+            nbytes += work.nbytes
+        self.blocked += blocked
+        self.queued += len(works)
+        self.queued_bytes += nbytes
+        self.waiting_by_tp[tp] = self.waiting_by_tp.get(tp, 0) + len(works)
+        self._bytes_by_tp[tp] = self._bytes_by_tp.get(tp, 0) + nbytes
+
     def take(self) -> list[Work]:
         """The records to start now (their lanes become busy), up to the concurrency."""
         started: list[Work] = []
@@ -114,8 +147,17 @@ class Scheduler:
         self._busy.add(key)
         self.in_flight.add(work)
         self.queued -= 1
-        self.queued_bytes -= work.nbytes
-        self._unwait(work)
+        nbytes = work.nbytes
+        self.queued_bytes -= nbytes
+        # _unwait, inline (this runs once per record started).
+        tp = work.tp
+        left = self.waiting_by_tp[tp] - 1
+        if left:
+            self.waiting_by_tp[tp] = left
+            self._bytes_by_tp[tp] -= nbytes
+        else:
+            del self.waiting_by_tp[tp]
+            del self._bytes_by_tp[tp]
         return work
 
     def done(self, work: Work) -> None:

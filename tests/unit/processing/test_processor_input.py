@@ -174,3 +174,43 @@ def test_a_metrics_partition_key_names_its_partition_and_nothing_else_parses() -
     for bad in ("orders", "[3]", "orders[]", "orders[x]", "orders[3", "orders3]"):
         with pytest.raises(ValueError, match="not a processor metrics partition key"):
             metrics_partition(bad)
+
+
+async def test_a_handler_task_goes_on_with_the_next_record_and_retries_a_failed_first_attempt() -> (
+    None
+):
+    """The per-record path of a handler task (Processor._work): the first attempt is
+    awaited in the task itself; one that fails goes through the retry policy; the
+    record is finished, its slot freed, and the same task takes the next record."""
+    from aiogroup.processing.scheduler import Work
+    from aiogroup.processing.tracker import PartitionTracker
+
+    calls: list[int] = []
+    tasks_seen: set[asyncio.Task[Any]] = set()
+
+    async def flaky(record: Any) -> None:
+        calls.append(record)
+        task = asyncio.current_task()
+        assert task is not None
+        tasks_seen.add(task)
+        await asyncio.sleep(0)
+        if record == 1 and calls.count(1) == 1:
+            raise RuntimeError("first attempt fails")
+
+    p = Processor(consumer(), flaky, concurrency=1, retry=RetryPolicy(attempts=2, backoff_ms=1))
+    tp = TopicPartition("t", 0)
+    tracker = p._trackers[tp] = PartitionTracker()
+    works = [Work(tp, offset, tp, record=offset) for offset in range(3)]
+    for w in works:
+        assert tracker.received(w.offset)
+    p._sched.add_many(tp, works)
+    first = p._sched.take_one()
+    assert first is works[0] and p._sched.take_one() is None  # concurrency 1
+    task = asyncio.ensure_future(p._work(first))
+    p._tasks[first] = task
+    await asyncio.wait_for(task, 5)
+    assert calls == [0, 1, 1, 2]  # in offset order, record 1 twice
+    assert tasks_seen == {task}  # one task carried all three
+    assert (p._finished, p._retried, p._failed) == (3, 1, 0)
+    assert tracker.unfinished == 0 and tracker.committable() == 3
+    assert not p._sched.in_flight and p._sched.queued == 0 and not p._tasks

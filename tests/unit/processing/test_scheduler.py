@@ -152,3 +152,58 @@ def test_drop_forgets_waiting_records_and_returns_in_flight() -> None:
 def test_concurrency_must_be_positive() -> None:
     with pytest.raises(ValueError, match="concurrency"):
         Scheduler(0)
+
+
+@given(
+    st.sampled_from(ORDERINGS),
+    st.integers(1, 4),
+    st.lists(
+        st.one_of(
+            st.tuples(
+                st.just("batch"),
+                st.integers(0, 2),
+                st.lists(st.sampled_from([None, b"a", b"b", b"c"]), max_size=6),
+            ),
+            st.tuples(st.just("next"), st.integers(0, 100), st.none()),
+        ),
+        max_size=40,
+    ),
+)
+def test_add_many_is_adding_one_by_one(
+    ordering: str, concurrency: int, steps: list[tuple[str, int, object]]
+) -> None:
+    """The read path adds a partition's records at once; nothing may differ from one by one."""
+    one, many = Scheduler(concurrency), Scheduler(concurrency)
+    next_offset = [0, 0, 0]
+
+    def state(s: Scheduler) -> tuple[object, ...]:
+        return (
+            s.queued,
+            s.queued_bytes,
+            s.blocked,
+            s.runnable,
+            dict(s.waiting_by_tp),
+            {tp: s.waiting_bytes(tp) for tp in TP},
+            sorted((w.tp, w.offset) for w in s.in_flight),
+        )
+
+    for kind, n, keys in steps:
+        if kind == "batch":
+            assert isinstance(keys, list)
+            batch_one, batch_many = [], []
+            for key in keys:
+                batch_one.append(work(ordering, n, next_offset[n], key))
+                batch_many.append(work(ordering, n, next_offset[n], key))
+                next_offset[n] += 1
+            for w in batch_one:
+                one.add(w)
+            many.add_many(TP[n], batch_many)
+        else:
+            for s in (one, many):
+                if s.in_flight:
+                    w = sorted(s.in_flight, key=lambda w: (w.tp, w.offset))[n % len(s.in_flight)]
+                    s.done(w)
+        started_one = [(w.tp, w.offset) for w in one.take()]
+        started_many = [(w.tp, w.offset) for w in many.take()]
+        assert started_one == started_many
+        assert state(one) == state(many)

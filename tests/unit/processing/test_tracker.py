@@ -159,3 +159,47 @@ def test_repeats_are_not_processed_twice_and_unknown_finishes_raise() -> None:
     assert not t.received(5)
     with pytest.raises(KeyError):
         t.finished(6)
+
+
+@given(scripts(), st.lists(st.integers(1, 6), min_size=1, max_size=20))
+def test_received_run_is_receiving_one_by_one(
+    script: tuple[int | None, list[tuple[int, int]], list[tuple[str, int]]], cuts: list[int]
+) -> None:
+    """The read path takes a run of consecutive offsets at once when it may
+    (received_run), else one by one; either way the tracker ends where receiving each
+    record alone leaves it, and says the same records are to be processed."""
+    start, inherited, steps = script
+    one, runs = PartitionTracker(start, inherited), PartitionTracker(start, inherited)
+    received = [o for kind, o in steps if kind == "receive"]
+    i = 0
+    k = 0
+    while i < len(received):
+        batch = received[i : i + cuts[k % len(cuts)]]
+        i += len(batch)
+        k += 1
+        wanted_one = [one.received(o) for o in batch]
+        contiguous = batch[-1] - batch[0] == len(batch) - 1
+        if contiguous and runs.received_run(batch[0], len(batch)):
+            wanted_runs = [True] * len(batch)
+        else:
+            wanted_runs = [runs.received(o) for o in batch]
+        assert wanted_runs == wanted_one
+        for o, wanted in zip(batch, wanted_one, strict=True):
+            if wanted and o % 3 == 0:  # finish some, out of order with the rest
+                one.finished(o)
+                runs.finished(o)
+        assert runs.committable() == one.committable()
+        assert runs.finished_beyond() == one.finished_beyond()
+        assert runs.unfinished == one.unfinished
+
+
+def test_received_run_declines_what_needs_a_look_per_record() -> None:
+    t = PartitionTracker(10, [(20, 25)])
+    assert not t.received_run(10, 5)  # the first records after an assignment
+    assert t.received(10)
+    assert not t.received_run(11, 12)  # an inherited run ahead
+    assert not t.received_run(12, 3)  # a gap after 10
+    fresh = PartitionTracker()
+    assert fresh.received(0) and fresh.received_run(1, 4)
+    assert fresh.unfinished == 5 and fresh.committable() == 0
+    assert not fresh.received_run(3, 2)  # a repeat
