@@ -44,6 +44,17 @@ struct Cursor<'a> {
     pos: usize,
 }
 
+/// A v2 record's fields before its headers (``Cursor::record_head``).
+struct RecordHead<'a> {
+    start: usize,
+    len: usize,
+    ts_delta: i64,
+    offset_delta: i32,
+    key: Option<&'a [u8]>,
+    value: Option<&'a [u8]>,
+    headers: i32,
+}
+
 impl<'a> Cursor<'a> {
     fn new(buf: &'a [u8]) -> Self {
         Cursor { buf, pos: 0 }
@@ -117,6 +128,56 @@ impl<'a> Cursor<'a> {
     fn varint(&mut self, what: &str) -> Res<i32> {
         let v = self.varlong(what, 5)?;
         i32::try_from(v).map_err(|_| format!("bad varint ({what}): {v} is out of int32 range"))
+    }
+
+    /// A v2 record's fields up to its headers (record ``i`` of its batch, for errors);
+    /// the headers follow (``header``), then ``record_end`` checks the declared length.
+    #[inline]
+    fn record_head(&mut self, i: usize) -> Res<RecordHead<'a>> {
+        let len = self.varint("record length")?;
+        if len < 0 {
+            return Err(format!("invalid record length {len} (record {i})"));
+        }
+        let start = self.pos;
+        if len as usize > self.remaining() {
+            return Err(format!(
+                "truncated: record {i} declares {len} bytes, {} left",
+                self.remaining()
+            ));
+        }
+        self.byte("record attributes")?;
+        let ts_delta = self.varlong("timestamp delta", 10)?;
+        let offset_delta = self.varint("offset delta")?;
+        let key = self.bytes("key")?;
+        let value = self.bytes("value")?;
+        let headers = self.varint("header count")?;
+        if headers < 0 {
+            return Err(format!("invalid header count {headers} (record {i})"));
+        }
+        Ok(RecordHead { start, len: len as usize, ts_delta, offset_delta, key, value, headers })
+    }
+
+    /// One header of record ``i``: a UTF-8 key (never null) and a nullable value.
+    #[inline]
+    fn header(&mut self, i: usize) -> Res<(&'a [u8], Option<&'a [u8]>)> {
+        let key = match self.bytes("header key")? {
+            Some(k) => k,
+            None => return Err(format!("null header key (record {i})")),
+        };
+        if std::str::from_utf8(key).is_err() {
+            return Err(format!("header key is not UTF-8 (record {i})"));
+        }
+        Ok((key, self.bytes("header value")?))
+    }
+
+    /// Record ``i``'s fields took exactly the bytes its length declared.
+    #[inline]
+    fn record_end(&self, head: &RecordHead<'a>, i: usize) -> Res<()> {
+        let took = self.pos - head.start;
+        if took != head.len {
+            return Err(format!("record {i} declares {} bytes but its fields take {took}", head.len));
+        }
+        Ok(())
     }
 
     /// Nullable bytes: a varint length (-1 = null) and that many bytes.
@@ -420,44 +481,15 @@ impl BatchDecoder {
         self.offsets.reserve(reserve);
         self.timestamps.reserve(reserve);
         for i in 0..count {
-            let len = cur.varint("record length")?;
-            if len < 0 {
-                return Err(format!("invalid record length {len} (record {i})"));
-            }
-            let start = cur.pos;
-            if len as usize > cur.remaining() {
-                return Err(format!(
-                    "truncated: record {i} declares {len} bytes, {} left",
-                    cur.remaining()
-                ));
-            }
-            cur.byte("record attributes")?;
-            let ts_delta = cur.varlong("timestamp delta", 10)?;
-            let off_delta = cur.varint("offset delta")?;
-            let key = cur.bytes("key")?;
-            let value = cur.bytes("value")?;
-            let n_headers = cur.varint("header count")?;
-            if n_headers < 0 {
-                return Err(format!("invalid header count {n_headers} (record {i})"));
-            }
-            for _ in 0..n_headers {
-                let hk = match cur.bytes("header key")? {
-                    Some(k) => k,
-                    None => return Err(format!("null header key (record {i})")),
-                };
-                if std::str::from_utf8(hk).is_err() {
-                    return Err(format!("header key is not UTF-8 (record {i})"));
-                }
-                let hv = cur.bytes("header value")?;
+            let head = cur.record_head(i)?;
+            for _ in 0..head.headers {
+                let (hk, hv) = cur.header(i)?;
                 self.header_keys.push(Some(hk))?;
                 self.header_values.push(hv)?;
             }
-            if cur.pos - start != len as usize {
-                return Err(format!(
-                    "record {i} declares {len} bytes but its fields take {}",
-                    cur.pos - start
-                ));
-            }
+            cur.record_end(&head, i)?;
+            let (key, value, ts_delta, off_delta) =
+                (head.key, head.value, head.ts_delta, head.offset_delta);
             self.keys.push(key)?;
             self.values.push(value)?;
             self.offsets.push(base_offset.wrapping_add(i64::from(off_delta)));

@@ -60,44 +60,15 @@ fn parse<'a>(
     // A record takes at least 7 bytes: do not trust `count` to reserve memory.
     recs.reserve(count.min(records.len() / 7 + 1));
     for i in 0..count {
-        let len = cur.varint("record length")?;
-        if len < 0 {
-            return Err(format!("invalid record length {len} (record {i})"));
-        }
-        let start = cur.pos;
-        if len as usize > cur.remaining() {
-            return Err(format!(
-                "truncated: record {i} declares {len} bytes, {} left",
-                cur.remaining()
-            ));
-        }
-        cur.byte("record attributes")?;
-        let ts_delta = cur.varlong("timestamp delta", 10)?;
-        let offset_delta = cur.varint("offset delta")?;
-        let key = cur.bytes("key")?;
-        let value = cur.bytes("value")?;
-        let n_headers = cur.varint("header count")?;
-        if n_headers < 0 {
-            return Err(format!("invalid header count {n_headers} (record {i})"));
-        }
+        let head = cur.record_head(i)?;
         let first_header = headers.len();
-        for _ in 0..n_headers {
-            let hk = match cur.bytes("header key")? {
-                Some(k) => k,
-                None => return Err(format!("null header key (record {i})")),
-            };
-            if std::str::from_utf8(hk).is_err() {
-                return Err(format!("header key is not UTF-8 (record {i})"));
-            }
-            let hv = cur.bytes("header value")?;
-            headers.push(Header { key: hk, value: hv });
+        for _ in 0..head.headers {
+            let (key, value) = cur.header(i)?;
+            headers.push(Header { key, value });
         }
-        if cur.pos - start != len as usize {
-            return Err(format!(
-                "record {i} declares {len} bytes but its fields take {}",
-                cur.pos - start
-            ));
-        }
+        cur.record_end(&head, i)?;
+        let (offset_delta, ts_delta, key, value) =
+            (head.offset_delta, head.ts_delta, head.key, head.value);
         recs.push(Rec {
             offset_delta,
             ts_delta,
