@@ -38,7 +38,7 @@ from aiokafka.errors import (
 from aiogroup._fetch.decoding import Chunk, split_batches
 from aiogroup._fetch.delivery import Delivery
 from aiogroup._fetch.iteration import HeldRecords
-from aiogroup._fetch.planning import FIRST_COPIES, MemoryBudget, chunk_bytes, planning_order
+from aiogroup._fetch.planning import MemoryBudget, chunk_bytes, planning_order
 from aiogroup._fetch.replica import ReadReplicas, ReplicaView
 from aiogroup._fetch.resets import PositionResets
 from aiogroup._fetch.responses import (
@@ -103,7 +103,6 @@ class Fetcher:
             config.max_buffered_bytes,
             config.max_partition_fetch_bytes,
             config.fetch_max_bytes,
-            copies=FIRST_COPIES,
         )
         self._delivery = Delivery(self._budget, wake=self._wake, on_corrupt=self._corrupt)
         #: Records a refill built ahead for ``async for`` (``held_record``, and the
@@ -396,10 +395,15 @@ class Fetcher:
             rack_id=rack,
         )
         plan = {p.state.tp: p for p in parts}
-        self._spawn(self._fetch(node, request, plan, reserved))
+        self._spawn(self._fetch(node, request, plan, reserved, max_bytes))
 
     async def _fetch(
-        self, node: int, request: Any, plan: dict[TopicPartition, _Planned], reserved: int
+        self,
+        node: int,
+        request: Any,
+        plan: dict[TopicPartition, _Planned],
+        reserved: int,
+        max_bytes: int,
     ) -> None:
         try:
             response = await self.metrics.timed_fetch(self._client.send(node, request), plan)
@@ -422,7 +426,7 @@ class Fetcher:
             self._budget.unreserve(reserved)
             reserved = 0
             try:
-                self._handle_response(response, plan, node)
+                self._handle_response(response, plan, node, max_bytes)
             except Exception as exc:  # undecodable response: tell the application
                 log.exception("handling a Fetch response from node %s failed", node)
                 self._report(exc)
@@ -435,7 +439,7 @@ class Fetcher:
             self._wake()
 
     def _handle_response(
-        self, response: Any, plan: dict[TopicPartition, _Planned], node: int
+        self, response: Any, plan: dict[TopicPartition, _Planned], node: int, max_bytes: int
     ) -> None:
         """Apply each partition's result by the reaction its error code calls for.
 
@@ -446,6 +450,7 @@ class Fetcher:
         backoffs = dict(self._tp_backoff)
         got_data = refresh = False
         frame = 0
+        buffered_before = self._budget.buffered
         for result in parse_fetch_response(response):
             if result.records:
                 frame += len(result.records)
@@ -479,6 +484,7 @@ class Fetcher:
             self._tp_backoff[result.tp] = now + self._backoff
         # The connection keeps this response until its next one (see planning.py).
         self._budget.frame_held(node, frame)
+        self._budget.learn(max_bytes, frame + max(0, self._budget.buffered - buffered_before))
         if refresh:
             self._client.force_metadata_update()
         if self._tp_backoff != backoffs:
@@ -520,7 +526,6 @@ class Fetcher:
         if end <= offset:
             return False
         size = chunk_bytes(len(result.records), len(batches))
-        self._budget.learn(len(result.records), size)
         self._delivery.add(
             Chunk(
                 st,

@@ -15,9 +15,11 @@ room R = (B - buffered - reserved) / 3, a Fetch for n partitions asks for
 its response is split into chunks, whose sizes then replace the reservation.  No
 request goes out while R < min(P, B / 3), so each is worth a round
 trip; an empty buffer always has R = B / 3.  Where chunks hold more than their bytes
-again (batches of one small record), requests reserve more copies (``learn``); a
-fetcher's first request, before any response was seen, reserves for the worst
-(``FIRST_COPIES``).  The response-level limit carries the
+again (batches of one small record) or a broker answers beyond max_bytes, requests
+reserve more copies (``learn``) from then on.  ``FIRST_COPIES`` is what the first
+request would need to cover a record set of the smallest batches; the fetcher does not
+use it (a first request that small overshot its bound on the embedded broker, which
+answers a small max_bytes with more).  The response-level limit carries the
 bound because brokers honour it (the embedded test broker ignores P but not
 ``max_bytes``) and every partition of a leader can share one request.
 
@@ -206,17 +208,18 @@ class MemoryBudget:
         self._frames.clear()
         self.frames = 0
 
-    def learn(self, record_bytes: int, held: int) -> None:
-        """A response's ``record_bytes`` became chunks holding ``held`` (``chunk_bytes``).
+    def learn(self, max_bytes: int, held: int) -> None:
+        """A response to a request of ``max_bytes`` came to ``held`` bytes in all.
 
-        While a response is handled its frame and the chunks made of it coexist, so
-        the next request reserves 1 + held / record_bytes copies of its max_bytes
-        (rounded up), at least ``COPIES_WHILE_HANDLED``: batches of one small record
-        hold about three times their bytes, and reserving three copies in all let
-        each response overshoot the bound by most of its size.
+        ``held``: its frame plus the chunks made of it (``chunk_bytes``), which coexist
+        while it is handled.  The next request reserves ceil(held / max_bytes) copies of
+        its max_bytes, at least ``COPIES_WHILE_HANDLED``: batches of one small record
+        hold about three times their bytes, and a broker may answer beyond max_bytes
+        (the embedded one did, by a third), so a fixed three let each response
+        overshoot the bound.
         """
-        if record_bytes > 0:
-            self.copies = max(COPIES_WHILE_HANDLED, 1 + -(-held // record_bytes))
+        if max_bytes > 0:
+            self.copies = max(COPIES_WHILE_HANDLED, -(-held // max_bytes))
 
     def buffer(self, size: int) -> None:
         self.buffered += size

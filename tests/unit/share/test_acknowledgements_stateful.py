@@ -68,7 +68,8 @@ class TrackerModel(RuleBasedStateMachine):
             return
         aid = data.draw(st.sampled_from(sorted(self.acqs)))
         state, owed = self.state[aid], self.kind.get(aid)
-        renewing = state in ("pending", "sent") and owed == T.RENEW
+        # Behind a RENEW, one final type may follow; a second is a second acknowledgement.
+        renewing = state in ("pending", "sent") and owed == T.RENEW and -aid not in self.kind
         allowed = state == "handed" or renewing
         try:
             self.tr.acknowledge(self.acqs[aid], kind)
