@@ -395,7 +395,7 @@ class Fetcher:
             rack_id=rack,
         )
         plan = {p.state.tp: p for p in parts}
-        self._spawn(self._fetch(node, request, plan, reserved, max_bytes))
+        self._spawn(self._fetch(node, request, plan, reserved))
 
     async def _fetch(
         self,
@@ -403,7 +403,6 @@ class Fetcher:
         request: Any,
         plan: dict[TopicPartition, _Planned],
         reserved: int,
-        max_bytes: int,
     ) -> None:
         try:
             response = await self.metrics.timed_fetch(self._client.send(node, request), plan)
@@ -426,7 +425,7 @@ class Fetcher:
             self._budget.unreserve(reserved)
             reserved = 0
             try:
-                self._handle_response(response, plan, node, max_bytes)
+                self._handle_response(response, plan, node)
             except Exception as exc:  # undecodable response: tell the application
                 log.exception("handling a Fetch response from node %s failed", node)
                 self._report(exc)
@@ -439,7 +438,7 @@ class Fetcher:
             self._wake()
 
     def _handle_response(
-        self, response: Any, plan: dict[TopicPartition, _Planned], node: int, max_bytes: int
+        self, response: Any, plan: dict[TopicPartition, _Planned], node: int
     ) -> None:
         """Apply each partition's result by the reaction its error code calls for.
 
@@ -450,7 +449,6 @@ class Fetcher:
         backoffs = dict(self._tp_backoff)
         got_data = refresh = False
         frame = 0
-        buffered_before = self._budget.buffered
         for result in parse_fetch_response(response):
             if result.records:
                 frame += len(result.records)
@@ -484,7 +482,6 @@ class Fetcher:
             self._tp_backoff[result.tp] = now + self._backoff
         # The connection keeps this response until its next one (see planning.py).
         self._budget.frame_held(node, frame)
-        self._budget.learn(max_bytes, frame + max(0, self._budget.buffered - buffered_before))
         if refresh:
             self._client.force_metadata_update()
         if self._tp_backoff != backoffs:
@@ -526,6 +523,7 @@ class Fetcher:
         if end <= offset:
             return False
         size = chunk_bytes(len(result.records), len(batches))
+        self._budget.learn(len(result.records), size)
         self._delivery.add(
             Chunk(
                 st,

@@ -15,8 +15,8 @@ room R = (B - buffered - reserved) / 3, a Fetch for n partitions asks for
 its response is split into chunks, whose sizes then replace the reservation.  No
 request goes out while R < min(P, B / 3), so each is worth a round
 trip; an empty buffer always has R = B / 3.  Where chunks hold more than their bytes
-again (batches of one small record) or a broker answers beyond max_bytes, requests
-reserve more copies (``learn``) from then on.  ``FIRST_COPIES`` is what the first
+again (batches of one small record), requests reserve more copies (``learn``) from
+then on.  ``FIRST_COPIES`` is what the first
 request would need to cover a record set of the smallest batches; the fetcher does not
 use it (a first request that small overshot its bound on the embedded broker, which
 answers a small max_bytes with more).  The response-level limit carries the
@@ -208,18 +208,19 @@ class MemoryBudget:
         self._frames.clear()
         self.frames = 0
 
-    def learn(self, max_bytes: int, held: int) -> None:
-        """A response to a request of ``max_bytes`` came to ``held`` bytes in all.
+    def learn(self, record_bytes: int, held: int) -> None:
+        """A response's ``record_bytes`` became chunks holding ``held`` (``chunk_bytes``).
 
-        ``held``: its frame plus the chunks made of it (``chunk_bytes``), which coexist
-        while it is handled.  The next request reserves ceil(held / max_bytes) copies of
-        its max_bytes, at least ``COPIES_WHILE_HANDLED``: batches of one small record
-        hold about three times their bytes, and a broker may answer beyond max_bytes
-        (the embedded one did, by a third), so a fixed three let each response
-        overshoot the bound.
+        While a response is handled its frame and the chunks made of it coexist, so
+        the next request reserves 1 + held / record_bytes copies of its max_bytes
+        (rounded up), at least ``COPIES_WHILE_HANDLED`` and at most ``FIRST_COPIES``:
+        batches of one small record hold about three times their bytes.  Bounded,
+        because the more copies a request reserves, the emptier the buffer must be
+        before one goes out.
         """
-        if max_bytes > 0:
-            self.copies = max(COPIES_WHILE_HANDLED, -(-held // max_bytes))
+        if record_bytes > 0:
+            need = 1 + -(-held // record_bytes)
+            self.copies = min(FIRST_COPIES, max(COPIES_WHILE_HANDLED, need))
 
     def buffer(self, size: int) -> None:
         self.buffered += size

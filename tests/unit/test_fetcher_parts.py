@@ -202,17 +202,15 @@ def test_requests_reserve_what_a_response_of_small_batches_will_hold() -> None:
     """1-record batches hold ~2.8x their bytes as chunks: with the frame, 4 copies."""
     b = MemoryBudget(16 * MiB, MiB, 50 * MiB)
     record_set = 2_000 * 170
-    b.learn(record_set, record_set + chunk_bytes(record_set, 2_000))
+    b.learn(record_set, chunk_bytes(record_set, 2_000))
     assert b.copies == 4
     assert b.room() == (16 * MiB) // 4
     assert b.reserve(MiB) == 4 * MiB
     b.unreserve(4 * MiB)
-    # A broker answering a third beyond max_bytes with large batches: 2.7 copies -> 3.
-    b.learn(3 * MiB, 2 * chunk_bytes(4 * MiB, 4))
+    b.learn(16 * MiB, chunk_bytes(16 * MiB, 1_000))  # large batches again: three copies
     assert b.copies == COPIES_WHILE_HANDLED
-    # ... and with batches of one small record: (4 + 4 x 2.8) / 3 = 5.05 -> 6.
-    b.learn(3 * MiB, 4 * MiB + chunk_bytes(4 * MiB, 4 * MiB // 170))
-    assert b.copies == 6
+    b.learn(68, chunk_bytes(68, 1))  # one tiny batch alone: capped
+    assert b.copies == FIRST_COPIES
 
 
 def test_a_first_request_reserves_for_a_record_set_of_the_smallest_batches() -> None:
