@@ -429,18 +429,29 @@ class AcknowledgementTracker:
                         n += 1
         return n
 
-    def next_renewal(self, margin: float) -> float | None:
-        """When :meth:`renew_expiring` next has something to do (None: nothing held)."""
+    def next_renewal(
+        self, margin: float, now: float | None = None, *, buffered: bool = False
+    ) -> float | None:
+        """When :meth:`renew_expiring` next has something to do (None: nothing held).
+        With ``now``, a lock already past its sure end is left out: no RENEW can keep
+        it, and counting it would make the due time "now" for ever.  With ``buffered``,
+        records acquired and not handed out yet count too: their locks already run, and
+        a fetch that leaves now may still be in flight when they are handed out."""
+        codes = (_HANDED, 0) if buffered else (_HANDED,)
         best: float | None = None
         for run in self._all_runs():
-            if _HANDED not in run.state:
+            st = run.state
+            if not any(c in st for c in codes):
                 continue
             if run.deadlines is None:
-                due = run.deadline - margin
+                ends = [run.deadline]
             else:
-                due = min(run.deadline_at(i) for i, c in enumerate(run.state) if c == _HANDED)
-                due -= margin
-            best = due if best is None else min(best, due)
+                ends = [run.deadline_at(i) for i, c in enumerate(st) if c in codes]
+            if now is not None:
+                ends = [d for d in ends if d > now]
+            if ends:
+                due = min(ends) - margin
+                best = due if best is None else min(best, due)
         return best
 
     # -- what goes out ---------------------------------------------------------------------

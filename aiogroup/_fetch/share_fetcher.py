@@ -173,9 +173,14 @@ class ShareFetcher:
         self._closing = False
         self._closing_reported = False
         #: No ShareFetch leaves (acknowledgements still do) until the application polls
-        #: again: set by :meth:`hold_fetching` (a ShareProcessor stopping while its
-        #: consumer runs on).
-        self._fetch_held = False
+        #: (again): so from the start - a started consumer nobody polls yet acquires
+        #: nothing, as Java's, else its records' locks run out in its buffer and their
+        #: delivery counts rise for nothing - and after :meth:`hold_fetching` (a
+        #: ShareProcessor stopping while its consumer runs on).
+        self._fetch_held = True
+        #: How many keep the locks of the records handed out (a ShareProcessor while it
+        #: runs: :meth:`keep_locks`); with ``auto_renew``, the fetcher always does.
+        self._lock_keepers = 0
         #: Leaders whose session must be reopened (the membership ended meanwhile).
         self._reset_nodes: set[int] = set()
         self._scope = TaskScope(self._crashed)
@@ -240,6 +245,29 @@ class ShareFetcher:
         then acquires nothing until something asks for records again.  A fetch already
         in flight is answered as usual (its records are buffered for the next poll)."""
         self._fetch_held = True
+
+    def keep_locks(self, on: bool) -> None:
+        """Renew the locks of the records handed out (the ``auto_renew`` rule) while at
+        least one keeper asked for it - a ShareProcessor does from its start to its stop,
+        whether or not the consumer was made with ``auto_renew``."""
+        self._lock_keepers += 1 if on else -1
+        if self._lock_keepers < 0:
+            raise RuntimeError("keep_locks(False) without keep_locks(True)")
+        self._wake_all()
+
+    @property
+    def _renewing(self) -> bool:
+        return self._cfg.auto_renew or self._lock_keepers > 0
+
+    def _until_renewal(self, now: float) -> float | None:
+        """Seconds until a held record's lock falls due for renewal (0 if now), None when
+        nothing is renewed: a request must be back by then, since a RENEW waits for the
+        request in flight to its leader.  Buffered records count: the application may
+        take them while the request is out."""
+        if not self._renewing:
+            return None
+        due = self.tracker.next_renewal(self._renew_margin(), now, buffered=True)
+        return None if due is None else max(0.0, due - now)
 
     def polled(self) -> None:
         """The application began a poll: fetching resumes if it was held."""
@@ -510,7 +538,7 @@ class ShareFetcher:
             if self._closing:
                 await self._close_session(node, session)
                 return
-            if self._cfg.auto_renew:
+            if self._renewing:
                 self.tracker.renew_expiring(loop.time(), self._renew_margin())
             wanted = self._partitions_of(node)
             flush = [f for f in self._flushes if node in f.nodes]
@@ -541,11 +569,7 @@ class ShareFetcher:
                 await asyncio.sleep(self._cfg.retry_backoff)
 
     async def _idle(self, wake: asyncio.Event) -> None:
-        timeout = None
-        if self._cfg.auto_renew:
-            due = self.tracker.next_renewal(self._renew_margin())
-            if due is not None:
-                timeout = max(0.0, due - asyncio.get_running_loop().time())
+        timeout = self._until_renewal(asyncio.get_running_loop().time())
         waiter = asyncio.ensure_future(wake.wait())
         try:
             await asyncio.wait({waiter}, timeout=timeout)
@@ -590,13 +614,17 @@ class ShareFetcher:
                 self._session_tps(node), now=loop.time(), lock_ms=self._lock_ms
             )
         plan = session.fetch_request(wanted_ids, self._ids(acks))
+        max_wait_ms = cfg.fetch_max_wait_ms
+        until = self._until_renewal(loop.time())
+        if until is not None:  # back before a renewal falls due, not up to max_wait after
+            max_wait_ms = min(max_wait_ms, int(until * 1000))
         request = ShareFetchRequest(
             cfg.group_id,
             self._member_id(),
             plan.epoch,
             plan.topics,
             forgotten=plan.forgotten,
-            max_wait_ms=cfg.fetch_max_wait_ms,
+            max_wait_ms=max_wait_ms,
             min_bytes=cfg.fetch_min_bytes,
             max_bytes=cfg.fetch_max_bytes,
             max_records=cfg.max_poll_records,

@@ -7,8 +7,8 @@ The async shell around the pure parts: it takes records from an explicit-mode
 :class:`~aiogroup.processing.scheduler.Scheduler` release them under the ordering
 mode, runs the handler tasks, and ends each record with the acknowledgement
 :func:`~aiogroup.processing.share_outcomes.acknowledgement_for` names.  While it
-holds a record it keeps the record's lock (RENEW, the consumer's auto-renew rule run
-by the processor); :class:`~aiogroup.processing.share_outcomes.ShareTally` counts
+holds a record it keeps the record's lock (RENEW: the consumer's auto-renew rule,
+switched on for the processor's run); :class:`~aiogroup.processing.share_outcomes.ShareTally` counts
 what the broker confirmed, so a record whose lock was lost is never counted as
 accepted.  Handler calls and dead letters are the shared parts
 (:mod:`.handler_calls`, :mod:`.dead_letter_sender`).
@@ -54,9 +54,6 @@ log = logging.getLogger("aiogroup.processing")
 
 #: How long one read waits for records: also how soon a stop() is noticed by it.
 _POLL_MS = 100
-#: Renewal checks at least this often, at most this often (seconds).
-_RENEW_MAX_SLEEP = 1.0
-_RENEW_MIN_SLEEP = 0.05
 
 
 def _ignore_result(task: asyncio.Task[Any]) -> None:
@@ -164,13 +161,15 @@ class ShareProcessor:
                     consumer.max_poll_records,
                     self._held_limit,
                 )
-            renewer = loop.create_task(self._renew_loop(), name="aiogroup-share-renew")
+            consumer._keep_locks(True)
             try:
                 await self._read_loop()
             finally:
                 await self._shutdown()
-                renewer.cancel()
-                await asyncio.gather(renewer, return_exceptions=True)
+                try:
+                    consumer._keep_locks(False)
+                except (ConsumerStoppedError, IllegalStateError):
+                    pass  # stopped with it: its fetcher is gone
         finally:
             if self._stop_for_close in consumer._stop_hooks:
                 consumer._stop_hooks.remove(self._stop_for_close)
@@ -423,17 +422,6 @@ class ShareProcessor:
         self._flushing = task
 
     # -- locks ---------------------------------------------------------------------------
-
-    async def _renew_loop(self) -> None:
-        """Keep the locks of the records held: RENEW each before it runs out."""
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                due = self._consumer._renew_expiring()
-            except (ConsumerStoppedError, IllegalStateError):
-                return
-            delay = _RENEW_MAX_SLEEP if due is None else due - loop.time()
-            await asyncio.sleep(min(_RENEW_MAX_SLEEP, max(_RENEW_MIN_SLEEP, delay)))
 
     # -- dead letters and shutdown ---------------------------------------------------------
 

@@ -518,19 +518,16 @@ class ShareConsumer:
             except Exception:
                 log.exception("share group %s: a result listener raised", self._group_id)
 
-    def _renew_expiring(self) -> float | None:
-        """RENEW every record handed out and not acknowledged whose lock ends within the
-        renewal margin (the ``auto_renew`` rule, run on demand: a ShareProcessor keeps
-        the locks of the records it holds this way whether or not ``auto_renew`` is set).
-        Returns when the next one falls due (loop clock), None with nothing held."""
+    def _keep_locks(self, on: bool) -> None:
+        """Renew the locks of the records handed out and not acknowledged (the
+        ``auto_renew`` rule) from ``on=True`` until the matching ``on=False``: a
+        ShareProcessor keeps the locks of the records it holds this way whether or not
+        ``auto_renew`` is set.  The fetcher does it, so that its ShareFetch waits end
+        before a renewal falls due.  In implicit mode there is nothing to renew (the
+        next poll accepts what the last one handed out)."""
         fetcher = self._running()
-        if not self._explicit:
-            raise IllegalStateError("RENEW needs acknowledgement_mode='explicit'")
-        margin = fetcher._renew_margin()
-        now = asyncio.get_running_loop().time()
-        if fetcher.tracker.renew_expiring(now, margin):
-            fetcher.acknowledged()
-        return fetcher.tracker.next_renewal(margin)
+        if self._explicit:
+            fetcher.keep_locks(on)
 
     def _on_closing(self) -> None:
         if self._recorder is not None:

@@ -77,9 +77,12 @@ async def test_with_confluent_kafkas_share_consumer(
     mine: list[int] = []
     try:
         await members_assigned(bootstrap, group, 2)
-        await produce(bootstrap, topic, TOTAL, recorder)
         seen = lambda: {o for _, _, o, _ in list(peer.consumed)}  # noqa: E731
-        await asyncio.wait_for(run_aiogroup(c, mine, seen), WAIT)
+        # Both poll before the records exist: a share consumer acquires only for a
+        # poll, so one that has not polled yet would leave them all to the other.
+        polling = asyncio.create_task(run_aiogroup(c, mine, seen))
+        await produce(bootstrap, topic, TOTAL, recorder)
+        await asyncio.wait_for(polling, WAIT)
     finally:
         await c.stop()
         await asyncio.to_thread(peer.stop)
@@ -114,9 +117,12 @@ async def test_with_kafkas_java_share_consumer(
     mine: list[int] = []
     try:
         await members_assigned(bootstrap, group, 2)
-        await produce(bootstrap, topic, TOTAL, recorder)
         seen = lambda: {o for _, _, o in peer.consumed()}  # noqa: E731
-        await asyncio.wait_for(run_aiogroup(c, mine, seen), WAIT)
+        # Both poll before the records exist: a share consumer acquires only for a
+        # poll, so one that has not polled yet would leave them all to the other.
+        polling = asyncio.create_task(run_aiogroup(c, mine, seen))
+        await produce(bootstrap, topic, TOTAL, recorder)
+        await asyncio.wait_for(polling, WAIT)
     finally:
         await c.stop()
         await asyncio.to_thread(peer.stop)

@@ -205,6 +205,13 @@ def test_auto_renew_picks_records_near_their_lock_end() -> None:
     assert tr.renew_expiring(now=9.0, margin=2.0) == 0  # in flight already
 
 
+def test_a_lock_past_its_end_is_no_renewal_due() -> None:
+    tr, _ = tracker(offsets=range(2), deadline=10.0)
+    assert tr.next_renewal(margin=2.0, now=9.0) == pytest.approx(8.0)
+    assert tr.next_renewal(margin=2.0, now=10.0) is None  # gone: no RENEW can keep it
+    assert tr.renew_expiring(now=10.0, margin=2.0) == 0
+
+
 def test_an_expired_record_is_never_handed_out() -> None:
     tr = AcknowledgementTracker(explicit=True)
     a = tr.acquired(TP, 0, 1, 10.0, session=1)

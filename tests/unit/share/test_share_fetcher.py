@@ -36,7 +36,11 @@ def batch(base: int, count: int) -> bytes:
 
 
 def fetch_answer(
-    *, error: int = 0, acquired: tuple[int, int, int] | None = None, ack_error: int = 0
+    *,
+    error: int = 0,
+    acquired: tuple[int, int, int] | None = None,
+    ack_error: int = 0,
+    lock_ms: int = 30_000,
 ) -> dict[str, Any]:
     first, last, count = acquired or (0, -1, 0)
     part = {
@@ -57,7 +61,7 @@ def fetch_answer(
         "throttle_time_ms": 0,
         "error_code": error,
         "error_message": None,
-        "acquisition_lock_timeout_ms": 30_000,
+        "acquisition_lock_timeout_ms": lock_ms,
         "responses": [] if error else [{"topic_id": TID, "partitions": [part]}],
         "node_endpoints": [],
     }
@@ -119,12 +123,12 @@ class ScriptedLeader:
         return SHARE_FETCH.response(version, fetch_answer())
 
 
-def make(client: ScriptedLeader) -> ShareFetcher:
+def make(client: ScriptedLeader, *, fetch_max_wait_ms: int = 50) -> ShareFetcher:
     config = ShareFetcherConfig(
         group_id="g",
         explicit=True,
         max_poll_records=10,
-        fetch_max_wait_ms=50,
+        fetch_max_wait_ms=fetch_max_wait_ms,
         fetch_min_bytes=1,
         fetch_max_bytes=1 << 20,
         retry_backoff=0.01,
@@ -134,6 +138,7 @@ def make(client: ScriptedLeader) -> ShareFetcher:
     fetcher = ShareFetcher(client, config, ShareHooks())  # type: ignore[arg-type]
     fetcher.set_member_id(lambda: "m")
     fetcher.set_membership_valid_until(1e12)
+    fetcher.polled()  # the application's first poll: fetching starts
     return fetcher
 
 
@@ -354,6 +359,7 @@ def make_batch_optimized(client: ScriptedLeader) -> ShareFetcher:
     fetcher = ShareFetcher(client, config, ShareHooks())  # type: ignore[arg-type]
     fetcher.set_member_id(lambda: "m")
     fetcher.set_membership_valid_until(1e12)
+    fetcher.polled()  # the application's first poll: fetching starts
     return fetcher
 
 
@@ -401,5 +407,81 @@ async def test_held_fetching_sends_acknowledgements_alone_until_the_next_poll() 
         fetcher.polled()  # the application asks for records again
         await asyncio.wait_for(client.sent.wait(), WAIT)
         assert client.requests[-1][0] == "ShareFetch"
+    finally:
+        await fetcher.abort()
+
+
+async def test_kept_locks_are_renewed_before_they_end_though_fetches_wait_longer() -> None:
+    """A RENEW waits for the ShareFetch in flight to its leader, so while locks are kept
+    a fetch may not wait past the next renewal: here a 5 s fetch wait and a 1.2 s lock
+    (the ShareProcessor's case: its consumer made without auto_renew)."""
+    client = ScriptedLeader([fetch_answer(acquired=(0, 0, 1), lock_ms=1200)])
+    fetcher = make(client, fetch_max_wait_ms=5000)
+    loop = asyncio.get_running_loop()
+    try:
+        fetcher.keep_locks(True)  # as a ShareProcessor does before it reads
+        fetcher.set_assignment({("t", 0): TID})
+        (r,) = await records(fetcher, 1)
+        run = r.acquisition.run
+        assert run is not None
+        while not any(name == "ShareAcknowledge" for name, _ in client.requests):
+            client.sent.clear()
+            await asyncio.wait_for(client.sent.wait(), WAIT)
+        assert loop.time() < run.deadline  # the RENEW left while the lock held
+        at = next(i for i, (name, _) in enumerate(client.requests) if name == "ShareAcknowledge")
+        ack = client.requests[at][1]
+        assert ack["is_renew_ack"] is True
+        batches = ack["topics"][0]["partitions"][0]["acknowledgement_batches"]
+        assert [(b["first_offset"], b["acknowledge_types"]) for b in batches] == [
+            (0, [int(AcknowledgeType.RENEW)])
+        ]
+        waits = [f["max_wait_ms"] for n, f in client.requests[1:at] if n == "ShareFetch"]
+        assert waits and max(waits) < 1200, waits
+        fetcher.keep_locks(False)
+        with pytest.raises(RuntimeError, match="without keep_locks"):
+            fetcher.keep_locks(False)
+    finally:
+        await fetcher.abort()
+
+
+async def test_without_kept_locks_a_fetch_waits_its_full_max_wait() -> None:
+    client = ScriptedLeader([fetch_answer(acquired=(0, 0, 1), lock_ms=1200)])
+    fetcher = make(client, fetch_max_wait_ms=5000)
+    try:
+        fetcher.set_assignment({("t", 0): TID})
+        await records(fetcher, 1)
+        await asyncio.wait_for(read_ahead_sent(client, 2), WAIT)
+        assert client.requests[1][1]["max_wait_ms"] == 5000
+    finally:
+        await fetcher.abort()
+
+
+async def test_nothing_is_acquired_before_the_first_poll() -> None:
+    """A started consumer nobody polls yet must not hold records: their locks would run
+    out in its buffer and their delivery counts rise for nothing (another member, polled
+    all along, would get them only after the lock, with count 2)."""
+    client = ScriptedLeader([fetch_answer(acquired=(0, 0, 1))])
+    config = ShareFetcherConfig(
+        group_id="g",
+        explicit=True,
+        max_poll_records=10,
+        fetch_max_wait_ms=50,
+        fetch_min_bytes=1,
+        fetch_max_bytes=1 << 20,
+        retry_backoff=0.01,
+        auto_renew=False,
+        renew_margin=None,
+    )
+    fetcher = ShareFetcher(client, config, ShareHooks())  # type: ignore[arg-type]
+    fetcher.set_member_id(lambda: "m")
+    fetcher.set_membership_valid_until(1e12)
+    try:
+        fetcher.set_assignment({("t", 0): TID})
+        for _ in range(20):  # the leader's task gets every chance to send
+            await asyncio.sleep(0)
+        assert client.requests == []
+        fetcher.polled()
+        await asyncio.wait_for(client.sent.wait(), WAIT)
+        assert [r.offset for r in await records(fetcher, 1)] == [0]
     finally:
         await fetcher.abort()
