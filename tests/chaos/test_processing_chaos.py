@@ -223,7 +223,7 @@ async def test_processor_kill_9_mid_processing(
 
         # The kill must land mid-processing: at a moment the victim has handlers running.
         await run.until("the victim to have handlers running", busy, timeout=60)
-        run.kill(victim)
+        await run.kill(victim)
         await run.until(
             "the broker to fence the killed member",
             lambda evs: any(e.member == victim and e.kind == "gone" for e in evs),
@@ -297,7 +297,7 @@ async def test_processor_sigstop_past_the_session(
         await run.owners(2, timeout=90)
         await run.processing(frozen)
         await asyncio.sleep(run.rng.uniform(0.0, 1.0))
-        run.freeze(frozen)
+        await run.freeze(frozen)
         frozen_at = run.history.now()
         await run.until(
             "the broker to remove the frozen member",
