@@ -176,6 +176,26 @@ class ChaosRun:
     def thaw(self, client_id: str) -> None:
         self.procs[client_id].send_signal(signal.SIGCONT)
 
+    def fault_context(self, around: int = 3) -> str:
+        """Each kill or freeze with the faulted member's own events just before and
+        after it, relative to the fault's stamp (for a failure message: whether the
+        member acted after its crash, or when it woke, is what a checker verdict
+        about a fault turns on)."""
+        events = self.events()
+        lines = []
+        for fault in (e for e in events if e.kind in ("crashed", "frozen")):
+            own = [
+                e
+                for e in events
+                if e.member == fault.member
+                and e.kind not in ("crashed", "frozen", "gone", "joined")
+            ]
+            before = [e for e in own if e.t <= fault.t][-around:]
+            after = [e for e in own if e.t > fault.t][:around]
+            show = ", ".join(f"{e.kind} {1000 * (e.t - fault.t):+.1f} ms" for e in before + after)
+            lines.append(f"{fault.kind} {fault.member} at t={fault.t:.3f}: {show}")
+        return "\n".join(lines)
+
     # -- waiting ------------------------------------------------------------------------
 
     def events(self) -> list[Any]:
