@@ -46,7 +46,8 @@ record and handler attempt, written by :func:`aiogroup.testing.recording.recordi
   commit) or seen (the broker's offset).
 * **No processing overlap.**  No two members run records of one partition at the
   same instant (an attempt runs from its start to its end; a frozen process runs
-  nothing until it is next seen acting).
+  nothing until it is next seen acting; a killed one nothing after its death - its
+  last own event, if the kill landed after the "crashed" stamp).
 * **Processing only while held.**  Nothing is started or finished outside the
   member's hold: after its revoke returned, after lost, or after its fence.
 * **Nothing unfinished.**  Every produced record was finished (handled or
@@ -119,7 +120,9 @@ EventKind = Literal[
     "leaving",  # the member started a clean leave (close / unsubscribe)
     # Written by whoever runs the test.
     "crashed",  # the process was killed (kill -9) or the member vanished without leaving
+    # (stamped as the kill is sent or after; it never acts again - see _deaths)
     "frozen",  # the process was stopped (SIGSTOP): it holds nothing from its fence on
+    # (stamp it once the process is stopped: its next own event is read as its wake)
     "produced",  # spans: records the producer got acknowledged
     # Written by a member's processing (one record per event, spans=((t, p, o, o),)).
     "started",  # a handler attempt began for the record (``key``: the record's key)
@@ -714,6 +717,43 @@ def _fences(history: list[Event], report: HistoryReport) -> dict[str, list[_Fenc
     return fences
 
 
+def _deaths(history: list[Event]) -> dict[str, list[tuple[float, float]]]:
+    """Per member, each crash's stamp and the instant the process surely was dead by.
+
+    A harness stamps "crashed" as it sends the kill, and the process runs until the
+    signal lands: on a loaded machine its last events (a record finished, the next one
+    started) can be stamped after the crash.  A killed process never acts again, so
+    its own events after the stamp are its last moments, not a wake: it died at the
+    latest of them (or at the stamp).  They count up to its next "joined" - a new life
+    under the same name - or its next crash.  Taking them for a wake (as for a frozen
+    member) left the handlers it was running when it died open forever, overlapping
+    whoever took its partitions.
+    """
+    crashes: dict[str, list[float]] = defaultdict(list)
+    acts: dict[str, list[float]] = defaultdict(list)
+    joins: dict[str, list[float]] = defaultdict(list)
+    for e in history:
+        if e.kind == "crashed":
+            crashes[e.member].append(e.t)
+        elif e.kind in _SELF_WRITTEN:
+            acts[e.member].append(e.t)
+        elif e.kind == "joined":
+            joins[e.member].append(e.t)
+    out: dict[str, list[tuple[float, float]]] = {}
+    for member, stamps in crashes.items():
+        stamps.sort()
+        rows = []
+        for i, crash in enumerate(stamps):
+            later = [t for t in joins.get(member, ()) if t > crash]
+            if i + 1 < len(stamps):
+                later.append(stamps[i + 1])
+            bound = min(later, default=float("inf"))
+            last = [t for t in acts.get(member, ()) if crash < t < bound]
+            rows.append((crash, max([crash, *last])))
+        out[member] = rows
+    return out
+
+
 def _windows(
     history: list[Event], fences: Mapping[str, list[_Fence]]
 ) -> dict[Partition, list[_Window]]:
@@ -733,6 +773,7 @@ def _windows(
     for member, fs in fences.items():
         cuts += [Event(f.earliest, member, "gone", detail="fence") for f in fs]
     inert: set[str] = set()
+    deaths = _deaths(history)
     for e in sorted([*history, *cuts], key=lambda e: e.t):
         if e.kind in ("joined", "assigned"):
             inert.discard(e.member)  # woke and rejoined
@@ -754,9 +795,11 @@ def _windows(
         elif e.kind in ("crashed", "frozen"):
             inert.add(e.member)
             if e.kind == "crashed" and not fences.get(e.member):
-                # Without an observer's fence, a crash ends the window where it
-                # happened; with one, it runs on to the fence (the broker still counts it).
-                close(e.member, e.t, "crash")
+                # Without an observer's fence, a crash ends the window where the
+                # process died; with one, it runs on to the fence (the broker still
+                # counts it).
+                died = next(d for c, d in deaths.get(e.member, ()) if c == e.t)
+                close(e.member, died, "crash")
     return windows
 
 
@@ -1073,8 +1116,9 @@ def _attempts(
 ) -> tuple[list[_Attempt], dict[tuple[Partition, int], list[tuple[float, str]]]]:
     """Every attempt (with its end), and per record the finishes (time, member) in order.
 
-    An attempt never ended by its member ends where the member stopped running: its
-    crash, or its freeze if it never woke; else it is still open at the end of the history.
+    An attempt never ended by its member ends where the member stopped running: where
+    it died (see :func:`_deaths`), or its freeze if it never woke; else it is still
+    open at the end of the history.
     """
     attempts: list[_Attempt] = []
     finishes: dict[tuple[Partition, int], list[tuple[float, str]]] = defaultdict(list)
@@ -1095,23 +1139,23 @@ def _attempts(
                     a.end, a.outcome = e.t, e.kind
                 if e.kind == "finished":
                     finishes[((topic, p), o)].append((e.t, e.member))
-    stops: dict[str, list[Event]] = defaultdict(list)
-    for e in history:
-        if e.kind in ("crashed", "frozen"):
-            stops[e.member].append(e)
     activity = _Activity(history)
     for a in attempts:
         if a.outcome != "open":
             continue
-        stop = next((s for s in stops.get(a.member, ()) if s.t >= a.start), None)
-        if stop is not None and activity.woke(a.member, stop.t) is None:
-            a.end, a.outcome = stop.t, "crash" if stop.kind == "crashed" else "frozen"
+        died = activity.died(a.member, a.start)
+        if died is not None:
+            a.end, a.outcome = died, "crash"
+            continue
+        frozen = next((t for t in activity.freezes.get(a.member, ()) if t >= a.start), None)
+        if frozen is not None and activity.woke(a.member, frozen) is None:
+            a.end, a.outcome = frozen, "frozen"
     return attempts, finishes
 
 
 class _Activity:
-    """When each member was seen acting on its own, and when it was frozen: the index
-    the processing rules use to tell a stopped process from a running one."""
+    """When each member was seen acting on its own, when it was frozen and when it died:
+    the index the processing rules use to tell a stopped process from a running one."""
 
     def __init__(self, history: list[Event]) -> None:
         self._acts: dict[str, list[float]] = defaultdict(list)
@@ -1121,12 +1165,18 @@ class _Activity:
                 self._acts[e.member].append(e.t)
             elif e.kind == "frozen":
                 self.freezes[e.member].append(e.t)
+        #: Per member, (crash stamp, instant of death) in time order.
+        self.deaths: dict[str, list[tuple[float, float]]] = _deaths(history)
 
     def woke(self, member: str, after: float) -> float | None:
         """When ``member`` was next seen acting on its own after ``after`` (None: never)."""
         acts = self._acts.get(member, [])
         i = bisect.bisect_right(acts, after)
         return acts[i] if i < len(acts) else None
+
+    def died(self, member: str, t: float) -> float | None:
+        """When the process ``member`` was running at ``t`` died (None: it did not)."""
+        return next((death for _, death in self.deaths.get(member, ()) if death >= t), None)
 
     def running_pieces(self, a: _Attempt) -> list[tuple[float, float]]:
         """The parts of an attempt during which its member's process was running: a
@@ -1446,18 +1496,20 @@ def _count_crashes(
     report: HistoryReport,
 ) -> None:
     """What each kill -9 left to redo: records in flight, and records finished after
-    the member's last commit of their partition was sent."""
-    for e in history:
-        if e.kind != "crashed":
-            continue
-        report.in_flight_at_crash += sum(
-            1 for a in attempts if a.member == e.member and a.start <= e.t and a.outcome == "crash"
-        )
-        last_sent: dict[Partition, float] = {}
-        for c in history:
-            if c.kind == "committed" and c.member == e.member and c.t <= e.t:
-                for topic, p, _ in c.offsets:
-                    last_sent[(topic, p)] = c.since if c.since is not None else c.t
-        for (part, _o), done in finishes.items():
-            if any(m == e.member and last_sent.get(part, -1.0) < t <= e.t for t, m in done):
-                report.finished_uncommitted_at_crash += 1
+    the member's last commit of their partition was sent - as of the instant it died
+    (its last act after the crash's stamp, see :func:`_deaths`)."""
+    for member, deaths in _deaths(history).items():
+        for _, died in deaths:
+            report.in_flight_at_crash += sum(
+                1
+                for a in attempts
+                if a.member == member and a.outcome == "crash" and a.start <= died == a.end
+            )
+            last_sent: dict[Partition, float] = {}
+            for c in history:
+                if c.kind == "committed" and c.member == member and c.t <= died:
+                    for topic, p, _ in c.offsets:
+                        last_sent[(topic, p)] = c.since if c.since is not None else c.t
+            for (part, _o), done in finishes.items():
+                if any(m == member and last_sent.get(part, -1.0) < t <= died for t, m in done):
+                    report.finished_uncommitted_at_crash += 1

@@ -141,19 +141,60 @@ class ChaosRun:
         self.procs[client_id] = proc
         return client_id
 
-    def kill(self, client_id: str) -> None:
-        """kill -9, recorded as a crash at the instant of the signal."""
-        self.faults += 1
-        self.history.crashed(client_id)
-        self.procs[client_id].send_signal(signal.SIGKILL)
+    async def kill(self, client_id: str) -> None:
+        """kill -9, recorded as a crash once the process is dead.
 
-    def freeze(self, client_id: str) -> None:
+        Not stamped as the signal is sent: a process runs on until the signal lands,
+        and on a loaded machine it can write events in between (a record finished,
+        the next one started), stamped after a crash that had not happened yet.
+        Stamped after its death, every event of the member precedes its crash."""
         self.faults += 1
+        proc = self.procs[client_id]
+        proc.send_signal(signal.SIGKILL)
+        await asyncio.wait_for(proc.wait(), 30)
+        self.history.crashed(client_id)
+
+    async def freeze(self, client_id: str) -> None:
+        """SIGSTOP, recorded as "frozen" once the process is stopped.
+
+        The checker reads a frozen member's first event after the freeze as its
+        wake, so the stamp must lie inside the stop: taken as the signal is sent,
+        a handler the member started before the signal landed would look as if it
+        ran through the freeze."""
+        self.faults += 1
+        proc = self.procs[client_id]
+        proc.send_signal(signal.SIGSTOP)
+        # waitid reports the stop (WNOWAIT: without consuming it; WEXITED: a process
+        # that died instead cannot leave the thread waiting).
+        got = await asyncio.wait_for(
+            asyncio.to_thread(os.waitid, os.P_PID, proc.pid, os.WSTOPPED | os.WEXITED | os.WNOWAIT),
+            30,
+        )
+        assert got is not None and got.si_code == os.CLD_STOPPED, f"{client_id} not stopped: {got}"
         self.history.add(client_id, "frozen")
-        self.procs[client_id].send_signal(signal.SIGSTOP)
 
     def thaw(self, client_id: str) -> None:
         self.procs[client_id].send_signal(signal.SIGCONT)
+
+    def fault_context(self, around: int = 3) -> str:
+        """Each kill or freeze with the faulted member's own events just before and
+        after it, relative to the fault's stamp (for a failure message: whether the
+        member acted after its crash, or when it woke, is what a checker verdict
+        about a fault turns on)."""
+        events = self.events()
+        lines = []
+        for fault in (e for e in events if e.kind in ("crashed", "frozen")):
+            own = [
+                e
+                for e in events
+                if e.member == fault.member
+                and e.kind not in ("crashed", "frozen", "gone", "joined")
+            ]
+            before = [e for e in own if e.t <= fault.t][-around:]
+            after = [e for e in own if e.t > fault.t][:around]
+            show = ", ".join(f"{e.kind} {1000 * (e.t - fault.t):+.1f} ms" for e in before + after)
+            lines.append(f"{fault.kind} {fault.member} at t={fault.t:.3f}: {show}")
+        return "\n".join(lines)
 
     # -- waiting ------------------------------------------------------------------------
 

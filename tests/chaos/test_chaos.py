@@ -226,7 +226,7 @@ async def test_kill_9_of_a_member_mid_batch(
         victim = run.rng.choice(procs)
         await run.consuming(victim)
         await asyncio.sleep(run.rng.uniform(0.0, 2.0))  # seeded: somewhere mid-stream
-        run.kill(victim)
+        await run.kill(victim)
         await run.until(
             "the broker to fence the killed member",
             lambda evs: any(e.member == victim and e.kind == "gone" for e in evs),
@@ -304,7 +304,7 @@ async def test_sigstop_for_twice_the_session_then_sigcont(
         await run.owners(2, timeout=90)
         await run.consuming(frozen)
         await asyncio.sleep(run.rng.uniform(0.0, 2.0))
-        run.freeze(frozen)
+        await run.freeze(frozen)
         await fenced_then_woken(run, frozen, run.history.now(), owners=2)
 
 
@@ -566,7 +566,7 @@ async def test_online_migration_from_classic_to_the_consumer_protocol(
         await run.owners(3, timeout=90)
         await run.consuming(new.client_id)
         if fault == "kill9":
-            run.kill(old_proc)
+            await run.kill(old_proc)
             await run.until(
                 "the broker to fence the killed classic member",
                 lambda evs: any(e.member == old_proc and e.kind == "gone" for e in evs),

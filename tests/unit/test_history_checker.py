@@ -852,6 +852,52 @@ def test_one_owner_processing_a_finished_record_again_is_reported() -> None:
     assert [v.detail.split(" by ")[-1] for v in report.disallowed_reprocessing] == ["its owner"]
 
 
+def test_a_killed_members_acts_stamped_after_its_crash_are_its_last_moments_not_a_wake() -> None:
+    # The harness stamps the crash at 3.0 as it sends SIGKILL; the signal lands a moment
+    # later, after A started 5 (3.0004).  A never acts again: its handlers for 4 and 5
+    # ended where it died, not at the end of the history (where they would overlap B's
+    # run of 3..5 from 9.0 - the CI failure of 2026-11-28, "processing_overlaps: 2").
+    s = kill_mid_processing(3).start(3.0004, "A", 5, "k")
+    report = s.check()
+    assert report.ok, report.summary()
+    assert report.processing_overlaps == []
+    assert report.reprocessed == 3  # 3 (finished, not committed), 4 and 5 (in flight)
+    assert report.in_flight_at_crash == 2
+    assert report.finished_uncommitted_at_crash == 1
+
+
+def test_a_finish_a_killed_member_wrote_after_its_crash_stamp_came_before_its_death() -> None:
+    # A finished 4 just after the stamp, before the kill landed: at its death 3 and 4 were
+    # finished and uncommitted, nothing in flight - the two B redoes.
+    s = kill_mid_processing(3)
+    s.finish(3.0004, "A", 4)
+    report = s.check()
+    assert report.ok, report.summary()
+    assert (report.in_flight_at_crash, report.finished_uncommitted_at_crash) == (0, 2)
+    assert report.reprocessed == 2
+
+
+def test_a_crashed_member_that_goes_on_running_a_handler_still_overlaps_its_successor() -> None:
+    # "crashed" at 3.0, yet A's handler for 4 returns at 9.15 while B runs 3 and 4 from
+    # 9.0: A was running until then, and the overlap is reported.
+    s = kill_mid_processing(3).finish(9.15, "A", 4)
+    report = s.check()
+    assert [(o.start, o.end) for o in report.processing_overlaps] == [(9.0, 9.15)]
+    assert [v.rule for v in report.processed_unowned] == ["processed after fence"]
+    assert not report.ok
+
+
+def test_a_crashed_members_acts_in_a_new_life_do_not_extend_the_old_one() -> None:
+    # The name comes back (joined at 20.0, assigned 0 at 20.5 after B's revoke): A's
+    # handler for 4 still ended at its death at 3.0, not at 20.5, across B's run.
+    s = kill_mid_processing(3)
+    s.revoke(15.0, 15.1, "B", 0)
+    s.add(20.0, "A", "joined").assigned(20.5, "A", 0)
+    report = s.check()
+    assert report.ok, report.summary()
+    assert report.in_flight_at_crash == 1
+
+
 def test_a_frozen_members_handler_does_not_overlap_while_frozen_but_does_after_waking() -> None:
     def frozen(finish_at: float) -> Processing:
         s = Processing()
