@@ -492,8 +492,8 @@ async def test_a_processor_runs_once() -> None:
 
 
 async def test_a_release_riding_on_a_fetch_that_reacquires_the_record_is_reported() -> None:
-    from aiogroup._fetch.share_fetcher import ShareFetcher, ShareFetcherConfig, ShareHooks
-    from tests.unit.share.test_share_fetcher import TID, Gated, ScriptedLeader, fetch_answer
+    from aiogroup._fetch.share_fetcher import ShareHooks
+    from tests.unit.share.test_share_fetcher import TID, Gated, ScriptedLeader, fetch_answer, make
     from tests.unit.share.test_share_fetcher import records as fetched
 
     # The share fetcher settles a ShareFetch answer's acknowledgements before it registers
@@ -504,21 +504,7 @@ async def test_a_release_riding_on_a_fetch_that_reacquires_the_record_is_reporte
         [fetch_answer(acquired=(0, 0, 1)), ahead, fetch_answer(acquired=(0, 0, 2))]
     )
     reported: list[AckResult] = []
-    config = ShareFetcherConfig(
-        group_id="g",
-        explicit=True,
-        max_poll_records=10,
-        fetch_max_wait_ms=50,
-        fetch_min_bytes=1,
-        fetch_max_bytes=1 << 20,
-        retry_backoff=0.01,
-        auto_renew=False,
-        renew_margin=None,
-    )
-    fetcher = ShareFetcher(client, config, ShareHooks(results=reported.extend))  # type: ignore[arg-type]
-    fetcher.set_member_id(lambda: "m")
-    fetcher.set_membership_valid_until(1e12)
-    fetcher.polled()  # the application's first poll: fetching starts
+    fetcher = make(client, hooks=ShareHooks(results=reported.extend))
     try:
         fetcher.set_assignment({("t", 0): TID})
         (first,) = await fetched(fetcher, 1)

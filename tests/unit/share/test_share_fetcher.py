@@ -123,22 +123,35 @@ class ScriptedLeader:
         return SHARE_FETCH.response(version, fetch_answer())
 
 
-def make(client: ScriptedLeader, *, fetch_max_wait_ms: int = 50) -> ShareFetcher:
-    config = ShareFetcherConfig(
-        group_id="g",
-        explicit=True,
-        max_poll_records=10,
-        fetch_max_wait_ms=fetch_max_wait_ms,
-        fetch_min_bytes=1,
-        fetch_max_bytes=1 << 20,
-        retry_backoff=0.01,
-        auto_renew=False,
-        renew_margin=None,
+def make(
+    client: ScriptedLeader,
+    *,
+    hooks: ShareHooks | None = None,
+    polled: bool = True,
+    **config: Any,
+) -> ShareFetcher:
+    """A fetcher of member "m" on ``client``; ``config`` overrides the test defaults.
+    ``polled``: the application's first poll already made (fetching starts)."""
+    options: dict[str, Any] = {
+        "group_id": "g",
+        "explicit": True,
+        "max_poll_records": 10,
+        "fetch_max_wait_ms": 50,
+        "fetch_min_bytes": 1,
+        "fetch_max_bytes": 1 << 20,
+        "retry_backoff": 0.01,
+        "auto_renew": False,
+        "renew_margin": None,
+    }
+    fetcher = ShareFetcher(
+        client,  # type: ignore[arg-type]
+        ShareFetcherConfig(**(options | config)),
+        hooks or ShareHooks(),
     )
-    fetcher = ShareFetcher(client, config, ShareHooks())  # type: ignore[arg-type]
     fetcher.set_member_id(lambda: "m")
     fetcher.set_membership_valid_until(1e12)
-    fetcher.polled()  # the application's first poll: fetching starts
+    if polled:
+        fetcher.polled()
     return fetcher
 
 
@@ -344,23 +357,7 @@ async def test_records_acquired_for_a_partition_that_left_meanwhile_are_released
 
 
 def make_batch_optimized(client: ScriptedLeader) -> ShareFetcher:
-    config = ShareFetcherConfig(
-        group_id="g",
-        explicit=True,
-        max_poll_records=10,
-        fetch_max_wait_ms=50,
-        fetch_min_bytes=1,
-        fetch_max_bytes=1 << 20,
-        retry_backoff=0.01,
-        auto_renew=False,
-        renew_margin=None,
-        acquire_mode=AcquireMode.BATCH_OPTIMIZED,
-    )
-    fetcher = ShareFetcher(client, config, ShareHooks())  # type: ignore[arg-type]
-    fetcher.set_member_id(lambda: "m")
-    fetcher.set_membership_valid_until(1e12)
-    fetcher.polled()  # the application's first poll: fetching starts
-    return fetcher
+    return make(client, acquire_mode=AcquireMode.BATCH_OPTIMIZED)
 
 
 async def test_batch_optimized_fetches_say_so_and_read_ahead_within_one_poll() -> None:
@@ -461,20 +458,7 @@ async def test_nothing_is_acquired_before_the_first_poll() -> None:
     out in its buffer and their delivery counts rise for nothing (another member, polled
     all along, would get them only after the lock, with count 2)."""
     client = ScriptedLeader([fetch_answer(acquired=(0, 0, 1))])
-    config = ShareFetcherConfig(
-        group_id="g",
-        explicit=True,
-        max_poll_records=10,
-        fetch_max_wait_ms=50,
-        fetch_min_bytes=1,
-        fetch_max_bytes=1 << 20,
-        retry_backoff=0.01,
-        auto_renew=False,
-        renew_margin=None,
-    )
-    fetcher = ShareFetcher(client, config, ShareHooks())  # type: ignore[arg-type]
-    fetcher.set_member_id(lambda: "m")
-    fetcher.set_membership_valid_until(1e12)
+    fetcher = make(client, polled=False)
     try:
         fetcher.set_assignment({("t", 0): TID})
         for _ in range(20):  # the leader's task gets every chance to send
