@@ -57,6 +57,7 @@ from aiogroup._fetch.share_records import RecordBuffer, ShareRecord, acquired_re
 from aiogroup._fetch.share_session import SessionReaction, SessionRequest, ShareSession
 from aiogroup._protocol.share import (
     AckBatch,
+    AcknowledgeType,
     AcquireMode,
     ShareAcknowledgeRequest,
     ShareFetchRequest,
@@ -830,8 +831,14 @@ class ShareFetcher:
     def _report(self, results: list[AckResult], sent: float, node: int) -> None:
         for result in results:
             self.hooks.acknowledged(result, sent)
+        committed = results
+        if self._renewing:
+            # Renewals the consumer makes by itself are not what a commit() sent: it
+            # returns the outcome of the application's acknowledgements (a RENEW
+            # answered meanwhile still reaches the callback and the metrics).
+            committed = [r for r in results if r.ack_type is not AcknowledgeType.RENEW]
         for flush in self._flushes:
             if node in flush.nodes:
-                flush.results.extend(results)
+                flush.results.extend(committed)
         if results:
             self.hooks.results(results)

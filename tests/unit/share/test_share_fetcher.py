@@ -469,3 +469,27 @@ async def test_nothing_is_acquired_before_the_first_poll() -> None:
         assert [r.offset for r in await records(fetcher, 1)] == [0]
     finally:
         await fetcher.abort()
+
+
+@pytest.mark.parametrize("auto_renew", [True, False])
+async def test_a_commit_returns_renewals_only_where_the_application_made_them(
+    auto_renew: bool,
+) -> None:
+    """A RENEW answered while a commit() waits is the commit's business only when the
+    application asked for it: with auto_renew the consumer renews by itself (the result
+    still reaches the hooks)."""
+    from aiogroup._fetch.share_acknowledgements import AckResult
+    from aiogroup._fetch.share_fetcher import _Flush
+
+    seen: list[AckResult] = []
+    fetcher = make(ScriptedLeader([]), hooks=ShareHooks(results=seen.extend), auto_renew=auto_renew)
+    try:
+        flush = _Flush({0})
+        fetcher._flushes.append(flush)
+        renewed = AckResult("t", 0, AcknowledgeType.RENEW, (0,), 0)
+        accepted = AckResult("t", 0, AcknowledgeType.ACCEPT, (0,), 0)
+        fetcher._report([renewed, accepted], 0.0, 0)
+        assert flush.results == ([accepted] if auto_renew else [renewed, accepted])
+        assert seen == [renewed, accepted]
+    finally:
+        await fetcher.abort()
