@@ -100,14 +100,16 @@ from aiogroup._membership.events import (
     UnsubscribeRequested,
 )
 from aiogroup._membership.heartbeat_member import (
-    SESSION_LOOKUP_ATTEMPTS as SESSION_LOOKUP_ATTEMPTS,
-)
-from aiogroup._membership.heartbeat_member import (
+    COMMON_HEARTBEAT_REACTIONS,
     HeartbeatMember,
+    HeartbeatReaction,
     add_plumbing,
     check_ids,
     heartbeat_error_text,
     ignore,
+)
+from aiogroup._membership.heartbeat_member import (
+    SESSION_LOOKUP_ATTEMPTS as SESSION_LOOKUP_ATTEMPTS,
 )
 
 __all__ = [
@@ -213,34 +215,11 @@ class ConsumerMembershipError(RuntimeError):
 # --- error tables ---------------------------------------------------------------------
 
 
-class HeartbeatReaction(enum.Enum):
-    OK = "ok"
-    #: The coordinator moved or is down: find it again, then heartbeat at once.
-    FIND_COORDINATOR = "find coordinator"
-    RETRY_BACKOFF = "retry after backoff"
-    #: Epoch or member gone: partitions lost, rejoin with epoch 0.
-    FENCED = "fenced: lose partitions, rejoin with epoch 0"
-    #: Tell the application (its next poll raises), keep heartbeating after a backoff.
-    REPORT_RETRY = "report and retry"
-    FATAL = "fatal"
-
-
 H = HeartbeatReaction
 #: ConsumerGroupHeartbeatResponse.json's documented codes (v0-v1) and what each does.
 HEARTBEAT_REACTIONS: dict[int, HeartbeatReaction] = {
-    C.NONE: H.OK,
-    C.NOT_COORDINATOR: H.FIND_COORDINATOR,
-    C.COORDINATOR_NOT_AVAILABLE: H.FIND_COORDINATOR,
-    C.REQUEST_TIMED_OUT: H.FIND_COORDINATOR,
-    C.COORDINATOR_LOAD_IN_PROGRESS: H.RETRY_BACKOFF,
-    C.FENCED_MEMBER_EPOCH: H.FENCED,
-    C.UNKNOWN_MEMBER_ID: H.FENCED,
-    C.TOPIC_AUTHORIZATION_FAILED: H.REPORT_RETRY,
-    C.GROUP_AUTHORIZATION_FAILED: H.FATAL,
-    C.INVALID_REQUEST: H.FATAL,
-    C.GROUP_MAX_SIZE_REACHED: H.FATAL,
+    **COMMON_HEARTBEAT_REACTIONS,
     C.UNSUPPORTED_ASSIGNOR: H.FATAL,
-    C.UNSUPPORTED_VERSION: H.FATAL,
     C.UNRELEASED_INSTANCE_ID: H.FATAL,
     C.FENCED_INSTANCE_ID: H.FATAL,
     C.INVALID_REGULAR_EXPRESSION: H.FATAL,
@@ -828,8 +807,7 @@ Handler = Callable[["ConsumerMembership", Event], None]
 Transition = table.Transition[ConsumerMemberState, Handler]
 
 
-def _t(handler: Handler, *targets: S) -> Transition:
-    return table.Transition(handler, frozenset(targets))
+_t = table.transition
 
 
 _MEMBER = (S.JOINING, S.RECONCILING, S.ACKNOWLEDGING, S.STABLE)

@@ -51,8 +51,10 @@ from aiogroup._membership.events import (
 )
 
 __all__ = [
+    "COMMON_HEARTBEAT_REACTIONS",
     "SESSION_LOOKUP_ATTEMPTS",
     "HeartbeatMember",
+    "HeartbeatReaction",
     "add_plumbing",
     "check_ids",
     "heartbeat_error_text",
@@ -70,6 +72,42 @@ IdPartitions = frozenset[tuple[uuid.UUID, int]]
 #: Tries at the group's session timeout before the delivery gate keeps the heartbeat
 #: interval as its bound (no DESCRIBE_CONFIGS permission, an older broker).
 SESSION_LOOKUP_ATTEMPTS = 3
+
+
+class HeartbeatReaction(enum.Enum):
+    """What an error code in a heartbeat's answer makes the member do: both RPCs'
+    codes fall into these six (each machine says what "fenced" costs it)."""
+
+    OK = "ok"
+    #: The coordinator moved or is down: find it again (backoff), then heartbeat at once.
+    FIND_COORDINATOR = "find coordinator"
+    RETRY_BACKOFF = "retry after backoff"
+    #: Member or epoch gone: what it held goes with it (a consumer's partitions are lost,
+    #: a share member's acquired records forgotten); rejoin with epoch 0.
+    FENCED = "fenced: rejoin with epoch 0"
+    #: Tell the application (its next poll raises), keep heartbeating after a backoff.
+    REPORT_RETRY = "report and retry"
+    FATAL = "fatal"
+
+
+_H = HeartbeatReaction
+_C = ErrorCode
+#: The codes ConsumerGroupHeartbeatResponse.json and ShareGroupHeartbeatResponse.json
+#: both document, with one meaning; each machine adds its RPC's own.
+COMMON_HEARTBEAT_REACTIONS: Mapping[int, HeartbeatReaction] = {
+    _C.NONE: _H.OK,
+    _C.NOT_COORDINATOR: _H.FIND_COORDINATOR,
+    _C.COORDINATOR_NOT_AVAILABLE: _H.FIND_COORDINATOR,
+    _C.REQUEST_TIMED_OUT: _H.FIND_COORDINATOR,
+    _C.COORDINATOR_LOAD_IN_PROGRESS: _H.RETRY_BACKOFF,
+    _C.FENCED_MEMBER_EPOCH: _H.FENCED,
+    _C.UNKNOWN_MEMBER_ID: _H.FENCED,
+    _C.TOPIC_AUTHORIZATION_FAILED: _H.REPORT_RETRY,
+    _C.GROUP_AUTHORIZATION_FAILED: _H.FATAL,
+    _C.INVALID_REQUEST: _H.FATAL,
+    _C.GROUP_MAX_SIZE_REACHED: _H.FATAL,
+    _C.UNSUPPORTED_VERSION: _H.FATAL,
+}
 
 
 def check_ids(group_id: str, member_id: str) -> None:
@@ -384,7 +422,7 @@ def on_coordinator_lookup_failed(m: Member, ev: Event) -> None:
     assert isinstance(ev, CoordinatorLookupFailed)
     m.coordinator_known = False
     m.coordinator_lookup.failed(m.now)
-    if ev.error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED:
+    if ev.error_code == _C.GROUP_AUTHORIZATION_FAILED:
         m._report(ev.error_code, "FindCoordinator: GROUP_AUTHORIZATION_FAILED", fatal=False)
 
 

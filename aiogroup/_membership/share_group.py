@@ -84,15 +84,17 @@ from aiogroup._membership.events import (
     UnsubscribeRequested,
 )
 from aiogroup._membership.heartbeat_member import (
-    SESSION_LOOKUP_ATTEMPTS as SESSION_LOOKUP_ATTEMPTS,
-)
-from aiogroup._membership.heartbeat_member import (
+    COMMON_HEARTBEAT_REACTIONS,
     HeartbeatMember,
+    HeartbeatReaction,
     add_plumbing,
     check_ids,
     heartbeat_error_text,
     ignore,
     on_coordinator_found,
+)
+from aiogroup._membership.heartbeat_member import (
+    SESSION_LOOKUP_ATTEMPTS as SESSION_LOOKUP_ATTEMPTS,
 )
 
 __all__ = [
@@ -171,34 +173,14 @@ class ShareMembershipError(RuntimeError):
     """The machine got an event it has no transition for (a bug in its caller)."""
 
 
-class ShareHeartbeatReaction(enum.Enum):
-    OK = "ok"
-    #: The coordinator moved or is down: find it again (backoff), then heartbeat at once.
-    FIND_COORDINATOR = "find coordinator"
-    RETRY_BACKOFF = "retry after backoff"
-    #: Member or epoch gone: acquired records forgotten, rejoin with epoch 0.
-    FENCED = "fenced: drop acquired records, rejoin with epoch 0"
-    #: Tell the application (its next poll raises), keep heartbeating after a backoff.
-    REPORT_RETRY = "report and retry"
-    FATAL = "fatal"
-
-
+#: The share machine reacts as every heartbeat member does (fenced: acquired records
+#: forgotten, rejoin with epoch 0).
+ShareHeartbeatReaction = HeartbeatReaction
 H = ShareHeartbeatReaction
 #: ShareGroupHeartbeatResponse.json's documented codes and what each does; any other
 #: code is fatal (as in Java's heartbeat manager).
 HEARTBEAT_REACTIONS: dict[int, ShareHeartbeatReaction] = {
-    C.NONE: H.OK,
-    C.NOT_COORDINATOR: H.FIND_COORDINATOR,
-    C.COORDINATOR_NOT_AVAILABLE: H.FIND_COORDINATOR,
-    C.REQUEST_TIMED_OUT: H.FIND_COORDINATOR,
-    C.COORDINATOR_LOAD_IN_PROGRESS: H.RETRY_BACKOFF,
-    C.UNKNOWN_MEMBER_ID: H.FENCED,
-    C.FENCED_MEMBER_EPOCH: H.FENCED,
-    C.TOPIC_AUTHORIZATION_FAILED: H.REPORT_RETRY,
-    C.GROUP_AUTHORIZATION_FAILED: H.FATAL,
-    C.INVALID_REQUEST: H.FATAL,
-    C.GROUP_MAX_SIZE_REACHED: H.FATAL,
-    C.UNSUPPORTED_VERSION: H.FATAL,
+    **COMMON_HEARTBEAT_REACTIONS,
     C.GROUP_ID_NOT_FOUND: H.FATAL,
     C.INCONSISTENT_GROUP_PROTOCOL: H.FATAL,
     C.INVALID_GROUP_ID: H.FATAL,
@@ -504,8 +486,7 @@ Handler = Callable[["ShareMembership", Event], None]
 Transition = table.Transition[ShareMemberState, Handler]
 
 
-def _t(handler: Handler, *targets: S) -> Transition:
-    return table.Transition(handler, frozenset(targets))
+_t = table.transition
 
 
 EVENT_TRANSITIONS: dict[tuple[ShareMemberState, type[Event]], Transition] = {}
