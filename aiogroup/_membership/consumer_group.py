@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import enum
 import uuid
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -75,8 +74,9 @@ from aiogroup._membership.actions import (
     SendConsumerGroupHeartbeat,
     SetAssignment,
 )
-from aiogroup._membership.backoff import DEFAULT_BACKOFF_MAX, Retrying, RetryPolicy
-from aiogroup._membership.codes import ErrorCode, code_name
+from aiogroup._membership.backoff import Retrying, RetryPolicy
+from aiogroup._membership.codes import ErrorCode
+from aiogroup._membership.codes import code_name as code_name  # read by the tests here
 from aiogroup._membership.commit_outcomes import CommitGate
 from aiogroup._membership.events import (
     ApplicationPolled,
@@ -98,6 +98,18 @@ from aiogroup._membership.events import (
     TopicNamesLookupFailed,
     TopicNamesResolved,
     UnsubscribeRequested,
+)
+from aiogroup._membership.heartbeat_member import (
+    COMMON_HEARTBEAT_REACTIONS,
+    HeartbeatMember,
+    HeartbeatReaction,
+    add_plumbing,
+    check_ids,
+    heartbeat_error_text,
+    ignore,
+)
+from aiogroup._membership.heartbeat_member import (
+    SESSION_LOOKUP_ATTEMPTS as SESSION_LOOKUP_ATTEMPTS,
 )
 
 __all__ = [
@@ -203,34 +215,11 @@ class ConsumerMembershipError(RuntimeError):
 # --- error tables ---------------------------------------------------------------------
 
 
-class HeartbeatReaction(enum.Enum):
-    OK = "ok"
-    #: The coordinator moved or is down: find it again, then heartbeat at once.
-    FIND_COORDINATOR = "find coordinator"
-    RETRY_BACKOFF = "retry after backoff"
-    #: Epoch or member gone: partitions lost, rejoin with epoch 0.
-    FENCED = "fenced: lose partitions, rejoin with epoch 0"
-    #: Tell the application (its next poll raises), keep heartbeating after a backoff.
-    REPORT_RETRY = "report and retry"
-    FATAL = "fatal"
-
-
 H = HeartbeatReaction
 #: ConsumerGroupHeartbeatResponse.json's documented codes (v0-v1) and what each does.
 HEARTBEAT_REACTIONS: dict[int, HeartbeatReaction] = {
-    C.NONE: H.OK,
-    C.NOT_COORDINATOR: H.FIND_COORDINATOR,
-    C.COORDINATOR_NOT_AVAILABLE: H.FIND_COORDINATOR,
-    C.REQUEST_TIMED_OUT: H.FIND_COORDINATOR,
-    C.COORDINATOR_LOAD_IN_PROGRESS: H.RETRY_BACKOFF,
-    C.FENCED_MEMBER_EPOCH: H.FENCED,
-    C.UNKNOWN_MEMBER_ID: H.FENCED,
-    C.TOPIC_AUTHORIZATION_FAILED: H.REPORT_RETRY,
-    C.GROUP_AUTHORIZATION_FAILED: H.FATAL,
-    C.INVALID_REQUEST: H.FATAL,
-    C.GROUP_MAX_SIZE_REACHED: H.FATAL,
+    **COMMON_HEARTBEAT_REACTIONS,
     C.UNSUPPORTED_ASSIGNOR: H.FATAL,
-    C.UNSUPPORTED_VERSION: H.FATAL,
     C.UNRELEASED_INSTANCE_ID: H.FATAL,
     C.FENCED_INSTANCE_ID: H.FATAL,
     C.INVALID_REGULAR_EXPRESSION: H.FATAL,
@@ -254,11 +243,6 @@ _FATAL_HINTS: dict[int, str] = {
 
 
 # --- the machine ----------------------------------------------------------------------
-
-
-#: Tries at the group's session timeout before the delivery gate keeps the heartbeat
-#: interval as its bound (no DESCRIBE_CONFIGS permission, an older broker).
-SESSION_LOOKUP_ATTEMPTS = 3
 
 
 class LeaveReason(enum.Enum):
@@ -303,8 +287,12 @@ class _Config:
     auto_commit_interval: float | None
 
 
-class ConsumerMembership:
+class ConsumerMembership(HeartbeatMember[ConsumerMemberState]):
     """One consumer-protocol member.  ``handle(event, now) -> actions``; no I/O inside."""
+
+    _ERROR = ConsumerMembershipError
+    _LOOKUP_FOR = "heartbeat"
+    _RULE_ROUNDS = 32
 
     def __init__(
         self,
@@ -321,14 +309,23 @@ class ConsumerMembership:
         learn_session_timeout: bool = False,
         now: float = 0.0,
     ) -> None:
-        if not group_id:
-            raise ValueError("group_id must not be empty")
-        if not member_id:
-            raise ValueError("member_id must not be empty (the client generates it, KIP-1082)")
+        check_ids(group_id, member_id)
         if rebalance_timeout_ms <= 0 or retry_backoff <= 0 or max_poll_interval <= 0:
             raise ValueError("timeouts and backoff must be positive")
         if auto_commit_interval is not None and auto_commit_interval <= 0:
             raise ValueError("auto_commit_interval must be > 0 or None (no interval commits)")
+        # The coordinator is looked up again one fixed backoff after each failure.
+        super().__init__(
+            group_id,
+            member_id,
+            initial=S.UNSUBSCRIBED,
+            fatal=S.FATAL,
+            in_group=_IN_GROUP,
+            retry_backoff=retry_backoff,
+            coordinator_policy=RetryPolicy(retry_backoff, retry_backoff, multiplier=1.0),
+            learn_session_timeout=learn_session_timeout,
+            now=now,
+        )
         self.config = _Config(
             group_id,
             member_id,
@@ -342,17 +339,9 @@ class ConsumerMembership:
         )
         #: When the next interval auto-commit is due (Java's auto-commit timer).
         self.next_auto_commit = now + (auto_commit_interval or 0.0)
-        self.state = S.UNSUBSCRIBED
-        self.member_id = member_id
         self.member_epoch = JOIN_EPOCH
-        self.topics: frozenset[str] = frozenset()
         self.regex: str | None = None
         self.owned: IdPartitions = _NONE
-        #: The latest target from the coordinator (None: none received since joining).
-        self.target: IdPartitions | None = None
-        self.names: dict[uuid.UUID, str] = {}
-        #: What the last SetAssignment gave the fetcher.
-        self.fetching: frozenset[TopicPartition] = frozenset()
         self.reconciliation: _Reconciliation | None = None
         #: The listener running now (listeners never overlap), and those waiting.
         self.listener: Listener | None = None
@@ -361,22 +350,10 @@ class ConsumerMembership:
         #: When it returns they leave the fetcher, whatever overtook the revoke.
         self.revoking: frozenset[TopicPartition] = frozenset()
         self.sent = _Sent()
-        self.coordinator_known = False
-        self.lookup_in_flight = False
-        self.lookup_retry_at = now
-        self.heartbeat_in_flight = False
         #: The owned partitions the in-flight heartbeat reports (None: not reported).
         self.inflight_owned: IdPartitions | None = None
         #: True once a heartbeat carrying ``owned`` was answered without error.
         self.acknowledged = False
-        self.heartbeat_interval = 0.0
-        self.next_heartbeat_at = now
-        #: When the heartbeat in flight (or the last one) was sent.
-        self.heartbeat_sent_at = now
-        #: Send time of the last heartbeat answered without error (None: none yet).
-        self.proven_at: float | None = None
-        #: The broker's session timeout in seconds (None: not learned; see the gate).
-        self.session_timeout: float | None = None
         self.last_poll = now
         #: A getone/getmany is waiting for records now: the application is polling.
         self.poll_waiting = False
@@ -385,76 +362,37 @@ class ConsumerMembership:
         #: When the member last started leaving for want of a poll.
         self.poll_left_at = now
         self.leave_reason: LeaveReason | None = None
-        #: The leave heartbeat (epoch -1/-2) is out: its answer, whatever it is, ends LEAVING.
-        self.leave_sent = False
-        #: The application subscribed again while the member was leaving: rejoin after.
-        self.resubscribed = False
-        #: Asking Metadata for the names of assigned topic ids: until every id of the
-        #: target has a name (the assignment speaks ids, listeners names), without limit.
-        self.names_lookup = Retrying(RetryPolicy.from_backoff(retry_backoff))
-        #: Asking for the group's session timeout (the delivery gate's bound): a few
-        #: tries; without it the heartbeat interval, which is shorter, bounds the gate.
         #: Looking up committed offsets again after a failed lookup (the shell's refresh
         #: task asks first, on each new assignment): one backoff after each failure.
         self.committed_refresh = Retrying(RetryPolicy(retry_backoff, retry_backoff), due_at=None)
-        self.session_lookup = Retrying(
-            RetryPolicy(
-                retry_backoff,
-                max(retry_backoff, DEFAULT_BACKOFF_MAX),
-                attempts=SESSION_LOOKUP_ATTEMPTS,
-            ),
-            done=not learn_session_timeout,
-        )
-        self.error: RaiseToApplication | None = None
-        self.now = now
-        #: The latest state changes as (from, to, why): an event's name or a rule's reason.
-        self.trace: deque[tuple[ConsumerMemberState, ConsumerMemberState, str]] = deque(maxlen=256)
-        self._out: list[Action] = []
 
-    # -- public API --------------------------------------------------------------------
+    # -- the hooks of HeartbeatMember ----------------------------------------------------
 
-    def handle(self, event: Event, now: float) -> list[Action]:
-        tr = table.transition_for(EVENT_TRANSITIONS, self.state, event, self._illegal)
-        self.now = max(self.now, now)
-        before = self.state
-        tr.handler(self, event)
-        if self.state is not before:
-            if self.state not in tr.targets:
-                raise AssertionError(f"{tr.handler.__name__} moved {before} -> {self.state}")
-            self.trace.append((before, self.state, type(event).__name__))
-        self._advance()
-        self._schedule()
-        self._lookup_names()
-        self._lookup_session_timeout()
+    def _event_table(self) -> dict[tuple[ConsumerMemberState, type[Event]], Transition]:
+        return EVENT_TRANSITIONS
+
+    def _state_rules(self) -> tuple[Rule, ...]:
+        return STATE_RULES
+
+    def _urgent(self) -> bool:
+        return urgent_heartbeat(self)
+
+    def _after_step(self) -> None:
         self._refresh_committed()
         self._auto_commit_on_interval()
-        out, self._out = self._out, []
-        return out
 
-    def _illegal(self, text: str) -> ConsumerMembershipError:
-        """An event the table does not take here: a shell bug, and the member's end."""
-        self.state = S.FATAL
-        return ConsumerMembershipError(text)
-
-    def next_deadline(self) -> float | None:
-        """When to feed TimerFired next (None: only an event can move the machine)."""
+    def _own_deadlines(self) -> list[float]:
+        """The poll rule, interval auto-commits and the committed-offset refresh."""
         deadlines: list[float] = []
-        if self._wants_heartbeat() and not self.heartbeat_in_flight:
-            if self.coordinator_known:
-                deadlines.append(self.next_heartbeat_at)
-            elif not self.lookup_in_flight:
-                deadlines.append(self.lookup_retry_at)
         if self.state in _IN_GROUP and not self.poll_waiting:
             deadlines.append(self.last_poll + self.config.max_poll_interval)
         if self.config.auto_commit_interval is not None and self.state is not S.FATAL:
             deadlines.append(self.next_auto_commit)
         if self.state is not S.FATAL:
-            if self._unnamed_ids():
-                deadlines.extend(self.names_lookup.deadline())
-            if self._wants_session_timeout():
-                deadlines.extend(self.session_lookup.deadline())
             deadlines.extend(self.committed_refresh.deadline())
-        return min(deadlines) if deadlines else None
+        return deadlines
+
+    # -- public API --------------------------------------------------------------------
 
     def commit_gate(self) -> CommitGate:
         if self.state is S.FATAL:
@@ -469,22 +407,6 @@ class ConsumerMembership:
             )
         return CommitGate(self.member_epoch, self.member_id)
 
-    def membership_valid_until(self) -> float | None:
-        """Until when the member is surely in the group (the shell's delivery gate).
-
-        (send time of the last acknowledged heartbeat) + the session timeout: the
-        coordinator cannot have fenced it for a lapsed session before then.  Until the
-        session is learned, the heartbeat interval bounds it instead (shorter than the
-        session).  None while the member holds no membership (epoch 0: joining, fenced,
-        left): then it owns nothing to hand out.
-        """
-        if self.member_epoch <= 0 or self.proven_at is None:
-            return None
-        bound = (
-            self.session_timeout if self.session_timeout is not None else self.heartbeat_interval
-        )
-        return self.proven_at + bound
-
     @property
     def finished(self) -> bool:
         """Nothing more will happen: failed, or left after close()."""
@@ -498,32 +420,14 @@ class ConsumerMembership:
         return self.state is S.STALE and self.leave_reason is LeaveReason.POLL_TIMEOUT
 
     @property
-    def failed(self) -> bool:
-        """Stopped for good on an unrecoverable error (FATAL)."""
-        return self.state is S.FATAL
-
-    @property
     def joined(self) -> bool:
         """In the group with an assignment installed: reconciling, acknowledging or stable."""
         return self.state in (S.RECONCILING, S.ACKNOWLEDGING, S.STABLE)
-
-    @property
-    def state_name(self) -> str:
-        return self.state.value
-
-    @property
-    def in_group(self) -> bool:
-        return self.member_epoch > 0 and self.state in _IN_GROUP
 
     def owned_partitions(self) -> frozenset[TopicPartition]:
         return self._named(self.owned)
 
     # -- helpers -----------------------------------------------------------------------
-
-    def _emit(self, action: Action) -> None:
-        if isinstance(action, SetAssignment):
-            self.fetching = action.partitions or frozenset()
-        self._out.append(action)
 
     def _stop_fetching(self) -> None:
         """The fetcher stops serving everything (leaving, fenced, failed), if it served any."""
@@ -575,21 +479,8 @@ class ConsumerMembership:
             return self.member_epoch > 0
         return self.state in _IN_GROUP or self.state is S.LEAVING
 
-    def _report(
-        self, code: int | None, message: str, *, fatal: bool, exception: BaseException | None = None
-    ) -> None:
-        action = RaiseToApplication(message, code, exception, fatal)
-        if fatal:
-            self.error = action
-        self._emit(action)
-
     def _fail(self, code: int, message: str | None) -> None:
-        hint = _FATAL_HINTS.get(code)
-        text = f"ConsumerGroupHeartbeat failed with {code_name(code)}"
-        if message:
-            text += f": {message}"
-        if hint:
-            text += f" ({hint})"
+        text = heartbeat_error_text("ConsumerGroupHeartbeat", code, message, _FATAL_HINTS.get(code))
         self._report(code, text, fatal=True)
         held = _held(self)
         self.owned = _NONE
@@ -601,27 +492,6 @@ class ConsumerMembership:
         self._stop_fetching()
 
     # -- scheduler: what goes out now --------------------------------------------------
-
-    def _unnamed_ids(self) -> frozenset[uuid.UUID]:
-        if self.target is None:
-            return frozenset()
-        return frozenset(tid for tid, _ in self.target if tid not in self.names)
-
-    def _lookup_names(self) -> None:
-        """Ask for the names of the target's unnamed topic ids, when the policy says."""
-        missing = self._unnamed_ids()
-        if missing and self.state is not S.FATAL and self.names_lookup.due(self.now):
-            self.names_lookup.sent()
-            self._emit(RequestMetadata(missing))
-
-    def _wants_session_timeout(self) -> bool:
-        return self.state in _IN_GROUP and not self.session_lookup.done
-
-    def _lookup_session_timeout(self) -> None:
-        """Ask for the group's session timeout once in the group, a few times at most."""
-        if self._wants_session_timeout() and self.session_lookup.due(self.now):
-            self.session_lookup.sent()
-            self._emit(LookupSessionTimeout())
 
     def _refresh_committed(self) -> None:
         """A committed-offset lookup failed: ask again once its backoff has passed."""
@@ -638,17 +508,6 @@ class ConsumerMembership:
         self.next_auto_commit = self.now + interval
         if self.in_group:
             self._emit(AutoCommit("auto_commit_interval_ms elapsed"))
-
-    def _schedule(self) -> None:
-        if not self._wants_heartbeat() or self.heartbeat_in_flight:
-            return
-        if not self.coordinator_known:
-            if not self.lookup_in_flight and self.now >= self.lookup_retry_at:
-                self.lookup_in_flight = True
-                self._emit(FindCoordinator(f"heartbeat in {self.state.value}"))
-            return
-        if urgent_heartbeat(self) or self.now >= self.next_heartbeat_at:
-            self._emit(self._heartbeat())
 
     def _heartbeat(self) -> SendConsumerGroupHeartbeat:
         cfg = self.config
@@ -702,19 +561,6 @@ class ConsumerMembership:
             assignor,
             owned,
         )
-
-    # -- state-triggered rules ---------------------------------------------------------
-
-    def _advance(self) -> None:
-        for _ in range(32):
-            rule = table.first_rule(STATE_RULES, self, self.state)
-            if rule is None:
-                return
-            self.trace.append((self.state, rule.target, rule.reason))
-            self.state = rule.target
-            if rule.step is not None:
-                rule.step(self)
-        raise AssertionError("state rules did not settle")  # pragma: no cover
 
 
 # --- event handlers (referenced by the event table) -----------------------------------
@@ -803,23 +649,6 @@ def _prepare_leaving(m: M) -> None:
     m._stop_fetching()
 
 
-def _on_coordinator_found(m: M, ev: Event) -> None:
-    m.coordinator_known = True
-    m.lookup_in_flight = False
-
-
-def _on_coordinator_lookup_failed(m: M, ev: Event) -> None:
-    """Look again after a backoff; a missing ACL is also told to the application (its
-    start() and next poll raise it, naming the group) while the lookup keeps trying,
-    as in the classic machine."""
-    assert isinstance(ev, CoordinatorLookupFailed)
-    m.lookup_in_flight = False
-    m.coordinator_known = False
-    m.lookup_retry_at = m.now + m.config.retry_backoff
-    if ev.error_code == C.GROUP_AUTHORIZATION_FAILED:
-        m._report(ev.error_code, "FindCoordinator: GROUP_AUTHORIZATION_FAILED", fatal=False)
-
-
 def _on_heartbeat_failed(m: M, ev: Event) -> None:
     assert isinstance(ev, ConsumerGroupHeartbeatFailed)
     m.heartbeat_in_flight = False
@@ -829,8 +658,7 @@ def _on_heartbeat_failed(m: M, ev: Event) -> None:
         _finish_leaving(m)
         return
     # A lost connection usually means a moved coordinator: look it up again.
-    m.coordinator_known = False
-    m.lookup_retry_at = m.now + m.config.retry_backoff
+    m._coordinator_lost()
     m.next_heartbeat_at = m.now + m.config.retry_backoff
 
 
@@ -848,13 +676,7 @@ def _on_heartbeat_response(m: M, ev: Event) -> None:
     if reaction is not H.OK:
         m._reset_sent()
     if reaction is H.OK:
-        if ev.member_id:
-            m.member_id = ev.member_id
-        m.member_epoch = ev.member_epoch
-        if ev.heartbeat_interval_ms > 0:
-            m.heartbeat_interval = ev.heartbeat_interval_ms / 1000
-        m.proven_at = m.heartbeat_sent_at
-        m.next_heartbeat_at = m.now + m.heartbeat_interval
+        m._heartbeat_accepted(ev.member_id, ev.member_epoch, ev.heartbeat_interval_ms)
         if ev.assignment is not None and m.state in _CAN_RECONCILE:
             m.target = frozenset((tid, p) for tid, parts in ev.assignment.items() for p in parts)
             m._lookup_names()
@@ -863,23 +685,18 @@ def _on_heartbeat_response(m: M, ev: Event) -> None:
     elif reaction is H.FIND_COORDINATOR:
         # Look the coordinator up again after a backoff (a group's coordinator may
         # still be loading), then heartbeat at once.
-        m.coordinator_known = False
-        m.lookup_retry_at = m.now + m.config.retry_backoff
-        m.next_heartbeat_at = m.now
-    elif reaction is H.RETRY_BACKOFF:
-        m.next_heartbeat_at = m.now + m.config.retry_backoff
-    elif reaction is H.REPORT_RETRY:
-        m._report(ev.error_code, _describe(ev), fatal=False)
-        m.next_heartbeat_at = m.now + m.config.retry_backoff
+        m._coordinator_lost()
+    elif reaction in (H.RETRY_BACKOFF, H.REPORT_RETRY):
+        m._retry_later(
+            "ConsumerGroupHeartbeat",
+            ev.error_code,
+            ev.error_message,
+            report=reaction is H.REPORT_RETRY,
+        )
     elif reaction is H.FENCED:
         _fence(m)
     else:
         m._fail(ev.error_code, ev.error_message)
-
-
-def _describe(ev: ConsumerGroupHeartbeatResponseReceived) -> str:
-    text = f"ConsumerGroupHeartbeat failed with {code_name(ev.error_code)}"
-    return f"{text}: {ev.error_message}" if ev.error_message else text
 
 
 def _fence(m: M) -> None:
@@ -944,27 +761,6 @@ def _assign_step(m: M, rec: _Reconciliation) -> None:
     m._invoke(InvokeOnPartitionsAssigned(m._named(rec.added), m.member_epoch))
 
 
-def _on_topic_names(m: M, ev: Event) -> None:
-    """Names arrived; an id still without one (the broker answering Metadata has not
-    learnt the topic yet) is asked for again after the policy's backoff."""
-    assert isinstance(ev, TopicNamesResolved)
-    m.names.update(ev.names)
-    if m._unnamed_ids():
-        m.names_lookup.failed(m.now)
-    else:
-        m.names_lookup.succeeded()
-
-
-def _on_topic_names_failed(m: M, ev: Event) -> None:
-    assert isinstance(ev, TopicNamesLookupFailed)
-    m.names_lookup.failed(m.now)
-
-
-def _on_session_lookup_failed(m: M, ev: Event) -> None:
-    assert isinstance(ev, SessionTimeoutLookupFailed)
-    m.session_lookup.failed(m.now)
-
-
 def _on_polled(m: M, ev: Event) -> None:
     """The poll rule's input: a waiting poll is polling; after a poll leave, a rejoin is due."""
     assert isinstance(ev, ApplicationPolled)
@@ -975,32 +771,10 @@ def _on_polled(m: M, ev: Event) -> None:
         m.polled_since_poll_leave = True
 
 
-def _on_timer(m: M, ev: Event) -> None:
-    pass
-
-
-def _on_session_timeout(m: M, ev: Event) -> None:
-    assert isinstance(ev, SessionTimeoutLearned)
-    m.session_lookup.succeeded()
-    m.session_lookup.done = True
-    if ev.session_timeout_ms > 0:
-        m.session_timeout = ev.session_timeout_ms / 1000
-
-
 def _on_late_heartbeat(m: M, ev: Event) -> None:
     """An answer to a heartbeat sent before the member left the group: only bookkeeping."""
     m.heartbeat_in_flight = False
     m.inflight_owned = None
-
-
-def _ignore(m: M, ev: Event) -> None:
-    pass
-
-
-def _on_broker_incompatible(m: M, ev: Event) -> None:
-    assert isinstance(ev, BrokerIncompatible)
-    why = f"{ev.api}: the broker does not support it: {ev.error}"
-    m._report(None, why, fatal=False, exception=ev.error)
 
 
 def _on_committed_unavailable(m: M, ev: Event) -> None:
@@ -1033,29 +807,23 @@ Handler = Callable[["ConsumerMembership", Event], None]
 Transition = table.Transition[ConsumerMemberState, Handler]
 
 
-def _t(handler: Handler, *targets: S) -> Transition:
-    return table.Transition(handler, frozenset(targets))
+_t = table.transition
 
 
 _MEMBER = (S.JOINING, S.RECONCILING, S.ACKNOWLEDGING, S.STABLE)
 EVENT_TRANSITIONS: dict[tuple[ConsumerMemberState, type[Event]], Transition] = {}
 """(state, event type) -> Transition.  A missing pair is an illegal input."""
 
+# Coordinator, topic names, session timeout, timers, an incompatible broker: the
+# plumbing of every heartbeat member (FATAL swallows them).
+add_plumbing(EVENT_TRANSITIONS, S, S.FATAL)
 for _s in S:
     if _s is S.FATAL:
         continue
-    EVENT_TRANSITIONS[(_s, CoordinatorFound)] = _t(_on_coordinator_found)
-    EVENT_TRANSITIONS[(_s, CoordinatorLookupFailed)] = _t(_on_coordinator_lookup_failed)
-    EVENT_TRANSITIONS[(_s, TopicNamesResolved)] = _t(_on_topic_names)
-    EVENT_TRANSITIONS[(_s, TopicNamesLookupFailed)] = _t(_on_topic_names_failed)
-    EVENT_TRANSITIONS[(_s, SessionTimeoutLookupFailed)] = _t(_on_session_lookup_failed)
     EVENT_TRANSITIONS[(_s, ApplicationPolled)] = _t(_on_polled)
-    EVENT_TRANSITIONS[(_s, TimerFired)] = _t(_on_timer)
-    EVENT_TRANSITIONS[(_s, SessionTimeoutLearned)] = _t(_on_session_timeout)
     EVENT_TRANSITIONS[(_s, ListenerCompleted)] = _t(_on_listener_completed)
     EVENT_TRANSITIONS[(_s, ConsumerGroupHeartbeatResponseReceived)] = _t(_on_late_heartbeat)
     EVENT_TRANSITIONS[(_s, ConsumerGroupHeartbeatFailed)] = _t(_on_late_heartbeat)
-    EVENT_TRANSITIONS[(_s, BrokerIncompatible)] = _t(_on_broker_incompatible)
     EVENT_TRANSITIONS[(_s, CommittedOffsetsUnavailable)] = _t(_on_committed_unavailable)
     EVENT_TRANSITIONS[(_s, RoutineFailed)] = _t(_on_routine_failed, S.FATAL)
 for _s in (S.UNSUBSCRIBED, S.STALE):
@@ -1087,21 +855,13 @@ EVENT_TRANSITIONS[(S.LEAVING, ConsumerGroupHeartbeatFailed)] = _t(
 )
 # FATAL: the machine is finished; late answers, timers and a close are swallowed.
 for _ev in (
-    CoordinatorFound,
-    CoordinatorLookupFailed,
-    TimerFired,
     ApplicationPolled,
     CloseRequested,
     UnsubscribeRequested,
     Subscribed,
-    TopicNamesResolved,
-    TopicNamesLookupFailed,
-    SessionTimeoutLearned,
-    SessionTimeoutLookupFailed,
-    BrokerIncompatible,
     CommittedOffsetsUnavailable,
 ):
-    EVENT_TRANSITIONS[(S.FATAL, _ev)] = _t(_ignore)
+    EVENT_TRANSITIONS[(S.FATAL, _ev)] = _t(ignore)
 EVENT_TRANSITIONS[(S.FATAL, RoutineFailed)] = _t(_on_routine_failed)
 EVENT_TRANSITIONS[(S.FATAL, ConsumerGroupHeartbeatResponseReceived)] = _t(_on_late_heartbeat)
 EVENT_TRANSITIONS[(S.FATAL, ConsumerGroupHeartbeatFailed)] = _t(_on_late_heartbeat)

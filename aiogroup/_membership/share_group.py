@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import enum
 import uuid
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -65,7 +64,7 @@ from aiogroup._membership.actions import (
     SendShareGroupHeartbeat,
     SetAssignment,
 )
-from aiogroup._membership.backoff import DEFAULT_BACKOFF_MAX, Retrying, RetryPolicy
+from aiogroup._membership.backoff import DEFAULT_BACKOFF_MAX, RetryPolicy
 from aiogroup._membership.codes import ErrorCode, code_name
 from aiogroup._membership.events import (
     BrokerIncompatible,
@@ -83,6 +82,19 @@ from aiogroup._membership.events import (
     TopicNamesLookupFailed,
     TopicNamesResolved,
     UnsubscribeRequested,
+)
+from aiogroup._membership.heartbeat_member import (
+    COMMON_HEARTBEAT_REACTIONS,
+    HeartbeatMember,
+    HeartbeatReaction,
+    add_plumbing,
+    check_ids,
+    heartbeat_error_text,
+    ignore,
+    on_coordinator_found,
+)
+from aiogroup._membership.heartbeat_member import (
+    SESSION_LOOKUP_ATTEMPTS as SESSION_LOOKUP_ATTEMPTS,
 )
 
 __all__ = [
@@ -161,34 +173,14 @@ class ShareMembershipError(RuntimeError):
     """The machine got an event it has no transition for (a bug in its caller)."""
 
 
-class ShareHeartbeatReaction(enum.Enum):
-    OK = "ok"
-    #: The coordinator moved or is down: find it again (backoff), then heartbeat at once.
-    FIND_COORDINATOR = "find coordinator"
-    RETRY_BACKOFF = "retry after backoff"
-    #: Member or epoch gone: acquired records forgotten, rejoin with epoch 0.
-    FENCED = "fenced: drop acquired records, rejoin with epoch 0"
-    #: Tell the application (its next poll raises), keep heartbeating after a backoff.
-    REPORT_RETRY = "report and retry"
-    FATAL = "fatal"
-
-
+#: The share machine reacts as every heartbeat member does (fenced: acquired records
+#: forgotten, rejoin with epoch 0).
+ShareHeartbeatReaction = HeartbeatReaction
 H = ShareHeartbeatReaction
 #: ShareGroupHeartbeatResponse.json's documented codes and what each does; any other
 #: code is fatal (as in Java's heartbeat manager).
 HEARTBEAT_REACTIONS: dict[int, ShareHeartbeatReaction] = {
-    C.NONE: H.OK,
-    C.NOT_COORDINATOR: H.FIND_COORDINATOR,
-    C.COORDINATOR_NOT_AVAILABLE: H.FIND_COORDINATOR,
-    C.REQUEST_TIMED_OUT: H.FIND_COORDINATOR,
-    C.COORDINATOR_LOAD_IN_PROGRESS: H.RETRY_BACKOFF,
-    C.UNKNOWN_MEMBER_ID: H.FENCED,
-    C.FENCED_MEMBER_EPOCH: H.FENCED,
-    C.TOPIC_AUTHORIZATION_FAILED: H.REPORT_RETRY,
-    C.GROUP_AUTHORIZATION_FAILED: H.FATAL,
-    C.INVALID_REQUEST: H.FATAL,
-    C.GROUP_MAX_SIZE_REACHED: H.FATAL,
-    C.UNSUPPORTED_VERSION: H.FATAL,
+    **COMMON_HEARTBEAT_REACTIONS,
     C.GROUP_ID_NOT_FOUND: H.FATAL,
     C.INCONSISTENT_GROUP_PROTOCOL: H.FATAL,
     C.INVALID_GROUP_ID: H.FATAL,
@@ -213,9 +205,6 @@ _FATAL_HINTS: dict[int, str] = {
     C.GROUP_MAX_SIZE_REACHED: "the share group has group.share.max.size members already",
 }
 
-#: Tries at the group's session timeout before the heartbeat interval stays the bound.
-SESSION_LOOKUP_ATTEMPTS = 3
-
 
 class LeaveReason(enum.Enum):
     UNSUBSCRIBE = "unsubscribe"
@@ -230,8 +219,12 @@ class _Config:
     retry_backoff_max: float
 
 
-class ShareMembership:
+class ShareMembership(HeartbeatMember[ShareMemberState]):
     """One share-group member.  ``handle(event, now) -> actions``; no I/O inside."""
+
+    _ERROR = ShareMembershipError
+    _LOOKUP_FOR = "share heartbeat"
+    _RULE_ROUNDS = 16
 
     def __init__(
         self,
@@ -243,96 +236,61 @@ class ShareMembership:
         learn_session_timeout: bool = False,
         now: float = 0.0,
     ) -> None:
-        if not group_id:
-            raise ValueError("group_id must not be empty")
-        if not member_id:
-            raise ValueError("member_id must not be empty (the client generates it, KIP-1082)")
+        check_ids(group_id, member_id)
         if retry_backoff <= 0 or retry_backoff_max < retry_backoff:
             raise ValueError("retry backoff must be > 0 and at most retry_backoff_max")
+        # Finding the coordinator backs off by KIP-580 per failure in a row.
+        super().__init__(
+            group_id,
+            member_id,
+            initial=S.UNSUBSCRIBED,
+            fatal=S.FATAL,
+            in_group=_MEMBER,
+            retry_backoff=retry_backoff,
+            coordinator_policy=RetryPolicy.from_backoff(retry_backoff, retry_backoff_max),
+            learn_session_timeout=learn_session_timeout,
+            now=now,
+        )
         self.config = _Config(group_id, member_id, retry_backoff, retry_backoff_max)
-        self.state = S.UNSUBSCRIBED
-        self.member_id = member_id
         self.member_epoch = JOIN_EPOCH
-        self.topics: frozenset[str] = frozenset()
         #: The subscription the last heartbeats carried (None: send it again).
         self.sent_topics: frozenset[str] | None = None
-        #: The coordinator's latest assignment (None: none since joining).
-        self.target: IdPartitions | None = None
-        self.names: dict[uuid.UUID, str] = {}
-        #: What the last SetAssignment gave the fetcher.
-        self.fetching: frozenset[TopicPartition] = frozenset()
-        self.coordinator_known = False
-        #: Finding the coordinator: due now, then by KIP-580 backoff per failure in a row.
-        self.coordinator_lookup = Retrying(
-            RetryPolicy.from_backoff(retry_backoff, retry_backoff_max)
-        )
-        self.heartbeat_in_flight = False
-        self.heartbeat_interval = 0.0
-        self.next_heartbeat_at = now
-        self.heartbeat_sent_at = now
-        #: Send time of the last heartbeat answered without error (None: none yet).
-        self.proven_at: float | None = None
-        self.session_timeout: float | None = None
         self.leave_reason: LeaveReason | None = None
-        self.leave_sent = False
-        self.resubscribed = False
-        self.names_lookup = Retrying(RetryPolicy.from_backoff(retry_backoff))
-        self.learn_session_timeout = learn_session_timeout
-        self.session_lookup = self._new_session_lookup()
-        self.error: RaiseToApplication | None = None
-        self.now = now
-        self.trace: deque[tuple[ShareMemberState, ShareMemberState, str]] = deque(maxlen=256)
-        self._out: list[Action] = []
+
+    # -- the hooks of HeartbeatMember ----------------------------------------------------
+
+    def _event_table(self) -> dict[tuple[ShareMemberState, type[Event]], Transition]:
+        return EVENT_TRANSITIONS
+
+    def _state_rules(self) -> tuple[Rule, ...]:
+        return STATE_RULES
+
+    def _wants_heartbeat(self) -> bool:
+        if self.state is S.LEAVING:
+            return not self.leave_sent
+        return self.state in _MEMBER
+
+    def _urgent(self) -> bool:
+        """Leave at once (joining and a changed subscription move ``next_heartbeat_at``
+        to now instead, so a backoff the coordinator asked for still holds)."""
+        return self.state is S.LEAVING
+
+    def _heartbeat(self) -> SendShareGroupHeartbeat:
+        self.heartbeat_in_flight = True
+        self.heartbeat_sent_at = self.now
+        if self.state is S.LEAVING:
+            self.leave_sent = True
+            return SendShareGroupHeartbeat(self.member_id, LEAVE_EPOCH)
+        topics: tuple[str, ...] | None = None
+        if self.member_epoch == JOIN_EPOCH or self.sent_topics != self.topics:
+            topics = tuple(sorted(self.topics))
+            self.sent_topics = self.topics
+        return SendShareGroupHeartbeat(self.member_id, self.member_epoch, topics)
+
+    def _may_deliver(self) -> bool:
+        return self.state in _MEMBER
 
     # -- public API --------------------------------------------------------------------
-
-    def handle(self, event: Event, now: float) -> list[Action]:
-        tr = table.transition_for(EVENT_TRANSITIONS, self.state, event, self._illegal)
-        self.now = max(self.now, now)
-        before = self.state
-        tr.handler(self, event)
-        if self.state is not before:
-            if self.state not in tr.targets:
-                raise AssertionError(f"{tr.handler.__name__} moved {before} -> {self.state}")
-            self.trace.append((before, self.state, type(event).__name__))
-        self._advance()
-        self._schedule()
-        self._lookup_names()
-        self._lookup_session_timeout()
-        out, self._out = self._out, []
-        return out
-
-    def _illegal(self, text: str) -> ShareMembershipError:
-        self.state = S.FATAL
-        return ShareMembershipError(text)
-
-    def next_deadline(self) -> float | None:
-        """When to feed TimerFired next (None: only an event can move the machine)."""
-        deadlines: list[float] = []
-        if self._wants_heartbeat() and not self.heartbeat_in_flight:
-            if self.coordinator_known:
-                deadlines.append(self.next_heartbeat_at)
-            else:
-                deadlines.extend(self.coordinator_lookup.deadline())
-        if self.state is not S.FATAL:
-            if self._unnamed_ids():
-                deadlines.extend(self.names_lookup.deadline())
-            if self._wants_session_timeout():
-                deadlines.extend(self.session_lookup.deadline())
-        return min(deadlines) if deadlines else None
-
-    def membership_valid_until(self) -> float | None:
-        """Until when the member surely holds its membership (the shell's delivery gate).
-
-        None while it holds none (epoch 0: joining, fenced, left): then no record may
-        be handed out.
-        """
-        if self.member_epoch <= 0 or self.proven_at is None or self.state not in _MEMBER:
-            return None
-        bound = (
-            self.session_timeout if self.session_timeout is not None else self.heartbeat_interval
-        )
-        return self.proven_at + bound
 
     @property
     def finished(self) -> bool:
@@ -347,44 +305,15 @@ class ShareMembership:
         return False
 
     @property
-    def failed(self) -> bool:
-        return self.state is S.FATAL
-
-    @property
     def joined(self) -> bool:
         """In the group with its assignment installed."""
         return self.state is S.STABLE
-
-    @property
-    def in_group(self) -> bool:
-        return self.member_epoch > 0 and self.state in _MEMBER
-
-    @property
-    def state_name(self) -> str:
-        return self.state.value
 
     def assignment(self) -> frozenset[TopicPartition]:
         """The partitions the fetcher reads now (shared with other members)."""
         return self.fetching
 
     # -- helpers -----------------------------------------------------------------------
-
-    def _new_session_lookup(self) -> Retrying:
-        """Asking for the group's session timeout: a few tries from each join (a group
-        config may have changed since the last one; without an answer the heartbeat
-        interval, which is shorter, bounds the gate)."""
-        backoff = self.config.retry_backoff
-        return Retrying(
-            RetryPolicy(
-                backoff, max(backoff, DEFAULT_BACKOFF_MAX), attempts=SESSION_LOOKUP_ATTEMPTS
-            ),
-            done=not self.learn_session_timeout,
-        )
-
-    def _emit(self, action: Action) -> None:
-        if isinstance(action, SetAssignment):
-            self.fetching = action.partitions or frozenset()
-        self._out.append(action)
 
     def _drop_everything(self, reason: str) -> None:
         """The membership is gone: the broker released our records; stop fetching."""
@@ -396,102 +325,28 @@ class ShareMembership:
         return frozenset((self.names[tid], p) for tid, p in parts if tid in self.names)
 
     def _unnamed_ids(self) -> frozenset[uuid.UUID]:
-        if self.target is None or self.state not in _MEMBER:
+        """Only a member resolves names (a fenced or leaving one has no assignment)."""
+        if self.state not in _MEMBER:
             return frozenset()
-        return frozenset(tid for tid, _ in self.target if tid not in self.names)
-
-    def _wants_heartbeat(self) -> bool:
-        if self.state is S.LEAVING:
-            return not self.leave_sent
-        return self.state in _MEMBER
-
-    def _wants_session_timeout(self) -> bool:
-        return self.state in _MEMBER and not self.session_lookup.done
-
-    def _report(
-        self, code: int | None, message: str, *, fatal: bool, exception: BaseException | None = None
-    ) -> None:
-        action = RaiseToApplication(message, code, exception, fatal)
-        if fatal:
-            self.error = action
-        self._emit(action)
+        return super()._unnamed_ids()
 
     def _fail(self, code: int, message: str | None) -> None:
-        text = (
-            f"ShareGroupHeartbeat of group {self.config.group_id!r} failed with {code_name(code)}"
-        )
-        if message:
-            text += f": {message}"
+        group = self.config.group_id
         hint = _FATAL_HINTS.get(code)
-        if hint:
-            text += f" ({hint.format(group=self.config.group_id)})"
+        text = heartbeat_error_text(
+            f"ShareGroupHeartbeat of group {group!r}",
+            code,
+            message,
+            hint.format(group=group) if hint else None,
+        )
         self._report(code, text, fatal=True)
         self.state = S.FATAL
         self.member_epoch = JOIN_EPOCH
         self.target = None
         self._drop_everything("the member failed")
 
-    def _coordinator_lost(self) -> None:
-        """Find the coordinator again after the policy's backoff (KIP-580)."""
-        self.coordinator_known = False
-        self.coordinator_lookup.failed(self.now)
-        self.next_heartbeat_at = self.now
-
-    # -- scheduler ---------------------------------------------------------------------
-
-    def _lookup_names(self) -> None:
-        missing = self._unnamed_ids()
-        if missing and self.names_lookup.due(self.now):
-            self.names_lookup.sent()
-            self._emit(RequestMetadata(missing))
-
-    def _lookup_session_timeout(self) -> None:
-        if self._wants_session_timeout() and self.session_lookup.due(self.now):
-            self.session_lookup.sent()
-            self._emit(LookupSessionTimeout())
-
-    def _schedule(self) -> None:
-        if not self._wants_heartbeat() or self.heartbeat_in_flight:
-            return
-        if not self.coordinator_known:
-            if self.coordinator_lookup.due(self.now):
-                self.coordinator_lookup.sent()
-                self._emit(FindCoordinator(f"share heartbeat in {self.state.value}"))
-            return
-        if _urgent(self) or self.now >= self.next_heartbeat_at:
-            self._emit(self._heartbeat())
-
-    def _heartbeat(self) -> SendShareGroupHeartbeat:
-        self.heartbeat_in_flight = True
-        self.heartbeat_sent_at = self.now
-        if self.state is S.LEAVING:
-            self.leave_sent = True
-            return SendShareGroupHeartbeat(self.member_id, LEAVE_EPOCH)
-        topics: tuple[str, ...] | None = None
-        if self.member_epoch == JOIN_EPOCH or self.sent_topics != self.topics:
-            topics = tuple(sorted(self.topics))
-            self.sent_topics = self.topics
-        return SendShareGroupHeartbeat(self.member_id, self.member_epoch, topics)
-
-    def _advance(self) -> None:
-        for _ in range(16):
-            rule = table.first_rule(STATE_RULES, self, self.state)
-            if rule is None:
-                return
-            self.trace.append((self.state, rule.target, rule.reason))
-            self.state = rule.target
-            if rule.step is not None:
-                rule.step(self)
-        raise AssertionError("state rules did not settle")  # pragma: no cover
-
 
 M = ShareMembership
-
-
-def _urgent(m: M) -> bool:
-    """Leave at once (joining and a changed subscription move ``next_heartbeat_at``
-    to now instead, so a backoff the coordinator asked for still holds)."""
-    return m.state is S.LEAVING
 
 
 # --- event handlers -------------------------------------------------------------------
@@ -549,20 +404,8 @@ def _on_leave_requested(m: M, ev: Event) -> None:
 
 
 def _on_coordinator_found(m: M, ev: Event) -> None:
-    assert isinstance(ev, CoordinatorFound)
-    m.coordinator_known = True
-    # Not a success for the backoff: only a heartbeat answered resets it, so a
-    # coordinator that is found and then refuses is asked at longer and longer waits.
-    m.coordinator_lookup.in_flight = False
+    on_coordinator_found(m, ev)
     m.next_heartbeat_at = m.now
-
-
-def _on_coordinator_lookup_failed(m: M, ev: Event) -> None:
-    assert isinstance(ev, CoordinatorLookupFailed)
-    m.coordinator_known = False
-    m.coordinator_lookup.failed(m.now)
-    if ev.error_code == C.GROUP_AUTHORIZATION_FAILED:
-        m._report(ev.error_code, "FindCoordinator: GROUP_AUTHORIZATION_FAILED", fatal=False)
 
 
 def _on_heartbeat_failed(m: M, ev: Event) -> None:
@@ -590,26 +433,18 @@ def _on_heartbeat_response(m: M, ev: Event) -> None:
     if reaction is not H.OK:
         m.sent_topics = None
     if reaction is H.OK:
-        if ev.member_id and ev.member_id != m.member_id:
-            m.member_id = ev.member_id
-        m.member_epoch = ev.member_epoch
-        if ev.heartbeat_interval_ms > 0:
-            m.heartbeat_interval = ev.heartbeat_interval_ms / 1000
-        m.proven_at = m.heartbeat_sent_at
-        m.next_heartbeat_at = m.now + m.heartbeat_interval
-        m.coordinator_lookup.failures = 0
+        m._heartbeat_accepted(ev.member_id, ev.member_epoch, ev.heartbeat_interval_ms)
         if ev.assignment is not None:
             m.target = frozenset((tid, p) for tid, parts in ev.assignment.items() for p in parts)
     elif reaction is H.FIND_COORDINATOR:
         m._coordinator_lost()
-    elif reaction is H.RETRY_BACKOFF:
-        m.next_heartbeat_at = m.now + m.config.retry_backoff
-    elif reaction is H.REPORT_RETRY:
-        text = f"ShareGroupHeartbeat failed with {code_name(ev.error_code)}"
-        m._report(
-            ev.error_code, f"{text}: {ev.error_message}" if ev.error_message else text, fatal=False
+    elif reaction in (H.RETRY_BACKOFF, H.REPORT_RETRY):
+        m._retry_later(
+            "ShareGroupHeartbeat",
+            ev.error_code,
+            ev.error_message,
+            report=reaction is H.REPORT_RETRY,
         )
-        m.next_heartbeat_at = m.now + m.config.retry_backoff
     elif reaction is H.FENCED:
         _fence(m, code_name(ev.error_code))
     else:
@@ -632,43 +467,6 @@ def _finish_leaving(m: M) -> None:
     m.state = S.UNSUBSCRIBED
 
 
-def _on_topic_names(m: M, ev: Event) -> None:
-    assert isinstance(ev, TopicNamesResolved)
-    m.names.update(ev.names)
-    if m._unnamed_ids():
-        m.names_lookup.failed(m.now)
-    else:
-        m.names_lookup.succeeded()
-
-
-def _on_topic_names_failed(m: M, ev: Event) -> None:
-    assert isinstance(ev, TopicNamesLookupFailed)
-    m.names_lookup.failed(m.now)
-
-
-def _on_session_timeout(m: M, ev: Event) -> None:
-    assert isinstance(ev, SessionTimeoutLearned)
-    m.session_lookup.succeeded()
-    m.session_lookup.done = True
-    if ev.session_timeout_ms > 0:
-        m.session_timeout = ev.session_timeout_ms / 1000
-
-
-def _on_session_lookup_failed(m: M, ev: Event) -> None:
-    assert isinstance(ev, SessionTimeoutLookupFailed)
-    m.session_lookup.failed(m.now)
-
-
-def _on_broker_incompatible(m: M, ev: Event) -> None:
-    assert isinstance(ev, BrokerIncompatible)
-    m._report(
-        None,
-        f"{ev.api}: the broker does not support it: {ev.error}",
-        fatal=False,
-        exception=ev.error,
-    )
-
-
 def _on_routine_failed(m: M, ev: Event) -> None:
     assert isinstance(ev, RoutineFailed)
     m._report(None, ev.message, fatal=True, exception=ev.error)
@@ -682,34 +480,25 @@ def _on_late_heartbeat(m: M, ev: Event) -> None:
     m.heartbeat_in_flight = False
 
 
-def _ignore(m: M, ev: Event) -> None:
-    pass
-
-
 # --- the event table ------------------------------------------------------------------
 
 Handler = Callable[["ShareMembership", Event], None]
 Transition = table.Transition[ShareMemberState, Handler]
 
 
-def _t(handler: Handler, *targets: S) -> Transition:
-    return table.Transition(handler, frozenset(targets))
+_t = table.transition
 
 
 EVENT_TRANSITIONS: dict[tuple[ShareMemberState, type[Event]], Transition] = {}
 """(state, event type) -> Transition.  A missing pair is an illegal input."""
 
+# Coordinator, topic names, session timeout, timers, an incompatible broker: the
+# plumbing of every heartbeat member (FATAL swallows them).
+add_plumbing(EVENT_TRANSITIONS, S, S.FATAL)
 for _s in S:
     if _s is S.FATAL:
         continue
     EVENT_TRANSITIONS[(_s, CoordinatorFound)] = _t(_on_coordinator_found)
-    EVENT_TRANSITIONS[(_s, CoordinatorLookupFailed)] = _t(_on_coordinator_lookup_failed)
-    EVENT_TRANSITIONS[(_s, TopicNamesResolved)] = _t(_on_topic_names)
-    EVENT_TRANSITIONS[(_s, TopicNamesLookupFailed)] = _t(_on_topic_names_failed)
-    EVENT_TRANSITIONS[(_s, SessionTimeoutLearned)] = _t(_on_session_timeout)
-    EVENT_TRANSITIONS[(_s, SessionTimeoutLookupFailed)] = _t(_on_session_lookup_failed)
-    EVENT_TRANSITIONS[(_s, TimerFired)] = _t(_ignore)
-    EVENT_TRANSITIONS[(_s, BrokerIncompatible)] = _t(_on_broker_incompatible)
     EVENT_TRANSITIONS[(_s, RoutineFailed)] = _t(_on_routine_failed, S.FATAL)
     EVENT_TRANSITIONS[(_s, ShareGroupHeartbeatResponseReceived)] = _t(_on_late_heartbeat)
     EVENT_TRANSITIONS[(_s, ShareGroupHeartbeatFailed)] = _t(_on_late_heartbeat)
@@ -732,20 +521,8 @@ EVENT_TRANSITIONS[(S.LEAVING, ShareGroupHeartbeatResponseReceived)] = _t(
 )
 EVENT_TRANSITIONS[(S.LEAVING, ShareGroupHeartbeatFailed)] = _t(_on_heartbeat_failed, S.UNSUBSCRIBED)
 # FATAL: finished; late answers, timers and a close are swallowed.
-for _ev in (
-    CoordinatorFound,
-    CoordinatorLookupFailed,
-    TimerFired,
-    CloseRequested,
-    UnsubscribeRequested,
-    Subscribed,
-    TopicNamesResolved,
-    TopicNamesLookupFailed,
-    SessionTimeoutLearned,
-    SessionTimeoutLookupFailed,
-    BrokerIncompatible,
-):
-    EVENT_TRANSITIONS[(S.FATAL, _ev)] = _t(_ignore)
+for _ev in (CloseRequested, UnsubscribeRequested, Subscribed):
+    EVENT_TRANSITIONS[(S.FATAL, _ev)] = _t(ignore)
 EVENT_TRANSITIONS[(S.FATAL, RoutineFailed)] = _t(_on_routine_failed)
 EVENT_TRANSITIONS[(S.FATAL, ShareGroupHeartbeatResponseReceived)] = _t(_on_late_heartbeat)
 EVENT_TRANSITIONS[(S.FATAL, ShareGroupHeartbeatFailed)] = _t(_on_late_heartbeat)

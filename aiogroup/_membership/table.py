@@ -33,6 +33,7 @@ __all__ = [
     "automatic_transitions",
     "first_rule",
     "mermaid_diagram",
+    "transition",
     "transition_for",
 ]
 
@@ -64,6 +65,12 @@ class StateRule(Generic[StateT, MachineT, StepT]):
     target: StateT
     reason: str
     step: StepT | None = None
+
+
+def transition(handler: HandlerT, *targets: StateT) -> Transition[StateT, HandlerT]:
+    """An event-table entry: ``handler``, which may move the machine to ``targets``
+    (none: the event never changes the state directly)."""
+    return Transition(handler, frozenset(targets))
 
 
 def transition_for(

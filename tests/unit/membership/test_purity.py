@@ -171,6 +171,7 @@ def test_the_machines_import_only_pure_aiogroup_modules() -> None:
         "aiogroup._membership.consumer_group",
         "aiogroup._membership.events",
         "aiogroup._membership.heartbeat",
+        "aiogroup._membership.heartbeat_member",
         "aiogroup._membership.machine",
         "aiogroup._membership.table",
         "aiogroup._protocol",
