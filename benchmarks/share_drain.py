@@ -19,69 +19,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import threading
-import time
 from typing import Any
 
 from aiogroup.testing.broker import unique_name
 from aiogroup.testing.kafka import KafkaCluster
-from aiogroup.testing.share_peers import configure_share_group
+from aiogroup.testing.share_peers import configure_share_group, confluent_share_rate
 from benchmarks.share_baseline import _produce
 from benchmarks.share_consumer import aiogroup_share_rate
-
-
-def confluent_drain(
-    bootstrap: str, topic: str, group: str, records: int, consumers: int, max_poll_records: int
-) -> tuple[float, float]:
-    """(seconds in all, seconds to the first record) of ``consumers`` confluent-kafka
-    share consumers reading ``records`` between them."""
-    import confluent_kafka
-
-    lock = threading.Lock()
-    got = [0]
-    first: list[float] = []
-    done = threading.Event()
-    errors: list[BaseException] = []
-
-    def run(n: int) -> None:
-        try:
-            c = confluent_kafka.ShareConsumer(
-                {
-                    "bootstrap.servers": bootstrap,
-                    "group.id": group,
-                    "client.id": f"drain-{n}",
-                    "max.poll.records": max_poll_records,
-                }
-            )
-            c.subscribe([topic])
-            try:
-                while not done.is_set():
-                    n_ok = sum(1 for m in c.poll(0.2) if m.error() is None)
-                    with lock:
-                        if n_ok and not first:
-                            first.append(time.monotonic())
-                        got[0] += n_ok
-                        if got[0] >= records:
-                            done.set()
-            finally:
-                c.close()
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-            done.set()
-
-    began = time.monotonic()
-    threads = [threading.Thread(target=run, args=(n,), daemon=True) for n in range(consumers)]
-    for t in threads:
-        t.start()
-    finished = done.wait(300)
-    end = time.monotonic()
-    for t in threads:
-        t.join(30)
-    if errors:
-        raise errors[0]
-    if not finished or not first:
-        raise TimeoutError(f"confluent-kafka read {got[0]} of {records}")
-    return end - began, first[0] - began
 
 
 async def _run(
@@ -104,9 +48,17 @@ async def _run(
                     group = unique_name(f"drain-{client}")
                     await configure_share_group(bootstrap, group)
                     if client == "confluent":
-                        total, first = await asyncio.to_thread(
-                            confluent_drain, bootstrap, topic, group, records, n, max_poll_records
+                        result = await asyncio.to_thread(
+                            confluent_share_rate,
+                            bootstrap,
+                            topic,
+                            group,
+                            records,
+                            consumers=n,
+                            max_poll_records=max_poll_records,
+                            timeout_s=300.0,
                         )
+                        total, first = result.seconds, result.first_seconds or float("nan")
                     else:
                         result, first = await aiogroup_share_rate(
                             bootstrap,
