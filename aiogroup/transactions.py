@@ -42,7 +42,13 @@ from typing import TYPE_CHECKING, Any
 
 from aiogroup._support.timeouts import wait_for
 from aiogroup._transactions import pacing
-from aiogroup._transactions.committer import ProducerTxnView, Refused, commit_in_transaction
+from aiogroup._transactions.committer import (
+    ProducerTxnView,
+    Refused,
+    add_group_to_transaction,
+    commit_in_transaction,
+    commit_offsets_in_transaction,
+)
 from aiogroup._transactions.deliveries import DeliveryTracker
 from aiogroup._transactions.outcomes import MisuseKind, Step, TxnCode, check_commit_input
 from aiogroup.errors import (
@@ -100,6 +106,16 @@ async def send_offsets_to_transaction(
     ``TransactionFencedError``; a timeout ``KafkaTimeoutError``; anything else the
     broker's error.
     """
+    view, normalized, metadata = _checked(producer, offsets, group)
+    await _fenced(producer, commit_in_transaction(view, normalized, metadata), metadata, timeout)
+
+
+def _checked(
+    producer: Any,
+    offsets: Mapping[TopicPartition, int | OffsetAndMetadata],
+    group: GroupConsumer | ConsumerGroupMetadata,
+) -> tuple[ProducerTxnView, dict[TopicPartition, OffsetAndMetadata], ConsumerGroupMetadata]:
+    """The input checks of :func:`send_offsets_to_transaction`, before anything is sent."""
     view = ProducerTxnView(producer)
     normalized = _normalized(offsets)
     owned: set[TopicPartition] | None = None
@@ -123,8 +139,16 @@ async def send_offsets_to_transaction(
     # After the ownership check: mid-rebalance an eager member owns nothing, which is
     # CommitFailedError (redo the batch), not a missing membership.
     metadata = group if isinstance(group, ConsumerGroupMetadata) else group.group_metadata()
+    return view, normalized, metadata
+
+
+async def _fenced(
+    producer: Any, step: Awaitable[None], metadata: ConsumerGroupMetadata, timeout: float
+) -> None:
+    """Await an offsets step of the open transaction; on any failure abort it and raise
+    what :func:`send_offsets_to_transaction` documents."""
     try:
-        await wait_for(commit_in_transaction(view, normalized, metadata), timeout)
+        await wait_for(step, timeout)
     except Refused as refused:
         aborted = await _abort(producer, timeout)
         raise _as_error(refused, metadata, aborted) from None
@@ -401,21 +425,40 @@ class TransformLoop:
     async def _transaction(self, batch: dict[TopicPartition, list[ConsumerRecord]]) -> None:
         offsets = {tp: rs[-1].offset + 1 for tp, rs in batch.items()}
         self._committing = False
-        async with transaction(self._producer, timeout=self._timeout):
-            outputs = DeliveryTracker(self._producer)
-            await self._transform(outputs, batch)
-            # The outputs leave now (no lingering: nothing more comes) and the offsets go
-            # out while they fly; both must be in before the commit (aiokafka would commit
-            # past a failed output).
-            flushing = ProducerTxnView(self._producer).send_buffered()
+        producer, timeout = self._producer, self._timeout
+        async with transaction(producer, timeout=timeout):
+            view, normalized, metadata = _checked(producer, offsets, self._consumer)
+            # The offsets first: AddOffsetsToTxn before any output (sent while aiokafka
+            # adds the outputs' partitions, the coordinator would answer
+            # CONCURRENT_TRANSACTIONS), then TxnOffsetCommit while the transform runs and
+            # its outputs fly.  In series after the outputs, the two cost a transaction
+            # of 100 records about a third of its time (docs/benchmarks/eos.md).
+            await _fenced(
+                producer, add_group_to_transaction(view, metadata.group_id), metadata, timeout
+            )
+            committing = asyncio.ensure_future(
+                wait_for(commit_offsets_in_transaction(view, normalized, metadata), timeout)
+            )
             try:
-                await asyncio.sleep(0)  # let it close the batches before the offsets start
-                await send_offsets_to_transaction(
-                    self._producer, offsets, self._consumer, timeout=self._timeout
-                )
-                await wait_for(outputs.delivered(), self._timeout)
-            finally:
-                flushing.cancel()  # done by now, or the abort settles the batches
+                outputs = DeliveryTracker(producer)
+                await self._transform(outputs, batch)
+                # The outputs leave now (no lingering: nothing more comes); they must be
+                # in before the commit (aiokafka would commit past a failed output).
+                flushing = view.send_buffered()
+                try:
+                    await wait_for(outputs.delivered(), timeout)
+                finally:
+                    flushing.cancel()  # done by now, or the abort settles the batches
+            except BaseException as exc:
+                # The transaction is aborted: its offsets request ends first, so that it
+                # cannot reach the group coordinator after the abort's markers.
+                if isinstance(exc, asyncio.CancelledError):
+                    committing.cancel()
+                await asyncio.wait({committing})  # bounded by its own timeout
+                if not committing.cancelled():
+                    committing.exception()  # retrieved: the transform's error is the one raised
+                raise
+            await _fenced(producer, committing, metadata, timeout)
             self._committing = True  # from here on the outcome is the commit's
 
     def _aborted(

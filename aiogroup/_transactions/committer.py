@@ -46,18 +46,34 @@ from aiogroup._protocol.transactions import (
     parse_add_offsets_to_txn,
     parse_txn_offset_commit,
 )
-from aiogroup._transactions.outcomes import Step, step_for, worst_step
+from aiogroup._transactions.outcomes import Step, TxnCode, step_for, worst_step
 from aiogroup.errors import TRANSPORT_ERRORS, KafkaError
 from aiogroup.group_metadata import ConsumerGroupMetadata
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
 
-__all__ = ["ProducerTxnView", "Refused", "commit_in_transaction"]
+__all__ = [
+    "ProducerTxnView",
+    "Refused",
+    "add_group_to_transaction",
+    "commit_in_transaction",
+    "commit_offsets_in_transaction",
+    "concurrent_pause",
+]
 
 log = logging.getLogger("aiogroup.transactions")
 
 #: The first pause before resending when the producer does not say (aiokafka's default
 #: ``retry_backoff_ms``); it doubles on each consecutive failure up to 1 s.
 DEFAULT_RETRY_BACKOFF_S = 0.1
+
+#: The first pause before resending a request answered CONCURRENT_TRANSACTIONS; it
+#: doubles on each such answer in a row, up to the producer's own backoff.  The
+#: coordinator is finishing the previous transaction (writing its markers), a matter of
+#: a millisecond or two on a local node: waiting ``retry_backoff_ms`` (100 ms) for it
+#: would cost a loop that begins its next transaction at once (TransformLoop's first
+#: request is AddOffsetsToTxn) a hundred times what it saved.  Java's producer keeps a
+#: short fixed backoff for the same answer to AddPartitionsToTxn (KAFKA-5477).
+CONCURRENT_TRANSACTIONS_BACKOFF_S = 0.002
 
 #: How often :meth:`ProducerTxnView.partitions_added` looks at aiokafka's pending adds:
 #: well under one local round trip (about 1 ms), so the wait adds little to it.
@@ -179,29 +195,50 @@ async def commit_in_transaction(
     Retries what passes (a coordinator moving or loading, the transaction's other
     requests in flight) without bound: the caller bounds the whole with a deadline.
     """
+    await add_group_to_transaction(view, metadata.group_id)
+    await commit_offsets_in_transaction(view, offsets, metadata)
+
+
+async def add_group_to_transaction(view: ProducerTxnView, group_id: str) -> None:
+    """AddOffsetsToTxn: the group's offsets partition joins the open transaction.
+
+    Waits first for aiokafka's own AddPartitionsToTxn in flight (see
+    :meth:`ProducerTxnView.partitions_added`).  A caller that sends this before any
+    output - :class:`aiogroup.transactions.TransformLoop` does - finds none in flight,
+    and the TxnOffsetCommit that follows can fly while the outputs are produced.
+    """
     transactional_id = view.transactional_id
     assert transactional_id is not None
 
     def add_offsets() -> AddOffsetsToTxnRequest:
         return AddOffsetsToTxnRequest(
-            transactional_id, view.producer_id, view.producer_epoch, metadata.group_id
+            transactional_id, view.producer_id, view.producer_epoch, group_id
         )
 
     def add_offsets_answer(resp: Any) -> tuple[Step, int]:
         code = parse_add_offsets_to_txn(resp)
         return step_for(code), code
 
-    policy = view.retry_policy
     await view.partitions_added()
     await _exchange(
         view.client,
-        policy,
+        view.retry_policy,
         "AddOffsetsToTxn",
         (transactional_id, COORDINATOR_TYPE_TRANSACTION),
         add_offsets,
         add_offsets_answer,
     )
-    view.group_joined_transaction(metadata.group_id)
+    view.group_joined_transaction(group_id)
+
+
+async def commit_offsets_in_transaction(
+    view: ProducerTxnView,
+    offsets: Mapping[TopicPartition, OffsetAndMetadata],
+    metadata: ConsumerGroupMetadata,
+) -> None:
+    """TxnOffsetCommit v3+ under ``metadata``, after :func:`add_group_to_transaction`."""
+    transactional_id = view.transactional_id
+    assert transactional_id is not None
 
     def commit() -> TxnOffsetCommitRequest:
         return TxnOffsetCommitRequest(
@@ -220,7 +257,7 @@ async def commit_in_transaction(
 
     await _exchange(
         view.client,
-        policy,
+        view.retry_policy,
         "TxnOffsetCommit",
         (metadata.group_id, COORDINATOR_TYPE_GROUP),
         commit,
@@ -255,6 +292,7 @@ async def _exchange(
     retry = Retrying(RetryPolicy(policy.initial, policy.maximum, policy.multiplier))
     known = _COORDINATORS.setdefault(client, {})
     node: int | None = known.get(coordinator)
+    concurrent = 0  # CONCURRENT_TRANSACTIONS answers in a row
 
     async def back_off() -> None:
         retry.failed(loop.time())
@@ -284,6 +322,13 @@ async def _exchange(
         if step is Step.FIND_COORDINATOR:
             known.pop(coordinator, None)
             node = None
+        if code == TxnCode.CONCURRENT_TRANSACTIONS:
+            concurrent += 1
+            pause = concurrent_pause(policy, concurrent)
+            log.debug("%s answered CONCURRENT_TRANSACTIONS; retrying in %.3fs", api, pause)
+            await asyncio.sleep(pause)
+            continue
+        concurrent = 0
         if step in (Step.FIND_COORDINATOR, Step.RETRY):
             log.debug(
                 "%s answered error code %d; retrying in %.2fs",
@@ -294,6 +339,13 @@ async def _exchange(
             await back_off()
             continue
         raise Refused(api, step, code)
+
+
+def concurrent_pause(policy: RetryPolicy, in_a_row: int) -> float:
+    """The wait before resending after the ``in_a_row``-th CONCURRENT_TRANSACTIONS answer
+    in a row: :data:`CONCURRENT_TRANSACTIONS_BACKOFF_S`, doubling, never above the
+    producer's own first backoff."""
+    return min(policy.initial, CONCURRENT_TRANSACTIONS_BACKOFF_S * 2 ** min(in_a_row - 1, 16))
 
 
 async def _find_coordinator(client: AIOKafkaClient, key: str, key_type: int) -> int | None:

@@ -18,9 +18,11 @@ from aiokafka.errors import GroupAuthorizationFailedError, IllegalGenerationErro
 from aiokafka.producer.transaction_manager import TransactionState
 
 from aiogroup import GroupConsumer
+from aiogroup._membership.backoff import RetryPolicy
 from aiogroup._protocol.messages import FIND_COORDINATOR
 from aiogroup._protocol.schema import struct_to_dict
 from aiogroup._protocol.transactions import ADD_OFFSETS_TO_TXN, TXN_OFFSET_COMMIT
+from aiogroup._transactions.committer import CONCURRENT_TRANSACTIONS_BACKOFF_S, concurrent_pause
 from aiogroup._transactions.outcomes import (
     FENCED_MEMBER_CODES,
     FENCED_PRODUCER_CODES,
@@ -276,7 +278,7 @@ async def test_retries_back_off_doubling_from_the_producers_retry_backoff() -> N
     # What aiokafka's client keeps, in seconds: above the old fixed 100 ms, so that loop
     # fails the first bound, and a fixed wait of the backoff fails the second.
     producer.client._retry_backoff = 0.15
-    producer.client.script = {"AddOffsetsToTxn": [TxnCode.CONCURRENT_TRANSACTIONS] * 2}
+    producer.client.script = {"AddOffsetsToTxn": [TxnCode.COORDINATOR_LOAD_IN_PROGRESS] * 2}
     loop = asyncio.get_running_loop()
     sent_at: list[float] = []
     send = producer.client.send
@@ -292,6 +294,31 @@ async def test_retries_back_off_doubling_from_the_producers_retry_backoff() -> N
     assert len(gaps) == 2
     for gap, delay in zip(gaps, (0.15, 0.3), strict=True):
         assert gap >= delay * 0.95, (gaps, delay)
+
+
+def test_concurrent_transactions_waits_milliseconds_doubling_up_to_the_producers_backoff() -> None:
+    """CONCURRENT_TRANSACTIONS means the coordinator is still writing the previous
+    transaction's markers: a millisecond or two, not the producer's ``retry_backoff_ms``."""
+    policy = RetryPolicy.from_backoff(0.1)
+    pauses = [concurrent_pause(policy, n) for n in range(1, 10)]
+    assert pauses[:3] == [
+        CONCURRENT_TRANSACTIONS_BACKOFF_S,
+        2 * CONCURRENT_TRANSACTIONS_BACKOFF_S,
+        4 * CONCURRENT_TRANSACTIONS_BACKOFF_S,
+    ]
+    assert pauses[0] < policy.initial / 10
+    assert max(pauses) == policy.initial == pauses[-1]
+    assert pauses == sorted(pauses)
+
+
+async def test_concurrent_transactions_is_resent_until_it_passes() -> None:
+    producer = FakeProducer()
+    producer.client._retry_backoff = 0.15
+    producer.client.script = {"AddOffsetsToTxn": [TxnCode.CONCURRENT_TRANSACTIONS] * 3}
+    await send_offsets_to_transaction(producer, {TP: 10}, META)
+    assert producer.client.names().count("AddOffsetsToTxn") == 4
+    assert producer.client.names().count("TxnOffsetCommit") == 1
+    assert producer.aborts == 0
 
 
 @pytest.mark.parametrize("code", sorted(FENCED_MEMBER_CODES))

@@ -296,7 +296,8 @@ class LingeringAccumulator:
 
 async def test_the_outputs_leave_before_the_offsets_instead_of_lingering() -> None:
     """Nothing more comes to the transaction once the transform returned: its batches are
-    closed then (as librdkafka's commit does), not after the offsets in commit_transaction."""
+    closed then (as librdkafka's commit does), not in commit_transaction.  The offsets
+    went first: AddOffsetsToTxn before any output, TxnOffsetCommit while they fly."""
 
     async def transform(producer: Any, batch: Any) -> None:
         for r in batch[TP]:
@@ -310,5 +311,29 @@ async def test_the_outputs_leave_before_the_offsets_instead_of_lingering() -> No
     out._message_accumulator = LingeringAccumulator(out.client)  # type: ignore[attr-defined]
     loop = TransformLoop(consumer, out, transform, poll_timeout_ms=10)  # type: ignore[arg-type]
     await asyncio.wait_for(loop.run(), 5)
-    assert out._message_accumulator.flushed_after == []  # type: ignore[attr-defined]
-    assert out.commits == 1
+    flushed_after = out._message_accumulator.flushed_after  # type: ignore[attr-defined]
+    assert flushed_after is not None
+    assert next(n for n in flushed_after if n != "FindCoordinator") == "AddOffsetsToTxn"
+    assert "EndTxn" not in flushed_after and out.commits == 1
+
+
+async def test_the_group_joins_the_transaction_before_the_transform_runs() -> None:
+    """AddOffsetsToTxn is answered before the first output is sent: sent while aiokafka adds
+    the outputs' partitions, the coordinator would answer CONCURRENT_TRANSACTIONS."""
+    seen: list[list[str]] = []
+
+    async def transform(producer: Any, batch: Any) -> None:
+        seen.append(list(out.client.names()))
+        for r in batch[TP]:
+            await producer.send("out", r.value)
+        for f in out.deliveries:
+            f.set_result(None)
+        await loop.stop()
+
+    consumer = ScriptedConsumer(deque([{TP: records(10, 2)}]))
+    out = OutputProducer()
+    loop = TransformLoop(consumer, out, transform, poll_timeout_ms=10)  # type: ignore[arg-type]
+    await asyncio.wait_for(loop.run(), 5)
+    assert len(seen) == 1 and "AddOffsetsToTxn" in seen[0]
+    assert "EndTxn" not in seen[0]
+    assert out.client.names().count("TxnOffsetCommit") == 1 and out.commits == 1
