@@ -1356,8 +1356,7 @@ Handler = Callable[[Membership, E.Event, list[A.Action]], None]
 Transition = table.Transition[MemberState, Handler]
 
 
-def _t(handler: Handler, *targets: MemberState) -> Transition:
-    return table.Transition(handler, frozenset(targets))
+_t = table.transition
 
 
 _LIVE = tuple(s for s in MemberState if s not in _TERMINAL)

@@ -345,7 +345,7 @@ def concurrent_pause(policy: RetryPolicy, in_a_row: int) -> float:
     """The wait before resending after the ``in_a_row``-th CONCURRENT_TRANSACTIONS answer
     in a row: :data:`CONCURRENT_TRANSACTIONS_BACKOFF_S`, doubling, never above the
     producer's own first backoff."""
-    return min(policy.initial, CONCURRENT_TRANSACTIONS_BACKOFF_S * 2 ** min(in_a_row - 1, 16))
+    return min(policy.initial, CONCURRENT_TRANSACTIONS_BACKOFF_S * 2.0 ** min(in_a_row - 1, 16))
 
 
 async def _find_coordinator(client: AIOKafkaClient, key: str, key_type: int) -> int | None:
