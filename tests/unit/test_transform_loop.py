@@ -337,3 +337,37 @@ async def test_the_group_joins_the_transaction_before_the_transform_runs() -> No
     assert len(seen) == 1 and "AddOffsetsToTxn" in seen[0]
     assert "EndTxn" not in seen[0]
     assert out.client.names().count("TxnOffsetCommit") == 1 and out.commits == 1
+
+
+async def test_a_failed_transform_aborts_only_after_its_offsets_request_is_answered() -> None:
+    """The TxnOffsetCommit flies while the transform runs; when the transform fails, the
+    abort waits for its answer, so the request cannot reach the group coordinator after
+    the abort's markers."""
+    answer = asyncio.Event()
+    in_flight = asyncio.Event()
+    out = FakeProducer(in_transaction=False)
+    send = out.client.send
+
+    async def held(node: int, request: Any, group: Any = None) -> Any:
+        if request.API.name == "TxnOffsetCommit":
+            in_flight.set()
+            await answer.wait()
+        return await send(node, request, group)
+
+    out.client.send = held  # type: ignore[method-assign]
+
+    async def transform(producer: Any, batch: Any) -> None:
+        await in_flight.wait()
+        raise RuntimeError("transform failed")
+
+    consumer = ScriptedConsumer(deque([{TP: records(10, 2)}]))
+    loop = TransformLoop(consumer, out, transform, poll_timeout_ms=10)  # type: ignore[arg-type]
+    run = asyncio.ensure_future(loop.run())
+    await in_flight.wait()
+    for _ in range(20):  # the loop gets every chance to abort early; it must not
+        await asyncio.sleep(0)
+    assert out.aborts == 0 and not run.done()
+    answer.set()
+    with pytest.raises(RuntimeError, match="transform failed"):
+        await asyncio.wait_for(run, 5)
+    assert out.aborts == 1 and out.commits == 0
