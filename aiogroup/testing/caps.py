@@ -52,6 +52,9 @@ class BrokerCaps:
     #: Fetch honours each partition's byte limit (``max_partition_fetch_bytes``; at
     #: least one whole batch).  Tansu answers whole partitions beyond it.
     honours_partition_max_bytes: bool = True
+    #: Fetch honours the whole response's byte limit (``fetch_max_bytes``; at least
+    #: one whole batch).  Tansu answers beyond it.
+    honours_fetch_max_bytes: bool = True
     #: The consumer group protocol (KIP-848: ConsumerGroupHeartbeat, API key 68) is
     #: served.  Tansu has only the classic JoinGroup/SyncGroup protocol.
     supports_consumer_protocol: bool = True
@@ -91,6 +94,7 @@ TANSU_CAPS = BrokerCaps(
     keeps_commit_metadata=False,
     supports_transactions=False,
     honours_partition_max_bytes=False,
+    honours_fetch_max_bytes=False,
     supports_consumer_protocol=False,
     describe_groups_reports_assignment=False,
     describe_groups_reports_unknown_groups=False,
