@@ -279,7 +279,8 @@ class Processor:
         ``partitions``: per partition, ``finished_offset`` (what a commit would carry
         now), ``committed_offset`` (the last commit this processor made), ``gap`` (their
         difference: records finished-and-committable but not yet committed), and
-        ``unfinished`` (received and not finished).
+        ``unfinished`` (received and not finished).  ``transactions``: with a
+        ``transactional_producer``, what its transactions did (else None).
         """
         now = asyncio.get_running_loop().time()
         starts = [w.started for w in self._sched.in_flight if w.started is not None]
@@ -308,6 +309,9 @@ class Processor:
             "oldest_in_flight_age_s": (now - min(starts)) if starts else None,
             "paused_partitions": len(self._paused),
             "partitions": partitions,
+            # transactional_producer=: transactions committed/aborted, records and outputs
+            # committed, finishes held back (prefix_transactions.PrefixTransactions.stats).
+            "transactions": None if self._txn is None else self._txn.stats(),
         }
 
     # -- the rebalance hook (aiogroup.listeners.RebalanceHook) ------------------------------
