@@ -45,6 +45,7 @@ from aiogroup.errors import (
     CommitFailedError,
     ConfigurationError,
     KafkaTimeoutError,
+    NotGroupMemberError,
     TransactionFencedError,
 )
 from aiogroup.processing.finish_bound import admissible, max_runs
@@ -79,12 +80,15 @@ def check_transactional(producer: Any, consumer: GroupConsumer) -> None:
 def recoverable(error: BaseException) -> bool:
     """Is a failed transaction's input simply read again (True), or does the processor
     stop with the error (False)?  TransformLoop's rule: a zombie member's fence, offsets
-    of partitions moved away and a timeout are recovered; a fenced producer (another
+    of partitions moved away (or no membership to commit under: the loss follows) and a
+    timeout are recovered; a fenced producer (another
     one holds the transactional id: this one can do nothing more) and everything else -
     an output that could not be produced above all - end the run."""
     if isinstance(error, TransactionFencedError):
         return not error.producer_fenced
-    return isinstance(error, CommitFailedError | KafkaTimeoutError | asyncio.TimeoutError)
+    return isinstance(
+        error, CommitFailedError | NotGroupMemberError | KafkaTimeoutError | asyncio.TimeoutError
+    )
 
 
 class PrefixTransactions:

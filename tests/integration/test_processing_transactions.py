@@ -10,7 +10,9 @@ output exactly once below the group's committed offsets, which are the input's e
 (b) a member killed (-9) mid-processing, its transaction open: the next owner waits for
     the coordinator's abort and redoes only what the dead member did not commit;
 (c) a second member joins mid-processing (eager and cooperative): the revocation
-    commits the open transaction before the partitions move.
+    commits the open transaction before the partitions move;
+(d) a zombie: a member frozen past its session with outputs in an open transaction
+    wakes after the new owner processed everything: its transaction is aborted.
 
 Transactions need ``caps.supports_transactions`` (Tansu refuses InitProducerId for a
 transactional id): run with ``AIOGROUP_BROKER=kafka``.
@@ -20,10 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import random
 import sys
-from collections.abc import Awaitable, Callable
-from typing import Any
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
 import pytest
 from aiokafka import AIOKafkaProducer
@@ -43,6 +47,8 @@ from aiogroup.testing.plugin import TopicFactory
 pytestmark = pytest.mark.integration
 
 WAIT_S = 60.0
+
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -398,5 +404,136 @@ async def test_a_member_joining_mid_processing_keeps_each_inputs_output_once(
     print(f"{assignor}: processed {dict(by_member)}, transactions {stats}")
     assert by_member["b"] > 0, "B processed nothing: the partitions did not move"
     report, _ = await judge(bootstrap, output, group_id, source, 4)
+    report.assert_clean()
+    assert report.outputs_checked == total
+
+
+# --- (d) a zombie: frozen past its session with a transaction open -------------------------
+
+
+class FrozenLoop:
+    """An event loop in a thread that the test can freeze, as SIGSTOP freezes a process:
+    nothing on it runs (no heartbeat, no handler, no commit) until ``thaw()``."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thaw = threading.Event()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return await asyncio.wait_for(asyncio.wrap_future(future), WAIT_S)
+
+    def freeze(self) -> None:
+        self._thaw.clear()
+        self.loop.call_soon_threadsafe(self._thaw.wait, WAIT_S)
+
+    def thaw(self) -> None:
+        self._thaw.set()
+
+    def close(self) -> None:
+        self.thaw()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(WAIT_S)
+
+
+@pytest.mark.parametrize("interval_ms", [60_000, 300])
+async def test_a_processor_frozen_with_a_transaction_open_wakes_and_nothing_of_it_is_visible(
+    kafka_broker: KafkaBroker,
+    kafka_topic: TopicFactory,
+    group_id: str,
+    transactions: None,
+    interval_ms: int,
+) -> None:
+    """A's processor has outputs in an open transaction when its event loop is frozen
+    past its session (with a 60 s interval it has committed nothing; with 300 ms, some,
+    and its next commit is overdue when it wakes).  B takes the partitions
+    and processes everything.  A wakes: its loss, or its stop's commit with the stale
+    group metadata (fenced, KIP-447), aborts the transaction - whichever its timers run
+    first.  The output holds each input once; A's outputs are in the log, aborted."""
+    bootstrap = kafka_broker.bootstrap_servers
+    source, output = await kafka_topic(partitions=2), await kafka_topic(partitions=1)
+    total = 600
+    await produce_inputs(bootstrap, source, total, partitions=2, keys=20)
+    tps = [TopicPartition(source, p) for p in range(2)]
+    frozen = FrozenLoop()
+    a_options = {"session_timeout_ms": 3000, "heartbeat_interval_ms": 1000}
+    # Made on A's loop (aiokafka binds a producer to the loop it is created on).
+    a_producer: AIOKafkaProducer | None = None
+    a: GroupConsumer | None = None
+
+    async def slow(record: Any) -> Output:
+        await asyncio.sleep(0.02)
+        return await transform(output, "a")(record)  # type: ignore[no-any-return]
+
+    pa: Processor | None = None
+
+    async def a_starts() -> asyncio.Task[None]:
+        nonlocal pa, a, a_producer
+        a_producer = transactional_producer(bootstrap, "zombie")
+        a = member(bootstrap, source, group_id, **a_options)
+        await a_producer.start()
+        await a.start()
+        pa = Processor(
+            a,
+            slow,
+            concurrency=4,
+            commit_interval_ms=interval_ms,
+            transactional_producer=a_producer,
+        )
+        task = asyncio.ensure_future(pa.run())
+        txn = pa._txn
+        assert txn is not None
+        # Its open transaction has 20 outputs in the log (no public event says so).
+        while txn._outputs.sent < 20 or (interval_ms < 1000 and txn.transactions_committed < 1):  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+        await asyncio.gather(*list(txn._outputs._futures))
+        return task
+
+    async def a_wakes(task: asyncio.Task[None]) -> dict[str, Any]:
+        assert pa is not None and a is not None and a_producer is not None
+        try:
+            await asyncio.wait_for(pa.stop(), WAIT_S)
+            with contextlib.suppress(Exception):
+                await task
+            stats: dict[str, Any] = pa.metrics()["transactions"]
+            stats["last_abort"] = repr(pa._txn.last_abort if pa._txn else None)
+            return stats
+        finally:
+            await a.abort()
+            await a_producer.stop()
+
+    try:
+        a_task = await frozen.run(a_starts())
+        frozen.freeze()
+        b_producer = transactional_producer(bootstrap, "successor")
+        await asyncio.wait_for(b_producer.start(), WAIT_S)
+        try:
+            async with member(bootstrap, source, group_id) as b:
+                pb = Processor(
+                    b,
+                    transform(output, "b"),
+                    concurrency=16,
+                    commit_interval_ms=100,
+                    transactional_producer=b_producer,
+                )
+                tb = await run_processor(pb)
+                await until_committed(bootstrap, group_id, tps, {tp: total // 2 for tp in tps})
+                await stop(pb, tb)
+        finally:
+            await b_producer.stop()
+        frozen.thaw()
+        a_stats = await frozen.run(a_wakes(a_task))
+    finally:
+        frozen.close()
+    print(f"zombie A: {a_stats}")
+    if interval_ms == 60_000:
+        assert a_stats["transactions_committed"] == 0
+    assert a_stats["transactions_aborted"] >= 1
+    assert "TransactionFencedError" in a_stats["last_abort"] or "lost" in a_stats["last_abort"]
+    written = await records_written(bootstrap, output)
+    assert written >= total + 20  # A's outputs are in the log, aborted
+    report, _ = await judge(bootstrap, output, group_id, source, 2)
     report.assert_clean()
     assert report.outputs_checked == total

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from aiogroup.errors import ConfigurationError, TransactionFencedError
+from aiogroup.errors import ConfigurationError, NotGroupMemberError, TransactionFencedError
 from aiogroup.processing import offset_metadata
 from aiogroup.processing.finish_bound import RUN_BYTES, admissible, max_runs
 from aiogroup.processing.output import Output, outputs_of
@@ -420,3 +420,4 @@ def test_what_is_recovered_and_what_stops() -> None:
     assert recoverable(TransactionFencedError("m", producer_fenced=False, **fence))  # type: ignore[arg-type]
     assert not recoverable(TransactionFencedError("p", producer_fenced=True, **fence))  # type: ignore[arg-type]
     assert not recoverable(RuntimeError("output refused"))
+    assert recoverable(NotGroupMemberError("membership lost"))  # the loss follows
