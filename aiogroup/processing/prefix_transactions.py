@@ -384,7 +384,10 @@ class PrefixTransactions:
         self._outputs.forget()
         self.transactions_aborted += 1
         self.last_abort = error
-        # Finishes of other partitions may enter the next transaction while the redo runs.
+        # Held-back finishes of the partitions read again end unfinished (else one could
+        # enter the next transaction before the redo drops its tracker); finishes of other
+        # partitions may enter the next transaction while the redo runs.
+        self.forget(set(touched))
         self._reset()
         if isinstance(error, asyncio.CancelledError):
             raise error

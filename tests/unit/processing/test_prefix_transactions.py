@@ -329,6 +329,22 @@ async def test_a_zombies_fence_aborts_and_reads_again_from_where_the_transaction
     assert h.producer.outputs[-1] == (2, "out", b"z")
 
 
+async def test_a_held_back_finish_of_a_partition_read_again_ends_unfinished() -> None:
+    """An abort voids the partitions it touched: a finish of one held back meanwhile
+    must not enter the next transaction (its record is read and processed again)."""
+    h = Harness(max_bytes=len(offset_metadata.PREFIX) + RUN_BYTES - 1)
+    assert await h.finish(TP, 2, b"2")
+    held = asyncio.ensure_future(h.finish(TP, 5, b"5"))
+    await asyncio.sleep(0.01)
+    assert not held.done()
+    h.producer.client.script["TxnOffsetCommit"] = [25]  # UNKNOWN_MEMBER_ID
+    assert await h.txn.commit() == {}
+    assert h.redone == [{TP: 0}]
+    assert await asyncio.wait_for(held, 5) is False
+    assert (TP, 5) not in h.marked and not h.txn.in_transaction
+    assert b"5" not in [v for _, _, v in h.producer.outputs]
+
+
 async def test_a_fenced_producer_stops_the_processor() -> None:
     h = Harness()
     assert await h.finish(TP, 0, b"x")
