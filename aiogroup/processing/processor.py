@@ -21,7 +21,11 @@ Rebalances reach it through the consumer's internal rebalance hooks
 
 The guarantee (also in docs/usage.md): at least once, and after a crash only the
 records that were unfinished are processed again (within the metadata size bound);
-no committed offset ever passes a record whose handler has not finished.
+no committed offset ever passes a record whose handler has not finished.  With a
+``transactional_producer`` the handlers' outputs and the commits go into one
+transaction per commit: each input's outputs exactly once for read_committed readers
+(:mod:`~aiogroup.processing.prefix_transactions`; the hooks for it are marked
+"transactional" here).
 """
 
 from __future__ import annotations
@@ -84,6 +88,13 @@ class Processor:
     See the module docstring and docs/usage.md ("Processing").  ``run()`` until
     ``stop()`` (or ``consumer.stop()``); with ``on_failure="stop"`` a record whose
     handler failed every attempt makes ``run()`` raise :class:`ProcessingError`.
+
+    ``transactional_producer``: an ``AIOKafkaProducer`` with a ``transactional_id``;
+    the handler then returns its outputs (:class:`~aiogroup.processing.Output`) and
+    every commit is a transaction holding them with the offsets that count their
+    records finished (:mod:`~aiogroup.processing.prefix_transactions`; docs/usage.md,
+    "With the processing layer").  A failure it cannot recover from (a fenced producer,
+    an output refused) makes ``run()`` raise it.
     """
 
     def __init__(
