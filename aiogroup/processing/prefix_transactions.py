@@ -216,14 +216,8 @@ class PrefixTransactions:
         assert tracker is not None
         self._entered += 1
         self._quiet.clear()
-        # Sending and marking are one step a cancellation (a drain's) does not split: a
-        # record's outputs in the transaction without its finish would be duplicates.
-        step = asyncio.ensure_future(self._send_and_mark(work, tracker, outputs, mark))
         try:
-            return await asyncio.shield(step)
-        except asyncio.CancelledError:
-            await asyncio.wait({step})
-            raise
+            return await self._send_and_mark(work, tracker, outputs, mark)
         finally:
             self._entered -= 1
             if not self._entered:
@@ -237,6 +231,7 @@ class PrefixTransactions:
         mark: Callable[[Work], None],
     ) -> bool:
         tp, offset = work.tp, work.offset
+        sending = False
         try:
             if not self._open:
                 await self._begin()
@@ -245,6 +240,7 @@ class PrefixTransactions:
                 self._touched[tp] = offset if start is None else start
             front = tracker.committable() == offset
             for out in outputs:
+                sending = True
                 await self._outputs.send(
                     out.topic,
                     out.value,
@@ -252,6 +248,17 @@ class PrefixTransactions:
                     partition=out.partition,
                     headers=list(out.headers) or None,
                 )
+        except asyncio.CancelledError:
+            # Cancelled (a drain's deadline, a loss) with some of its outputs perhaps in
+            # the transaction and the record not finished: the transaction must not
+            # commit.  (Not shielded to the end instead: a task per finish costs the
+            # per-record path more than this rare abort does.)
+            if sending and self._doomed is None:
+                self._doomed = CommitFailedError(
+                    f"{tp.topic}[{tp.partition}]@{offset} was cancelled while its outputs "
+                    "were being sent"
+                )
+            raise
         except Exception as exc:
             if self._doomed is None:
                 log.error(
