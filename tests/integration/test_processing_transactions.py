@@ -23,10 +23,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import os
 import random
+import signal
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -49,6 +52,9 @@ pytestmark = pytest.mark.integration
 WAIT_S = 60.0
 
 T = TypeVar("T")
+
+#: This checkout (the subprocesses import its aiogroup) and its examples.
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -284,7 +290,8 @@ async def test_a_processor_killed_mid_processing_leaves_each_inputs_output_once(
     await produce_inputs(bootstrap, source, total, partitions=2, keys=30)
     tps = [TopicPartition(source, p) for p in range(2)]
     env = {
-        "PYTHONPATH": ":".join(sys.path),
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
         "BOOTSTRAP": bootstrap,
         "INPUT_TOPIC": source,
         "OUTPUT_TOPIC": output,
@@ -537,3 +544,46 @@ async def test_a_processor_frozen_with_a_transaction_open_wakes_and_nothing_of_i
     report, _ = await judge(bootstrap, output, group_id, source, 2)
     report.assert_clean()
     assert report.outputs_checked == total
+
+
+# --- the example -----------------------------------------------------------------------------
+
+
+async def test_the_processor_example_runs_exactly_once(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str, transactions: None
+) -> None:
+    """examples/exactly_once_processor.py as a process: once the group's offsets reach
+    the input's end, SIGTERM stops it (the last transaction committed); every input's
+    output once in the read_committed output."""
+    bootstrap = kafka_broker.bootstrap_servers
+    source, output = await kafka_topic(partitions=2), await kafka_topic(partitions=1)
+    total = 200
+    await produce_inputs(bootstrap, source, total, partitions=2, keys=10)
+    env = {
+        **os.environ,
+        "AIOGROUP_BOOTSTRAP": bootstrap,
+        "INPUT_TOPIC": source,
+        "OUTPUT_TOPIC": output,
+        "GROUP_ID": group_id,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(ROOT / "examples" / "exactly_once_processor.py"),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    try:
+        tps = [TopicPartition(source, p) for p in range(2)]
+        await until_committed(bootstrap, group_id, tps, {tp: total // 2 for tp in tps})
+        proc.send_signal(signal.SIGTERM)
+        out = (await asyncio.wait_for(proc.stdout.read(), WAIT_S)).decode()
+        assert await asyncio.wait_for(proc.wait(), WAIT_S) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert f"committed {total} records" in out and "(0 aborted)" in out, out
+    values = [r.value for r in await read_committed(bootstrap, output, partitions=1)]
+    assert sorted(values) == sorted(f"IN-{i}".encode() for i in range(total))
