@@ -28,6 +28,7 @@ import random
 import signal
 import sys
 import threading
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
@@ -195,8 +196,29 @@ async def stop(processor: Processor, task: asyncio.Task[None]) -> None:
 # --- (a) exactly once, concurrent and key-ordered ----------------------------------------
 
 
+def sync_transform(output: str, name: str) -> Any:
+    """:func:`transform` as a plain function (the processor runs it in its thread pool)."""
+
+    def handle(record: Any) -> Output:
+        time.sleep(random.uniform(0.0005, 0.004))
+        return Output(
+            output,
+            record.value.upper(),
+            key=record.key,
+            headers=output_headers(record.topic, record.partition, record.offset, name),
+            partition=0,
+        )
+
+    return handle
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
 async def test_a_transactional_processor_writes_each_inputs_output_once_in_key_order(
-    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str, transactions: None
+    kafka_broker: KafkaBroker,
+    kafka_topic: TopicFactory,
+    group_id: str,
+    transactions: None,
+    kind: str,
 ) -> None:
     bootstrap = kafka_broker.bootstrap_servers
     source, output = await kafka_topic(partitions=4), await kafka_topic(partitions=1)
@@ -209,7 +231,7 @@ async def test_a_transactional_processor_writes_each_inputs_output_once_in_key_o
         async with member(bootstrap, source, group_id) as consumer:
             processor = Processor(
                 consumer,
-                transform(output, "a"),
+                transform(output, "a") if kind == "async" else sync_transform(output, "a"),
                 concurrency=16,
                 ordering="key",
                 commit_interval_ms=100,
