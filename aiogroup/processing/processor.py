@@ -898,9 +898,13 @@ class Processor:
                 self._set_paused(tp, False)
         finally:
             self._forget(mine)
-        owned = mine & self._consumer.assignment()
-        for tp in owned:
-            self._consumer.seek(tp, starts[tp])
+        owned = set()
+        for tp in mine & self._consumer.assignment():
+            try:
+                self._consumer.seek(tp, starts[tp])
+            except Exception:  # no longer assigned: its next owner reads it
+                continue
+            owned.add(tp)
         await self._adopt(owned)
 
     def _txn_failed(self, error: BaseException) -> None:
