@@ -28,6 +28,8 @@ class DeliveryTracker:
     def __init__(self, producer: Any) -> None:
         self._producer = producer
         self._futures: list[asyncio.Future[Any]] = []
+        #: Outputs sent through this tracker in all (delivered or not).
+        self.sent = 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._producer, name)
@@ -36,12 +38,14 @@ class DeliveryTracker:
         """``AIOKafkaProducer.send``: the record is in the producer's buffer; its future kept."""
         future: asyncio.Future[Any] = await self._producer.send(*args, **kwargs)
         self._futures.append(future)
+        self.sent += 1
         return future
 
     async def send_batch(self, *args: Any, **kwargs: Any) -> asyncio.Future[Any]:
         """``AIOKafkaProducer.send_batch``: the batch is queued; its future kept."""
         future: asyncio.Future[Any] = await self._producer.send_batch(*args, **kwargs)
         self._futures.append(future)
+        self.sent += 1
         return future
 
     @property
@@ -62,3 +66,15 @@ class DeliveryTracker:
                     f.exception()
             raise
         return len(futures)
+
+    def forget(self) -> None:
+        """The transaction was aborted: its outputs need no awaiting, but a failure of
+        theirs, now or later, is retrieved (no "exception was never retrieved" noise)."""
+        futures, self._futures = self._futures, []
+        for f in futures:
+            f.add_done_callback(_retrieve)
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()

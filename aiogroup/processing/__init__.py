@@ -13,7 +13,10 @@ owner skips them).  Modules:
 * ``dead_letter``: the dead-letter choice and its headers;
 * ``handler_calls``: calling the handler (async inline, sync in a pool, timeout, drain);
 * ``dead_letter_sender``: the dead-letter producer and its sends;
-* ``processor``: the async shell (reading, handler tasks, commits, rebalance hooks).
+* ``processor``: the async shell (reading, handler tasks, commits, rebalance hooks);
+* with ``transactional_producer=`` (exactly-once outputs, issue 27): ``output``
+  (``Output``, what such a handler returns), ``finish_bound`` (which finishes a commit
+  can represent; pure) and ``prefix_transactions`` (one transaction per committed prefix).
 
 On a share consumer (KIP-932) ``ShareProcessor`` does the same with acknowledgements
 in the place of commits:
@@ -24,6 +27,7 @@ in the place of commits:
 
 from aiogroup.processing.dead_letter import DeadLetter
 from aiogroup.processing.errors import DeadLetterTopicError, ProcessingError
+from aiogroup.processing.output import Output
 from aiogroup.processing.processor import Handler, Processor
 from aiogroup.processing.retry import RetryPolicy
 from aiogroup.processing.scheduler import Ordering
@@ -34,6 +38,7 @@ __all__ = [
     "DeadLetterTopicError",
     "Handler",
     "Ordering",
+    "Output",
     "ProcessingError",
     "Processor",
     "RetryPolicy",

@@ -57,28 +57,28 @@ class HandlerCalls:
         self._threads = max(1, min(threads, MAX_THREADS))
         self._executor: ThreadPoolExecutor | None = None
 
-    async def call(self, record: Any) -> None:
-        """Run the handler once on ``record`` (no timeout)."""
+    async def call(self, record: Any) -> Any:
+        """Run the handler once on ``record`` (no timeout); what it returned (a
+        transactional processor's outputs)."""
         if self.is_async:
             result = self.handler(record)
             if inspect.isawaitable(result):
-                await result
-            return
+                return await result
+            return result
         if self._executor is None:
             self._executor = ThreadPoolExecutor(
                 max_workers=self._threads, thread_name_prefix="aiogroup-handler"
             )
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, functools.partial(self.handler, record))
+        return await loop.run_in_executor(self._executor, functools.partial(self.handler, record))
 
-    async def attempt(self, record: Any) -> None:
+    async def attempt(self, record: Any) -> Any:
         """One attempt: :meth:`call`, bounded by the record timeout (an overrun raises
         ``TimeoutError`` naming it, so it counts as a failed attempt)."""
         if self.record_timeout is None:
-            await self.call(record)
-            return
+            return await self.call(record)
         try:
-            await wait_for(self.call(record), self.record_timeout)
+            return await wait_for(self.call(record), self.record_timeout)
         except asyncio.TimeoutError:
             raise TimeoutError(
                 f"handler overran record_timeout_ms ({self.record_timeout * 1000:g} ms)"

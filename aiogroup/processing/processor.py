@@ -21,7 +21,11 @@ Rebalances reach it through the consumer's internal rebalance hooks
 
 The guarantee (also in docs/usage.md): at least once, and after a crash only the
 records that were unfinished are processed again (within the metadata size bound);
-no committed offset ever passes a record whose handler has not finished.
+no committed offset ever passes a record whose handler has not finished.  With a
+``transactional_producer`` the handlers' outputs and the commits go into one
+transaction per commit: each input's outputs exactly once for read_committed readers
+(:mod:`~aiogroup.processing.prefix_transactions`; the hooks for it are marked
+"transactional" here).
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ from aiogroup.processing.dead_letter import DeadLetter
 from aiogroup.processing.dead_letter_sender import DeadLetterSender
 from aiogroup.processing.errors import ProcessingError
 from aiogroup.processing.handler_calls import HandlerCalls, check_handler
+from aiogroup.processing.output import outputs_of
+from aiogroup.processing.prefix_transactions import PrefixTransactions
 from aiogroup.processing.retry import RetryPolicy
 from aiogroup.processing.scheduler import ORDERINGS, Ordering, Scheduler, Work
 from aiogroup.processing.tracker import CommitPoint, PartitionTracker
@@ -82,6 +88,13 @@ class Processor:
     See the module docstring and docs/usage.md ("Processing").  ``run()`` until
     ``stop()`` (or ``consumer.stop()``); with ``on_failure="stop"`` a record whose
     handler failed every attempt makes ``run()`` raise :class:`ProcessingError`.
+
+    ``transactional_producer``: an ``AIOKafkaProducer`` with a ``transactional_id``;
+    the handler then returns its outputs (:class:`~aiogroup.processing.Output`) and
+    every commit is a transaction holding them with the offsets that count their
+    records finished (:mod:`~aiogroup.processing.prefix_transactions`; docs/usage.md,
+    "With the processing layer").  A failure it cannot recover from (a fenced producer,
+    an output refused) makes ``run()`` raise it.
     """
 
     def __init__(
@@ -98,6 +111,7 @@ class Processor:
         commit_interval_ms: int = 5_000,
         max_unfinished_per_partition: int = 100_000,
         metadata_max_bytes: int = offset_metadata.DEFAULT_MAX_BYTES,
+        transactional_producer: Any = None,
     ) -> None:
         check_handler(handler)
         if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
@@ -156,8 +170,11 @@ class Processor:
         self._calls = HandlerCalls(
             handler, threads=concurrency, record_timeout=self._record_timeout
         )
-        #: An async handler without a per-record timeout is awaited inline (_handle).
-        self._direct = self._calls.is_async and self._record_timeout is None
+        #: An async handler without a per-record timeout is awaited inline (_handle); a
+        #: transactional processor's handler returns its outputs, taken in _handle.
+        self._direct = (
+            self._calls.is_async and self._record_timeout is None and transactional_producer is None
+        )
         self._drain_timeout = drain_timeout_ms / 1000
         self._commit_interval = commit_interval_ms / 1000
         #: commit_interval_ms=0: set when a record finishes; the commit loop commits as
@@ -169,6 +186,19 @@ class Processor:
         self._queue_limit = max(4 * concurrency, 1_000)
         self._buffer_limit = max(1, consumer.config.max_buffered_bytes // 2)
         self._trackers: dict[TopicPartition, PartitionTracker] = {}
+        # -- transactional mode (issue 27): prefix_transactions.py; None otherwise.
+        self._txn: PrefixTransactions | None = None
+        self._txn_failure: BaseException | None = None
+        if transactional_producer is not None:
+            self._txn = PrefixTransactions(
+                transactional_producer,
+                consumer,
+                self._trackers,
+                metadata_max_bytes=metadata_max_bytes,
+                set_aside=self._set_aside,
+                redo=self._redo,
+                fail=self._txn_failed,
+            )
         self._revoking: set[TopicPartition] = set()
         self._paused: set[TopicPartition] = set()
         self._last_committed: dict[TopicPartition, CommitPoint] = {}
@@ -235,10 +265,14 @@ class Processor:
             if self._dead_letters is not None:
                 await self._dead_letters.close()
             self._calls.close()
+            if self._txn is not None:
+                await self._txn.close()
             if not self._done.done():
                 self._done.set_result(None)
         if self._failure is not None:
             raise self._failure
+        if self._txn_failure is not None:
+            raise self._txn_failure
 
     async def stop(self) -> None:
         """Stop dispatching, wait for in-flight handlers (drain timeout), commit, return.
@@ -256,7 +290,8 @@ class Processor:
         ``partitions``: per partition, ``finished_offset`` (what a commit would carry
         now), ``committed_offset`` (the last commit this processor made), ``gap`` (their
         difference: records finished-and-committable but not yet committed), and
-        ``unfinished`` (received and not finished).
+        ``unfinished`` (received and not finished).  ``transactions``: with a
+        ``transactional_producer``, what its transactions did (else None).
         """
         now = asyncio.get_running_loop().time()
         starts = [w.started for w in self._sched.in_flight if w.started is not None]
@@ -285,6 +320,9 @@ class Processor:
             "oldest_in_flight_age_s": (now - min(starts)) if starts else None,
             "paused_partitions": len(self._paused),
             "partitions": partitions,
+            # transactional_producer=: transactions committed/aborted, records and outputs
+            # committed, finishes held back (prefix_transactions.PrefixTransactions.stats).
+            "transactions": None if self._txn is None else self._txn.stats(),
         }
 
     # -- the rebalance hook (aiogroup.listeners.RebalanceHook) ------------------------------
@@ -296,6 +334,8 @@ class Processor:
             return
         self._revoking |= mine
         try:
+            if self._txn is not None:
+                self._txn.forget(mine)
             in_flight = self._sched.drop(mine)
             await self._drain(in_flight, self._drain_timeout, f"revocation of {sorted(mine)}")
             await self._commit(mine)
@@ -309,8 +349,12 @@ class Processor:
             return
         self._revoking |= mine
         try:
+            if self._txn is not None:
+                self._txn.forget(mine)
             in_flight = self._sched.drop(mine)
             await self._drain(in_flight, 0, f"loss of {sorted(mine)}")
+            if self._txn is not None:
+                await self._txn.lost(mine)
         finally:
             self._forget(mine)
 
@@ -592,12 +636,17 @@ class Processor:
                         result = self._handler(record)
                         if inspect.isawaitable(result):
                             await result
-                    else:
+                    elif self._txn is None:
                         await self._calls.attempt(record)
+                    else:
+                        outputs = outputs_of(await self._calls.attempt(record))
                 except Exception as exc:
                     error = exc
                 else:
-                    self._finish(work)
+                    if self._txn is None:
+                        self._finish(work)
+                    else:
+                        await self._txn.finish(work, outputs, self._finish)
                     return
             delay = self._retry.delay_after(attempt)
             if delay is None:
@@ -654,7 +703,10 @@ class Processor:
                 self._stop_for(work, produce_error, attempts)
                 return
             self._dead_lettered += 1
-            self._finish(work)
+            if self._txn is None:
+                self._finish(work)
+            else:
+                await self._txn.finish(work, [], self._finish)
             return
         self._stop_for(work, exc, attempts)
 
@@ -743,6 +795,12 @@ class Processor:
     async def _commit(self, partitions: set[TopicPartition] | None) -> None:
         """Commit the finished prefix (and metadata) of ``partitions`` (None: all but
         those being revoked); failures are logged, the next commit tries again."""
+        if self._txn is not None:
+            # Transactional: the open transaction closes, with every partition it touched.
+            self._last_committed.update(
+                (tp, (oam.offset, oam.metadata)) for tp, oam in (await self._txn.commit()).items()
+            )
+            return
         if partitions is None:
             partitions = set(self._trackers) - self._revoking
         offsets: dict[TopicPartition, OffsetAndMetadata] = {}
@@ -817,9 +875,52 @@ class Processor:
         finally:
             self._work_waiters -= 1
 
+    # -- transactional mode: the hooks prefix_transactions.py calls --------------------------
+
+    def _set_aside(self, work: Work) -> None:
+        """A held-back finish gives its handler slot to the next record (its lane waits)."""
+        self._sched.set_aside(work)
+        if not self._stopping:
+            self._dispatch()
+
+    async def _redo(self, starts: dict[TopicPartition, int]) -> None:
+        """An aborted transaction's finishes are void: read these partitions again from
+        ``starts`` (where the transaction began on each), with fresh trackers and the
+        committed metadata.  Partitions being revoked or lost are left to that path."""
+        mine = {tp for tp in starts if tp in self._trackers and tp not in self._revoking}
+        if not mine:
+            return
+        self._revoking |= mine  # their records are dropped until the trackers are new
+        try:
+            in_flight = self._sched.drop(mine)
+            await self._drain(in_flight, 0, f"redo of {sorted(mine)}")
+            for tp in mine & self._paused:
+                self._set_paused(tp, False)
+        finally:
+            self._forget(mine)
+        owned = set()
+        for tp in mine & self._consumer.assignment():
+            try:
+                self._consumer.seek(tp, starts[tp])
+            except Exception:  # no longer assigned: its next owner reads it
+                continue
+            owned.add(tp)
+        await self._adopt(owned)
+
+    def _txn_failed(self, error: BaseException) -> None:
+        """A transaction failed past recovery (a fenced producer, an output refused):
+        stop, and run() raises it."""
+        if self._txn_failure is None:
+            self._txn_failure = error
+        self._sched.drop(set(self._trackers))
+        self._stopping = True
+        self._room.set()
+
     async def _shutdown(self) -> None:
         """Stop dispatching, drain everything, commit, and leave positions at the commits."""
         self._stopping = True
+        if self._txn is not None:
+            self._txn.forget(set(self._trackers))
         in_flight = self._sched.drop(set(self._trackers) | {w.tp for w in self._sched.in_flight})
         await self._drain(in_flight, self._drain_timeout, "stop")
         if self._consumer._lifecycle_started:

@@ -168,6 +168,16 @@ class Scheduler:
             self.blocked -= len(self._lanes[work.lane])
             self._ready.append(work.lane)
 
+    def set_aside(self, work: Work) -> None:
+        """``work`` waits outside the concurrency bound: its slot goes to another record,
+        its lane stays busy (the next record of its lane waits for :meth:`done`).
+
+        For a record whose handler has returned but whose end must wait (a transactional
+        processor holds back a finish its next commit could not represent): holding its
+        slot, every slot could end up waiting for a record that has none.
+        """
+        self.in_flight.discard(work)
+
     def drop(self, partitions: Collection[TopicPartition]) -> list[Work]:
         """Forget the waiting records of ``partitions``; returns their in-flight ones.
 

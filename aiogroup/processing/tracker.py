@@ -176,6 +176,23 @@ class PartitionTracker:
             add(max(start, received_end), end)
         return runs
 
+    @property
+    def inherited_runs(self) -> int:
+        """How many runs the previous owner's metadata reported finished."""
+        return len(self._skip)
+
+    def finish_adds_run(self, offset: int) -> int:
+        """How the number of :meth:`finished_beyond` runs changes if the unfinished
+        record at ``offset`` (not the first unfinished) finishes: +1 (a new run), 0 (it
+        extends one), -1 (it joins two).  Conservative: an offset past the last received
+        counts as not finished, so the answer is never below the truth.
+        """
+
+        def done(n: int) -> bool:
+            return self._next is not None and n < self._next and n not in self._pending
+
+        return 1 - done(offset - 1) - done(offset + 1)
+
     def commit_point(
         self, max_bytes: int = offset_metadata.DEFAULT_MAX_BYTES
     ) -> CommitPoint | None:

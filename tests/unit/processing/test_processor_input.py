@@ -214,3 +214,16 @@ async def test_a_handler_task_goes_on_with_the_next_record_and_retries_a_failed_
     assert (p._finished, p._retried, p._failed) == (3, 1, 0)
     assert tracker.unfinished == 0 and tracker.committable() == 3
     assert not p._sched.in_flight and p._sched.queued == 0 and not p._tasks
+
+
+def test_a_transactional_producer_needs_a_transactional_id() -> None:
+    from aiokafka import AIOKafkaProducer
+
+    async def make() -> None:
+        plain = AIOKafkaProducer(bootstrap_servers="localhost:1")  # never started
+        with pytest.raises(ConfigurationError, match="no transactional_id"):
+            Processor(consumer(), handler, transactional_producer=plain)
+        with pytest.raises(ConfigurationError, match="transactional_producer"):
+            Processor(consumer(), handler, transactional_producer=object())
+
+    asyncio.run(make())
