@@ -9,7 +9,8 @@ available in the VMs this runs in), which makes a regression of a few percent in
 record path visible where wall time cannot show it.
 
 The scenario: the embedded broker (or ``AIOGROUP_BROKER``'s), two topics of 8
-partitions holding ``--small`` and ``--large`` records of 100 B, produced once.
+partitions holding ``--small`` and ``--large`` records of 100 B (``--payload 1KiB``:
+1 KiB, to see what costs per byte rather than per record), produced once.
 Each measurement is a child process that starts a consumer in assign mode, then
 drains one topic to its end with ``getmany`` (defaults, ``timeout_ms=1000``) or
 ``async for``; callgrind counts only the drain (the child calls ``os.getsid`` just
@@ -279,15 +280,17 @@ def measure_wall(
     return rates
 
 
-def produce_topics(broker: Any, sizes: list[int], log: Any = print) -> dict[int, str]:
-    """One topic of 100 B records per size, 8 partitions, produced with librdkafka."""
+def produce_topics(
+    broker: Any, sizes: list[int], log: Any = print, payload: str = "100B"
+) -> dict[int, str]:
+    """One topic of ``payload`` records per size, 8 partitions, produced with librdkafka."""
     sys.path.insert(0, str(ROOT))
     from benchmarks.data import PAYLOADS, produce
 
     topics: dict[int, str] = {}
     for n in sorted(set(sizes)):
         topic = broker.create_topic(partitions=PARTITIONS)
-        produce(broker.bootstrap_servers, topic, PAYLOADS["100B"], n, PARTITIONS)
+        produce(broker.bootstrap_servers, topic, PAYLOADS[payload], n, PARTITIONS)
         topics[n] = topic
         log(f"produced {n:,} records to {topic}")
     return topics
@@ -326,6 +329,12 @@ def main(argv: list[str] | None = None) -> int:
         choices=PATHS,
         help="aiogroup's read path to measure (repeatable; default: both)",
     )
+    parser.add_argument(
+        "--payload",
+        default="100B",
+        choices=("100B", "1KiB"),
+        help="the records' values: 100 B (the guard's) or 1 KiB (what costs per byte)",
+    )
     parser.add_argument("--small", type=int, default=20_000, help="records of the small drain")
     parser.add_argument("--large", type=int, default=100_000, help="records of the large drain")
     parser.add_argument(
@@ -350,12 +359,12 @@ def main(argv: list[str] | None = None) -> int:
     paths = tuple(args.path or PATHS)
     from aiogroup.testing import SyncKafkaBroker
 
-    result: dict[str, Any] = {"load_before": os.getloadavg()}
+    result: dict[str, Any] = {"load_before": os.getloadavg(), "payload": args.payload}
     with SyncKafkaBroker() as broker:
         sizes = [args.small, args.large] if not args.no_callgrind else []
         if args.wall:
             sizes.append(args.wall_records)
-        topics = produce_topics(broker, sizes)
+        topics = produce_topics(broker, sizes, payload=args.payload)
         if not args.no_callgrind:
             costs, reference = measure_costs(
                 broker.bootstrap_servers,

@@ -28,6 +28,7 @@ import logging
 from collections.abc import Awaitable, Callable, Collection, Coroutine
 from typing import TYPE_CHECKING, Any
 
+from aiokafka.client import ConnectionGroup
 from aiokafka.errors import (
     ConsumerStoppedError,
     CorruptRecordException,
@@ -50,6 +51,7 @@ from aiogroup._fetch.responses import (
 )
 from aiogroup._fetch.walker import RecordSink, Sink
 from aiogroup._state.subscription import Assignment, PartitionState, SubscriptionState
+from aiogroup._support.frame_reader import install_frame_reader
 from aiogroup._support.supervision import TaskScope
 from aiogroup._support.timeouts import wait_for
 from aiogroup.config import ConsumerConfig
@@ -404,6 +406,7 @@ class Fetcher:
         plan: dict[TopicPartition, _Planned],
         reserved: int,
     ) -> None:
+        self._frame_reader(node)
         try:
             response = await self.metrics.timed_fetch(self._client.send(node, request), plan)
         except asyncio.CancelledError:
@@ -424,6 +427,7 @@ class Fetcher:
         else:
             self._budget.unreserve(reserved)
             reserved = 0
+            self._frame_reader(node)  # a connection the Fetch itself opened
             try:
                 self._handle_response(response, plan, node)
             except Exception as exc:  # undecodable response: tell the application
@@ -436,6 +440,13 @@ class Fetcher:
             self._inflight_nodes.discard(node)
             self._inflight_tps.difference_update(plan)
             self._wake()
+
+    def _frame_reader(self, node: int) -> None:
+        """Read this broker's Fetch responses with one copy each (``_support.frame_reader``)."""
+        conns = getattr(self._client, "_conns", None)
+        conn = None if conns is None else conns.get((node, ConnectionGroup.DEFAULT))
+        if conn is not None:
+            install_frame_reader(conn)
 
     def _handle_response(
         self, response: Any, plan: dict[TopicPartition, _Planned], node: int

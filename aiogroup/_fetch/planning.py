@@ -12,7 +12,11 @@ handled (the frame the connection read, the record set the parser copied out of 
 the chunk the buffer keeps), so a request spends the budget three times over: with
 room R = (B - buffered - reserved) / 3, a Fetch for n partitions asks for
 ``max_bytes = min(fetch_max_bytes, n * P, R)`` and reserves three times that until
-its response is split into chunks, whose sizes then replace the reservation.  No
+its response is split into chunks, whose sizes then replace the reservation.
+(With ``aiogroup._support.frame_reader`` on the connection two is the most - the
+socket's chunks and the frame joined from them, then the frame and its record sets;
+three stays reserved, since a connection's first response is read before the fetcher
+can put that reader on it.)  No
 request goes out while R < min(P, B / 3), so each is worth a round
 trip; an empty buffer always has R = B / 3.  Where chunks hold more than their bytes
 again (batches of one small record), requests reserve more copies (``learn``) from

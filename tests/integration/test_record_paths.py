@@ -18,6 +18,7 @@ from aiokafka import AIOKafkaProducer
 
 from aiogroup import GroupConsumer
 from aiogroup._fetch.native import native_records
+from aiogroup._support.frame_reader import FrameReader
 from aiogroup.structs import ConsumerRecord, TopicPartition
 from aiogroup.testing import KafkaBroker
 from aiogroup.testing.broker import unique_name
@@ -112,3 +113,35 @@ async def test_both_record_paths_read_the_same_records(
     for got in reads.values():
         assert got == reference
         assert all(type(r) is ConsumerRecord and type(r.headers) is tuple for r in got)
+
+
+async def test_large_responses_are_read_through_the_frame_reader(
+    bootstrap_servers: str, kafka_topic: TopicFactory
+) -> None:
+    """Fetch responses of hundreds of KiB, gathered by ``FrameReader``: every byte intact."""
+    topic = await kafka_topic(partitions=2)
+    values = {p: [bytes([p * 50 + i % 50]) * 1024 + b"%d" % i for i in range(400)] for p in (0, 1)}
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap_servers, linger_ms=50)
+    await producer.start()
+    try:
+        for p, vals in values.items():
+            for v in vals:
+                await producer.send(topic, v, partition=p)
+        await producer.flush()
+    finally:
+        await producer.stop()
+    consumer = GroupConsumer(bootstrap_servers=bootstrap_servers, auto_offset_reset="earliest")
+    await consumer.start()
+    got: dict[int, list[bytes]] = {0: [], 1: []}
+    try:
+        consumer.assign([TopicPartition(topic, p) for p in (0, 1)])
+        async with asyncio.timeout(60):
+            while sum(map(len, got.values())) < 800:
+                for tp, records in (await consumer.getmany(timeout_ms=1000)).items():
+                    got[tp.partition] += [r.value for r in records]
+        conns = consumer._client._conns  # type: ignore[union-attr]
+        readers = {type(c._reader) for c in conns.values() if c.connected()}
+    finally:
+        await consumer.stop()
+    assert got == values
+    assert FrameReader in readers  # the fetch connection reads large frames in one copy
