@@ -528,3 +528,86 @@ async def test_a_commit_returns_renewals_only_where_the_application_made_them(
         assert seen == [renewed, accepted]
     finally:
         await fetcher.abort()
+
+
+async def test_the_next_fetch_leaves_at_the_answer_before_its_results_and_records() -> None:
+    """Issue 28: at a ShareFetch's answer the next one goes on the wire first; then the
+    answer's acknowledgement results are reported, then its records registered and
+    decoded (the acquired hook).  The next fetch carries only what the application
+    acknowledged before the answer: this answer's records ride on a later one."""
+    events: list[tuple[str, Any]] = []
+    second = Gated(fetch_answer(acquired=(3, 4, 1)))
+    third = Gated(fetch_answer())
+    client = ScriptedLeader([fetch_answer(acquired=(0, 2, 1)), second, third])
+    real_send = client.send
+
+    async def send(node: int, request: Any, group: Any = None) -> Any:
+        events.append(("sent", request.API.name))
+        return await real_send(node, request, group)
+
+    client.send = send  # type: ignore[method-assign]
+    hooks = ShareHooks(
+        acquired=lambda rs, sent, lock: events.append(("acquired", [r.offset for r in rs])),
+        results=lambda rs: events.append(("results", [(r.ack_type.name, r.offsets) for r in rs])),
+    )
+    fetcher = make(client, hooks=hooks)
+    try:
+        fetcher.set_assignment({("t", 0): TID})
+        r0, *_ = await records(fetcher, 3)
+        await asyncio.wait_for(read_ahead_sent(client, 2), WAIT)
+        fetcher.tracker.acknowledge(r0.acquisition, AcknowledgeType.ACCEPT)
+        fetcher.acknowledged()
+        second.gate.set()  # the second answer carries no acknowledgement: none rode on it
+        await asyncio.wait_for(read_ahead_sent(client, 3), WAIT)
+        third.gate.set()
+        await asyncio.wait_for(client.idle.wait(), WAIT)
+        fetches = [f for n, f in client.requests if n == "ShareFetch"]
+        assert ack_batches(fetches[1]) == []
+        assert ack_batches(fetches[2]) == [(0, 0, [1])]
+        # The third answer settles the ACCEPT: the fourth fetch left before its result.
+        at = events.index(("results", [("ACCEPT", (0,))]))
+        assert events[at - 1] == ("sent", "ShareFetch")
+        assert sum(1 for e in events[:at] if e == ("sent", "ShareFetch")) == 4
+        # The second answer's records: acquired (decoded) after the third fetch left.
+        got = events.index(("acquired", [3, 4]))
+        assert sum(1 for e in events[:got] if e == ("sent", "ShareFetch")) == 3
+    finally:
+        third.gate.set()
+        await fetcher.abort()
+
+
+def ack_batches(request: dict[str, Any]) -> list[tuple[int, int, list[int]]]:
+    return [
+        (b["first_offset"], b["last_offset"], b["acknowledge_types"])
+        for t in request["topics"]
+        for p in t["partitions"]
+        for b in p["acknowledgement_batches"]
+    ]
+
+
+@pytest.mark.parametrize("why", ["held", "closing", "renewing", "flush"])
+async def test_no_fetch_leaves_at_an_answer_when_the_loop_has_other_work(why: str) -> None:
+    """The rules of the leader's loop hold for a fetch sent at an answer: nothing leaves
+    there while fetching is held, the consumer closes, locks are kept (the loop decides
+    RENEWs first), or a commit waits for this leader (a full buffer: the batch-optimized
+    and strict read-ahead tests above)."""
+    from aiogroup._fetch.share_fetcher import _Flush
+
+    client = ScriptedLeader([])
+    fetcher = make(client)
+    try:
+        fetcher.set_assignment({("t", 0): TID})
+        deadline = asyncio.get_running_loop().time() + 30
+        assert fetcher._fetch_at_answer(0, 10, deadline)  # one poll's worth: room
+        if why == "held":
+            fetcher.hold_fetching()
+        elif why == "closing":
+            fetcher._closing = True
+        elif why == "renewing":
+            fetcher.keep_locks(True)
+        elif why == "flush":
+            fetcher._flushes.append(_Flush({0}))
+        assert not fetcher._fetch_at_answer(0, 10, deadline)
+    finally:
+        fetcher._closing = False
+        await fetcher.abort()
