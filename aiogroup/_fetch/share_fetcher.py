@@ -178,10 +178,6 @@ class ShareFetcher:
         #: next ShareFetch leaves before this one's records are decoded.
         self._undecoded: deque[_Undecoded] = deque()
         self._undecoded_n = 0
-        #: How many records the latest ShareFetch answer brought beyond
-        #: ``max_poll_records`` (a batch-optimized fetch rounds up to whole batches):
-        #: while they wait, they do not count against the read-ahead room.
-        self._overshoot = 0
         self._arrived = asyncio.Event()
         #: Set by an error (a stop included): wakes a waiting poll whatever the gate says.
         self._alert = asyncio.Event()
@@ -464,28 +460,29 @@ class ShareFetcher:
         what waits under its lock to about two polls' worth, and a buffer whose
         records are half through their lock is drained before more is acquired.
 
-        What the latest answer brought beyond ``max_poll_records`` (batch-optimized
-        acquisition rounds up to whole record batches: 592 records for 500 asked, in
-        the drain benchmark) does not count while it waits.  Else such an answer alone
-        filled the room, and the next fetch waited for the application's batch - its
-        decoding, its handling - instead of leaving at the answer: measured (issue 28)
-        as 1.5 ms from each answer to the next request, where strict acquisition's
-        500-record answers left 0.3 ms.  A bound of two polls' worth instead was
-        measured, with four consumers on two partitions, to double the ShareFetch
-        round trips (10.7-18.0 ms median against 5.5-8.6)."""
+        A batch-optimized answer may alone exceed the bound (it rounds up to whole
+        record batches: 592 records for 500 asked in the drain benchmark); the next
+        fetch then waits for the application's first take.  Not counting that rounding
+        was tried (issue 28): one consumer's drain gained (the next fetch left at the
+        answer: 0.25-0.33 ms from answer to request instead of 1.5 ms), but four
+        consumers on two partitions lost about a quarter of their rate: each held about
+        a batch more under lock, and their fetches came back short (1,934 ShareFetches
+        for 1,000,000 records against 1,707-1,717; round trips 23-29 ms median against
+        15-18) - the share-partitions' lock limit (2,000 records each by default) the
+        likely cause.  So did a bound of two polls' worth before (10.7-18.0 ms against
+        5.5-8.6)."""
         buffer = self._buffer
         if not buffer and not self._undecoded:
             return True
         run = buffer.first()._run if buffer else self._undecoded[0].runs[0]
         waiting = len(buffer) + self._undecoded_n
-        return self._room(now, waiting, self._overshoot, None if run is None else run.deadline)
+        return self._room(now, waiting, None if run is None else run.deadline)
 
-    def _room(self, now: float, waiting: int, overshoot: int, first_deadline: float | None) -> bool:
-        """The read-ahead rule: ``waiting`` records, less the latest answer's
-        ``overshoot``, within ``max_poll_records``, and the first of them (its lock
-        ending at ``first_deadline``; None: not the tracker's) more than half through
-        its lock."""
-        if waiting - min(overshoot, waiting) > self._cfg.max_poll_records:
+    def _room(self, now: float, waiting: int, first_deadline: float | None) -> bool:
+        """The read-ahead rule: ``waiting`` records within ``max_poll_records``, and
+        the first of them (its lock ending at ``first_deadline``; None: not the
+        tracker's) more than half through its lock."""
+        if waiting > self._cfg.max_poll_records:
             return False
         return first_deadline is None or first_deadline - now > self._lock_ms / 2000
 
@@ -774,7 +771,6 @@ class ShareFetcher:
                 self._decode(u)
                 self.tracker.release_undelivered([tp])
                 self._wake_all()
-        self._overshoot = max(0, arrived - cfg.max_poll_records)
         if arrived:
             # Decoded as soon as this task next waits - by then the next fetch (if the
             # buffer leaves room) is on the wire - or by the application's take first.
@@ -809,7 +805,6 @@ class ShareFetcher:
             return False
         buffer = self._buffer
         waiting = len(buffer) + self._undecoded_n + acquired
-        overshoot = max(0, acquired - self._cfg.max_poll_records)
         if buffer:
             first = buffer.first()._run
             first_deadline = None if first is None else first.deadline
@@ -817,7 +812,7 @@ class ShareFetcher:
             first_deadline = self._undecoded[0].runs[0].deadline
         else:
             first_deadline = deadline
-        return self._room(asyncio.get_running_loop().time(), waiting, overshoot, first_deadline)
+        return self._room(asyncio.get_running_loop().time(), waiting, first_deadline)
 
     def _fetch_v1(self, request: ShareFetchRequest, plan: SessionRequest) -> ShareFetchRequest:
         """The same fetch without strict acquisition, for a leader without ShareFetch v2."""
