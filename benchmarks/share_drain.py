@@ -12,13 +12,24 @@ MaxRecords and BatchSize, as aiogroup does), batch-optimized acquisition, implic
 acknowledgement, each in a fresh share group reading the same backlog on one Apache
 Kafka 4.4 node started here; aiogroup's consumers on this process's one event loop,
 confluent-kafka's in one thread each.  Rounds alternate the clients.
+
+``--tree PATH`` (repeatable) A/B-tests aiogroup checkouts in the same broker run: each
+tree's consumers run in a child process that imports that tree's ``aiogroup`` (and this
+checkout's ``benchmarks``), measured by the same :func:`aiogroup_share_rate`; in each
+round and consumer count the clients - confluent-kafka and every tree - take their turn
+in a rotated order.  Without it, aiogroup runs in this process, as before.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from aiogroup.testing.broker import unique_name
@@ -27,9 +38,60 @@ from aiogroup.testing.share_peers import configure_share_group, confluent_share_
 from benchmarks.share_baseline import _produce
 from benchmarks.share_consumer import aiogroup_share_rate
 
+ROOT = Path(__file__).resolve().parent.parent
+
+#: The child that drains with one tree's aiogroup: prints where aiogroup came from and
+#: the measurement (seconds from the consumers' creation to the last record, and to the
+#: first).
+_CHILD = """
+import asyncio, json, sys
+import aiogroup
+from benchmarks.share_consumer import aiogroup_share_rate
+bootstrap, topic, group, records, consumers, max_poll_records = sys.argv[1:7]
+result, first = asyncio.run(aiogroup_share_rate(bootstrap, topic, group, int(records),
+    consumers=int(consumers), max_poll_records=int(max_poll_records),
+    acquire_mode="batch_optimized"))
+print(json.dumps({"origin": aiogroup.__file__, "seconds": result.seconds, "first": first}))
+"""
+
+
+def _tree_drain(
+    tree: Path,
+    bootstrap: str,
+    topic: str,
+    group: str,
+    records: int,
+    consumers: int,
+    max_poll_records: int,
+) -> tuple[float, float]:
+    """One drain by ``tree``'s aiogroup in a child process: (seconds, first record's)."""
+    with tempfile.TemporaryDirectory() as only:
+        # The tree's aiogroup alone first on the path: the benchmarks stay this checkout's.
+        (Path(only) / "aiogroup").symlink_to(tree / "aiogroup")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([only, str(ROOT)]))
+        args = [bootstrap, topic, group, str(records), str(consumers), str(max_poll_records)]
+        out = subprocess.run(
+            [sys.executable, "-c", _CHILD, *args],
+            env=env,
+            cwd=only,  # ``-c`` puts the working directory first on the path
+            capture_output=True,
+            text=True,
+            timeout=360,
+            check=True,
+        ).stdout
+        got = json.loads(out.strip().splitlines()[-1])
+        if not Path(got["origin"]).resolve().is_relative_to((tree / "aiogroup").resolve()):
+            raise RuntimeError(f"the child imported aiogroup from {got['origin']}, not {tree}")
+    return float(got["seconds"]), float(got["first"])
+
 
 async def _run(
-    records: int, partitions: int, consumers: list[int], rounds: int, max_poll_records: int
+    records: int,
+    partitions: int,
+    consumers: list[int],
+    rounds: int,
+    max_poll_records: int,
+    trees: list[Path] | None = None,
 ) -> list[dict[str, Any]]:
     cluster = await KafkaCluster().start()
     rows: list[dict[str, Any]] = []
@@ -43,7 +105,10 @@ async def _run(
         await aiogroup_share_rate(bootstrap, topic, warm, min(records, 1_000))
         for round_ in range(rounds):
             for n in consumers:
-                order = ["confluent", "aiogroup"][:: 1 if round_ % 2 else -1]
+                clients = ["confluent", *(str(t) for t in trees or ["aiogroup"])]
+                shift = round_ % len(clients)
+                # Rotated each round (two clients: alternated, aiogroup first in round 0).
+                order = (clients[shift:] + clients[:shift])[::-1]
                 for client in order:
                     group = unique_name(f"drain-{client}")
                     await configure_share_group(bootstrap, group)
@@ -59,6 +124,17 @@ async def _run(
                             timeout_s=300.0,
                         )
                         total, first = result.seconds, result.first_seconds or float("nan")
+                    elif trees:
+                        total, first = await asyncio.to_thread(
+                            _tree_drain,
+                            Path(client),
+                            bootstrap,
+                            topic,
+                            group,
+                            records,
+                            n,
+                            max_poll_records,
+                        )
                     else:
                         result, first = await aiogroup_share_rate(
                             bootstrap,
@@ -92,21 +168,39 @@ def main() -> None:
     parser.add_argument("--consumers", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-poll-records", type=int, default=500)
+    parser.add_argument(
+        "--tree",
+        type=Path,
+        action="append",
+        help="an aiogroup checkout to measure in a child process (repeatable: A/B)",
+    )
     args = parser.parse_args()
+    trees = [t.resolve() for t in args.tree] if args.tree else None
+    for tree in trees or []:
+        if not (tree / "aiogroup" / "__init__.py").is_file():
+            parser.error(f"--tree {tree}: no aiogroup/__init__.py there")
     rows = asyncio.run(
-        _run(args.records, args.partitions, args.consumers, args.rounds, args.max_poll_records)
+        _run(
+            args.records,
+            args.partitions,
+            args.consumers,
+            args.rounds,
+            args.max_poll_records,
+            trees,
+        )
     )
     for n in args.consumers:
-        ours = sorted(
-            r["drain_per_s"] for r in rows if r["client"] == "aiogroup" and r["consumers"] == n
-        )
-        theirs = sorted(
+        theirs = [
             r["drain_per_s"] for r in rows if r["client"] == "confluent" and r["consumers"] == n
-        )
-        print(
-            f"{n} consumer(s), max_poll_records {args.max_poll_records}: aiogroup {ours} "
-            f"confluent-kafka {theirs} records/s after the first record"
-        )
+        ]
+        for client in [str(t) for t in trees or ["aiogroup"]]:
+            ours = [r["drain_per_s"] for r in rows if r["client"] == client and r["consumers"] == n]
+            ratios = " / ".join(f"{a / b:.2f}" for a, b in zip(ours, theirs, strict=True))
+            print(
+                f"{n} consumer(s), max_poll_records {args.max_poll_records}: {client} "
+                f"{ours} confluent-kafka {theirs} records/s after the first record, per "
+                f"round; ratio per round {ratios}"
+            )
 
 
 if __name__ == "__main__":

@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
+import io
 import itertools
 import os
+import pstats
 import re
 import statistics
 import subprocess
@@ -61,10 +64,14 @@ async def trace_aiogroup(
     records: int,
     acquire_mode: str = "record_limit",
     max_poll_records: int = 500,
+    profile_gap: Path | None = None,
 ) -> list[str]:
     """One aiogroup share consumer reads ``records``; every request it sends is logged
     with its send and answer times from the consumer's creation, and its ShareFetch
-    round trips are summed up (:func:`_fetch_summary`)."""
+    round trips are summed up (:func:`_fetch_summary`).  ``profile_gap``: cProfile runs
+    only from each ShareFetch's answer to the next ShareFetch's sending (whatever the
+    loop runs in that window: the answer's handling, the application's batch), and
+    its statistics are written there (``pstats``) and summed up in the lines."""
     from aiokafka.client import AIOKafkaClient
 
     from aiogroup._protocol.share import parse_share_fetch
@@ -75,8 +82,15 @@ async def trace_aiogroup(
     began = time.monotonic()
     original = AIOKafkaClient.send
 
+    profiler = cProfile.Profile() if profile_gap is not None else None
+    gap_open = False
+
     async def traced(self: Any, node_id: Any, request: Any, **kw: Any) -> Any:
+        nonlocal gap_open
         name = type(request).__name__
+        if profiler is not None and gap_open and name == "ShareFetchRequest":
+            profiler.disable()
+            gap_open = False
         sent = time.monotonic() - began
         try:
             resp = await original(self, node_id, request, **kw)
@@ -94,6 +108,9 @@ async def trace_aiogroup(
                 for a in part.acquired
             )
             fetches.append((sent, answered, got))
+            if profiler is not None and not gap_open:
+                gap_open = True
+                profiler.enable()
         lines.append(f"{sent:7.3f} -> {name} to {node_id}, answered {answered:7.3f}{extra}")
         return resp
 
@@ -122,6 +139,8 @@ async def trace_aiogroup(
         finally:
             await consumer.stop(timeout=10)
     finally:
+        if profiler is not None and gap_open:
+            profiler.disable()
         AIOKafkaClient.send = original  # type: ignore[method-assign]
     # Fetches after the first answered one say nothing new.
     out, n = [], 0
@@ -132,7 +151,19 @@ async def trace_aiogroup(
                 continue
         out.append(line)
     out.append(_fetch_summary(fetches))
+    if profiler is not None and profile_gap is not None:
+        profiler.dump_stats(profile_gap)
+        out.append(_gap_profile_summary(profile_gap))
     return out
+
+
+def _gap_profile_summary(path: Path, top: int = 25) -> str:
+    """The functions with the most cumulative and own time in the profiled gaps."""
+    buf = io.StringIO()
+    stats = pstats.Stats(str(path), stream=buf)
+    stats.sort_stats("cumulative").print_stats(top)
+    stats.sort_stats("tottime").print_stats(top)
+    return f"        gaps profiled ({path}):\n{buf.getvalue()}"
 
 
 def _fetch_summary(fetches: list[tuple[float, float, int]]) -> str:
@@ -223,6 +254,7 @@ async def _run(
     logdir: Path,
     settings: dict[str, str],
     max_poll_records: int = 500,
+    profile_gap: bool = False,
 ) -> None:
     cluster = await KafkaCluster(settings=settings).start()
     try:
@@ -237,7 +269,13 @@ async def _run(
             if client.startswith("aiogroup"):
                 mode = "batch_optimized" if client == "aiogroup-batch" else "record_limit"
                 lines = await trace_aiogroup(
-                    bootstrap, topic, group, records, mode, max_poll_records
+                    bootstrap,
+                    topic,
+                    group,
+                    records,
+                    mode,
+                    max_poll_records,
+                    logdir / f"aiogroup-gaps-{n}.pstats" if profile_gap else None,
                 )
             else:
                 out = logdir / f"librdkafka-{n}.log"
@@ -280,6 +318,12 @@ def main() -> None:
     parser.add_argument("--max-poll-records", type=int, default=500, help="aiogroup's")
     parser.add_argument("--logdir", type=Path, default=Path("/tmp"))
     parser.add_argument(
+        "--profile-gap",
+        action="store_true",
+        help="cProfile aiogroup's loop from each ShareFetch answer to the next request "
+        "(LOGDIR/aiogroup-gaps-N.pstats; the profiler slows what it measures)",
+    )
+    parser.add_argument(
         "--broker",
         nargs="*",
         default=[],
@@ -297,6 +341,7 @@ def main() -> None:
             args.logdir,
             settings,
             args.max_poll_records,
+            args.profile_gap,
         )
     )
 

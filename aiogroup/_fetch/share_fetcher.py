@@ -41,7 +41,7 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,6 +124,20 @@ class _Undecoded:
     @property
     def size(self) -> int:
         return sum(r.last - r.first + 1 for r in self.runs)
+
+
+@dataclass(slots=True)
+class _InFlight:
+    """A ShareFetch on its way: its answer to await, and what taking it in needs."""
+
+    answer: Awaitable[Any]
+    #: The tracker's token for the acknowledgements riding on it (0: none).
+    token: int
+    #: The session it was sent in: (node, generation).
+    key: tuple[int, int]
+    #: When it left: loop time (lock deadlines) and monotonic (the hooks).
+    at: float
+    mono: float
 
 
 @dataclass
@@ -439,25 +453,38 @@ class ShareFetcher:
 
     def _read_ahead_room(self, now: float) -> bool:
         """May a ShareFetch go out now?  While the buffer is empty, and also while it
-        holds at most ``max_poll_records`` records whose lock has more than half left
-        (also in batch-optimized mode, where one fetch may bring more than that: a
-        bound of two polls' worth there was measured, with four consumers on two
-        partitions, to double the ShareFetch round trips - 10.7-18.0 ms median against
-        5.5-8.6 - for no gain with one consumer):
+        holds at most ``max_poll_records`` records whose lock has more than half left:
         the next fetch's round trip and the broker's acquisition then overlap the
         application working through the buffer (a fetch only once the buffer is empty
         left the loop waiting on the broker: 3.6 s of a 6.8 s drain).  The bound keeps
         what waits under its lock to about two polls' worth, and a buffer whose
-        records are half through their lock is drained before more is acquired."""
+        records are half through their lock is drained before more is acquired.
+
+        A batch-optimized answer may alone exceed the bound (it rounds up to whole
+        record batches: 592 records for 500 asked in the drain benchmark); the next
+        fetch then waits for the application's first take.  Not counting that rounding
+        was tried (issue 28): one consumer's drain gained (the next fetch left at the
+        answer: 0.25-0.33 ms from answer to request instead of 1.5 ms), but four
+        consumers on two partitions lost about a quarter of their rate: each held about
+        a batch more under lock, and their fetches came back short (1,934 ShareFetches
+        for 1,000,000 records against 1,707-1,717; round trips 23-29 ms median against
+        15-18) - the share-partitions' lock limit (2,000 records each by default) the
+        likely cause.  So did a bound of two polls' worth before (10.7-18.0 ms against
+        5.5-8.6)."""
         buffer = self._buffer
         if not buffer and not self._undecoded:
             return True
-        if len(buffer) + self._undecoded_n > self._cfg.max_poll_records:
-            return False
         run = buffer.first()._run if buffer else self._undecoded[0].runs[0]
-        if run is None:
-            return True
-        return run.deadline - now > self._lock_ms / 2000
+        waiting = len(buffer) + self._undecoded_n
+        return self._room(now, waiting, None if run is None else run.deadline)
+
+    def _room(self, now: float, waiting: int, first_deadline: float | None) -> bool:
+        """The read-ahead rule: ``waiting`` records within ``max_poll_records``, and
+        the first of them (its lock ending at ``first_deadline``; None: not the
+        tracker's) more than half through its lock."""
+        if waiting > self._cfg.max_poll_records:
+            return False
+        return first_deadline is None or first_deadline - now > self._lock_ms / 2000
 
     def _clear_buffer(self) -> None:
         self._decode_all()  # the acquired hook hears of every acquisition
@@ -605,6 +632,17 @@ class ShareFetcher:
         return {tid: name for name, tid in self._topic_ids.items()}
 
     async def _fetch(self, node: int, session: ShareSession, wanted: set[TopicPartition]) -> None:
+        """One ShareFetch, and the ones each answer lets leave at once (:meth:`_answered`)."""
+        sent: _InFlight | None = self._fetch_request(node, session, wanted, task=False)
+        while sent is not None:
+            sent = await self._answered(node, session, sent)
+
+    def _fetch_request(
+        self, node: int, session: ShareSession, wanted: set[TopicPartition], *, task: bool
+    ) -> _InFlight:
+        """Build the next ShareFetch (the pending acknowledgements riding on it) and start
+        sending it: as a task with ``task`` (it is written once the loop runs it), else
+        as a coroutine for the caller to await at once."""
         loop = asyncio.get_running_loop()
         cfg = self._cfg
         key = self._key(node, session)
@@ -632,9 +670,22 @@ class ShareFetcher:
             batch_size=cfg.max_poll_records,
             acquire_mode=cfg.acquire_mode,
         )
-        sent_at, sent_mono = loop.time(), time.monotonic()
+        sending = self._send(node, request, fallback=lambda: self._fetch_v1(request, plan))
+        answer: Awaitable[Any] = asyncio.ensure_future(sending) if task else sending
+        return _InFlight(answer, token, key, loop.time(), time.monotonic())
+
+    async def _answered(
+        self, node: int, session: ShareSession, sent: _InFlight
+    ) -> _InFlight | None:
+        """Await the answer to ``sent`` and take it in.  Returns the next ShareFetch if
+        the answer let it leave at once (:meth:`_fetch_at_answer`): it goes on the wire
+        before the answer's results are reported and its records registered, decoded
+        and handed out (issue 28: on the one event loop, that work and the application's
+        batch had come between each answer and the next request)."""
+        cfg = self._cfg
+        key, token = sent.key, sent.token
         try:
-            resp = await self._send(node, request, fallback=self._fetch_v1(request, plan))
+            resp = await sent.answer
         except BaseException as exc:  # cancelled included: the session is gone either way
             self._lost(node, session, key, token, f"ShareFetch got no answer: {exc!r}")
             raise
@@ -659,15 +710,16 @@ class ShareFetcher:
                 )
             if reaction is SessionReaction.REOPEN_LATER or result.error_code not in (122, 123):
                 await asyncio.sleep(cfg.retry_backoff)
-            return
+            return None
         if result.acquisition_lock_timeout_ms > 0:
             self._lock_ms = result.acquisition_lock_timeout_ms
         names = self._names()
         ack_errors: dict[tuple[str, int], tuple[int, str | None]] = {}
         refresh = False
-        arrived = 0
-        deadline = sent_at + self._lock_ms / 1000
+        deadline = sent.at + self._lock_ms / 1000
         parts = []
+        acquired = 0
+        elsewhere = False  # acquired for a partition that left the assignment meanwhile
         for part in result.partitions:
             topic = names.get(part.topic_id)
             if topic is None:
@@ -679,11 +731,27 @@ class ShareFetcher:
             if part.error_code:
                 refresh = refresh or part.error_code in _LEADER_ERRORS
                 log.debug("share fetch %s: error %d", tp, part.error_code)
+            if part.acquired:
+                if TopicPartition(*tp) in self._assigned:
+                    acquired += sum(a.last_offset - a.first_offset + 1 for a in part.acquired)
+                else:
+                    elsewhere = True
         # The acknowledgements this fetch carried are settled before what it acquired is
         # registered: an answer may acquire again a record it released (or whose late
         # ACCEPT it refused), and that answer must be reported for the old delivery.
-        if token:
-            self._report(self.tracker.answered(token, ack_errors), sent_mono, node)
+        results = self.tracker.answered(token, ack_errors) if token else []
+        after: _InFlight | None = None
+        if not (refresh or elsewhere) and self._fetch_at_answer(node, acquired, deadline):
+            after = self._fetch_request(node, session, self._partitions_of(node), task=True)
+            try:
+                await asyncio.sleep(0)  # the task writes the request
+            except BaseException as exc:
+                if isinstance(after.answer, asyncio.Future):
+                    after.answer.cancel()
+                self._lost(node, session, after.key, after.token, f"cancelled: {exc!r}")
+                raise
+        self._report(results, sent.mono, node)
+        arrived = 0
         for tp, part in parts:
             if not part.acquired:
                 continue
@@ -693,7 +761,7 @@ class ShareFetcher:
                 )
                 for a in part.acquired
             ]
-            u = _Undecoded(tp, part.records, runs, sent_mono, self._lock_ms)
+            u = _Undecoded(tp, part.records, runs, sent.mono, self._lock_ms)
             if TopicPartition(*tp) in self._assigned:
                 self._undecoded.append(u)
                 self._undecoded_n += u.size
@@ -708,7 +776,6 @@ class ShareFetcher:
             # buffer leaves room) is on the wire - or by the application's take first.
             # Either way before any acknowledgement of them can be sent.
             asyncio.get_running_loop().call_soon(self._decode_all)
-        if arrived:
             self._arrived.set()
         if refresh:
             # A leader moved (or a topic is not known there yet): look again, and do
@@ -716,6 +783,36 @@ class ShareFetcher:
             self._client.force_metadata_update()
             self._ensure_loops()
             await asyncio.sleep(cfg.retry_backoff)
+        return after
+
+    def _fetch_at_answer(self, node: int, acquired: int, deadline: float) -> bool:
+        """Would the leader's loop, given this answer, send a ShareFetch next?  The same
+        rules, counting the answer's ``acquired`` records (their locks end at
+        ``deadline``) as if buffered: nothing else comes first (a close, a session to
+        reopen, held fetching, a commit's flush, RENEWs - with locks kept, the loop
+        decides), and there is read-ahead room.  The acknowledgements that ride on that
+        fetch are those the application made by now; this answer's records are not
+        handed out yet, so theirs ride on a later request."""
+        if (
+            self._closing
+            or self._fetch_held
+            or self._renewing
+            or node in self._reset_nodes
+            or any(node in f.nodes for f in self._flushes)
+            or self._has_work(node, renew=True)
+            or not self._partitions_of(node)
+        ):
+            return False
+        buffer = self._buffer
+        waiting = len(buffer) + self._undecoded_n + acquired
+        if buffer:
+            first = buffer.first()._run
+            first_deadline = None if first is None else first.deadline
+        elif self._undecoded:
+            first_deadline = self._undecoded[0].runs[0].deadline
+        else:
+            first_deadline = deadline
+        return self._room(asyncio.get_running_loop().time(), waiting, first_deadline)
 
     def _fetch_v1(self, request: ShareFetchRequest, plan: SessionRequest) -> ShareFetchRequest:
         """The same fetch without strict acquisition, for a leader without ShareFetch v2."""
@@ -732,13 +829,16 @@ class ShareFetcher:
             batch_size=request.batch_size,
         )
 
-    async def _send(self, node: int, request: Any, *, fallback: Any = None) -> Any:
+    async def _send(
+        self, node: int, request: Any, *, fallback: Callable[[], Any] | None = None
+    ) -> Any:
+        """``request``; to a leader too old for it, ``fallback()`` (built only then)."""
         try:
             return await self._client.send(node, request)
         except IncompatibleBrokerVersion:
             if fallback is None:
                 raise
-            return await self._client.send(node, fallback)
+            return await self._client.send(node, fallback())
 
     async def _acknowledge(self, node: int, session: ShareSession, *, renew: bool) -> None:
         loop = asyncio.get_running_loop()

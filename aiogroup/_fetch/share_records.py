@@ -11,6 +11,7 @@ own decoding (:func:`aiogroup._fetch.decoding.split_batches`).
 
 from __future__ import annotations
 
+import struct
 from collections import deque
 from collections.abc import Callable, Collection, Iterator, Sequence
 from operator import itemgetter
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from aiokafka.errors import CorruptRecordException
 
 from aiogroup._fetch.decoding import split_batches
+from aiogroup._fetch.native import native_crc
 from aiogroup._fetch.share_acknowledgements import AcknowledgementTracker, AcquiredRun, Acquisition
 
 __all__ = [
@@ -154,7 +156,14 @@ def acquired_records(
     """The records of ``data`` at the offsets ``runs`` acquired, in order, as
     :class:`ShareRecord` s; each acquired offset without a record is marked a gap in
     its run (:meth:`AcquiredRun.gap`).  One pass: the records of a batch come in
-    offset order and so do the runs, so a record finds its run by moving forward."""
+    offset order and so do the runs, so a record finds its run by moving forward.
+
+    A v2 batch that lies wholly inside the current run with no offset missing (its
+    record count one more than its last offset delta: what a fetch brings, bar
+    compaction) is built in one comprehension, without the per-record checks; its CRC
+    is checked natively where ``aiogroup_native`` is installed (in place, with the
+    CPU's CRC-32C instruction).  Measured (issue 28, 592 records of 100 B in four
+    batches): 501 ns a record before, the rest of a drain's client CPU ~2.4 us."""
     if not runs:
         return []
     runs = sorted(runs, key=_first)
@@ -169,17 +178,59 @@ def acquired_records(
     nxt = run.first
     count, idbase = run.delivery_count, run.base - run.first
     kd, vd = key_deserializer, value_deserializer
+    plain = kd is None and vd is None
+    crc_ok = native_crc() if check_crcs and data else None
     done = False
+    end = 0
     for batch in split_batches(data) if data else ():
+        # Where the batch lies in ``data`` (split_batches walks the same lengths).
+        start = end
+        end = start + 12 + _INT32.unpack_from(data, start + 8)[0]  # type: ignore[arg-type]
         if batch.next_offset <= nxt or getattr(batch, "base_offset", 0) > high:
             continue
-        if check_crcs and not batch.validate_crc():
+        v2 = batch.magic == 2
+        if check_crcs and not (
+            crc_ok(data, start, end) if crc_ok is not None and v2 else batch.validate_crc()  # type: ignore[arg-type]
+        ):
             raise CorruptRecordException(
                 f"record batch at offset {getattr(batch, 'base_offset', '?')} failed its CRC check"
             )
         if getattr(batch, "is_control_batch", False):
             continue
         ts_type = getattr(batch, "timestamp_type", 0) or 0
+        if (
+            plain
+            and v2
+            and batch.base_offset >= nxt
+            and batch.base_offset >= run.first
+            and batch.next_offset - 1 <= run.last
+            and _INT32.unpack_from(data, start + 57)[0] == batch.last_offset_delta + 1  # type: ignore[arg-type]
+        ):
+            # Every offset of the batch has its record, all inside the current run.
+            if batch.base_offset > nxt:
+                _gaps(run, nxt, batch.base_offset - 1)
+            out += [
+                make(
+                    ShareRecord,
+                    (
+                        topic,
+                        partition,
+                        offset,
+                        r.timestamp,
+                        ts_type,
+                        r.key,
+                        r.value,
+                        tuple(h) if (h := r.headers) else (),
+                        count,
+                        run,
+                        idbase + offset,
+                    ),
+                )
+                for r in batch
+                for offset in (r.offset,)
+            ]
+            nxt = batch.next_offset
+            continue
         for r in batch:
             offset = r.offset
             if offset < nxt:
@@ -226,6 +277,10 @@ def acquired_records(
         for run in runs[ri + 1 :]:
             _gaps(run, max(nxt, run.first), run.last)
     return out
+
+
+#: A v2 batch's length (at byte 8) and record count (at byte 57).
+_INT32 = struct.Struct(">i")
 
 
 #: A record's (topic, partition) and its delivery count, read in C (for grouping and

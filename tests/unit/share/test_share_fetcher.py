@@ -297,20 +297,33 @@ def share_fetches(client: ScriptedLeader) -> int:
 
 
 async def test_no_fetch_reads_ahead_of_more_than_max_poll_records() -> None:
-    client = ScriptedLeader([fetch_answer(acquired=(0, 10, 1))])  # 11 > max_poll_records
+    """Strict acquisition: an answer of ``max_poll_records`` lets the next fetch leave
+    at once; with two answers waiting, the third waits for a poll."""
+    second = Gated(fetch_answer(acquired=(10, 19, 1)))
+    third = Gated(fetch_answer())
+    client = ScriptedLeader([fetch_answer(acquired=(0, 9, 1)), second, third])
     fetcher = make(client)
     try:
         fetcher.set_assignment({("t", 0): TID})
-        await fetcher.wait_for_records(WAIT)
-        # A fetch that may read ahead leaves before the application is woken: none did.
-        assert share_fetches(client) == 1
-        client.sent.clear()
-        (first,) = fetcher.take_records(1)  # 10 left: room to read ahead
-        await asyncio.wait_for(client.sent.wait(), WAIT)
+        await asyncio.wait_for(read_ahead_sent(client, 2), WAIT)  # no take needed
+        second.gate.set()
+        while fetcher._undecoded_n + len(fetcher._buffer) < 20:  # the second answer in
+            await fetcher.wait_for_records(WAIT)
+        for _ in range(20):  # the leader's task gets every chance to send
+            await asyncio.sleep(0)
         assert share_fetches(client) == 2
-        rest = fetcher.take_records(10)
-        assert [r.offset for r in [first, *rest]] == list(range(11))
+        client.sent.clear()
+        (first,) = fetcher.take_records(1)  # 19 left: still no room
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert share_fetches(client) == 2
+        rest = fetcher.take_records(9)  # 10 left: room to read ahead
+        await asyncio.wait_for(client.sent.wait(), WAIT)
+        assert share_fetches(client) == 3
+        rest += fetcher.take_records(10)
+        assert [r.offset for r in [first, *rest]] == list(range(20))
     finally:
+        third.gate.set()
         await fetcher.abort()
 
 
@@ -361,6 +374,10 @@ def make_batch_optimized(client: ScriptedLeader) -> ShareFetcher:
 
 
 async def test_batch_optimized_fetches_say_so_and_read_ahead_within_one_poll() -> None:
+    """A batch-optimized fetch may bring more than ``max_poll_records`` (whole batches):
+    no fetch leaves at that answer (counting its rounding up out was measured to cost
+    four consumers on two partitions a quarter of their rate); the next waits until a
+    poll brings the buffer down to one poll's worth."""
     # 15 records: a batch-optimized fetch may bring more than max_poll_records (10).
     client = ScriptedLeader([fetch_answer(acquired=(0, 14, 1))])
     fetcher = make_batch_optimized(client)
@@ -369,6 +386,9 @@ async def test_batch_optimized_fetches_say_so_and_read_ahead_within_one_poll() -
         await fetcher.wait_for_records(WAIT)
         (first,) = [f for n, f in client.requests if n == "ShareFetch"]
         assert first["share_acquire_mode"] == 0 and first["max_records"] == 10
+        for _ in range(20):  # the leader's task gets every chance to send
+            await asyncio.sleep(0)
+        assert share_fetches(client) == 1
         # 15 buffered: no read-ahead until a poll takes the buffer down to 10.
         client.sent.clear()
         assert [r.offset for r in fetcher.take_records(5)] == list(range(5))
@@ -492,4 +512,87 @@ async def test_a_commit_returns_renewals_only_where_the_application_made_them(
         assert flush.results == ([accepted] if auto_renew else [renewed, accepted])
         assert seen == [renewed, accepted]
     finally:
+        await fetcher.abort()
+
+
+async def test_the_next_fetch_leaves_at_the_answer_before_its_results_and_records() -> None:
+    """Issue 28: at a ShareFetch's answer the next one goes on the wire first; then the
+    answer's acknowledgement results are reported, then its records registered and
+    decoded (the acquired hook).  The next fetch carries only what the application
+    acknowledged before the answer: this answer's records ride on a later one."""
+    events: list[tuple[str, Any]] = []
+    second = Gated(fetch_answer(acquired=(3, 4, 1)))
+    third = Gated(fetch_answer())
+    client = ScriptedLeader([fetch_answer(acquired=(0, 2, 1)), second, third])
+    real_send = client.send
+
+    async def send(node: int, request: Any, group: Any = None) -> Any:
+        events.append(("sent", request.API.name))
+        return await real_send(node, request, group)
+
+    client.send = send  # type: ignore[method-assign]
+    hooks = ShareHooks(
+        acquired=lambda rs, sent, lock: events.append(("acquired", [r.offset for r in rs])),
+        results=lambda rs: events.append(("results", [(r.ack_type.name, r.offsets) for r in rs])),
+    )
+    fetcher = make(client, hooks=hooks)
+    try:
+        fetcher.set_assignment({("t", 0): TID})
+        r0, *_ = await records(fetcher, 3)
+        await asyncio.wait_for(read_ahead_sent(client, 2), WAIT)
+        fetcher.tracker.acknowledge(r0.acquisition, AcknowledgeType.ACCEPT)
+        fetcher.acknowledged()
+        second.gate.set()  # the second answer carries no acknowledgement: none rode on it
+        await asyncio.wait_for(read_ahead_sent(client, 3), WAIT)
+        third.gate.set()
+        await asyncio.wait_for(client.idle.wait(), WAIT)
+        fetches = [f for n, f in client.requests if n == "ShareFetch"]
+        assert ack_batches(fetches[1]) == []
+        assert ack_batches(fetches[2]) == [(0, 0, [1])]
+        # The third answer settles the ACCEPT: the fourth fetch left before its result.
+        at = events.index(("results", [("ACCEPT", (0,))]))
+        assert events[at - 1] == ("sent", "ShareFetch")
+        assert sum(1 for e in events[:at] if e == ("sent", "ShareFetch")) == 4
+        # The second answer's records: acquired (decoded) after the third fetch left.
+        got = events.index(("acquired", [3, 4]))
+        assert sum(1 for e in events[:got] if e == ("sent", "ShareFetch")) == 3
+    finally:
+        third.gate.set()
+        await fetcher.abort()
+
+
+def ack_batches(request: dict[str, Any]) -> list[tuple[int, int, list[int]]]:
+    return [
+        (b["first_offset"], b["last_offset"], b["acknowledge_types"])
+        for t in request["topics"]
+        for p in t["partitions"]
+        for b in p["acknowledgement_batches"]
+    ]
+
+
+@pytest.mark.parametrize("why", ["held", "closing", "renewing", "flush"])
+async def test_no_fetch_leaves_at_an_answer_when_the_loop_has_other_work(why: str) -> None:
+    """The rules of the leader's loop hold for a fetch sent at an answer: nothing leaves
+    there while fetching is held, the consumer closes, locks are kept (the loop decides
+    RENEWs first), or a commit waits for this leader (a full buffer: the batch-optimized
+    and strict read-ahead tests above)."""
+    from aiogroup._fetch.share_fetcher import _Flush
+
+    client = ScriptedLeader([])
+    fetcher = make(client)
+    try:
+        fetcher.set_assignment({("t", 0): TID})
+        deadline = asyncio.get_running_loop().time() + 30
+        assert fetcher._fetch_at_answer(0, 10, deadline)  # one poll's worth: room
+        if why == "held":
+            fetcher.hold_fetching()
+        elif why == "closing":
+            fetcher._closing = True
+        elif why == "renewing":
+            fetcher.keep_locks(True)
+        elif why == "flush":
+            fetcher._flushes.append(_Flush({0}))
+        assert not fetcher._fetch_at_answer(0, 10, deadline)
+    finally:
+        fetcher._closing = False
         await fetcher.abort()

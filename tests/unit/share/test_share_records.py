@@ -7,7 +7,10 @@ import pickle
 import struct
 
 import pytest
+from aiokafka.errors import CorruptRecordException
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from hypothesis import given
+from hypothesis import strategies as st
 
 from aiogroup._fetch.share_acknowledgements import (
     AcknowledgementTracker,
@@ -140,3 +143,52 @@ def test_the_record_buffer_takes_across_the_lists_decoding_made() -> None:
     assert list(buf) == [b[1]] and len(buf) == 1
     assert buf.take(10) == [b[1]] and not buf
     assert buf.take(1) == []
+
+
+@given(
+    st.lists(  # batches: (records, offsets compaction removed)
+        st.tuples(st.integers(1, 6), st.sets(st.integers(0, 5), max_size=3)),
+        min_size=1,
+        max_size=4,
+    ),
+    st.lists(st.tuples(st.integers(0, 30), st.integers(0, 6)), min_size=1, max_size=3),
+    st.integers(0, 3),
+)
+def test_whole_batches_built_at_once_match_the_record_by_record_path(
+    shapes: list[tuple[int, set[int]]], spans: list[tuple[int, int]], first: int
+) -> None:
+    """Issue 28: a batch inside the current run with every offset present is built in one
+    comprehension; whatever the batches and acquired runs, the records and the gaps
+    marked are those of the record-by-record path (taken here with a deserializer)."""
+    data, base = b"", first
+    for count, skip in shapes:
+        data += batch(base, count, skip={base + s for s in skip if s < count - 1})
+        base += count
+
+    def decode(**kw: object) -> tuple[list[tuple[object, ...]], list[bytes]]:
+        tr = AcknowledgementTracker(explicit=True)
+        runs, lo = [], 0
+        for start, length in sorted(spans):
+            a = max(lo, start)
+            runs.append(tr.acquired_range(TP, a, a + length, 1, 30.0, session=1))
+            lo = a + length + 1
+        records = acquired_records(data, runs, **kw)  # type: ignore[arg-type]
+        return [tuple(r)[:9] for r in records], [bytes(r.state) for r in runs]
+
+    assert decode() == decode(value_deserializer=lambda v: v)
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_a_batch_failing_its_crc_is_refused_whole(
+    native: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the native CRC-32C (in place) and without it (aiokafka's), a flipped byte in
+    a batch refuses it; ``check_crcs=False`` reads it as it is."""
+    monkeypatch.setenv("AIOGROUP_NATIVE", native)
+    data = bytearray(batch(0, 3))
+    data[-1] ^= 0xFF  # the last header value of the last record
+    tr = AcknowledgementTracker(explicit=True)
+    with pytest.raises(CorruptRecordException, match="offset 0 failed its CRC check"):
+        acquired_records(bytes(data), [tr.acquired_range(TP, 0, 2, 1, 30.0, session=1)])
+    run = tr.acquired_range(TP, 0, 2, 1, 30.0, session=2)
+    assert len(acquired_records(bytes(data), [run], check_crcs=False)) == 3
