@@ -503,7 +503,11 @@ class Processor:
             return None  # no free slot, or nothing ready: not the bound's doing
         gap_of = self._gap_of
         work: Work | None = None
-        if bound.may_start(head.tp, head.offset, gap_of):
+        if bound.count >= bound.limit:
+            # Full: nothing may start, a first unfinished record neither (the common
+            # refusal, once per record that finishes while the slots wait: no scan).
+            pass
+        elif bound.may_start(head.tp, head.offset, gap_of):
             work = sched.take_one()
         else:
             for tp, gap, lane in self._waiting_gaps():
@@ -616,9 +620,12 @@ class Processor:
         half_queue = self._queue_limit // 2
         half_bytes = self._buffer_limit // 2
         handler = self._handler if self._direct else None
-        #: max_uncommitted: a finish while slots wait for a commit wakes the commit loop.
+        #: max_uncommitted: a finish while slots wait for a commit, or with half the
+        #: bound at risk, wakes the commit loop (answers arrive before slots must wait).
         urgent = self._urgent
-        take = sched.take_one if self._bound is None else self._take_bounded
+        bound = self._bound
+        near = 0 if bound is None else max(1, bound.limit // 2)
+        take = sched.take_one if bound is None else self._take_bounded
         while True:
             try:
                 try:
@@ -639,7 +646,9 @@ class Processor:
                             tracker = trackers.get(work.tp)
                             if tracker is not None:
                                 tracker.finished_if_pending(work.offset)
-                            if urgent is not None and self._bound_blocked:
+                            if urgent is not None and (
+                                self._bound_blocked or bound.count >= near  # type: ignore[union-attr]
+                            ):
                                 urgent.set()
                 finally:
                     tasks.pop(work, None)
@@ -837,8 +846,10 @@ class Processor:
         if tracker is not None:
             # Not pending: its partition was revoked and assigned back meanwhile.
             tracker.finished_if_pending(work.offset)
-        if self._urgent is not None and self._bound_blocked:
-            self._urgent.set()
+        bound = self._bound
+        if self._urgent is not None and bound is not None:
+            if self._bound_blocked or bound.count >= max(1, bound.limit // 2):
+                self._urgent.set()
 
     # -- dead letters --------------------------------------------------------------------
 
