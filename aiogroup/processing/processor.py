@@ -675,8 +675,10 @@ class Processor:
                         tasks[next_work] = task
             # _wake_reader, inline: once set, the event stays set until the read loop
             # waits again, so the records ending meanwhile stop at the first test.
+            # A slot left empty by max_uncommitted is no free slot: it waits for a
+            # commit, not for records (reading on would grow the queue without bound).
             if not room.is_set() and (
-                len(sched.in_flight) < sched.concurrency
+                (len(sched.in_flight) < sched.concurrency and not self._bound_blocked)
                 or (sched.queued <= half_queue and sched.queued_bytes <= half_bytes)
             ):
                 room.set()
@@ -803,7 +805,7 @@ class Processor:
         if room.is_set():
             return
         sched = self._sched
-        if len(sched.in_flight) < sched.concurrency or (
+        if (len(sched.in_flight) < sched.concurrency and not self._bound_blocked) or (
             sched.queued <= self._queue_limit // 2 and sched.queued_bytes <= self._buffer_limit // 2
         ):
             room.set()

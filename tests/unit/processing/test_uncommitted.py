@@ -419,3 +419,52 @@ def test_out_of_turn_starts_keep_lane_order_and_one_record_per_lane(
         for lane, offs in started.items():
             assert offs == added[lane][: len(offs)]  # in offset order within the lane
         assert s.runnable >= 0 and s.blocked >= 0
+
+
+# -- revoke and lost while slots wait -------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["revoked", "lost"])
+def test_a_revoke_or_loss_while_slots_wait_for_a_commit_does_not_wait_for_it(how: str) -> None:
+    """At the bound with records of the partition in flight: the hook drains them (the
+    drain deadline bounds it), commits (revoke) or not (lost), and forgets what the
+    partition held at risk - nothing awaits the commit the slots were waiting for."""
+
+    async def go() -> None:
+        sim = Sim(
+            random.Random(1),
+            partitions=2,
+            records=6,
+            keys=6,
+            concurrency=2,
+            limit=2,
+            metadata_kept=False,
+        )
+        tp, other = sim.tps
+        sim.arrive(tp, 6)
+        sim.arrive(other, 6)
+        assert sim.start() and sim.start()
+        sim.finish(0)  # finished, not covered: 2 at risk with one slot free
+        assert not sim.start() and sim.p._bound_blocked
+        gone = {w.tp for w in sim.running}
+        # The in-flight records' handler tasks: they end when the drain cancels them.
+        loop = asyncio.get_running_loop()
+        for w in sim.running:
+            sim.p._tasks[w] = loop.create_task(asyncio.sleep(60))
+        hook = sim.p.partitions_revoked if how == "revoked" else sim.p.partitions_lost
+        sim.p._drain_timeout = 0.05
+        ended = asyncio.create_task(hook(set(sim.tps)))
+        await asyncio.sleep(0.01)
+        for w in list(sim.running):  # what _work's finally does once a task ends
+            sim.p._tasks[w].cancel()
+            sim.p._tasks.pop(w, None)
+            sim.p._sched.done(w)
+        await asyncio.wait_for(ended, 5)
+        bound = sim.p._bound
+        assert bound is not None and bound.count == 0
+        assert not sim.p._lane_at and not sim.p._trackers
+        assert gone <= set(sim.tps)
+        if how == "lost":
+            assert sim.answers == []  # nothing committed for lost partitions
+
+    asyncio.run(go())
