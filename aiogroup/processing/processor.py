@@ -926,8 +926,9 @@ class Processor:
     async def _bounded_commit_loop(self, urgent: asyncio.Event) -> None:
         """The commit loop under ``max_uncommitted``: on the interval (or continuously),
         and at once when ``urgent`` is set - a start was refused for the bound, or a
-        record finished while slots wait.  After an answer the waiting slots are
-        refilled; a failed commit is tried again shortly while they wait."""
+        record finished while slots wait or with half the bound at risk (so that the
+        answer is on its way before the slots must wait).  After an answer the waiting
+        slots are refilled; a failed commit is tried again shortly while they wait."""
         loop = asyncio.get_running_loop()
         interval = self._commit_interval
         due = loop.time() + interval

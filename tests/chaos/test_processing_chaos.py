@@ -6,7 +6,8 @@ broker's view of the group (DescribeGroups) and its committed offsets (OffsetFet
 read from outside) go into one history.  Each scenario must end with 0 order
 violations, 0 commits past unfinished work, 0 processing overlaps, 0 records
 unfinished; after kill -9, the records processed again must be at most those the
-member had not committed as finished (in flight, or finished after its last commit).
+member had not committed as finished (in flight, or finished after its last commit),
+and with ``max_uncommitted=N`` at most N.
 """
 
 from __future__ import annotations
