@@ -8,6 +8,7 @@ owner skips them).  Modules:
 
 * ``tracker``: per-partition committable offset and finished-beyond runs (pure);
 * ``offset_metadata``: the compact, size-bounded metadata format (pure);
+* ``uncommitted``: the work at risk after a crash and ``max_uncommitted``'s start rule (pure);
 * ``scheduler``: lanes, the ready queue and the concurrency bound (pure);
 * ``retry``: the retry policy as data;
 * ``dead_letter``: the dead-letter choice and its headers;

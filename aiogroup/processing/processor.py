@@ -21,11 +21,18 @@ Rebalances reach it through the consumer's internal rebalance hooks
 
 The guarantee (also in docs/usage.md): at least once, and after a crash only the
 records that were unfinished are processed again (within the metadata size bound);
-no committed offset ever passes a record whose handler has not finished.  With a
+no committed offset ever passes a record whose handler has not finished.  What
+"unfinished" means to a crash is what no answered commit covers yet: the records in
+flight plus those finished since the last answer.  ``max_uncommitted=N`` bounds that:
+records started and not covered stay at most N (:mod:`aiogroup.processing.uncommitted`);
+at the bound a slot stays empty and the commit loop commits at once, and the slot is
+refilled when the answer arrives - no task awaits the commit, so revoke, lost and
+stop() are bounded as before.
+With a
 ``transactional_producer`` the handlers' outputs and the commits go into one
 transaction per commit: each input's outputs exactly once for read_committed readers
 (:mod:`~aiogroup.processing.prefix_transactions`; the hooks for it are marked
-"transactional" here).
+"transactional" here).  The two options are not combined yet.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ from aiogroup.processing.prefix_transactions import PrefixTransactions
 from aiogroup.processing.retry import RetryPolicy
 from aiogroup.processing.scheduler import ORDERINGS, Ordering, Scheduler, Work
 from aiogroup.processing.tracker import CommitPoint, PartitionTracker
+from aiogroup.processing.uncommitted import UncommittedWork
 from aiogroup.structs import ConsumerRecord, OffsetAndMetadata, TopicPartition
 
 if TYPE_CHECKING:
@@ -73,6 +81,9 @@ _READ_CHUNK = 250
 #: and the lane's slot (measured with tracemalloc: about 310 B on CPython 3.11).  The
 #: byte bound counts it, so a backlog of small records is bounded by memory too.
 RECORD_OVERHEAD = 320
+#: Seconds before a failed commit is tried again while handler slots wait for one
+#: (``max_uncommitted`` reached).
+_COMMIT_RETRY_S = 0.1
 
 
 def _positive_ms(name: str, value: object, allow_none: bool = False) -> None:
@@ -112,6 +123,7 @@ class Processor:
         max_unfinished_per_partition: int = 100_000,
         metadata_max_bytes: int = offset_metadata.DEFAULT_MAX_BYTES,
         transactional_producer: Any = None,
+        max_uncommitted: int | None = None,
     ) -> None:
         check_handler(handler)
         if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
@@ -145,6 +157,24 @@ class Processor:
             raise ValueError(
                 "max_unfinished_per_partition must be an int >= 1, got "
                 f"{max_unfinished_per_partition!r}"
+            )
+        if max_uncommitted is not None and (
+            not isinstance(max_uncommitted, int)
+            or isinstance(max_uncommitted, bool)
+            or max_uncommitted < concurrency
+        ):
+            raise ValueError(
+                f"max_uncommitted must be None or an int >= concurrency ({concurrency}), got "
+                f"{max_uncommitted!r}: every running handler holds a record not yet "
+                "committed, so a smaller bound would only leave handler slots idle "
+                "(lower concurrency instead)"
+            )
+        if max_uncommitted is not None and transactional_producer is not None:
+            raise ValueError(
+                "max_uncommitted and transactional_producer cannot be combined yet: a "
+                "transactional processor's commits are its transactions, which the bound "
+                "does not count; with transactions a crash redoes the open transaction's "
+                "records without duplicating their outputs"
             )
         if consumer.config.enable_auto_commit:
             raise ConfigurationError(
@@ -181,6 +211,25 @@ class Processor:
         #: soon as the previous commit is answered and something finished since.
         self._progress: asyncio.Event | None = asyncio.Event() if commit_interval_ms == 0 else None
         self._max_unfinished = max_unfinished_per_partition
+        #: max_uncommitted: records started and not covered by an answered commit.
+        self._bound = None if max_uncommitted is None else UncommittedWork(max_uncommitted)
+        #: With the bound: set when a start was refused for it (the slots wait for a
+        #: commit's answer); cleared by that answer.
+        self._bound_blocked = False
+        #: With the bound: wakes the commit loop at once (the interval is not waited
+        #: for); continuous commits already wake on every finish.
+        self._urgent: asyncio.Event | None = None
+        if self._bound is not None:
+            self._urgent = self._progress if self._progress is not None else asyncio.Event()
+        #: With the bound: each waiting record's lane, so that a partition's first
+        #: unfinished record can be started out of turn (see uncommitted.py).
+        self._lane_at: dict[TopicPartition, dict[int, Hashable]] = {}
+        #: Whether the broker keeps commit metadata (read back once, see _probe_metadata);
+        #: until known, only the committed offset counts as covering a record.
+        self._metadata_kept: bool | None = None
+        self._answered: dict[TopicPartition, OffsetAndMetadata] = {}
+        self._bound_waits = 0
+        self._over_bound = 0
         self._metadata_max_bytes = metadata_max_bytes
         self._sched = Scheduler(concurrency)
         self._queue_limit = max(4 * concurrency, 1_000)
@@ -319,6 +368,9 @@ class Processor:
             "skipped_finished_before": self._skipped,
             "oldest_in_flight_age_s": (now - min(starts)) if starts else None,
             "paused_partitions": len(self._paused),
+            "uncommitted": None if self._bound is None else self._bound.count,
+            "max_uncommitted": None if self._bound is None else self._bound.limit,
+            "commit_waits": self._bound_waits,
             "partitions": partitions,
             # transactional_producer=: transactions committed/aborted, records and outputs
             # committed, finishes held back (prefix_transactions.PrefixTransactions.stats).
@@ -425,6 +477,7 @@ class Processor:
             )
             works: list[Work] = []
             add = works.append
+            lanes_at = None if self._bound is None else self._lane_at.setdefault(tp, {})
             for record in records:
                 offset = record.offset
                 if not taken and not received(offset):
@@ -443,6 +496,8 @@ class Processor:
                 vsize = record.serialized_value_size
                 nbytes = (ksize if ksize > 0 else 0) + (vsize if vsize > 0 else 0) + RECORD_OVERHEAD
                 add(Work(tp, offset, lane, record, nbytes))
+                if lanes_at is not None:
+                    lanes_at[offset] = lane
             sched.add_many(tp, works)
         self._dispatch()
 
@@ -469,9 +524,122 @@ class Processor:
             # next poll, which returns once the routine moved the deadline or reported
             # the loss (and the lost hook dropped the partitions' queued records).
             return
-        for work in self._sched.take():
+        if self._bound is None:
+            starting = self._sched.take()
+        else:
+            starting = []
+            while (work := self._take_bounded()) is not None:
+                starting.append(work)
+        for work in starting:
             work.started = loop.time()
             self._tasks[work] = loop.create_task(self._work(work), name="aiogroup-handler")
+
+    def _gap_of(self, tp: Hashable) -> int | None:
+        tracker = self._trackers.get(tp)
+        return None if tracker is None else tracker.first_unfinished()
+
+    def _take_bounded(self) -> Work | None:
+        """:meth:`Scheduler.take_one` under ``max_uncommitted`` (uncommitted.py's rule).
+
+        The next record in line starts if the rule allows it; otherwise a partition's
+        first unfinished record may take the place reserved for it; otherwise nothing
+        starts and the commit loop is woken: the slot stays empty until a commit is
+        answered (its records then stop counting) and :meth:`_dispatch` refills it.
+        No task waits for that commit, so a revoke, a loss or stop() never waits on it.
+        """
+        bound = self._bound
+        assert bound is not None
+        sched = self._sched
+        head = sched.peek()
+        if head is None:
+            return None  # no free slot, or nothing ready: not the bound's doing
+        gap_of = self._gap_of
+        work: Work | None = None
+        if bound.count >= bound.limit:
+            # Full: nothing may start, a first unfinished record neither (the common
+            # refusal, once per record that finishes while the slots wait: no scan).
+            pass
+        elif bound.may_start(head.tp, head.offset, gap_of):
+            work = sched.take_one()
+        else:
+            for tp, gap, lane in self._waiting_gaps():
+                if bound.may_start(tp, gap, gap_of):
+                    work = sched.take_lane(lane, gap)
+                    if work is not None:
+                        break
+            if work is None and not sched.in_flight and not self._commit_pending():
+                work = self._over_bound_start(head)
+        if work is None:
+            if not self._bound_blocked:
+                self._bound_blocked = True
+                self._bound_waits += 1
+                assert self._urgent is not None
+                self._urgent.set()
+            return None
+        bound.started(work.tp, work.offset)
+        lanes_at = self._lane_at.get(work.tp)
+        if lanes_at is not None:
+            lanes_at.pop(work.offset, None)
+        return work
+
+    def _waiting_gaps(self) -> list[tuple[TopicPartition, int, Hashable]]:
+        """(partition, offset, lane) of each partition's first unfinished record that
+        waits to start: the records that can free what a partition holds at risk."""
+        out: list[tuple[TopicPartition, int, Hashable]] = []
+        for tp, lanes_at in self._lane_at.items():
+            tracker = self._trackers.get(tp)
+            gap = None if tracker is None else tracker.first_unfinished()
+            if gap is not None and (lane := lanes_at.get(gap)) is not None:
+                out.append((tp, gap, lane))
+        return out
+
+    def _over_bound_start(self, head: Work) -> Work | None:
+        """Nothing runs, nothing is left to commit, and still nothing may start: the
+        latest commit's metadata, cut at its byte bound, no longer lists records an
+        earlier one did (uncommitted.py).  Rather than stall, start a partition's
+        first unfinished record (its commit then covers records again), said in the
+        log: the bound is exceeded by the records the cut metadata dropped."""
+        bound = self._bound
+        assert bound is not None
+        for _tp, gap, lane in self._waiting_gaps():
+            work = self._sched.take_lane(lane, gap)
+            if work is not None:
+                break
+        else:
+            work = self._sched.take_one()
+        if work is not None:
+            self._over_bound += 1
+            log.warning(
+                "max_uncommitted (%d): %d records not covered by the last answered commit "
+                "(its metadata, cut at metadata_max_bytes, dropped finished runs); "
+                "starting %s[%d]@%d over the bound rather than stall",
+                bound.limit,
+                bound.count,
+                work.tp.topic,
+                work.tp.partition,
+                work.offset,
+            )
+        return work
+
+    def _commit_pending(self) -> bool:
+        """A commit now would change some partition's committed point."""
+        for tp in set(self._trackers) - self._revoking:
+            point = self._commit_point(self._trackers[tp])
+            if point is not None and point != self._last_committed.get(tp):
+                return True
+        return False
+
+    def _commit_point(self, tracker: PartitionTracker) -> CommitPoint | None:
+        """The tracker's commit point; while max_uncommitted still has to learn whether
+        the broker keeps metadata, empty metadata goes as the bare prefix ``ag1:`` (it
+        lists no runs, for any reader) so that the read-back can tell."""
+        point = tracker.commit_point(self._metadata_max_bytes)
+        if point is not None and not point[1] and self._probing():
+            return point[0], offset_metadata.PREFIX
+        return point
+
+    def _probing(self) -> bool:
+        return self._bound is not None and self._metadata_kept is None
 
     async def _work(self, work: Work) -> None:
         """A handler task: ``work``, then the next record released, until none is ready.
@@ -504,6 +672,12 @@ class Processor:
         half_queue = self._queue_limit // 2
         half_bytes = self._buffer_limit // 2
         handler = self._handler if self._direct else None
+        #: max_uncommitted: a finish while slots wait for a commit, or with half the
+        #: bound at risk, wakes the commit loop (answers arrive before slots must wait).
+        urgent = self._urgent
+        bound = self._bound
+        near = 0 if bound is None else max(1, bound.limit // 2)
+        take = sched.take_one if bound is None else self._take_bounded
         while True:
             try:
                 try:
@@ -524,6 +698,10 @@ class Processor:
                             tracker = trackers.get(work.tp)
                             if tracker is not None:
                                 tracker.finished_if_pending(work.offset)
+                            if urgent is not None and (
+                                self._bound_blocked or bound.count >= near  # type: ignore[union-attr]
+                            ):
+                                urgent.set()
                 finally:
                     tasks.pop(work, None)
                     sched.done(work)
@@ -543,14 +721,16 @@ class Processor:
                 subscription = consumer._subscription
                 until = None if subscription is None else subscription.membership_valid_until
                 if until is None or now < until:
-                    next_work = sched.take_one()
+                    next_work = take()
                     if next_work is not None:
                         next_work.started = now
                         tasks[next_work] = task
             # _wake_reader, inline: once set, the event stays set until the read loop
             # waits again, so the records ending meanwhile stop at the first test.
+            # A slot left empty by max_uncommitted is no free slot: it waits for a
+            # commit, not for records (reading on would grow the queue without bound).
             if not room.is_set() and (
-                len(sched.in_flight) < sched.concurrency
+                (len(sched.in_flight) < sched.concurrency and not self._bound_blocked)
                 or (sched.queued <= half_queue and sched.queued_bytes <= half_bytes)
             ):
                 room.set()
@@ -575,7 +755,7 @@ class Processor:
     def _starved(self) -> bool:
         """Handler slots free although records wait: the waiting ones are all behind
         busy lanes (a hot key's backlog)."""
-        return len(self._sched.in_flight) < self._sched.concurrency
+        return len(self._sched.in_flight) < self._sched.concurrency and not self._bound_blocked
 
     def _update_pauses(self) -> None:
         """Pause partitions past the unfinished bound and, while the queue is full and
@@ -682,7 +862,7 @@ class Processor:
         if room.is_set():
             return
         sched = self._sched
-        if len(sched.in_flight) < sched.concurrency or (
+        if (len(sched.in_flight) < sched.concurrency and not self._bound_blocked) or (
             sched.queued <= self._queue_limit // 2 and sched.queued_bytes <= self._buffer_limit // 2
         ):
             room.set()
@@ -728,6 +908,10 @@ class Processor:
         if tracker is not None:
             # Not pending: its partition was revoked and assigned back meanwhile.
             tracker.finished_if_pending(work.offset)
+        bound = self._bound
+        if self._urgent is not None and bound is not None:
+            if self._bound_blocked or bound.count >= max(1, bound.limit // 2):
+                self._urgent.set()
 
     # -- dead letters --------------------------------------------------------------------
 
@@ -777,8 +961,15 @@ class Processor:
             self._last_committed.pop(tp, None)
             self._paused.discard(tp)
             self._revoking.discard(tp)
+            self._lane_at.pop(tp, None)
+            self._answered.pop(tp, None)
+            if self._bound is not None:
+                self._bound.forget(tp)
 
     async def _commit_loop(self) -> None:
+        if self._urgent is not None:
+            await self._bounded_commit_loop(self._urgent)
+            return
         progress = self._progress
         if progress is None:
             while True:
@@ -792,37 +983,109 @@ class Processor:
             progress.clear()
             await self._commit(None)
 
-    async def _commit(self, partitions: set[TopicPartition] | None) -> None:
+    async def _bounded_commit_loop(self, urgent: asyncio.Event) -> None:
+        """The commit loop under ``max_uncommitted``: on the interval (or continuously),
+        and at once when ``urgent`` is set - a start was refused for the bound, or a
+        record finished while slots wait or with half the bound at risk (so that the
+        answer is on its way before the slots must wait).  After an answer the waiting
+        slots are refilled; a failed commit is tried again shortly while they wait."""
+        loop = asyncio.get_running_loop()
+        interval = self._commit_interval
+        due = loop.time() + interval
+        while True:
+            if interval <= 0:
+                await urgent.wait()
+            else:
+                remaining = due - loop.time()
+                if remaining > 0:
+                    try:
+                        await wait_for(urgent.wait(), remaining)
+                    except asyncio.TimeoutError:
+                        pass
+                if loop.time() >= due:
+                    due = loop.time() + interval
+            urgent.clear()
+            outcome = await self._commit(None)
+            if outcome is None:
+                continue  # nothing new: a finish (or the interval) wakes the loop again
+            if not outcome:
+                if self._bound_blocked:
+                    await asyncio.sleep(_COMMIT_RETRY_S)
+                    urgent.set()
+                continue
+            if self._metadata_kept is None:
+                await self._probe_metadata()
+            if self._bound_blocked:
+                self._bound_blocked = False
+                self._dispatch()
+
+    async def _probe_metadata(self) -> None:
+        """Read one answered commit back: does the broker keep its metadata?
+
+        The bound counts a record the metadata lists as covered only where the next
+        owner will see that list; Tansu, for one, answers a commit and drops its
+        metadata.  Until a read-back says so, only the offset covers (conservative)."""
+        sent = next(((tp, oam) for tp, oam in self._answered.items() if oam.metadata), None)
+        if sent is None:
+            return
+        tp, oam = sent
+        try:
+            got = (await self._consumer._fetch_committed([tp])).get(tp)
+        except Exception as exc:
+            log.debug("reading back the commit of %s failed: %r", tp, exc)
+            return
+        if got is None or int(got.offset) != oam.offset:
+            return  # another commit landed meanwhile: ask again after the next one
+        self._metadata_kept = (got.metadata or "") == oam.metadata
+        log.info(
+            "the broker %s commit metadata: max_uncommitted counts %s as covered",
+            "keeps" if self._metadata_kept else "drops",
+            "the runs it lists" if self._metadata_kept else "only records below the offset",
+        )
+
+    async def _commit(self, partitions: set[TopicPartition] | None) -> bool | None:
         """Commit the finished prefix (and metadata) of ``partitions`` (None: all but
-        those being revoked); failures are logged, the next commit tries again."""
+        those being revoked); failures are logged, the next commit tries again.
+
+        Returns None when there was nothing new to commit, True when the broker
+        answered, False when the commit failed."""
         if self._txn is not None:
             # Transactional: the open transaction closes, with every partition it touched.
+            committed = await self._txn.commit()
             self._last_committed.update(
-                (tp, (oam.offset, oam.metadata)) for tp, oam in (await self._txn.commit()).items()
+                (tp, (oam.offset, oam.metadata)) for tp, oam in committed.items()
             )
-            return
+            return True if committed else None
         if partitions is None:
             partitions = set(self._trackers) - self._revoking
         offsets: dict[TopicPartition, OffsetAndMetadata] = {}
         for tp in partitions:
             tracker = self._trackers.get(tp)
-            point = None if tracker is None else tracker.commit_point(self._metadata_max_bytes)
+            point = None if tracker is None else self._commit_point(tracker)
             if point is not None and point != self._last_committed.get(tp):
                 offsets[tp] = OffsetAndMetadata(point[0], point[1])
         if not offsets:
-            return
+            return None
         try:
             await self._consumer.commit(offsets)
         except CommitFailedError as exc:
             # A rebalance in progress or a generation gone: the revoke (or the next
             # interval) commits again, the lost path does not.
             log.info("processor commit of %s refused: %s", sorted(offsets), exc)
-            return
+            return False
         except Exception as exc:
             log.warning("processor commit of %s failed: %r", sorted(offsets), exc)
-            return
+            return False
+        bound = self._bound
         for tp, oam in offsets.items():
             self._last_committed[tp] = (oam.offset, oam.metadata)
+            if bound is not None and tp in self._trackers:
+                self._answered[tp] = oam
+                runs = (
+                    offset_metadata.decode(oam.offset, oam.metadata) if self._metadata_kept else ()
+                )
+                bound.covered(tp, oam.offset, runs)
+        return True
 
     async def _drain(self, in_flight: list[Work], timeout: float, why: str) -> None:
         """Wait up to ``timeout`` for these records' handlers, then cancel and await the rest.
@@ -939,6 +1202,7 @@ class Processor:
                 self._set_paused(tp, False)
         self._trackers.clear()
         self._last_committed.clear()
+        self._lane_at.clear()
 
 
 def metrics_partition(key: str) -> TopicPartition:

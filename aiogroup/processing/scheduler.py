@@ -77,6 +77,8 @@ class Scheduler:
         #: Waiting records per partition (the processor pauses the fullest when full).
         self.waiting_by_tp: dict[TopicPartition, int] = {}
         self._bytes_by_tp: dict[TopicPartition, int] = {}
+        #: Ready-queue entries left behind by :meth:`take_lane` (skipped when reached).
+        self._stale = 0
 
     def add(self, work: Work) -> None:
         """A received record waits in its lane."""
@@ -137,7 +139,47 @@ class Scheduler:
         """The next record to start in a slot just freed (:meth:`take` for one record)."""
         if not self._ready or len(self.in_flight) >= self.concurrency:
             return None
-        key = self._ready.popleft()
+        if self._stale and self._drop_stale() is None:
+            return None
+        return self._start(self._ready.popleft())
+
+    def peek(self) -> Work | None:
+        """The record :meth:`take_one` would start next (None: none, or no free slot)."""
+        if not self._ready or len(self.in_flight) >= self.concurrency:
+            return None
+        key = self._drop_stale() if self._stale else self._ready[0]
+        return None if key is None else self._lanes[key][0]
+
+    def take_lane(self, key: Hashable, offset: int) -> Work | None:
+        """Start the head of lane ``key`` out of turn if it is the record at ``offset``
+        (None: it is not, the lane is busy or gone, or every slot is taken).  The
+        lane's place in the ready queue goes stale and is skipped when reached.
+
+        The processor's ``max_uncommitted`` bound needs it: a partition's first
+        unfinished record may have to start before the lanes ahead of it.
+        """
+        if (
+            key in self._busy
+            or key not in self._lanes
+            or len(self.in_flight) >= self.concurrency
+            or self._lanes[key][0].offset != offset
+        ):
+            return None
+        self._stale += 1
+        return self._start(key)
+
+    def _drop_stale(self) -> Hashable | None:
+        """Pop the ready queue's stale entries (lanes started out of turn); its head."""
+        ready = self._ready
+        while ready:
+            key = ready[0]
+            if key not in self._busy and key in self._lanes:
+                return key
+            ready.popleft()
+            self._stale = max(0, self._stale - 1)
+        return None
+
+    def _start(self, key: Hashable) -> Work:
         lane = self._lanes[key]
         work = lane.popleft()
         if lane:

@@ -128,6 +128,10 @@ class PartitionTracker:
         """Records received and not finished (in flight, retrying or waiting for a lane)."""
         return len(self._pending)
 
+    def first_unfinished(self) -> int | None:
+        """The lowest record received and not finished (None: there is none)."""
+        return self._order[0] if self._order else None
+
     def is_pending(self, offset: int) -> bool:
         return offset in self._pending
 

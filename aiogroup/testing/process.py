@@ -6,10 +6,14 @@ group (so that stopping it stops whatever it forked) and, on Linux, asks the ker
 for a parent-death signal: SIGKILL when the thread that started it goes away, even
 if that was by SIGKILL.  The signal follows the *thread* that called ``Popen``, so
 brokers are started on the caller's thread, never from a short-lived executor thread.
+
+Also the freeze a fault test injects into a child (:func:`sigstop`), stamped in a history
+only once it took effect.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import ctypes.util
@@ -21,7 +25,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO
 
-__all__ = ["spawn_owned", "terminate"]
+from aiogroup._support.timeouts import wait_for
+
+__all__ = ["sigstop", "spawn_owned", "terminate"]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -81,3 +87,26 @@ def kill(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
+
+
+async def sigstop(pid: int, timeout: float = 30.0) -> None:
+    """SIGSTOP the child ``pid`` and return once the kernel reports it stopped.
+
+    A history records a freeze as an event ("frozen"), and a checker reads the
+    member's first event after it as its wake.  Stamped as the signal is sent, the
+    stamp can precede the stop: a process runs on until the signal lands, and on a
+    loaded machine writes events in between (a record acquired or started), which
+    would then look as if they happened through the freeze.  Stamped after this
+    returns, every event before the stop precedes the stamp.
+
+    ``waitid`` with WNOWAIT reports the stop without consuming it (the child's owner -
+    asyncio's watcher, ``Popen.wait`` - still reaps it later); WEXITED too, so that a
+    child that died instead cannot leave the waiting thread behind: that is an error.
+    """
+    os.kill(pid, signal.SIGSTOP)
+    got = await wait_for(
+        asyncio.to_thread(os.waitid, os.P_PID, pid, os.WSTOPPED | os.WEXITED | os.WNOWAIT),
+        timeout,
+    )
+    if got is None or got.si_code != os.CLD_STOPPED:
+        raise RuntimeError(f"process {pid} did not stop on SIGSTOP: {got}")

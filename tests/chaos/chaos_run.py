@@ -26,6 +26,7 @@ from group_harness import SESSION_MS, Load, Member
 from aiogroup.testing.broker import KafkaBroker, unique_name
 from aiogroup.testing.history import HistoryRecorder, HistoryReport, check_history, load_history
 from aiogroup.testing.observer import GroupObserver
+from aiogroup.testing.process import sigstop
 
 ROOT = Path(__file__).resolve().parents[2]
 SESSION_S = SESSION_MS / 1000
@@ -162,15 +163,7 @@ class ChaosRun:
         a handler the member started before the signal landed would look as if it
         ran through the freeze."""
         self.faults += 1
-        proc = self.procs[client_id]
-        proc.send_signal(signal.SIGSTOP)
-        # waitid reports the stop (WNOWAIT: without consuming it; WEXITED: a process
-        # that died instead cannot leave the thread waiting).
-        got = await asyncio.wait_for(
-            asyncio.to_thread(os.waitid, os.P_PID, proc.pid, os.WSTOPPED | os.WEXITED | os.WNOWAIT),
-            30,
-        )
-        assert got is not None and got.si_code == os.CLD_STOPPED, f"{client_id} not stopped: {got}"
+        await sigstop(self.procs[client_id].pid)
         self.history.add(client_id, "frozen")
 
     def thaw(self, client_id: str) -> None:

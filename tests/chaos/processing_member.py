@@ -67,6 +67,7 @@ async def run(spec: dict[str, Any]) -> None:
         on_failure=DeadLetter(topic=dead_letter) if dead_letter else "stop",
         commit_interval_ms=int(spec.get("commit_interval_ms", 200)),
         drain_timeout_ms=int(spec.get("drain_timeout_ms", 30_000)),
+        max_uncommitted=spec.get("max_uncommitted"),
     )
     running = asyncio.ensure_future(processor.run())
     stopping = asyncio.ensure_future(stop.wait())

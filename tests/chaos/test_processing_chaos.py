@@ -6,7 +6,8 @@ broker's view of the group (DescribeGroups) and its committed offsets (OffsetFet
 read from outside) go into one history.  Each scenario must end with 0 order
 violations, 0 commits past unfinished work, 0 processing overlaps, 0 records
 unfinished; after kill -9, the records processed again must be at most those the
-member had not committed as finished (in flight, or finished after its last commit).
+member had not committed as finished (in flight, or finished after its last commit),
+and with ``max_uncommitted=N`` at most N.
 """
 
 from __future__ import annotations
@@ -205,42 +206,86 @@ def assert_processing_clean(report: HistoryReport, run: ChaosRun) -> None:
 # -- kill -9 ------------------------------------------------------------------------------
 
 
+@pytest.mark.chaos_long
 async def test_processor_kill_9_mid_processing(
     kafka_broker: KafkaBroker, tmp_path: Path, seed: int
 ) -> None:
     """Two processor members; one is killed while its handlers run.  Only what it had
-    not committed as finished is processed again, by the survivor, after the fence."""
+    not committed as finished is processed again, by the survivor, after the fence.
+    (`make chaos` only: `make test` runs the same kill with max_uncommitted below.)"""
     async with ProcessingRun(kafka_broker, tmp_path, "processor-kill9", seed) as run:
-        members = [await run.processor(f"P{i}", handler_ms=100) for i in range(2)]
-        await run.owners(2, timeout=90)
-        victim = run.rng.choice(members)
-        survivor = next(m for m in members if m != victim)
-        await run.processing(victim)
-        await asyncio.sleep(run.rng.uniform(0.2, 1.5))  # seeded: somewhere mid-stream
-
-        def busy(evs: list[Any]) -> bool:
-            running: set[tuple[int, int]] = set()
-            for e in evs:
-                if e.member == victim and e.kind in ("started", "finished", "abandoned"):
-                    for _t, p, o, _ in e.spans:
-                        (running.add if e.kind == "started" else running.discard)((p, o))
-            return bool(running)
-
-        # The kill must land mid-processing: at a moment the victim has handlers running.
-        await run.until("the victim to have handlers running", busy, timeout=60)
-        await run.kill(victim)
-        await run.until(
-            "the broker to fence the killed member",
-            lambda evs: any(e.member == victim and e.kind == "gone" for e in evs),
-            timeout=SESSION_S * 4,
-        )
-        await run.owners(1, timeout=60)
-        await run.processing(survivor, after=run.history.now())
-        report = await run.judge_processing()
-        assert_processing_clean(report, run)
-        assert report.in_flight_at_crash > 0, f"the kill landed with nothing in flight ({run.path})"
+        report, _victim = await kill_mid_processing(run, handler_ms=100)
         redo_bound = report.in_flight_at_crash + report.finished_uncommitted_at_crash
         assert report.reprocessed <= redo_bound, f"{run.path}\n{report.summary()}"
+
+
+#: The bounded kill: handlers and the bound (= concurrency), commits on the default 5 s
+#: interval - the bound, not the interval, is what limits the work at risk.
+BOUNDED = {"handler_ms": 100, "concurrency": 20, "max_uncommitted": 20, "commit_interval_ms": 5000}
+
+
+async def test_processor_kill_9_with_max_uncommitted(
+    kafka_broker: KafkaBroker, tmp_path: Path, seed: int
+) -> None:
+    """The same kill with ``max_uncommitted`` = concurrency and the default 5 s commit
+    interval: the records processed again are at most the bound, exactly (the rule
+    counts what no answered commit covers, so this is no timing)."""
+    async with ProcessingRun(kafka_broker, tmp_path, "processor-kill9-bounded", seed) as run:
+        bound = BOUNDED["max_uncommitted"]
+        report, victim = await kill_mid_processing(run, started_at_least=2 * bound, **BOUNDED)
+        assert report.reprocessed <= bound, f"{run.path}\n{report.summary()}"
+        # Not trivially: the victim had started more records than the bound, and
+        # without the bound no 5 s commit would have covered any of them yet.
+        started = {
+            (p, o)
+            for e in run.events()
+            if e.member == victim and e.kind == "started"
+            for _t, p, a, b in e.spans
+            for o in range(a, b + 1)
+        }
+        assert len(started) > bound, f"the victim started only {len(started)} ({run.path})"
+
+
+async def kill_mid_processing(
+    run: ProcessingRun, started_at_least: int = 1, **opts: Any
+) -> tuple[HistoryReport, str]:
+    """Two members with ``opts``; the seeded one is killed (-9) at a moment its
+    handlers run (once it started ``started_at_least`` records); the survivor takes
+    over; the history judged clean."""
+    members = [await run.processor(f"P{i}", **opts) for i in range(2)]
+    await run.owners(2, timeout=90)
+    victim = run.rng.choice(members)
+    survivor = next(m for m in members if m != victim)
+    await run.processing(victim)
+    await asyncio.sleep(run.rng.uniform(0.2, 1.5))  # seeded: somewhere mid-stream
+
+    def busy(evs: list[Any]) -> bool:
+        running: set[tuple[int, int]] = set()
+        started: set[tuple[int, int]] = set()
+        for e in evs:
+            if e.member == victim and e.kind in ("started", "finished", "abandoned"):
+                for _t, p, o, _ in e.spans:
+                    if e.kind == "started":
+                        running.add((p, o))
+                        started.add((p, o))
+                    else:
+                        running.discard((p, o))
+        return bool(running) and len(started) >= started_at_least
+
+    # The kill must land mid-processing: at a moment the victim has handlers running.
+    await run.until("the victim to have handlers running", busy, timeout=60)
+    await run.kill(victim)
+    await run.until(
+        "the broker to fence the killed member",
+        lambda evs: any(e.member == victim and e.kind == "gone" for e in evs),
+        timeout=SESSION_S * 4,
+    )
+    await run.owners(1, timeout=60)
+    await run.processing(survivor, after=run.history.now())
+    report = await run.judge_processing()
+    assert_processing_clean(report, run)
+    assert report.in_flight_at_crash > 0, f"the kill landed with nothing in flight ({run.path})"
+    return report, victim
 
 
 # -- a slow handler while another member joins ---------------------------------------------

@@ -210,6 +210,43 @@ async def test_ordering_modes_hold_and_run_concurrently(
     assert all(meta == "" for _, meta in offsets.values())
 
 
+async def test_max_uncommitted_bounds_the_work_no_answered_commit_covers(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str
+) -> None:
+    """max_uncommitted=8 with the 5 s default interval: at every handler start the
+    processor's count of started, uncovered records is <= 8, so it commits (and waits
+    for the answers) long before the interval; it learns from its first commit whether
+    the broker keeps commit metadata; every record is processed once and committed."""
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = await kafka_topic(partitions=2)
+    records = [(i % 2, b"k%d" % (i % 5), b"%d" % i) for i in range(200)]
+    await produce(bootstrap, topic, records)
+    consumer = make_consumer(bootstrap, group_id, topic)
+    await consumer.start()
+    log = Log()
+    seen: list[int] = []
+    inner = log.handler("a", lambda r: 0.002)
+
+    async def handle(record: Any) -> None:
+        seen.append(processor.metrics()["uncommitted"])
+        await inner(record)
+
+    processor = Processor(consumer, handle, concurrency=8, max_uncommitted=8)
+    try:
+        async with running(processor):
+            await until(lambda: len(log.finished) == 200, "all 200 records processed")
+            kept = processor._metadata_kept
+            waits = processor.metrics()["commit_waits"]
+    finally:
+        await consumer.stop()
+    assert len(log.started) == 200  # each once
+    assert max(seen) <= 8, f"{max(seen)} records at risk at a start"
+    assert waits > 0  # the bound, not the 5 s interval, made the commits
+    assert kept is kafka_broker.caps.keeps_commit_metadata
+    offsets = await committed(bootstrap, group_id, topic)
+    assert {tp.partition: o for tp, (o, _) in offsets.items()} == {0: 100, 1: 100}
+
+
 async def test_commit_stays_at_a_blocked_record_and_a_restart_skips_the_finished(
     kafka_broker: KafkaBroker, kafka_topic: TopicFactory, group_id: str
 ) -> None:

@@ -21,6 +21,7 @@ from aiokafka import AIOKafkaProducer
 from aiogroup import ShareConsumer
 from aiogroup.testing.broker import KafkaBroker, unique_name
 from aiogroup.testing.plugin import TopicFactory
+from aiogroup.testing.process import sigstop
 from aiogroup.testing.share_checker import ShareRecorder, check_share_history, load_share_history
 from aiogroup.testing.share_observer import ShareGroupObserver
 from aiogroup.testing.share_peers import configure_share_group, record_broker_view
@@ -119,7 +120,7 @@ async def test_a_frozen_consumers_records_go_to_another_after_the_lock(
     proc = await start_member(bootstrap, topic, group, history, "frozen")
     try:
         await held(proc, 5)
-        os.kill(proc.pid, signal.SIGSTOP)
+        await sigstop(proc.pid)  # stamped once stopped: its last acquisitions precede it
         recorder.add("frozen", "frozen")
         async with consumer(bootstrap, group, topic, recorder=recorder, recorder_name="other") as c:
             again = await collect(c, 5)
@@ -190,7 +191,7 @@ async def test_a_member_frozen_past_its_session_hands_out_nothing_it_held_when_i
     try:
         first = await proc.stdout.readline()  # one handed out; four wait in its buffer
         assert first.split()[2] == b"1", first
-        os.kill(proc.pid, signal.SIGSTOP)
+        await sigstop(proc.pid)
         recorder.add("sleeper", "frozen")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + WAIT

@@ -38,6 +38,7 @@ from aiogroup.cli import run as cli_run
 from aiogroup.share import AckResult, InvalidAcknowledgement
 from aiogroup.testing.broker import KafkaBroker, unique_name
 from aiogroup.testing.plugin import TopicFactory
+from aiogroup.testing.process import sigstop
 from aiogroup.testing.share_checker import (
     ShareEvent,
     ShareRecorder,
@@ -350,7 +351,7 @@ async def test_sigstop_past_the_lock_and_the_session_late_acks_reported_failed(
             return any(e.kind == "acquired" for e in load_share_history(history))
 
         await until("the victim acquired records", victim_holds)
-        victim.send_signal(signal.SIGSTOP)
+        await sigstop(victim.pid)  # stamped once stopped: its last events precede it
         recorder.add("frozen", "frozen")
         async with share_consumer(
             bootstrap, group, topic, recorder, "survivor", acknowledgement_mode="explicit"

@@ -41,6 +41,15 @@ def consumer(**options: Any) -> GroupConsumer:
         ({"commit_interval_ms": -1}, ValueError, "commit_interval_ms must be a number"),
         ({"commit_interval_ms": "5s"}, ValueError, "commit_interval_ms"),
         ({"max_unfinished_per_partition": 0}, ValueError, "max_unfinished_per_partition"),
+        ({"max_uncommitted": 0}, ValueError, "max_uncommitted must be None or an int >= conc"),
+        ({"concurrency": 10, "max_uncommitted": 9}, ValueError, r"int >= concurrency \(10\)"),
+        ({"max_uncommitted": True}, ValueError, "max_uncommitted"),
+        ({"max_uncommitted": 150.0}, ValueError, "max_uncommitted"),
+        (
+            {"max_uncommitted": 100, "transactional_producer": object()},
+            ValueError,
+            "max_uncommitted and transactional_producer cannot be combined",
+        ),
     ],
 )
 def test_bad_options_are_named(kwargs: dict[str, Any], error: type[Exception], match: str) -> None:
@@ -101,6 +110,53 @@ async def test_commit_interval_zero_commits_after_each_finish_not_on_a_clock() -
     finally:
         loop_task.cancel()
         await asyncio.gather(loop_task, return_exceptions=True)
+
+
+async def test_a_start_refused_for_max_uncommitted_commits_at_once_and_refills_after() -> None:
+    """commit_interval_ms=5000 with max_uncommitted: a start refused for the bound
+    wakes the commit loop at once (not after 5 s); its answer lets the slots refill
+    (_dispatch); a failed commit is tried again shortly while they wait."""
+    p = Processor(consumer(), handler, concurrency=2, max_uncommitted=2, commit_interval_ms=5000)
+    outcomes = [False, True]
+    commits: list[bool] = []
+    answered = asyncio.Event()
+    dispatched: list[bool] = []
+
+    async def fake_commit(partitions: object) -> bool | None:
+        commits.append(outcomes[len(commits)] if len(commits) < len(outcomes) else True)
+        if commits[-1]:
+            answered.set()
+        return commits[-1]
+
+    p._commit = fake_commit  # type: ignore[method-assign]
+    p._dispatch = lambda: dispatched.append(p._bound_blocked)  # type: ignore[method-assign]
+    loop_task = asyncio.ensure_future(p._commit_loop())
+    try:
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert commits == []  # nothing asked for: the interval has not passed
+        p._bound_blocked = True  # what _take_bounded does when it refuses
+        assert p._urgent is not None
+        p._urgent.set()
+        await asyncio.wait_for(answered.wait(), 2)  # well before the 5 s interval
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert commits == [False, True]  # the failure was tried again
+        assert dispatched == [False] and not p._bound_blocked
+    finally:
+        loop_task.cancel()
+        await asyncio.gather(loop_task, return_exceptions=True)
+
+
+async def test_metrics_show_the_work_at_risk_only_with_the_bound() -> None:
+    plain = Processor(consumer(), handler)
+    assert plain._bound is None and plain._urgent is None
+    assert (plain.metrics()["uncommitted"], plain.metrics()["max_uncommitted"]) == (None, None)
+    bounded = Processor(consumer(), handler, concurrency=4, max_uncommitted=8)
+    assert bounded._bound is not None
+    bounded._bound.started(TopicPartition("t", 0), 3)
+    m = bounded.metrics()
+    assert (m["uncommitted"], m["max_uncommitted"], m["commit_waits"]) == (1, 8, 0)
 
 
 class Recording:
