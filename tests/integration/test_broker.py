@@ -412,11 +412,11 @@ async def test_caps_transactions(kafka_broker: KafkaBroker, kafka_topic: TopicFa
     assert committed == kafka_broker.caps.supports_transactions
 
 
-async def test_caps_partition_max_bytes(
-    kafka_broker: KafkaBroker, kafka_topic: TopicFactory
-) -> None:
-    """``honours_partition_max_bytes``: two partitions of ~200 kB in batches of at most
-    16 kB, fetched with a 64 kB limit per partition; Kafka answers at most 64 kB of each."""
+async def _two_partitions_fetched(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory, max_bytes: int, partition_max_bytes: int
+) -> list[int]:
+    """Two partitions of ~200 kB in batches of at most 16 kB, fetched once from offset 0
+    with these limits: the bytes each partition's answer holds."""
     from aiokafka.client import AIOKafkaClient
     from aiokafka.protocol.fetch import FetchRequest
 
@@ -430,7 +430,6 @@ async def test_caps_partition_max_bytes(
         await asyncio.gather(*sent)
     finally:
         await producer.stop()
-    limit = 64 * 1024
     client = AIOKafkaClient(bootstrap_servers=kafka_broker.bootstrap_servers)
     await client.bootstrap()
     try:
@@ -440,53 +439,32 @@ async def test_caps_partition_max_bytes(
         request = FetchRequest(
             max_wait_time=500,
             min_bytes=1,
-            max_bytes=50 << 20,
+            max_bytes=max_bytes,
             isolation_level=0,
-            topics=[(topic, [(0, 0, limit), (1, 0, limit)])],
+            topics=[(topic, [(0, 0, partition_max_bytes), (1, 0, partition_max_bytes)])],
         )
         response = await client.send(leader, request)
     finally:
         await client.close()
-    sizes = [len(p[-1] or b"") for _, parts in response.topics for p in parts]
+    return [len(p[-1] or b"") for _, parts in response.topics for p in parts]
+
+
+async def test_caps_partition_max_bytes(
+    kafka_broker: KafkaBroker, kafka_topic: TopicFactory
+) -> None:
+    """``honours_partition_max_bytes``: fetched with a 64 kB limit per partition (50 MB in
+    all); Kafka answers at most 64 kB of each."""
+    limit = 64 * 1024
+    sizes = await _two_partitions_fetched(kafka_broker, kafka_topic, 50 << 20, limit)
     assert len(sizes) == 2 and all(sizes), sizes
     assert (max(sizes) <= limit) == kafka_broker.caps.honours_partition_max_bytes, sizes
 
 
 async def test_caps_fetch_max_bytes(kafka_broker: KafkaBroker, kafka_topic: TopicFactory) -> None:
-    """``honours_fetch_max_bytes``: two partitions of ~200 kB in batches of at most 16 kB,
-    fetched with 1 MB per partition but 64 kB for the whole response; Kafka answers at
-    most 64 kB in all."""
-    from aiokafka.client import AIOKafkaClient
-    from aiokafka.protocol.fetch import FetchRequest
-
-    topic = await kafka_topic(partitions=2)
-    producer = AIOKafkaProducer(
-        bootstrap_servers=kafka_broker.bootstrap_servers, linger_ms=20, max_batch_size=16384
-    )
-    await producer.start()
-    try:
-        sent = [await producer.send(topic, b"x" * 1000, partition=i % 2) for i in range(400)]
-        await asyncio.gather(*sent)
-    finally:
-        await producer.stop()
+    """``honours_fetch_max_bytes``: fetched with 1 MB per partition but 64 kB for the
+    whole response; Kafka answers at most 64 kB in all."""
     limit = 64 * 1024
-    client = AIOKafkaClient(bootstrap_servers=kafka_broker.bootstrap_servers)
-    await client.bootstrap()
-    try:
-        await client.force_metadata_update()
-        leader = client.cluster.leader_for_partition(TopicPartition(topic, 0))
-        assert leader == client.cluster.leader_for_partition(TopicPartition(topic, 1))
-        request = FetchRequest(
-            max_wait_time=500,
-            min_bytes=1,
-            max_bytes=limit,
-            isolation_level=0,
-            topics=[(topic, [(0, 0, 1 << 20), (1, 0, 1 << 20)])],
-        )
-        response = await client.send(leader, request)
-    finally:
-        await client.close()
-    total = sum(len(p[-1] or b"") for _, parts in response.topics for p in parts)
+    total = sum(await _two_partitions_fetched(kafka_broker, kafka_topic, limit, 1 << 20))
     assert total > 0
     assert (total <= limit) == kafka_broker.caps.honours_fetch_max_bytes, total
 

@@ -27,14 +27,14 @@ import os
 import random
 import signal
 import sys
-import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 from aiokafka import AIOKafkaProducer
+from frozen_loop import FrozenLoop
 
 from aiogroup import GroupConsumer, Processor, TopicPartition
 from aiogroup.processing import Output
@@ -438,33 +438,6 @@ async def test_a_member_joining_mid_processing_keeps_each_inputs_output_once(
 
 
 # --- (d) a zombie: frozen past its session with a transaction open -------------------------
-
-
-class FrozenLoop:
-    """An event loop in a thread that the test can freeze, as SIGSTOP freezes a process:
-    nothing on it runs (no heartbeat, no handler, no commit) until ``thaw()``."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thaw = threading.Event()
-        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self._thread.start()
-
-    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        return await asyncio.wait_for(asyncio.wrap_future(future), WAIT_S)
-
-    def freeze(self) -> None:
-        self._thaw.clear()
-        self.loop.call_soon_threadsafe(self._thaw.wait, WAIT_S)
-
-    def thaw(self) -> None:
-        self._thaw.set()
-
-    def close(self) -> None:
-        self.thaw()
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(WAIT_S)
 
 
 @pytest.mark.parametrize("interval_ms", [60_000, 300])

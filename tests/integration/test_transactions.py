@@ -32,8 +32,7 @@ import itertools
 import os
 import signal
 import sys
-import threading
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +41,7 @@ from typing import Any, TypeVar
 import pytest
 from aiokafka import AIOKafkaProducer
 from fault_proxy import FaultProxy
+from frozen_loop import FrozenLoop
 
 from aiogroup import CommitFailedError, GroupConsumer, IllegalStateError, TopicPartition
 from aiogroup._transactions.committer import ProducerTxnView
@@ -299,33 +299,6 @@ async def test_the_loop_produces_each_inputs_output_exactly_once(
 
 
 # --- (b), (c): the zombie ---------------------------------------------------------------
-
-
-class FrozenLoop:
-    """An event loop in a thread that the test can freeze, as SIGSTOP freezes a process:
-    nothing on it runs (no heartbeat, no fetch) until ``thaw()``."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thaw = threading.Event()
-        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self._thread.start()
-
-    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        return await asyncio.wait_for(asyncio.wrap_future(future), WAIT_S)
-
-    def freeze(self) -> None:
-        self._thaw.clear()
-        self.loop.call_soon_threadsafe(self._thaw.wait, WAIT_S)
-
-    def thaw(self) -> None:
-        self._thaw.set()
-
-    def close(self) -> None:
-        self.thaw()
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(WAIT_S)
 
 
 @dataclass
