@@ -80,15 +80,14 @@ from __future__ import annotations
 import bisect
 import json
 import os
-import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal, get_args
 
 from aiogroup.structs import TopicPartition
+from aiogroup.testing.event_log import EventLog
 
 __all__ = [
     "GROUP",
@@ -238,37 +237,12 @@ def _parts(partitions: Iterable[TopicPartition | Partition]) -> tuple[Partition,
     return tuple(sorted((str(tp[0]), int(tp[1])) for tp in partitions))
 
 
-class HistoryRecorder:
+class HistoryRecorder(EventLog[Event]):
     """Collects events in memory and, given a ``path``, appends them to a JSON-lines file.
 
     Thread-safe (rebalance listeners may run in worker threads), and safe for several
-    processes appending to one file: every event is a single ``O_APPEND`` write.
+    processes appending to one file (:class:`aiogroup.testing.event_log.EventLog`).
     """
-
-    def __init__(
-        self,
-        path: str | os.PathLike[str] | None = None,
-        *,
-        clock: Callable[[], float] | None = None,
-    ) -> None:
-        self.path = None if path is None else Path(path)
-        self._clock = clock or time.monotonic
-        self._lock = threading.Lock()
-        self._events: list[Event] = []
-        self._fd: int | None = None
-        if self.path is not None:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-
-    def now(self) -> float:
-        return self._clock()
-
-    def record(self, event: Event) -> Event:
-        line = (event.to_json() + "\n").encode()
-        with self._lock:
-            self._events.append(event)
-            if self._fd is not None:
-                os.write(self._fd, line)
-        return event
 
     def add(self, member: str, kind: EventKind, **fields: Any) -> Event:
         """Record ``kind`` for ``member`` now (or at ``t=`` if given)."""
@@ -295,24 +269,6 @@ class HistoryRecorder:
         rows = _commit_rows(offsets)
         if rows:
             self.add(OBSERVER, "broker_committed", offsets=rows)
-
-    def events(self) -> list[Event]:
-        """What this recorder wrote (in this process only; use :func:`load_history`
-        to read a file several processes appended to)."""
-        with self._lock:
-            return list(self._events)
-
-    def close(self) -> None:
-        with self._lock:
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
-
-    def __enter__(self) -> HistoryRecorder:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 @dataclass(frozen=True)

@@ -86,13 +86,12 @@ from __future__ import annotations
 
 import json
 import os
-import threading
-import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal, get_args
+
+from aiogroup.testing.event_log import EventLog
 
 __all__ = [
     "OBSERVER",
@@ -241,37 +240,12 @@ def _opt_float(value: object) -> float | None:
     return None if value is None else float(value)  # type: ignore[arg-type]
 
 
-class ShareRecorder:
+class ShareRecorder(EventLog[ShareEvent]):
     """Collects share events in memory and, given a ``path``, appends them to a file.
 
-    Thread-safe, and safe for several processes appending to one file (one
-    ``O_APPEND`` write per event), as :class:`aiogroup.testing.history.HistoryRecorder`.
+    Thread-safe, and safe for several processes appending to one file
+    (:class:`aiogroup.testing.event_log.EventLog`).
     """
-
-    def __init__(
-        self,
-        path: str | os.PathLike[str] | None = None,
-        *,
-        clock: Callable[[], float] | None = None,
-    ) -> None:
-        self.path = None if path is None else Path(path)
-        self._clock = clock or time.monotonic
-        self._lock = threading.Lock()
-        self._events: list[ShareEvent] = []
-        self._fd: int | None = None
-        if self.path is not None:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-
-    def now(self) -> float:
-        return self._clock()
-
-    def record(self, event: ShareEvent) -> ShareEvent:
-        line = (event.to_json() + "\n").encode()
-        with self._lock:
-            self._events.append(event)
-            if self._fd is not None:
-                os.write(self._fd, line)
-        return event
 
     def add(self, consumer: str, kind: ShareEventKind, **fields: Any) -> ShareEvent:
         """Record ``kind`` for ``consumer`` now (or at ``t=`` if given)."""
@@ -345,22 +319,6 @@ class ShareRecorder:
             offset=start_offset,
             lag=lag,
         )
-
-    def events(self) -> list[ShareEvent]:
-        with self._lock:
-            return list(self._events)
-
-    def close(self) -> None:
-        with self._lock:
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
-
-    def __enter__(self) -> ShareRecorder:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def load_share_history(*paths: str | os.PathLike[str]) -> list[ShareEvent]:
