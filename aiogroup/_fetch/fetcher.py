@@ -52,6 +52,7 @@ from aiogroup._fetch.responses import (
 from aiogroup._fetch.walker import RecordSink, Sink
 from aiogroup._state.subscription import Assignment, PartitionState, SubscriptionState
 from aiogroup._support.frame_reader import install_frame_reader
+from aiogroup._support.heap_trim import trim
 from aiogroup._support.supervision import TaskScope
 from aiogroup._support.timeouts import wait_for
 from aiogroup.config import ConsumerConfig
@@ -435,6 +436,11 @@ class Fetcher:
                 self._report(exc)
                 self._node_backoff[node] = asyncio.get_running_loop().time() + self._backoff
                 self._wake_later(self._backoff)
+            del response
+            if self._budget.bounded and not self._budget.can_request():
+                # At the bound, fetching pauses: the response's transient copies are
+                # freed now, and RSS should follow what is held (_support.heap_trim).
+                trim()
         finally:
             self._budget.unreserve(reserved)
             self._inflight_nodes.discard(node)

@@ -313,3 +313,27 @@ async def test_unassigning_everything_frees_the_read_ahead() -> None:
         await asyncio.sleep(0)  # let the routine see the resolved `unassigned` future
     assert fetcher.buffered_bytes == 0
     await stop(fetcher, sub)
+
+
+async def test_a_response_that_fills_the_bound_trims_the_heap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # At the bound fetching pauses: the transient copies of the response just handled
+    # are given back to the kernel then (aiogroup._support.heap_trim), not per response.
+    from aiogroup._fetch import fetcher as fetcher_module
+
+    trims: list[int] = []
+    monkeypatch.setattr(fetcher_module, "trim", lambda: trims.append(1) or True)
+    for bound, expected in ((4096, True), (0, False)):
+        trims.clear()
+        broker = FakeBroker(log_100_to_110())
+        fetcher, sub, st = await start(
+            broker, max_buffered_bytes=bound, max_partition_fetch_bytes=1024
+        )
+        st.seek(100)
+        got = await fetcher.fetched_records((), 5.0, max_records=1)
+        assert [r.offset for r in got[TP]] == [100]
+        if expected:
+            assert not fetcher._budget.can_request()
+        assert bool(trims) is expected, (bound, trims)
+        await stop(fetcher, sub)
