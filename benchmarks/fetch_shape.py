@@ -141,7 +141,8 @@ async def drain(
         tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
-        n = 0
+        n = nbytes = 0
+        touch = os.environ.get("SHAPE_TOUCH") == "1"
         counts.on = True
         t0, c0 = time.perf_counter(), time.process_time()
         r0 = resource.getrusage(resource.RUSAGE_SELF)
@@ -151,6 +152,8 @@ async def drain(
             got = await consumer.getmany(timeout_ms=1000)
             counts.polls += 1
             k = sum(len(r) for r in got.values())
+            if touch:  # what the benchmark worker does with each record
+                nbytes += sum(len(r.value) for recs in got.values() for r in recs)
             counts.polled.append(k)
             n += k
         if prof is not None:

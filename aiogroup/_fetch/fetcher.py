@@ -51,8 +51,8 @@ from aiogroup._fetch.responses import (
 )
 from aiogroup._fetch.walker import RecordSink, Sink
 from aiogroup._state.subscription import Assignment, PartitionState, SubscriptionState
+from aiogroup._support.allocator import keep_freed_pages, trim
 from aiogroup._support.frame_reader import install_frame_reader
-from aiogroup._support.heap_trim import trim
 from aiogroup._support.supervision import TaskScope
 from aiogroup._support.timeouts import wait_for
 from aiogroup.config import ConsumerConfig
@@ -178,6 +178,7 @@ class Fetcher:
         if self._closed:
             raise ConsumerStoppedError()
         if self._routine is None:
+            keep_freed_pages()  # responses reuse freed pages (_support.allocator)
             self._routine = asyncio.get_running_loop().create_task(
                 self._run(), name="aiogroup-fetcher"
             )
@@ -439,7 +440,7 @@ class Fetcher:
             del response
             if self._budget.bounded and not self._budget.can_request():
                 # At the bound, fetching pauses: the response's transient copies are
-                # freed now, and RSS should follow what is held (_support.heap_trim).
+                # freed now, and RSS should follow what is held (_support.allocator).
                 trim()
         finally:
             self._budget.unreserve(reserved)

@@ -6,7 +6,7 @@ allocation - the socket's chunks, the frame joined from them, the record sets ai
 copies out, the buffered chunks, decoded leftovers, and every object around them - is
 traced, so a copy the budget forgets shows up as a peak above the bound.  What
 tracemalloc does not see is memory the C allocator keeps after a free (RSS;
-``aiogroup._support.heap_trim``), which is not the fetcher's to count.
+``aiogroup._support.allocator``), which is not the fetcher's to count.
 
 The consumer's own fixed footprint (connections, metadata, tasks, the parse of
 metadata answers) is not read-ahead: it is measured the same way on an empty topic,
