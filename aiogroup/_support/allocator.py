@@ -18,11 +18,13 @@ s, the peers' figure.
 ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_`` / ``MALLOC_TOP_PAD_`` in the
 environment) or ``AIOGROUP_MALLOC_TUNE=0``.  These are process-wide settings: every
 large block of the process then comes from the heap.  The price is memory kept after a
-free, which ``max_buffered_bytes`` is stated against (RSS), so ``trim()`` - glibc's
+free, which ``max_buffered_bytes`` is stated against (RSS), so after each response the
+fetcher compares what it holds plus the heap's free bytes (``free_heap_bytes``,
+glibc's ``mallinfo2``) with the bound, and past it calls ``trim()`` - glibc's
 ``malloc_trim(0)``, which releases every free page of every arena and changes no setting
-- is called by the fetcher when a response leaves the read-ahead at its bound: then
-fetching pauses and RSS returns to what is held (about a tenth of a millisecond on a
-heap of tens of MiB; ``AIOGROUP_MALLOC_TRIM=0`` turns it off).
+(about a tenth of a millisecond on a heap of tens of MiB; ``AIOGROUP_MALLOC_TRIM=0``
+turns it off).  A drain far from its bound keeps its pages; one at its bound (the
+application slower than the broker) gives them back, as before.
 
 Outside glibc (musl, macOS, Windows) both do nothing and say so (False).
 """
@@ -34,7 +36,7 @@ import ctypes.util
 import os
 from typing import Any
 
-__all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "keep_freed_pages", "trim"]
+__all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "free_heap_bytes", "keep_freed_pages", "trim"]
 
 #: Blocks below this come from the heap: above any Fetch response the defaults ask
 #: for (``fetch_max_bytes`` 50 MiB is the response's, a frame rarely near it), and
@@ -71,6 +73,40 @@ def _glibc() -> Any:
             libc = None
         _libc = libc
     return _libc
+
+
+class _MallInfo2(ctypes.Structure):
+    """glibc's ``struct mallinfo2`` (2.33+): sizes as ``size_t``."""
+
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
+
+
+def free_heap_bytes() -> int | None:
+    """Bytes free inside glibc's arenas (still mapped: RSS counts the touched ones), or None.
+
+    ``mallinfo2()`` (glibc 2.33+), under a microsecond here.  None without it.
+    """
+    libc = _glibc()
+    fn = None if libc is None else getattr(libc, "mallinfo2", None)
+    if fn is None:
+        return None
+    fn.restype = _MallInfo2
+    info = fn()
+    return int(info.fordblks)
 
 
 def trim() -> bool:

@@ -96,3 +96,12 @@ def test_without_glibc_nothing_happens(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(allocator, "_libc", None)
     assert allocator.trim() is False
     assert allocator.keep_freed_pages() is False
+
+
+def test_free_heap_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert allocator.free_heap_bytes() is None  # the fake has no mallinfo2
+    monkeypatch.setattr(allocator, "_loaded", False)
+    monkeypatch.setattr(allocator, "_libc", None)
+    free = allocator.free_heap_bytes()
+    if GLIBC:
+        assert isinstance(free, int) and free >= 0
