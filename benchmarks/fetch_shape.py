@@ -16,7 +16,8 @@ in the drain's own process:
 * per frame (``readexactly`` of the size the 4-byte prefix gave): how many, what sizes;
 * the drain's wall and CPU seconds, getmany calls and records per call.
 
-Nothing is written unless ``--json``; no timing is asserted anywhere.
+``SHAPE_TOUCH=1`` in the environment also reads every record's value, as the benchmark
+worker does.  Nothing is written unless ``--json``; no timing is asserted anywhere.
 """
 
 from __future__ import annotations
