@@ -51,6 +51,7 @@ from aiogroup._fetch.responses import (
 )
 from aiogroup._fetch.walker import RecordSink, Sink
 from aiogroup._state.subscription import Assignment, PartitionState, SubscriptionState
+from aiogroup._support.allocator import free_heap_bytes, keep_freed_pages, trim
 from aiogroup._support.frame_reader import install_frame_reader
 from aiogroup._support.supervision import TaskScope
 from aiogroup._support.timeouts import wait_for
@@ -177,6 +178,7 @@ class Fetcher:
         if self._closed:
             raise ConsumerStoppedError()
         if self._routine is None:
+            keep_freed_pages()  # responses reuse freed pages (_support.allocator)
             self._routine = asyncio.get_running_loop().create_task(
                 self._run(), name="aiogroup-fetcher"
             )
@@ -435,11 +437,32 @@ class Fetcher:
                 self._report(exc)
                 self._node_backoff[node] = asyncio.get_running_loop().time() + self._backoff
                 self._wake_later(self._backoff)
+            del response
+            self._trim_heap()
         finally:
             self._budget.unreserve(reserved)
             self._inflight_nodes.discard(node)
             self._inflight_tps.difference_update(plan)
             self._wake()
+
+    def _trim_heap(self) -> None:
+        """Give freed pages back when they and what is held would pass the bound.
+
+        The allocator keeps the pages a response's transient copies freed, so the next
+        response reuses them (``_support.allocator``); but ``max_buffered_bytes`` is
+        stated against RSS, which counts them.  After each response (its copies freed
+        now): when held + free heap bytes exceed the bound, or - where the C library
+        cannot say how much is free - when fetching pauses at the bound, trim.
+        """
+        budget = self._budget
+        if not budget.bounded:
+            return
+        free = free_heap_bytes()
+        if free is None:
+            if not budget.can_request():
+                trim()
+        elif budget.held + free > budget.limit:
+            trim()
 
     def _frame_reader(self, node: int) -> None:
         """Read this broker's Fetch responses with one copy each (``_support.frame_reader``)."""

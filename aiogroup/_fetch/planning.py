@@ -153,6 +153,11 @@ class MemoryBudget:
         held = self.buffered + self.reserved + self.frames + self.decoded
         return (self.limit - held) // self.copies
 
+    @property
+    def held(self) -> int:
+        """Everything counted against the bound: buffered, reserved, frames, decoded."""
+        return self.buffered + self.reserved + self.frames + self.decoded
+
     def can_request(self) -> bool:
         """Whether some request may go out (the broker whose frame is largest, at best)."""
         if not self.bounded:

@@ -313,3 +313,34 @@ async def test_unassigning_everything_frees_the_read_ahead() -> None:
         await asyncio.sleep(0)  # let the routine see the resolved `unassigned` future
     assert fetcher.buffered_bytes == 0
     await stop(fetcher, sub)
+
+
+async def test_a_response_that_fills_the_bound_trims_the_heap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # After a response, when what is held plus the allocator's free bytes would pass
+    # the bound, the free pages go back to the kernel (aiogroup._support.allocator);
+    # without a count of free bytes, when fetching pauses at the bound.
+    from aiogroup._fetch import fetcher as fetcher_module
+
+    trims: list[int] = []
+    monkeypatch.setattr(fetcher_module, "trim", lambda: trims.append(1) or True)
+    cases = [  # (bound, free heap bytes, trimmed?)
+        (1 << 20, 0, False),  # far from the bound
+        (1 << 20, 1 << 20, True),  # held + free > bound
+        (4096, None, True),  # no count: the budget cannot request any more
+        (1 << 20, None, False),  # no count, room left
+        (0, 1 << 30, False),  # unbounded
+    ]
+    for bound, free, expected in cases:
+        trims.clear()
+        monkeypatch.setattr(fetcher_module, "free_heap_bytes", lambda free=free: free)
+        broker = FakeBroker(log_100_to_110())
+        fetcher, sub, st = await start(
+            broker, max_buffered_bytes=bound, max_partition_fetch_bytes=1024
+        )
+        st.seek(100)
+        got = await fetcher.fetched_records((), 5.0, max_records=1)
+        assert [r.offset for r in got[TP]] == [100]
+        assert bool(trims) is expected, (bound, free, trims)
+        await stop(fetcher, sub)

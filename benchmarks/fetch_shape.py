@@ -1,0 +1,271 @@
+"""What a drain's Fetch responses look like on this broker: one drain, counted.
+
+``python -m benchmarks.fetch_shape [--payload 1KiB] [--records 250000] [--variant tuned]``
+(broker: ``AIOGROUP_BROKER``, as every benchmark; ``--profile`` adds a cProfile split)
+
+Why: the same 1 KiB drain costs aiogroup about twice the CPU on Tansu that it costs on
+Apache Kafka (docs/benchmarks/profile.md), and the per-record work is the same on both.
+What differs is the shape of the traffic - how many responses, how large, how many
+partitions each answers, how the socket hands the bytes over - so this counts it, for
+one drain with aiogroup's throughput configurations (``benchmarks.adapters``' options),
+in the drain's own process:
+
+* per Fetch: partitions asked, partitions answered with records, record bytes and
+  records (the cursor's advance), the round trip;
+* per socket read (``data_received`` of aiokafka's protocol): how many, what sizes;
+* per frame (``readexactly`` of the size the 4-byte prefix gave): how many, what sizes;
+* the drain's wall and CPU seconds, getmany calls and records per call.
+
+``SHAPE_TOUCH=1`` in the environment also reads every record's value, as the benchmark
+worker does.  Nothing is written unless ``--json``; no timing is asserted anywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import json
+import os
+import pstats
+import resource
+import statistics
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+PARTITIONS = 8
+
+
+class Counts:
+    """What the hooks saw during the drain (only while ``on`` is set)."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.requests: list[int] = []  # partitions asked per Fetch
+        self.responses: list[tuple[int, int, int, int, float]] = []
+        # (partitions answered, partitions with records, record bytes, records, seconds)
+        self.reads: list[int] = []  # data_received sizes
+        self.frames: list[int] = []  # readexactly sizes >= 8
+        self.polls = 0
+        self.polled: list[int] = []
+
+
+def _install(counts: Counts) -> None:
+    """Wrap the fetcher's and the connection's methods with counters (this process only)."""
+    import aiokafka.conn as conn
+
+    from aiogroup._fetch import fetcher as fmod
+    from aiogroup._support import frame_reader
+
+    orig_received = conn.AIOKafkaProtocol.data_received
+
+    def data_received(self: Any, data: bytes) -> None:
+        if counts.on:
+            counts.reads.append(len(data))
+        orig_received(self, data)
+
+    conn.AIOKafkaProtocol.data_received = data_received  # type: ignore[method-assign]
+
+    for cls in (asyncio.StreamReader, frame_reader.FrameReader):
+        orig_read = cls.__dict__["readexactly"]
+
+        def make(orig: Any, cls: type) -> Any:
+            async def readexactly(self: Any, n: int) -> bytes:
+                if counts.on and n >= 8 and type(self) is cls:
+                    counts.frames.append(n)
+                return await orig(self, n)  # type: ignore[no-any-return]
+
+            return readexactly
+
+        cls.readexactly = make(orig_read, cls)  # type: ignore[method-assign]
+
+    orig_fetch = fmod.Fetcher._fetch
+    orig_handle = fmod.Fetcher._handle_response
+
+    async def _fetch(self: Any, node: int, request: Any, plan: Any, reserved: int) -> None:
+        if counts.on:
+            counts.requests.append(len(plan))
+        self._shape_sent = time.perf_counter()
+        await orig_fetch(self, node, request, plan, reserved)
+
+    def _handle_response(self: Any, response: Any, plan: Any, node: int) -> None:
+        rtt = time.perf_counter() - getattr(self, "_shape_sent", time.perf_counter())
+        before = {tp: p.cursor.offset for tp, p in plan.items()}
+        answered = with_records = nbytes = 0
+        for _topic, parts in response.topics:
+            for p in parts:
+                answered += 1
+                if p[-1]:
+                    with_records += 1
+                    nbytes += len(p[-1])
+        orig_handle(self, response, plan, node)
+        records = sum(p.cursor.offset - before[tp] for tp, p in plan.items())
+        if counts.on:
+            counts.responses.append((answered, with_records, nbytes, records, rtt))
+
+    fmod.Fetcher._fetch = _fetch  # type: ignore[method-assign]
+    fmod.Fetcher._handle_response = _handle_response  # type: ignore[method-assign]
+
+
+def _spread(values: list[int] | list[float]) -> str:
+    if not values:
+        return "-"
+    q = statistics.quantiles(values, n=10) if len(values) > 1 else [values[0]] * 9
+    return (
+        f"n={len(values):,} median {statistics.median(values):,.0f} "
+        f"(p10 {q[0]:,.0f}, p90 {q[-1]:,.0f}, max {max(values):,.0f}) sum {sum(values):,.0f}"
+    )
+
+
+async def drain(
+    bootstrap: str, topic: str, records: int, variant: str, profile: bool
+) -> dict[str, Any]:
+    from aiogroup import GroupConsumer, TopicPartition
+    from benchmarks.adapters.aiogroup_consumer import VARIANTS
+
+    counts = Counts()
+    _install(counts)
+    consumer = GroupConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        **VARIANTS[variant].options,
+    )
+    await consumer.start()
+    prof = cProfile.Profile(time.process_time) if profile else None
+    try:
+        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        n = nbytes = 0
+        touch = os.environ.get("SHAPE_TOUCH") == "1"
+        counts.on = True
+        t0, c0 = time.perf_counter(), time.process_time()
+        r0 = resource.getrusage(resource.RUSAGE_SELF)
+        if prof is not None:
+            prof.enable()
+        while n < records:
+            got = await consumer.getmany(timeout_ms=1000)
+            counts.polls += 1
+            k = sum(len(r) for r in got.values())
+            if touch:  # what the benchmark worker does with each record
+                nbytes += sum(len(r.value) for recs in got.values() for r in recs)
+            counts.polled.append(k)
+            n += k
+        if prof is not None:
+            prof.disable()
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+        r1 = resource.getrusage(resource.RUSAGE_SELF)
+        counts.on = False
+    finally:
+        await consumer.stop()
+    resp = counts.responses
+    out: dict[str, Any] = {
+        "records": n,
+        "seconds": seconds,
+        "cpu_s": cpu,
+        "user_s": r1.ru_utime - r0.ru_utime,
+        "sys_s": r1.ru_stime - r0.ru_stime,
+        "minor_faults": r1.ru_minflt - r0.ru_minflt,
+        "voluntary_switches": r1.ru_nvcsw - r0.ru_nvcsw,
+        "involuntary_switches": r1.ru_nivcsw - r0.ru_nivcsw,
+        "responses": len(resp),
+        "requests_partitions": counts.requests,
+        "responses_detail": resp,
+        "reads": counts.reads,
+        "frames": counts.frames,
+        "polls": counts.polls,
+        "polled": counts.polled,
+    }
+    if prof is not None:
+        buf = io.StringIO()
+        stats = pstats.Stats(prof, stream=buf)
+        stats.sort_stats("tottime").print_stats(25)
+        out["profile"] = buf.getvalue()
+    return out
+
+
+def report(got: dict[str, Any]) -> list[str]:
+    resp = got["responses_detail"]
+    n, secs = got["records"], got["seconds"]
+    lines = [
+        f"drain: {n:,} records in {secs:.2f} s ({n / secs:,.0f}/s), CPU {got['cpu_s']:.2f} s",
+        f"  user {got['user_s']:.2f} s, system {got['sys_s']:.2f} s, minor page faults "
+        f"{got['minor_faults']:,}, context switches {got['voluntary_switches']:,} voluntary "
+        f"{got['involuntary_switches']:,} involuntary",
+        f"Fetch requests: {len(got['requests_partitions']):,}, partitions asked "
+        f"{Counter(got['requests_partitions']).most_common()}",
+        f"responses: {len(resp):,} ({len(resp) / secs:,.0f}/s)",
+        f"  partitions answered: {Counter(r[0] for r in resp).most_common()}",
+        f"  partitions with records: {Counter(r[1] for r in resp).most_common()}",
+        f"  record bytes: {_spread([r[2] for r in resp])}",
+        f"  records: {_spread([r[3] for r in resp])}",
+        f"  round trip ms: {_spread([r[4] * 1000 for r in resp])}",
+        f"  empty responses: {sum(1 for r in resp if r[3] == 0):,}",
+        f"socket reads: {_spread(got['reads'])}",
+        f"frames >= 8 B: {_spread(got['frames'])}",
+        f"getmany calls: {got['polls']:,}, records per call {_spread(got['polled'])}",
+        f"per record: {got['cpu_s'] / n * 1e6:.2f} us CPU; "
+        f"per response {got['cpu_s'] / max(1, len(resp)) * 1e3:.2f} ms CPU",
+    ]
+    if "profile" in got:
+        lines.append(got["profile"])
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["_drain"]:
+        bootstrap, topic, records, variant, profile = argv[1:6]
+        got = asyncio.run(drain(bootstrap, topic, int(records), variant, profile == "1"))
+        print("RESULT " + json.dumps(got))
+        return 0
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.fetch_shape", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--payload", default="1KiB", help="a payload of benchmarks.data")
+    parser.add_argument("--records", type=int, default=250_000)
+    parser.add_argument("--variant", action="append", help="aiogroup variant(s): tuned, defaults")
+    parser.add_argument("--reps", type=int, default=1)
+    parser.add_argument("--profile", action="store_true", help="cProfile the drain (slower)")
+    parser.add_argument("--json", type=Path, help="write the raw counts here")
+    args = parser.parse_args(argv)
+    variants = args.variant or ["tuned"]
+
+    import subprocess
+
+    sys.path.insert(0, str(ROOT))
+    from aiogroup.testing import SyncKafkaBroker
+    from benchmarks.data import PAYLOADS, produce
+
+    results: dict[str, list[dict[str, Any]]] = {}
+    with SyncKafkaBroker() as broker:
+        topic = broker.create_topic(partitions=PARTITIONS)
+        produce(broker.bootstrap_servers, topic, PAYLOADS[args.payload], args.records, PARTITIONS)
+        print(f"produced {args.records:,} x {args.payload} to {topic}; load {os.getloadavg()}")
+        for rep in range(args.reps):
+            for variant in variants:
+                cmd = [sys.executable, "-m", "benchmarks.fetch_shape", "_drain"]
+                cmd += [broker.bootstrap_servers, topic, str(args.records), variant]
+                cmd += ["1" if args.profile else "0"]
+                done = subprocess.run(cmd, capture_output=True, text=True, cwd=str(ROOT))
+                line = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
+                if not line:
+                    print(f"rep {rep} {variant}: failed\n{done.stderr[-2000:]}")
+                    continue
+                got = json.loads(line[-1][len("RESULT ") :])
+                results.setdefault(variant, []).append(got)
+                print(f"\n== rep {rep}, aiogroup/{variant}, load {os.getloadavg()}")
+                print("\n".join(report(got)), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
