@@ -37,9 +37,18 @@ def _fresh(monkeypatch: pytest.MonkeyPatch) -> FakeLibc:
     monkeypatch.setattr(allocator, "_tuned", None)
     for name in (*allocator._GLIBC_TUNABLES, "GLIBC_TUNABLES"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.delenv("AIOGROUP_MALLOC_TUNE", raising=False)
+    monkeypatch.setenv("AIOGROUP_MALLOC_TUNE", "1")  # opted in; see the off-by-default test
     monkeypatch.delenv("AIOGROUP_MALLOC_TRIM", raising=False)
     return libc
+
+
+def test_thresholds_are_left_alone_unless_the_application_opts_in(
+    _fresh: FakeLibc, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("AIOGROUP_MALLOC_TUNE")
+    assert allocator.keep_freed_pages() is False
+    assert allocator.trim() is True  # the trim at the bound changes no setting: on by default
+    assert _fresh.calls == [("malloc_trim", 0)]
 
 
 def test_the_real_c_library_is_found_where_it_is_glibc(monkeypatch: pytest.MonkeyPatch) -> None:
