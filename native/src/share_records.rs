@@ -278,7 +278,10 @@ fn build<'py>(
         // `tuple.__new__(cls, ...)` does), each set once below with a new reference
         // (PyTuple_SetItem steals it); the list slot takes the record's reference.
         unsafe {
-            let obj = owned(py, ffi::PyType_GenericAlloc(type_ptr, ITEMS as ffi::Py_ssize_t))?;
+            let obj = owned(
+                py,
+                ffi::PyType_GenericAlloc(type_ptr, ITEMS as ffi::Py_ssize_t),
+            )?;
             for (j, v) in values.into_iter().enumerate() {
                 if ffi::PyTuple_SetItem(obj.as_ptr(), j as ffi::Py_ssize_t, v.into_ptr()) != 0 {
                     return Err(PyErr::fetch(py));

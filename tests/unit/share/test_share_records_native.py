@@ -149,7 +149,7 @@ def test_codecs_and_timestamp_types_match(
         assert {r[4] for r in fast[0][:40]} == {1}
 
 
-@settings(max_examples=150, deadline=None)
+@settings(deadline=None)
 @given(
     st.lists(
         st.tuples(st.integers(1, 6), st.sets(st.integers(0, 5), max_size=3)),
