@@ -63,6 +63,7 @@ async def aiogroup_share_rate(
     handle_s: float = 0.0,
     max_poll_records: int = 500,
     timeout_s: float = 300.0,
+    stats: dict[str, float] | None = None,
     **options: Any,
 ) -> tuple[PerfResult, float]:
     """``consumers`` aiogroup share consumers on this loop (implicit acknowledgement)
@@ -70,8 +71,10 @@ async def aiogroup_share_rate(
     (from the consumers' creation to the last record, the join included).  ``handle_s``:
     each record's handler awaits that long (one record at a time per consumer).  Also
     returns the seconds to the first record (the join and the first fetch): how much of
-    the figure is start-up."""
+    the figure is start-up.  ``stats``, when given, receives ``cpu_s``: this process's
+    CPU seconds from the first record to the last (is the drain CPU-bound here?)."""
     got = 0
+    cpu0: list[float] = []
     done = asyncio.Event()
     began = time.monotonic()
     first: list[float] = []
@@ -94,6 +97,7 @@ async def aiogroup_share_rate(
             batch = await c.getmany(timeout_ms=200)
             if batch and not first:
                 first.append(time.monotonic() - began)
+                cpu0.append(time.process_time())
             for rs in batch.values():
                 if handle_s:
                     for _ in rs:
@@ -112,6 +116,8 @@ async def aiogroup_share_rate(
         if not done.is_set():
             raise TimeoutError(f"{consumers} aiogroup share consumer(s) read {got} of {records}")
         seconds = time.monotonic() - began
+        if stats is not None and cpu0:
+            stats["cpu_s"] = time.process_time() - cpu0[0]
     finally:
         done.set()
         await asyncio.gather(*tasks, return_exceptions=True)

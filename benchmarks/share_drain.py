@@ -40,6 +40,18 @@ from benchmarks.share_consumer import aiogroup_share_rate
 
 ROOT = Path(__file__).resolve().parent.parent
 
+
+def _extra_path() -> list[str]:
+    """This process's PYTHONPATH entries that hold no ``aiogroup`` of their own - a
+    private ``aiogroup_native`` build (``pip install --target DIR ./native``) reaches
+    the children too; a checkout's ``aiogroup`` on it would shadow the tree's."""
+    return [
+        p
+        for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+        if p and not (Path(p) / "aiogroup").exists()
+    ]
+
+
 #: The child that drains with one tree's aiogroup: prints where aiogroup came from and
 #: the measurement (seconds from the consumers' creation to the last record, and to the
 #: first).
@@ -48,10 +60,12 @@ import asyncio, json, sys
 import aiogroup
 from benchmarks.share_consumer import aiogroup_share_rate
 bootstrap, topic, group, records, consumers, max_poll_records = sys.argv[1:7]
+stats = {}
 result, first = asyncio.run(aiogroup_share_rate(bootstrap, topic, group, int(records),
     consumers=int(consumers), max_poll_records=int(max_poll_records),
-    acquire_mode="batch_optimized"))
-print(json.dumps({"origin": aiogroup.__file__, "seconds": result.seconds, "first": first}))
+    acquire_mode="batch_optimized", stats=stats))
+print(json.dumps({"origin": aiogroup.__file__, "seconds": result.seconds, "first": first,
+    "cpu": stats.get("cpu_s", float("nan"))}))
 """
 
 
@@ -63,12 +77,13 @@ def _tree_drain(
     records: int,
     consumers: int,
     max_poll_records: int,
-) -> tuple[float, float]:
-    """One drain by ``tree``'s aiogroup in a child process: (seconds, first record's)."""
+) -> tuple[float, float, float]:
+    """One drain by ``tree``'s aiogroup in a child process: (seconds, first record's,
+    the child's CPU seconds from its first record to its last)."""
     with tempfile.TemporaryDirectory() as only:
         # The tree's aiogroup alone first on the path: the benchmarks stay this checkout's.
         (Path(only) / "aiogroup").symlink_to(tree / "aiogroup")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([only, str(ROOT)]))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([only, str(ROOT), *_extra_path()]))
         args = [bootstrap, topic, group, str(records), str(consumers), str(max_poll_records)]
         out = subprocess.run(
             [sys.executable, "-c", _CHILD, *args],
@@ -82,7 +97,7 @@ def _tree_drain(
         got = json.loads(out.strip().splitlines()[-1])
         if not Path(got["origin"]).resolve().is_relative_to((tree / "aiogroup").resolve()):
             raise RuntimeError(f"the child imported aiogroup from {got['origin']}, not {tree}")
-    return float(got["seconds"]), float(got["first"])
+    return float(got["seconds"]), float(got["first"]), float(got["cpu"])
 
 
 async def _run(
@@ -124,8 +139,9 @@ async def _run(
                             timeout_s=300.0,
                         )
                         total, first = result.seconds, result.first_seconds or float("nan")
+                        cpu = float("nan")  # librdkafka's threads share this process
                     elif trees:
-                        total, first = await asyncio.to_thread(
+                        total, first, cpu = await asyncio.to_thread(
                             _tree_drain,
                             Path(client),
                             bootstrap,
@@ -136,6 +152,7 @@ async def _run(
                             max_poll_records,
                         )
                     else:
+                        stats: dict[str, float] = {}
                         result, first = await aiogroup_share_rate(
                             bootstrap,
                             topic,
@@ -144,14 +161,19 @@ async def _run(
                             consumers=n,
                             max_poll_records=max_poll_records,
                             acquire_mode="batch_optimized",
+                            stats=stats,
                         )
                         total = result.seconds
+                        # This process also runs the harness: an upper bound.
+                        cpu = stats.get("cpu_s", float("nan"))
                     row = {
                         "client": client,
                         "consumers": n,
                         "round": round_,
                         "first_s": round(first, 3),
                         "drain_per_s": round(records / (total - first)),
+                        # Client CPU seconds over wall seconds, first record to last.
+                        "cpu_per_wall": round(cpu / (total - first), 2),
                         "load": round(os.getloadavg()[0], 1),
                     }
                     rows.append(row)

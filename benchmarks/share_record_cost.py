@@ -35,6 +35,19 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _extra_path() -> list[str]:
+    """This process's PYTHONPATH entries that hold no ``aiogroup`` of their own - a
+    private ``aiogroup_native`` build (``pip install --target DIR ./native``) reaches
+    the children too; a checkout's ``aiogroup`` on it would shadow the tree's."""
+    return [
+        p
+        for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+        if p and not (Path(p) / "aiogroup").exists()
+    ]
+
+
 PARTITIONS = 2
 
 
@@ -70,7 +83,16 @@ async def _child(bootstrap: str, topic: str, group: str, records: int) -> None:
         cpu = time.process_time() - cpu0
     finally:
         await consumer.stop(timeout=10)
-    print(json.dumps({"counted": counted, "cpu": cpu, "origin": aiogroup.__file__}))
+    try:
+        import aiogroup_native
+
+        has = hasattr(aiogroup_native, "share_records")
+        native = f"{aiogroup_native.__file__} (share_records: {has})"
+    except ImportError:
+        native = "none"
+    print(
+        json.dumps({"counted": counted, "cpu": cpu, "origin": aiogroup.__file__, "native": native})
+    )
 
 
 def _drain(
@@ -81,7 +103,7 @@ def _drain(
         (Path(tmp) / "aiogroup").symlink_to(tree / "aiogroup")
         out = os.path.join(tmp, "cg.out")
         env = dict(os.environ, PYTHONHASHSEED="0")
-        env["PYTHONPATH"] = os.pathsep.join([tmp, str(ROOT)])
+        env["PYTHONPATH"] = os.pathsep.join([tmp, str(ROOT), *_extra_path()])
         done = subprocess.run(
             [
                 "valgrind",
@@ -115,6 +137,7 @@ def _drain(
             shutil.copyfile(dump, keep / f"share-{label}-{records}.callgrind")
         with open(dump) as f:
             total = next(int(line.split()[1]) for line in f if line.startswith("totals:"))
+    print(f"  {tree} ({records} records): aiogroup_native {got['native']}", flush=True)
     return int(got["counted"]), total
 
 

@@ -36,6 +36,7 @@ __all__ = [
     "native_error",
     "native_key_value_bytes",
     "native_records",
+    "native_share_records",
     "record_batch",
     "record_template",
 ]
@@ -142,6 +143,14 @@ def native_key_value_bytes() -> Callable[[list[ConsumerRecord[Any, Any]]], int] 
     fn: Callable[[list[ConsumerRecord[Any, Any]]], int] | None = getattr(
         _enabled(), "key_value_bytes", None
     )
+    return fn
+
+
+def native_share_records() -> Callable[..., list[Any]] | None:
+    """``aiogroup_native.share_records``: a whole v2 batch as ``ShareRecord`` tuples
+    (issue 28; :func:`aiogroup._fetch.share_records.acquired_records` decides which
+    batches), or None (no module, an older build, ``AIOGROUP_NATIVE=0``)."""
+    fn: Callable[..., list[Any]] | None = getattr(_enabled(), "share_records", None)
     return fn
 
 

@@ -17,9 +17,7 @@ import asyncio
 import inspect
 import logging
 import time
-from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from itertools import groupby
 from typing import Any
 
 from aiokafka.client import AIOKafkaClient
@@ -28,7 +26,7 @@ from aiokafka.errors import IncompatibleBrokerVersion, KafkaConnectionError
 from aiogroup._coordination.share_routine import ShareGroupRoutine
 from aiogroup._fetch.share_acknowledgements import NO_ANSWER, AckResult, InvalidAcknowledgement
 from aiogroup._fetch.share_fetcher import ShareFetcher, ShareFetcherConfig, ShareHooks
-from aiogroup._fetch.share_records import DELIVERY_COUNT_OF, TOPIC_PARTITION_OF, ShareRecord
+from aiogroup._fetch.share_records import ShareRecord, delivery_counts, run_spans
 from aiogroup._membership.codes import code_name
 from aiogroup._protocol.share_types import AcknowledgeType, AcquireMode
 from aiogroup._support.bootstrap_errors import explain_bootstrap_failure
@@ -381,9 +379,15 @@ class ShareConsumer:
         )
         records = await self._poll(timeout_ms / 1000, limit)
         out: dict[TopicPartition, list[ShareRecord]] = {}
-        # Records come in runs of one partition: one TopicPartition per run.
-        for (topic, partition), run in groupby(records, TOPIC_PARTITION_OF):
-            out.setdefault(TopicPartition(topic, partition), []).extend(run)
+        # Records come in spans of one acquired run, so of one partition: a step per span.
+        for i, j in run_spans(records):
+            first = records[i]
+            tp = TopicPartition(first[0], first[1])
+            got = out.get(tp)
+            if got is None:
+                out[tp] = records[i:j]
+            else:
+                got += records[i:j]
         return out
 
     async def getone(self, timeout_ms: int | None = None) -> ShareRecord:
@@ -470,7 +474,7 @@ class ShareConsumer:
             self._fetcher.hold_fetching()
 
     def _on_acquired(self, records: list[ShareRecord], sent: float, lock_ms: int) -> None:
-        for delivery_count, n in Counter(map(DELIVERY_COUNT_OF, records)).items():
+        for delivery_count, n in delivery_counts(records).items():
             self.metrics.record_acquired(delivery_count, n)
         if self._recorder is not None:
             for record in records:

@@ -19,6 +19,7 @@ use std::io::Read;
 mod lz4_frame;
 mod pool;
 mod records;
+mod share_records;
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
@@ -711,6 +712,7 @@ fn aiogroup_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pooled_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(records::consumer_records, m)?)?;
     m.add_function(wrap_pyfunction!(records::key_value_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(share_records::share_records, m)?)?;
     m.add("DecodeError", m.py().get_type::<DecodeError>())?;
     Ok(())
 }

@@ -192,3 +192,63 @@ def test_a_batch_failing_its_crc_is_refused_whole(
         acquired_records(bytes(data), [tr.acquired_range(TP, 0, 2, 1, 30.0, session=1)])
     run = tr.acquired_range(TP, 0, 2, 1, 30.0, session=2)
     assert len(acquired_records(bytes(data), [run], check_crcs=False)) == 3
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2), st.integers(1, 8), st.sets(st.integers(0, 7), max_size=4)),
+        min_size=0,
+        max_size=5,
+    ),
+    st.integers(0, 3),
+)
+def test_run_spans_count_and_group_as_record_by_record(
+    runs: list[tuple[int, int, set[int]]], loose: int
+) -> None:
+    """Issue 28: ``run_spans`` cover the records in order with spans of one run (so one
+    partition and one delivery count), whatever was not handed out of each run; the
+    poll's grouping and the acquired metric built on them equal the per-record ones."""
+    from collections import Counter
+    from itertools import groupby
+
+    from aiogroup._fetch.share_acknowledgements import Acquisition
+    from aiogroup._fetch.share_records import delivery_counts, run_spans
+
+    tr = AcknowledgementTracker(explicit=True)
+    records: list[ShareRecord] = []
+    base = 0
+    for i, (partition, length, missing) in enumerate(runs):
+        run = tr.acquired_range(("t", partition), base, base + length - 1, 1 + i % 2, 30.0, 1)
+        for offset in range(base, base + length):
+            if offset - base not in missing:
+                records.append(
+                    ShareRecord(
+                        "t",
+                        partition,
+                        offset,
+                        0,
+                        0,
+                        None,
+                        b"",
+                        (),
+                        1 + i % 2,
+                        run.acquisition(offset),
+                    )
+                )
+        base += length
+    for k in range(loose):  # made outside the tracker: no run
+        records.append(
+            ShareRecord("t", 9, base + k, 0, 0, None, b"", (), 5, Acquisition("t", 9, base + k, 0))
+        )
+    spans = list(run_spans(records))
+    assert [i for s in spans for i in range(*s)] == list(range(len(records)))
+    for i, j in spans:
+        assert len({id(r._run) for r in records[i:j]}) == 1 or j - i == 1
+    assert delivery_counts(records) == Counter(r.delivery_count for r in records)
+    grouped: dict[tuple[str, int], list[ShareRecord]] = {}
+    for i, j in spans:
+        grouped.setdefault((records[i][0], records[i][1]), []).extend(records[i:j])
+    expected: dict[tuple[str, int], list[ShareRecord]] = {}
+    for tp, group in groupby(records, lambda r: (r.topic, r.partition)):
+        expected.setdefault(tp, []).extend(group)
+    assert grouped == expected
