@@ -567,8 +567,12 @@ class Processor:
                     work = sched.take_lane(lane, gap)
                     if work is not None:
                         break
-            if work is None and not sched.in_flight and not self._commit_pending():
-                work = self._over_bound_start(head)
+        # Tested whether or not the count is already at the limit: a cut list can push
+        # it there (or past it) with nothing running and nothing left to commit, and
+        # then only a start over the bound goes on (a stall before: Hypothesis, the
+        # metadata-cut test, seed 322).  Slots busy: the first test fails at once.
+        if work is None and not sched.in_flight and not self._commit_pending():
+            work = self._over_bound_start(head)
         if work is None:
             if not self._bound_blocked:
                 self._bound_blocked = True

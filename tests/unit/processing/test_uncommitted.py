@@ -468,3 +468,23 @@ def test_a_revoke_or_loss_while_slots_wait_for_a_commit_does_not_wait_for_it(how
             assert sim.answers == []  # nothing committed for lost partitions
 
     asyncio.run(go())
+
+
+def test_a_cut_list_at_the_limit_with_nothing_running_starts_over_the_bound() -> None:
+    """The case Hypothesis found (seed 322, no steps): a commit whose metadata was cut
+    left the count at the limit with nothing running and nothing left to commit; the
+    processor stalled there (30 of 40 finished) until the over-bound start was tried
+    at the limit too."""
+    sim = Sim(
+        random.Random(322),
+        partitions=2,
+        records=20,
+        keys=4,
+        concurrency=2,
+        limit=2,
+        metadata_kept=True,
+        metadata_max_bytes=11,
+    )
+    asyncio.run(interleave(sim, []))
+    assert len(sim.finished) == 40
+    assert sim.p._over_bound > 0
