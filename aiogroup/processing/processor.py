@@ -497,7 +497,7 @@ class Processor:
                 if ordering == "key":
                     if key is None and not self._warned_null_key:
                         self._warn_null_key(tp, offset)
-                    lane: Hashable = (tp, key)
+                    lane: Hashable = (tp.partition, key, tp.topic)
                 elif ordering == "partition":
                     lane = tp
                 else:
