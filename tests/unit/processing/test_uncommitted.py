@@ -528,18 +528,18 @@ def test_a_slot_waiting_for_a_commit_parks_its_task_and_gets_the_next_record() -
             assert p._bound_blocked and len(p._parked) == 2
             assert not p._sched.in_flight and not p._tasks
             assert all(not t.done() for t in created)
-            for _ in range(3):  # an answer, then the slots are refilled by the parked
+            for _ in range(2):  # an answer, then the slots are refilled by the parked
                 assert await sim.commit()
                 p._bound_blocked = False
                 p._dispatch()
                 for _ in range(5):
                     await asyncio.sleep(0)
             assert len(created) == 2  # no task per record
-            assert p._finished == 8 and len(p._parked) == 2
+            assert p._finished == 6 and len(p._parked) == 2
             p._stopping = True
             p._release_parked()
             await asyncio.wait_for(asyncio.gather(*created), 5)
-            assert not p._parked
+            assert not p._parked and p._finished == 6
         finally:
             loop.create_task = real_create  # type: ignore[method-assign]
 
