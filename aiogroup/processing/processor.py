@@ -42,6 +42,7 @@ import inspect
 import logging
 import time
 import types
+from collections import deque
 from collections.abc import Awaitable, Callable, Hashable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -253,6 +254,14 @@ class Processor:
         self._last_committed: dict[TopicPartition, CommitPoint] = {}
         #: The handler task running each in-flight record (a task runs one after another).
         self._tasks: dict[Work, asyncio.Task[None]] = {}
+        #: With max_uncommitted: handler tasks whose slot found nothing it may start
+        #: (the bound waits for a commit's answer).  They wait here for the next record
+        #: :meth:`_dispatch` hands them (None: end) instead of ending, so that refilling
+        #: a slot after each answer is not a new task per record (issue 25: at N =
+        #: concurrency every slot waits for an answer after every record, and a task
+        #: per record was most of the bound's CPU).  They hold no record: a drain,
+        #: a loss or stop() never waits for them; _shutdown releases them.
+        self._parked: deque[tuple[asyncio.Future[Work | None], asyncio.Task[None]]] = deque()
         #: Set when a record's handler ends while a drain waits (``_work_waiters`` > 0).
         self._work_ended = asyncio.Event()
         self._work_waiters = 0
@@ -329,6 +338,7 @@ class Processor:
         Before ``run()``: that ``run()`` then returns at once.
         """
         self._stopping = True
+        self._release_parked()
         self._room.set()
         if self._done is not None:
             await asyncio.shield(self._done)
@@ -487,7 +497,7 @@ class Processor:
                 if ordering == "key":
                     if key is None and not self._warned_null_key:
                         self._warn_null_key(tp, offset)
-                    lane: Hashable = (tp, key)
+                    lane: Hashable = (tp.partition, key, tp.topic)
                 elif ordering == "partition":
                     lane = tp
                 else:
@@ -530,9 +540,24 @@ class Processor:
             starting = []
             while (work := self._take_bounded()) is not None:
                 starting.append(work)
+        parked = self._parked
         for work in starting:
             work.started = loop.time()
-            self._tasks[work] = loop.create_task(self._work(work), name="aiogroup-handler")
+            while parked:
+                waiter, task = parked.popleft()
+                if not waiter.done():
+                    self._tasks[work] = task
+                    waiter.set_result(work)
+                    break
+            else:
+                self._tasks[work] = loop.create_task(self._work(work), name="aiogroup-handler")
+
+    def _release_parked(self) -> None:
+        """End the parked handler tasks (stop, a failure, the shutdown)."""
+        while self._parked:
+            waiter, _task = self._parked.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
 
     def _gap_of(self, tp: Hashable) -> int | None:
         tracker = self._trackers.get(tp)
@@ -567,8 +592,12 @@ class Processor:
                     work = sched.take_lane(lane, gap)
                     if work is not None:
                         break
-            if work is None and not sched.in_flight and not self._commit_pending():
-                work = self._over_bound_start(head)
+        # Tested whether or not the count is already at the limit: a cut list can push
+        # it there (or past it) with nothing running and nothing left to commit, and
+        # then only a start over the bound goes on (a stall before: Hypothesis, the
+        # metadata-cut test, seed 322).  Slots busy: the first test fails at once.
+        if work is None and not sched.in_flight and not self._commit_pending():
+            work = self._over_bound_start(head)
         if work is None:
             if not self._bound_blocked:
                 self._bound_blocked = True
@@ -735,7 +764,28 @@ class Processor:
             ):
                 room.set()
             if next_work is None:
-                return
+                if bound is None or not self._bound_blocked or self._stopping:
+                    return
+                # The slot waits for a commit's answer: park here (see _parked).
+                waiter: asyncio.Future[Work | None] = task.get_loop().create_future()
+                self._parked.append((waiter, task))
+                try:
+                    next_work = await waiter
+                except asyncio.CancelledError:
+                    handed = waiter.result() if waiter.done() else None
+                    if handed is not None:
+                        # Handed a record and cancelled before it ran: it ends here,
+                        # unfinished, as a handler cancelled at its first await would.
+                        tasks.pop(handed, None)
+                        sched.done(handed)
+                        if self._work_waiters:
+                            self._work_ended.set()
+                        if not self._stopping:
+                            self._dispatch()
+                        self._wake_reader()
+                    raise
+                if next_work is None:
+                    return
             work = next_work
 
     def _full(self) -> bool:
@@ -898,6 +948,7 @@ class Processor:
             log.error("%s; stopping the processor", failure)
             self._sched.drop(set(self._trackers))
             self._stopping = True
+            self._release_parked()
             self._room.set()
 
     def _finish(self, work: Work) -> None:
@@ -1177,11 +1228,13 @@ class Processor:
             self._txn_failure = error
         self._sched.drop(set(self._trackers))
         self._stopping = True
+        self._release_parked()
         self._room.set()
 
     async def _shutdown(self) -> None:
         """Stop dispatching, drain everything, commit, and leave positions at the commits."""
         self._stopping = True
+        self._release_parked()
         if self._txn is not None:
             self._txn.forget(set(self._trackers))
         in_flight = self._sched.drop(set(self._trackers) | {w.tp for w in self._sched.in_flight})

@@ -49,6 +49,14 @@ class PartitionTracker:
         self._skip = runs
         #: Where the last inherited run ends (a received offset at or past it is in none).
         self._skip_end = max((e for _, e in runs), default=None)
+        #: :meth:`finished_beyond` and :meth:`commit_point` of the current state (None:
+        #: not computed since the last change).  Each change clears it with one store;
+        #: reading them costs a walk over the unfinished offsets, and a processor with
+        #: ``max_uncommitted`` commits every few records, mostly with some partitions
+        #: unchanged since their last commit (issue 25: recomputed per partition per
+        #: commit, the walk was half of that option's cost).
+        self._runs_cache: list[tuple[int, int]] | None = None
+        self._point_cache: tuple[int, CommitPoint | None] | None = None
 
     # -- feeding ---------------------------------------------------------------------
 
@@ -65,6 +73,7 @@ class PartitionTracker:
             self._next = offset
         if offset < self._next:
             return False
+        self._runs_cache = self._point_cache = None
         self._next = offset + 1
         self._nothing_received = False
         if self._skip and self._inherited(offset):
@@ -90,6 +99,7 @@ class PartitionTracker:
             or (self._skip_end is not None and self._skip_end > first)
         ):
             return False
+        self._runs_cache = self._point_cache = None
         end = first + count
         offsets = range(first, end)
         self._pending.update(offsets)
@@ -112,6 +122,7 @@ class PartitionTracker:
         if offset not in pending:
             return False
         pending.discard(offset)
+        self._runs_cache = self._point_cache = None
         order = self._order
         if order[0] == offset:
             # Only the front's end moves the committable offset; a record finished
@@ -154,30 +165,44 @@ class PartitionTracker:
         return offset
 
     def finished_beyond(self) -> list[tuple[int, int]]:
-        """The done runs above :meth:`committable`, sorted, as half-open intervals."""
+        """The done runs above :meth:`committable`, sorted, as half-open intervals.
+
+        Every offset between two unfinished records (or between the last one and the
+        end received) is done - finished, or never delivered (compacted away, a
+        transaction marker) - then the inherited runs not received yet.  One pass over
+        the unfinished offsets, cached until the next change; the caller must not
+        change the list.
+        """
+        cached = self._runs_cache
+        if cached is not None:
+            return cached
         committed = self.committable()
         if committed is None:
             return []
         runs: list[tuple[int, int]] = []
-
-        def add(start: int, end: int) -> None:
-            start = max(start, committed + 1)
+        pending = self._pending
+        received_end = self._next if self._next is not None else committed
+        # The front of the order is pending (finished ones are popped from it), so the
+        # runs found here start above the committable offset and never touch.
+        prev: int | None = None
+        for offset in self._order:
+            if offset in pending:
+                if prev is not None and offset > prev + 1:
+                    runs.append((prev + 1, offset))
+                prev = offset
+        if prev is not None and received_end > prev + 1:
+            runs.append((prev + 1, received_end))
+        for start, end in self._skip:
+            if end <= received_end:
+                continue
+            start = max(start, received_end, committed + 1)
             if end <= start:
-                return
+                continue
             if runs and runs[-1][1] >= start:
                 runs[-1] = (runs[-1][0], max(runs[-1][1], end))
             else:
                 runs.append((start, end))
-
-        pending = [offset for offset in self._order if offset in self._pending]
-        received_end = self._next if self._next is not None else committed
-        for i, offset in enumerate(pending):
-            following = pending[i + 1] if i + 1 < len(pending) else received_end
-            add(offset + 1, following)
-        for start, end in self._skip:
-            if end <= received_end:
-                continue
-            add(max(start, received_end), end)
+        self._runs_cache = runs
         return runs
 
     @property
@@ -200,11 +225,19 @@ class PartitionTracker:
     def commit_point(
         self, max_bytes: int = offset_metadata.DEFAULT_MAX_BYTES
     ) -> CommitPoint | None:
-        """(offset, metadata) to commit, or None when there is nothing to commit yet."""
+        """(offset, metadata) to commit, or None when there is nothing to commit yet
+        (cached until the next change, per ``max_bytes``)."""
+        cached = self._point_cache
+        if cached is not None and cached[0] == max_bytes:
+            return cached[1]
         committed = self.committable()
-        if committed is None:
-            return None
-        return committed, offset_metadata.encode(committed, self.finished_beyond(), max_bytes)
+        point = (
+            None
+            if committed is None
+            else (committed, offset_metadata.encode(committed, self.finished_beyond(), max_bytes))
+        )
+        self._point_cache = (max_bytes, point)
+        return point
 
     def _inherited(self, offset: int) -> bool:
         i = bisect.bisect_right(self._skip_starts, offset) - 1

@@ -61,22 +61,28 @@ def test_invariants(ordering: str, concurrency: int, steps: list[tuple[str, int,
                 # Work conserving without take(): the freed slot was the only free one.
                 busy = {w.lane for w in s.in_flight}
                 free = len(s.in_flight) < concurrency
-                assert not (free and any(lane not in busy for lane in s._lanes))
+                assert not (free and any(lane not in busy for lane in s.waiting_lanes()))
         for w in s.take():
             started[w.lane].append(w.offset)
         lanes = [w.lane for w in s.in_flight]
-        assert sum(s.waiting_by_tp.values()) == s.waiting() == sum(map(len, s._lanes.values()))
+        assert (
+            sum(s.waiting_by_tp.values())
+            == s.waiting()
+            == sum(map(len, s.waiting_lanes().values()))
+        )
         for tp, n in s.waiting_by_tp.items():
-            assert n == sum(1 for lane in s._lanes.values() for w in lane if w.tp == tp) > 0
+            assert (
+                n == sum(1 for lane in s.waiting_lanes().values() for w in lane if w.tp == tp) > 0
+            )
             assert s.waiting_bytes(tp) == 10 * n
         # Blocked = waiting behind a lane whose record runs; the rest is runnable.
-        assert s.blocked == sum(len(q) for lane, q in s._lanes.items() if lane in lanes)
+        assert s.blocked == sum(len(q) for lane, q in s.waiting_lanes().items() if lane in lanes)
         assert s.runnable == s.waiting() - s.blocked >= 0
         assert len(s.in_flight) <= concurrency
         assert len(lanes) == len(set(lanes))  # one record per lane at a time
         # Work conserving: a free slot and a startable lane never coexist.
         free_lanes = s.waiting() and len(s.in_flight) < concurrency
-        assert not (free_lanes and any(lane not in lanes for lane in s._lanes))
+        assert not (free_lanes and any(lane not in lanes for lane in s.waiting_lanes()))
     for lane, offsets in started.items():
         assert offsets == added[lane][: len(offsets)]  # offset order within a lane
     if ordering == "partition":

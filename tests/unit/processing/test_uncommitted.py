@@ -468,3 +468,79 @@ def test_a_revoke_or_loss_while_slots_wait_for_a_commit_does_not_wait_for_it(how
             assert sim.answers == []  # nothing committed for lost partitions
 
     asyncio.run(go())
+
+
+def test_a_cut_list_at_the_limit_with_nothing_running_starts_over_the_bound() -> None:
+    """The case Hypothesis found (seed 322, no steps): a commit whose metadata was cut
+    left the count at the limit with nothing running and nothing left to commit; the
+    processor stalled there (30 of 40 finished) until the over-bound start was tried
+    at the limit too."""
+    sim = Sim(
+        random.Random(322),
+        partitions=2,
+        records=20,
+        keys=4,
+        concurrency=2,
+        limit=2,
+        metadata_kept=True,
+        metadata_max_bytes=11,
+    )
+    asyncio.run(interleave(sim, []))
+    assert len(sim.finished) == 40
+    assert sim.p._over_bound > 0
+
+
+def test_a_slot_waiting_for_a_commit_parks_its_task_and_gets_the_next_record() -> None:
+    """At the bound a handler task whose next start is refused parks (no record held)
+    rather than ending; after the answer _dispatch hands it the next record - no new
+    task per record - and stop() releases the parked tasks."""
+
+    async def go() -> None:
+        sim = Sim(
+            random.Random(2),
+            partitions=1,
+            records=8,
+            keys=8,
+            concurrency=2,
+            limit=2,
+            metadata_kept=False,
+        )
+        p = sim.p
+        (tp,) = sim.tps
+        sim.arrive(tp, 8)
+        loop = asyncio.get_running_loop()
+        p._loop_time = loop.time
+        created: list[asyncio.Task[Any]] = []
+        real_create = loop.create_task
+
+        def counting(coro: Any, **kw: Any) -> asyncio.Task[Any]:
+            task = real_create(coro, **kw)
+            created.append(task)
+            return task
+
+        loop.create_task = counting  # type: ignore[method-assign]
+        try:
+            p._dispatch()  # two tasks, two records
+            for _ in range(5):
+                await asyncio.sleep(0)
+            assert len(created) == 2
+            # Both records finished; the next starts are refused: both tasks park.
+            assert p._bound_blocked and len(p._parked) == 2
+            assert not p._sched.in_flight and not p._tasks
+            assert all(not t.done() for t in created)
+            for _ in range(2):  # an answer, then the slots are refilled by the parked
+                assert await sim.commit()
+                p._bound_blocked = False
+                p._dispatch()
+                for _ in range(5):
+                    await asyncio.sleep(0)
+            assert len(created) == 2  # no task per record
+            assert p._finished == 6 and len(p._parked) == 2
+            p._stopping = True
+            p._release_parked()
+            await asyncio.wait_for(asyncio.gather(*created), 5)
+            assert not p._parked and p._finished == 6
+        finally:
+            loop.create_task = real_create  # type: ignore[method-assign]
+
+    asyncio.run(go())
