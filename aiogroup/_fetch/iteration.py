@@ -42,13 +42,26 @@ there: nothing is skipped and nothing is handed out twice.
 
 What was handed out is counted for the metrics lazily (``handed_out``), in bulk per
 run, with the C sums getmany uses, rather than per step.
+
+The steps between full checks run in C when the native module has ``HeldSteps``
+(:func:`iterate`): written as an async generator (:func:`iterate_python`, the
+fallback) a step cost about 2,200 instructions a record over getmany's, most of it
+the generator protocol and the bytecode of the comparisons; ``HeldSteps`` is its own
+awaitable and completes through ``am_send`` without a ``StopIteration`` or a frame.
+It makes the same comparisons (the count, the gate, the run's end) and calls
+the ``slow`` coroutine of :func:`iterate_native` for everything else.  The one difference:
+it reads the gate's deadline when a run is loaded rather than at every step, which
+is sound because ``SubscriptionState.set_membership_valid_until`` bumps the count;
+while a deadline is set it still reads the clock at every step.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
+from aiogroup._fetch import native
 from aiogroup._fetch.delivery import records_and_bytes
 from aiogroup._state.subscription import (
     Assignment,
@@ -59,7 +72,7 @@ from aiogroup._state.subscription import (
 )
 from aiogroup.structs import ConsumerRecord, TopicPartition
 
-__all__ = ["HeldRecords", "iterate"]
+__all__ = ["HeldRecords", "held_steps_type", "iterate", "iterate_python"]
 
 
 class _Run:
@@ -250,13 +263,81 @@ class HeldRecords:
         self._next_run()
 
 
-async def iterate(
+def held_steps_type() -> Any:
+    """``aiogroup_native.HeldSteps``, or None (no module, an older build, ``AIOGROUP_NATIVE=0``)."""
+    return getattr(native._enabled(), "HeldSteps", None)
+
+
+def iterate(
     held: HeldRecords,
     sub: SubscriptionState,
     clock: Callable[[], float],
     step: Callable[[], Awaitable[ConsumerRecord | None]],
 ) -> AsyncIterator[ConsumerRecord]:
     """``async for``'s steps: held records by the count's check, else ``step``.
+
+    The native ``HeldSteps`` when there is one, else :func:`iterate_python`; both
+    hand out the same records with the same checks (tests/unit/test_fetch_iteration.py
+    runs every case on both).  ``step`` is the full step (errors, the full check, the
+    caller's bookkeeping, a refill when nothing is held); None from it ends the
+    iteration (the consumer stopped).  ``clock``: the loop's clock, for the gate.
+    """
+    steps_type = held_steps_type()
+    if steps_type is None:
+        return iterate_python(held, sub, clock, step)
+    return iterate_native(steps_type, held, sub, clock, step)
+
+
+def iterate_native(
+    steps_type: Any,
+    held: HeldRecords,
+    sub: SubscriptionState,
+    clock: Callable[[], float],
+    step: Callable[[], Awaitable[ConsumerRecord | None]],
+) -> AsyncIterator[ConsumerRecord]:
+    """:func:`iterate` with the native fast step (``steps_type``: ``HeldSteps``).
+
+    ``HeldSteps`` hands out ``records[i]`` while ``i`` is before the run's last
+    record, the count is the one loaded with the run and the gate is open; for
+    any other step it awaits ``slow(it)``, which does what
+    :func:`iterate_python` does there and loads the run the next steps may go on with.
+    """
+    loaded = [-1]  # the count the current load was checked at; -1: none
+
+    async def slow(it: Any) -> ConsumerRecord:
+        taken = None
+        if held.changes.value == loaded[0] and sub.membership_current(clock()):
+            # The run's last record with nothing changed since the full check (no
+            # error waits, the gate is open): ``take`` checks in full, hands it out
+            # and checks the next run, without the full step.
+            assignment = sub.assignment
+            taken = None if assignment is None else held.take(assignment)
+        if taken is None:
+            taken = await step()
+            if taken is None:
+                loaded[0] = -1
+                it.load(None, None, 0, 0, None, None)
+                raise StopAsyncIteration
+        run = held.run
+        if run is None or held.verified < 0 or run.index > run.last:
+            loaded[0] = -1
+            it.load(None, None, 0, 0, None, None)
+        else:
+            loaded[0] = held.verified
+            it.load(held.verified, run.records, run.index, run.last, run, run.state)
+        return taken
+
+    it: AsyncIterator[ConsumerRecord] = steps_type(held.changes, sub, clock, slow)
+    return it
+
+
+async def iterate_python(
+    held: HeldRecords,
+    sub: SubscriptionState,
+    clock: Callable[[], float],
+    step: Callable[[], Awaitable[ConsumerRecord | None]],
+) -> AsyncIterator[ConsumerRecord]:
+    """:func:`iterate` as an async generator: the fallback without the native module.
 
     ``step`` is the full step (errors, the full check, the caller's bookkeeping, a
     refill when nothing is held); None from it ends the iteration (the consumer
