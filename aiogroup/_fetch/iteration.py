@@ -132,7 +132,7 @@ class HeldRecords:
     must make them (see the module docstring).
     """
 
-    __slots__ = ("_pending", "_runs", "changes", "run", "verified")
+    __slots__ = ("_pending", "_runs", "changes", "run", "stepper", "verified")
 
     def __init__(self, changes: DeliveryChanges | None = None) -> None:
         self._runs: deque[_Run] = deque()
@@ -141,6 +141,9 @@ class HeldRecords:
         self.verified = -1
         #: Records handed out and bytes, of runs no longer current, not yet counted.
         self._pending = [0, 0]
+        #: The native ``HeldSteps`` that last loaded the current run: its steps do
+        #: not write ``run.index``, so ``_sync`` has it written before one is read.
+        self.stepper: Any = None
 
     def __bool__(self) -> bool:
         return self.run is not None
@@ -183,6 +186,7 @@ class HeldRecords:
         Leaves ``verified`` set when the run that is current afterwards passed the
         check with nothing changed since, so the next steps may go without it.
         """
+        self._sync()
         self._moved()
         run = self.run
         while run is not None:
@@ -208,6 +212,7 @@ class HeldRecords:
 
     def release(self, assignment: Assignment | None) -> None:
         """Give back every record not handed out (another read path is about to read)."""
+        self._sync()
         self._moved()
         run = self.run
         while run is not None:
@@ -216,6 +221,7 @@ class HeldRecords:
 
     def handed_out(self) -> tuple[int, int]:
         """Records handed out, and their key + value bytes, since the last call."""
+        self._sync()
         n, nbytes = self._pending
         self._pending = [0, 0]
         run = self.run
@@ -227,6 +233,13 @@ class HeldRecords:
         return n, nbytes
 
     # -- internals ----------------------------------------------------------------------
+
+    def _sync(self) -> None:
+        """The native stepper's progress into ``run.index``; it lets go of the run."""
+        stepper = self.stepper
+        if stepper is not None:
+            self.stepper = None
+            stepper.sync()
 
     @staticmethod
     def _holds(assignment: Assignment, run: _Run) -> bool:
@@ -325,6 +338,7 @@ def iterate_native(
         else:
             loaded[0] = held.verified
             it.load(held.verified, run.records, run.index, run.last, run, run.state)
+            held.stepper = it
         return taken
 
     it: AsyncIterator[ConsumerRecord] = steps_type(held.changes, sub, clock, slow)

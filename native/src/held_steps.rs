@@ -59,11 +59,10 @@ struct HeldSteps {
     last: Py_ssize_t,
     /// The offset of `records[i]`, the next record to hand out.
     offset: i64,
-    /// Where `changes.value`, `run.index` and `state.position` live in their objects
+    /// Where `changes.value` and `state.position` live in their objects
     /// (`Slot::probe`), so that a step reads and writes them without the generic
     /// attribute protocol.
     value_slot: Slot,
-    index_slot: Slot,
     position_slot: Slot,
 }
 
@@ -296,10 +295,6 @@ unsafe fn step(s: &mut HeldSteps) -> *mut PyObject {
     if s.position_slot.set(s.state, names.position, position) != 0 {
         return null_mut();
     }
-    let index = ffi::PyLong_FromSsize_t(s.i + 1);
-    if index.is_null() || s.index_slot.set(s.run, names.index, index) != 0 {
-        return null_mut();
-    }
     s.i += 1;
     s.offset = n;
     ffi::Py_INCREF(record);
@@ -484,7 +479,6 @@ unsafe extern "C" fn tp_new(
     s.last = 0;
     s.offset = 0;
     s.value_slot = Slot::probe(s.changes, (*std::ptr::addr_of!(NAMES)).value);
-    s.index_slot = Slot::UNKNOWN;
     s.position_slot = Slot::UNKNOWN;
     obj
 }
@@ -552,7 +546,6 @@ unsafe extern "C" fn load(obj: *mut PyObject, args: *mut PyObject) -> *mut PyObj
     }
     set(&mut s.until, none_to_null(until));
     ffi::Py_DECREF(until);
-    s.index_slot.refresh(run, names.index);
     s.position_slot.refresh(state, names.position);
     set(&mut s.seen, none_to_null(seen));
     ffi::Py_INCREF(records);
@@ -567,6 +560,34 @@ unsafe extern "C" fn load(obj: *mut PyObject, args: *mut PyObject) -> *mut PyObj
     ffi::Py_NewRef(ffi::Py_None())
 }
 
+/// `sync()`: write the progress to `run.index` and let go of the run.
+///
+/// The steps do not write `run.index` (an int object a step); `HeldRecords` calls
+/// this before anything of it reads an index (`aiogroup._fetch.iteration`).  The
+/// run is let go of so that a stale index is never written again; the next step is
+/// a slow one, which loads a run again.
+unsafe extern "C" fn sync(obj: *mut PyObject, _args: *mut PyObject) -> *mut PyObject {
+    let s = &mut *(obj as *mut HeldSteps);
+    if !s.run.is_null() {
+        let names = &*std::ptr::addr_of!(NAMES);
+        let index = ffi::PyLong_FromSsize_t(s.i);
+        if index.is_null() {
+            return null_mut();
+        }
+        let rc = ffi::PyObject_SetAttr(s.run, names.index, index);
+        ffi::Py_DECREF(index);
+        if rc != 0 {
+            return null_mut();
+        }
+    }
+    clear(&mut s.seen);
+    clear(&mut s.records);
+    clear(&mut s.run);
+    clear(&mut s.state);
+    clear(&mut s.until);
+    ffi::Py_NewRef(ffi::Py_None())
+}
+
 /// `hand_out(record)`: the next await returns `record` (the slow step's own result,
 /// when it has one at once); returns self, to be awaited.
 unsafe extern "C" fn hand_out(obj: *mut PyObject, record: *mut PyObject) -> *mut PyObject {
@@ -577,7 +598,13 @@ unsafe extern "C" fn hand_out(obj: *mut PyObject, record: *mut PyObject) -> *mut
     obj
 }
 
-static mut METHODS: [ffi::PyMethodDef; 3] = [
+static mut METHODS: [ffi::PyMethodDef; 4] = [
+    ffi::PyMethodDef {
+        ml_name: c"sync".as_ptr(),
+        ml_meth: ffi::PyMethodDefPointer { PyCFunction: sync },
+        ml_flags: ffi::METH_NOARGS,
+        ml_doc: c"sync(): write the progress to run.index and let go of the run".as_ptr(),
+    },
     ffi::PyMethodDef {
         ml_name: c"load".as_ptr(),
         ml_meth: ffi::PyMethodDefPointer { PyCFunction: load },

@@ -451,3 +451,16 @@ async def test_without_the_native_module_iterate_is_the_async_generator(
     held = _hold(sub, {A: ([0], 1)})
     it = iteration.iterate(held, sub, lambda: 0.0, _Steps(held, sub))
     assert inspect.isasyncgen(it)
+
+
+async def test_two_iterators_over_the_same_held_records_hand_each_out_once(
+    iterate: Iterate,
+) -> None:
+    sub = _subscribed({A: 0})
+    held = _hold(sub, {A: (list(range(10)), 10)})
+    it1 = iterate(held, sub, lambda: 0.0, _Steps(held, sub))
+    it2 = iterate(held, sub, lambda: 0.0, _Steps(held, sub))
+    got = [(await anext(it2 if k % 3 == 0 else it1)).offset for k in range(10)]
+    assert got == list(range(10))
+    assert sub.assignment is not None and sub.assignment.state(A).position == 10
+    assert held.handed_out() == (10, 10)
