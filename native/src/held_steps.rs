@@ -20,6 +20,11 @@
 //! the run it may go on with.  Everything that decides what may be handed out stays
 //! in Python; this type only repeats the comparisons the Python fast branch makes.
 //!
+//! A step writes only the partition's `position` (the application may read it, or
+//! commit, before the next step).  The run's `index` is written when `HeldRecords`
+//! needs it (`sync`), and `changes.value` and `state.position` are read and written
+//! in place once their place in the object is known (`Slot::probe`).
+//!
 //! Only CPython's limited API is used (`PyType_FromSpec` with the `Py_am_send` slot,
 //! available since 3.10), so the abi3 wheel keeps working.
 
