@@ -64,6 +64,10 @@ struct HeldSteps {
     last: Py_ssize_t,
     /// The offset of `records[i]`, the next record to hand out.
     offset: i64,
+    /// Whether the offsets of `records[i..=last]` are contiguous (checked at `load`:
+    /// offsets rise strictly, so the span equals the count only then).  Then a
+    /// step makes the position from `offset` and reads no attribute of a record.
+    contiguous: bool,
     /// Where `changes.value` and `state.position` live in their objects
     /// (`Slot::probe`), so that a step reads and writes them without the generic
     /// attribute protocol.
@@ -270,32 +274,39 @@ unsafe fn step(s: &mut HeldSteps) -> *mut PyObject {
     if record.is_null() {
         return null_mut();
     }
-    // The position after `record` (offset `s.offset`) is the next record's offset
-    // when the offsets are contiguous (the usual case): that int object is stored as
-    // it is, no new one is made.
-    let next = ffi::PyList_GetItem(s.records, s.i + 1);
-    if next.is_null() {
-        return null_mut();
-    }
-    let next_offset = ffi::PyObject_GetAttr(next, names.offset);
-    if next_offset.is_null() {
-        return null_mut();
-    }
     let after = s.offset.wrapping_add(1);
-    let n = ffi::PyLong_AsLongLong(next_offset);
-    if n == -1 && !ffi::PyErr_Occurred().is_null() {
-        ffi::Py_DECREF(next_offset);
-        return null_mut();
-    }
-    let position = if n == after {
-        next_offset
-    } else {
-        ffi::Py_DECREF(next_offset);
+    let (position, n) = if s.contiguous {
         let p = ffi::PyLong_FromLongLong(after);
         if p.is_null() {
             return null_mut();
         }
-        p
+        (p, after)
+    } else {
+        // With gaps, the position after `record` is its offset + 1 and the next
+        // record's offset is read (when the two are equal, its int is stored as is).
+        let next = ffi::PyList_GetItem(s.records, s.i + 1);
+        if next.is_null() {
+            return null_mut();
+        }
+        let next_offset = ffi::PyObject_GetAttr(next, names.offset);
+        if next_offset.is_null() {
+            return null_mut();
+        }
+        let n = ffi::PyLong_AsLongLong(next_offset);
+        if n == -1 && !ffi::PyErr_Occurred().is_null() {
+            ffi::Py_DECREF(next_offset);
+            return null_mut();
+        }
+        if n == after {
+            (next_offset, n)
+        } else {
+            ffi::Py_DECREF(next_offset);
+            let p = ffi::PyLong_FromLongLong(after);
+            if p.is_null() {
+                return null_mut();
+            }
+            (p, n)
+        }
     };
     if s.position_slot.set(s.state, names.position, position) != 0 {
         return null_mut();
@@ -483,6 +494,7 @@ unsafe extern "C" fn tp_new(
     s.i = 0;
     s.last = 0;
     s.offset = 0;
+    s.contiguous = false;
     s.value_slot = Slot::probe(s.changes, (*std::ptr::addr_of!(NAMES)).value);
     s.position_slot = Slot::UNKNOWN;
     obj
@@ -545,6 +557,15 @@ unsafe extern "C" fn load(obj: *mut PyObject, args: *mut PyObject) -> *mut PyObj
     if o == -1 && !ffi::PyErr_Occurred().is_null() {
         return null_mut();
     }
+    let last_offset = ffi::PyObject_GetAttr(ffi::PyList_GetItem(records, last), names.offset);
+    if last_offset.is_null() {
+        return null_mut();
+    }
+    let lo = ffi::PyLong_AsLongLong(last_offset);
+    ffi::Py_DECREF(last_offset);
+    if lo == -1 && !ffi::PyErr_Occurred().is_null() {
+        return null_mut();
+    }
     let until = ffi::PyObject_GetAttr(s.sub, names.until);
     if until.is_null() {
         return null_mut();
@@ -562,6 +583,7 @@ unsafe extern "C" fn load(obj: *mut PyObject, args: *mut PyObject) -> *mut PyObj
     s.i = i;
     s.last = last;
     s.offset = o;
+    s.contiguous = lo.wrapping_sub(o) == (last - i) as i64;
     ffi::Py_NewRef(ffi::Py_None())
 }
 
