@@ -116,7 +116,9 @@ impl Slot {
             ffi::PyErr_Clear();
             return slot;
         }
-        let sentinel = ffi::PyList_New(0);
+        // A fresh float: a unique pointer whose allocation cannot start the cyclic
+        // collector (which could run a finalizer while the attribute holds it).
+        let sentinel = ffi::PyFloat_FromDouble(-0.5);
         if sentinel.is_null() || ffi::PyObject_SetAttr(obj, name, sentinel) != 0 {
             ffi::PyErr_Clear();
             if !sentinel.is_null() {
