@@ -931,7 +931,7 @@ The drains (`python -m benchmarks.record_path_cost --tree /tmp/asyncfor2-base
 UTC, load 2.4-4.2 - callgrind does not see it), instructions per record (aiokafka's
 getmany 12,065 at 100 B):
 
-| payload | getmany (main) | `async for` (main) | ratio | getmany (branch) | `async for` (branch) | ratio |
+| payload | main getmany | main async for | ratio | branch getmany | branch async for | ratio |
 |---|---|---|---|---|---|---|
 | 100 B | 5,390 | 7,570 | 1.40x | 5,399 | 6,155 | **1.14x** |
 | 1 KiB | 7,899 | 10,071 | 1.27x | 7,900 | 8,551 | **1.08x** |
