@@ -958,6 +958,15 @@ CPU s per M records: main getmany 532,508 (482,634-570,401) 0.85 (0.84-0.86), ma
 0.97 (0.90-0.98); aiokafka's getmany 344,671 (242,635-356,125) 1.64 (1.63-1.76).
 `async for` against getmany of its own tree: main 0.77x by median rate and 0.83x by
 CPU, the branch 0.90x and 0.90x (the ranges overlap, so "every run" is not shown).
+At 1 KiB the clock disagrees with the count: the same command with `--payload 1KiB
+--wall-records 250000`, twice (08:40 UTC, load 2.3-3.0, with this branch's tests
+running meanwhile; 08:45 UTC, load 2.1-3.0, alone), `async for` CPU s per M records
+main 2.39 (2.31-2.48) and 2.06 (1.72-2.07), branch 2.82 (2.70-3.00) and 2.43
+(2.34-2.84), getmany unchanged (2.20 / 2.13, 1.73 / 1.73) - more CPU per record on
+the branch in both runs, against 15 % fewer instructions.  Not explained yet; one
+candidate to check is the refills' size (a faster step drains the held records
+sooner, so on a broker-bound topic more refills find less buffered; callgrind, slowed
+down fifty-fold, always finds the data there).
 
 Wall clock, for the record (the same trees, 500,000 records of 100 B, 3 interleaved
 repetitions on Tansu, load average 4.4-5.6 on 2 CPUs, 2026-11-27 17:47 UTC;
