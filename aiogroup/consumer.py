@@ -687,13 +687,15 @@ class GroupConsumer:
     def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
         """``async for``: an iterator over records a refill built ahead.
 
-        Not the consumer itself (aiokafka returns ``self``): an async generator
-        (``aiogroup._fetch.iteration.iterate``), whose steps cost one resumption and
-        one comparison while held records last - a step through ``__anext__`` costs a
-        coroutine, and each call in it, per record.  ``async for`` behaves the same;
-        an iterator kept by hand ends after an error it raised (a new ``async for``
-        goes on), where ``__anext__`` can be awaited again.  Before ``start()`` this
-        is the consumer, whose ``__anext__`` says why it cannot read.
+        Not the consumer itself (aiokafka returns ``self``): an iterator over held
+        records (``aiogroup._fetch.iteration.iterate``) whose steps, while held
+        records last, compare one count and complete without a coroutine - the
+        native module's ``HeldSteps``, or an async generator without it - where a
+        step through ``__anext__`` costs a coroutine, and each call in it, per record.
+        ``async for`` behaves the same either way; an iterator kept by hand goes on
+        after an error it raised with the native step, and ends (a new ``async for``
+        goes on) with the async generator.  Before ``start()`` this is the consumer,
+        whose ``__anext__`` says why it cannot read.
         """
         fetcher, sub = self._fetcher, self._subscription
         if fetcher is None or sub is None:

@@ -6,7 +6,9 @@
 (``aiogroup._fetch.iteration.iterate``) from fetching and decoding: a run of
 ``ConsumerRecord`` objects held by ``HeldRecords`` is handed out by ``async for``
 (``n += 1`` per record), against an async generator yielding the same records from a
-list (the protocol's own cost).  callgrind counts only the loop (``os.getsid`` marks,
+list (the protocol's own cost).  ``held`` is the pure-Python step (``iterate_python``,
+an async generator), ``native`` the native module's ``HeldSteps`` (skipped, with a
+note, when the installed module has none).  callgrind counts only the loop (``os.getsid`` marks,
 as in ``record_path_cost``); per step is the difference of a small and a large run
 over the difference in records.
 """
@@ -23,7 +25,7 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-MODES = ("bare", "held")
+MODES = ("bare", "held", "native")
 
 
 def _records(n: int) -> list[object]:
@@ -38,7 +40,12 @@ async def _bare(records: list[object]) -> AsyncIterator[object]:
 
 
 async def _loop(mode: str, n: int) -> None:
-    from aiogroup._fetch.iteration import HeldRecords, iterate
+    from aiogroup._fetch.iteration import (
+        HeldRecords,
+        held_steps_type,
+        iterate_native,
+        iterate_python,
+    )
     from aiogroup._state.subscription import SubscriptionState
     from aiogroup.structs import TopicPartition
 
@@ -63,8 +70,12 @@ async def _loop(mode: str, n: int) -> None:
             a = sub.assignment
             return None if a is None else held.take(a)
 
+        if mode == "native":
+            it = iterate_native(held_steps_type(), held, sub, time.monotonic, step)  # type: ignore[arg-type]
+        else:
+            it = iterate_python(held, sub, time.monotonic, step)  # type: ignore[arg-type]
         os.getsid(0)
-        async for _r in iterate(held, sub, time.monotonic, step):  # type: ignore[arg-type]
+        async for _r in it:
             count += 1
             if count >= n:
                 break
@@ -109,11 +120,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small", type=int, default=20_000)
     parser.add_argument("--large", type=int, default=100_000)
     args = parser.parse_args(argv)
+    from aiogroup._fetch.iteration import held_steps_type
+
     for mode in MODES:
+        if mode == "native" and held_steps_type() is None:
+            print("native HeldSteps: not in the installed aiogroup_native (or AIOGROUP_NATIVE=0)")
+            continue
         small, large = _count(mode, args.small), _count(mode, args.large)
         per = (large - small) / (args.large - args.small)
-        what = "async generator over a list" if mode == "bare" else "iterate() over held records"
-        print(f"{what:32s} {per:8,.0f} instructions per step")
+        what = {
+            "bare": "async generator over a list",
+            "held": "iterate_python() over held records",
+            "native": "HeldSteps over held records",
+        }[mode]
+        print(f"{what:36s} {per:8,.0f} instructions per step")
     return 0
 
 

@@ -42,13 +42,26 @@ there: nothing is skipped and nothing is handed out twice.
 
 What was handed out is counted for the metrics lazily (``handed_out``), in bulk per
 run, with the C sums getmany uses, rather than per step.
+
+The steps between full checks run in C when the native module has ``HeldSteps``
+(:func:`iterate`): written as an async generator (:func:`iterate_python`, the
+fallback) a step cost about 2,200 instructions a record over getmany's, most of it
+the generator protocol and the bytecode of the comparisons; ``HeldSteps`` is its own
+awaitable and completes through ``am_send`` without a ``StopIteration`` or a frame.
+It makes the same comparisons (the count, the gate, the run's end) and calls
+the ``slow`` coroutine of :func:`iterate_native` for everything else.  The one difference:
+it reads the gate's deadline when a run is loaded rather than at every step, which
+is sound because ``SubscriptionState.set_membership_valid_until`` bumps the count;
+while a deadline is set it still reads the clock at every step.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
+from aiogroup._fetch import native
 from aiogroup._fetch.delivery import records_and_bytes
 from aiogroup._state.subscription import (
     Assignment,
@@ -59,7 +72,7 @@ from aiogroup._state.subscription import (
 )
 from aiogroup.structs import ConsumerRecord, TopicPartition
 
-__all__ = ["HeldRecords", "iterate"]
+__all__ = ["HeldRecords", "held_steps_type", "iterate", "iterate_python"]
 
 
 class _Run:
@@ -119,7 +132,7 @@ class HeldRecords:
     must make them (see the module docstring).
     """
 
-    __slots__ = ("_pending", "_runs", "changes", "run", "verified")
+    __slots__ = ("_pending", "_runs", "changes", "run", "stepper", "verified")
 
     def __init__(self, changes: DeliveryChanges | None = None) -> None:
         self._runs: deque[_Run] = deque()
@@ -128,6 +141,9 @@ class HeldRecords:
         self.verified = -1
         #: Records handed out and bytes, of runs no longer current, not yet counted.
         self._pending = [0, 0]
+        #: The native ``HeldSteps`` that last loaded the current run: its steps do
+        #: not write ``run.index``, so ``_sync`` has it written before one is read.
+        self.stepper: Any = None
 
     def __bool__(self) -> bool:
         return self.run is not None
@@ -170,6 +186,7 @@ class HeldRecords:
         Leaves ``verified`` set when the run that is current afterwards passed the
         check with nothing changed since, so the next steps may go without it.
         """
+        self._sync()
         self._moved()
         run = self.run
         while run is not None:
@@ -195,6 +212,7 @@ class HeldRecords:
 
     def release(self, assignment: Assignment | None) -> None:
         """Give back every record not handed out (another read path is about to read)."""
+        self._sync()
         self._moved()
         run = self.run
         while run is not None:
@@ -203,6 +221,7 @@ class HeldRecords:
 
     def handed_out(self) -> tuple[int, int]:
         """Records handed out, and their key + value bytes, since the last call."""
+        self._sync()
         n, nbytes = self._pending
         self._pending = [0, 0]
         run = self.run
@@ -214,6 +233,13 @@ class HeldRecords:
         return n, nbytes
 
     # -- internals ----------------------------------------------------------------------
+
+    def _sync(self) -> None:
+        """The native stepper's progress into ``run.index``; it lets go of the run."""
+        stepper = self.stepper
+        if stepper is not None:
+            self.stepper = None
+            stepper.sync()
 
     @staticmethod
     def _holds(assignment: Assignment, run: _Run) -> bool:
@@ -250,13 +276,82 @@ class HeldRecords:
         self._next_run()
 
 
-async def iterate(
+def held_steps_type() -> Any:
+    """``aiogroup_native.HeldSteps``, or None (no module, an older build, ``AIOGROUP_NATIVE=0``)."""
+    return getattr(native._enabled(), "HeldSteps", None)
+
+
+def iterate(
     held: HeldRecords,
     sub: SubscriptionState,
     clock: Callable[[], float],
     step: Callable[[], Awaitable[ConsumerRecord | None]],
 ) -> AsyncIterator[ConsumerRecord]:
     """``async for``'s steps: held records by the count's check, else ``step``.
+
+    The native ``HeldSteps`` when there is one, else :func:`iterate_python`; both
+    hand out the same records with the same checks (tests/unit/test_fetch_iteration.py
+    runs every case on both).  ``step`` is the full step (errors, the full check, the
+    caller's bookkeeping, a refill when nothing is held); None from it ends the
+    iteration (the consumer stopped).  ``clock``: the loop's clock, for the gate.
+    """
+    steps_type = held_steps_type()
+    if steps_type is None:
+        return iterate_python(held, sub, clock, step)
+    return iterate_native(steps_type, held, sub, clock, step)
+
+
+def iterate_native(
+    steps_type: Any,
+    held: HeldRecords,
+    sub: SubscriptionState,
+    clock: Callable[[], float],
+    step: Callable[[], Awaitable[ConsumerRecord | None]],
+) -> AsyncIterator[ConsumerRecord]:
+    """:func:`iterate` with the native fast step (``steps_type``: ``HeldSteps``).
+
+    ``HeldSteps`` hands out ``records[i]`` while ``i`` is before the run's last
+    record, the count is the one loaded with the run and the gate is open; for
+    any other step it awaits ``slow(it)``, which does what
+    :func:`iterate_python` does there and loads the run the next steps may go on with.
+    """
+    loaded = [-1]  # the count the current load was checked at; -1: none
+
+    async def slow(it: Any) -> ConsumerRecord:
+        taken = None
+        if held.changes.value == loaded[0] and sub.membership_current(clock()):
+            # The run's last record with nothing changed since the full check (no
+            # error waits, the gate is open): ``take`` checks in full, hands it out
+            # and checks the next run, without the full step.
+            assignment = sub.assignment
+            taken = None if assignment is None else held.take(assignment)
+        if taken is None:
+            taken = await step()
+            if taken is None:
+                loaded[0] = -1
+                it.load(None, None, 0, 0, None, None)
+                raise StopAsyncIteration
+        run = held.run
+        if run is None or held.verified < 0 or run.index > run.last:
+            loaded[0] = -1
+            it.load(None, None, 0, 0, None, None)
+        else:
+            loaded[0] = held.verified
+            it.load(held.verified, run.records, run.index, run.last, run, run.state)
+            held.stepper = it
+        return taken
+
+    it: AsyncIterator[ConsumerRecord] = steps_type(held.changes, sub, clock, slow)
+    return it
+
+
+async def iterate_python(
+    held: HeldRecords,
+    sub: SubscriptionState,
+    clock: Callable[[], float],
+    step: Callable[[], Awaitable[ConsumerRecord | None]],
+) -> AsyncIterator[ConsumerRecord]:
+    """:func:`iterate` as an async generator: the fallback without the native module.
 
     ``step`` is the full step (errors, the full check, the caller's bookkeeping, a
     refill when nothing is held); None from it ends the iteration (the consumer

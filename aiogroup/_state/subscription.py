@@ -650,10 +650,17 @@ class SubscriptionState:
         self.commit_refresh_needed.set()
 
     def set_membership_valid_until(self, until: float | None) -> None:
-        """The routine moved the deadline: wake a poll that waits because it had passed."""
+        """The routine moved the deadline: wake a poll that waits because it had passed.
+
+        Bumps ``delivery_changes``: the native ``async for`` step reads the deadline
+        when it loads a run and relies on the count to hear of a new one (it still
+        reads the clock at every step while one is set).  A heartbeat moves it every
+        few seconds: one full check each time.
+        """
         if until == self.membership_valid_until:
             return
         self.membership_valid_until = until
+        self.delivery_changes.value += 1
         for callback in self._error_callbacks:
             callback()
 

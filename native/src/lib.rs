@@ -16,6 +16,7 @@
 
 use std::io::Read;
 
+mod held_steps;
 mod lz4_frame;
 mod pool;
 mod records;
@@ -714,5 +715,10 @@ fn aiogroup_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(records::key_value_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(share_records::share_records, m)?)?;
     m.add("DecodeError", m.py().get_type::<DecodeError>())?;
+    let held_steps = held_steps::make_type();
+    if held_steps.is_null() {
+        return Err(PyErr::fetch(m.py()));
+    }
+    m.add("HeldSteps", unsafe { Bound::from_owned_ptr(m.py(), held_steps) })?;
     Ok(())
 }

@@ -6,7 +6,15 @@ the partition again.  What goes out and where positions end up is the contract.
 
 from __future__ import annotations
 
-from aiogroup._fetch.iteration import HeldRecords, iterate
+import asyncio
+import inspect
+import shutil
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from aiogroup._fetch.iteration import HeldRecords, held_steps_type, iterate_native, iterate_python
 from aiogroup._state.subscription import Assignment, PartitionState, SubscriptionState
 from aiogroup.structs import ConsumerRecord, TopicPartition
 
@@ -120,6 +128,32 @@ async def test_a_partition_reset_meanwhile_is_left_alone() -> None:
 
 
 # -- the steps between full checks (iterate) --------------------------------------------
+# Every case runs on both implementations: the native ``HeldSteps`` and the async
+# generator that is the fallback without it.
+
+Iterate = Callable[
+    [HeldRecords, SubscriptionState, Callable[[], float], Callable[[], Awaitable[Any]]],
+    AsyncIterator[ConsumerRecord],
+]
+
+
+def _native_iterate(
+    held: HeldRecords,
+    sub: SubscriptionState,
+    clock: Callable[[], float],
+    step: Callable[[], Awaitable[Any]],
+) -> AsyncIterator[ConsumerRecord]:
+    steps_type = held_steps_type()
+    if steps_type is None:
+        if shutil.which("cargo") is None:
+            pytest.skip("the native module is not built (make install needs cargo)")
+        pytest.fail("aiogroup_native has no HeldSteps: rebuild it (make native)")
+    return iterate_native(steps_type, held, sub, clock, step)
+
+
+@pytest.fixture(params=["native", "python"])
+def iterate(request: pytest.FixtureRequest) -> Iterate:
+    return _native_iterate if request.param == "native" else iterate_python
 
 
 class _Steps:
@@ -157,7 +191,9 @@ def _hold(
     return held
 
 
-async def test_iterate_checks_in_full_only_at_the_ends_of_a_run_when_nothing_changes() -> None:
+async def test_iterate_checks_in_full_only_at_the_ends_of_a_run_when_nothing_changes(
+    iterate: Iterate,
+) -> None:
     sub = _subscribed({A: 0, B: 0})
     held = _hold(sub, {A: ([0, 1, 2, 3, 4], 6), B: ([0, 1, 2], 3)})
     steps = _Steps(held, sub)
@@ -184,7 +220,9 @@ async def test_iterate_checks_in_full_only_at_the_ends_of_a_run_when_nothing_cha
     assert steps.calls == 2
 
 
-async def test_iterate_a_pause_between_two_steps_stops_the_partition_at_once() -> None:
+async def test_iterate_a_pause_between_two_steps_stops_the_partition_at_once(
+    iterate: Iterate,
+) -> None:
     sub = _subscribed({A: 0})
     held = _hold(sub, {A: ([0, 1, 2, 3, 4], 5)})
     steps = _Steps(held, sub)
@@ -199,7 +237,9 @@ async def test_iterate_a_pause_between_two_steps_stops_the_partition_at_once() -
     assert a.position == 2 and a.paused  # sought back to the first record not handed out
 
 
-async def test_iterate_a_revocation_between_two_steps_stops_the_partition_at_once() -> None:
+async def test_iterate_a_revocation_between_two_steps_stops_the_partition_at_once(
+    iterate: Iterate,
+) -> None:
     sub = _subscribed({A: 0})
     held = _hold(sub, {A: ([0, 1, 2, 3, 4], 5)})
     got = []
@@ -210,7 +250,7 @@ async def test_iterate_a_revocation_between_two_steps_stops_the_partition_at_onc
     assert got == [0, 1]
 
 
-async def test_iterate_a_seek_between_two_steps_ends_the_held_run() -> None:
+async def test_iterate_a_seek_between_two_steps_ends_the_held_run(iterate: Iterate) -> None:
     sub = _subscribed({A: 0})
     held = _hold(sub, {A: ([0, 1, 2, 3, 4], 5)})
     assert sub.assignment is not None
@@ -223,7 +263,9 @@ async def test_iterate_a_seek_between_two_steps_ends_the_held_run() -> None:
     assert got == [0, 1] and a.position == 100
 
 
-async def test_iterate_an_error_reported_between_two_steps_goes_to_the_full_step() -> None:
+async def test_iterate_an_error_reported_between_two_steps_goes_to_the_full_step(
+    iterate: Iterate,
+) -> None:
     sub = _subscribed({A: 0})
     held = _hold(sub, {A: ([0, 1, 2, 3, 4], 5)})
     steps = _Steps(held, sub)
@@ -236,7 +278,9 @@ async def test_iterate_an_error_reported_between_two_steps_goes_to_the_full_step
     assert steps.calls == calls + 1  # the full step, which raises errors in the consumer
 
 
-async def test_iterate_hands_out_nothing_past_the_membership_gate_without_the_full_step() -> None:
+async def test_iterate_hands_out_nothing_past_the_membership_gate_without_the_full_step(
+    iterate: Iterate,
+) -> None:
     sub = _subscribed({A: 0})
     held = _hold(sub, {A: ([0, 1, 2, 3, 4], 5)})
     now = [10.0]
@@ -259,7 +303,7 @@ async def test_iterate_hands_out_nothing_past_the_membership_gate_without_the_fu
     assert len(gated) == 2  # the first step, then the gated one
 
 
-async def test_iterate_expire_makes_the_next_step_the_full_one() -> None:
+async def test_iterate_expire_makes_the_next_step_the_full_one(iterate: Iterate) -> None:
     sub = _subscribed({A: 0})
     held = _hold(sub, {A: ([0, 1, 2, 3, 4], 5)})
     steps = _Steps(held, sub)
@@ -272,7 +316,9 @@ async def test_iterate_expire_makes_the_next_step_the_full_one() -> None:
     assert steps.calls == 2
 
 
-async def test_handed_out_counts_each_record_once_across_runs_and_give_backs() -> None:
+async def test_handed_out_counts_each_record_once_across_runs_and_give_backs(
+    iterate: Iterate,
+) -> None:
     sub = _subscribed({A: 0, B: 0})
     held = _hold(sub, {A: ([0, 1, 2], 3), B: ([0, 1, 2], 3)})
     steps = _Steps(held, sub)
@@ -301,8 +347,120 @@ async def test_every_write_that_can_stop_a_hand_out_bumps_the_delivery_changes()
         "report_error": lambda: sub.report_error(RuntimeError("x")),
         "set_assignment": lambda: sub.set_assignment([A]),
         "close": sub.close,
+        "set_membership_valid_until": lambda: sub.set_membership_valid_until(99.0),
     }
     for name, write in writes.items():
         before = sub.delivery_changes.value
         write()
         assert sub.delivery_changes.value > before, name
+
+
+async def test_iterate_a_deadline_set_between_two_steps_is_heeded_at_once(iterate: Iterate) -> None:
+    sub = _subscribed({A: 0})
+    held = _hold(sub, {A: ([0, 1, 2, 3, 4], 5)})
+    now = [10.0]
+    steps = _Steps(held, sub)
+
+    async def step() -> ConsumerRecord | None:
+        if not sub.membership_current(now[0]):
+            return None
+        return await steps()
+
+    got = []
+    async for r in iterate(held, sub, lambda: now[0], step):
+        got.append(r.offset)
+        if r.offset == 1:
+            sub.set_membership_valid_until(5.0)  # no deadline when the run was loaded
+    assert got == [0, 1]
+
+
+async def test_iterate_positions_follow_offsets_with_gaps(iterate: Iterate) -> None:
+    sub = _subscribed({A: 0})
+    held = _hold(sub, {A: ([0, 2, 5, 6, 9], 12)})
+    assert sub.assignment is not None
+    a = sub.assignment.state(A)
+    got = []
+    async for r in iterate(held, sub, lambda: 0.0, _Steps(held, sub)):
+        got.append((r.offset, a.position))
+    assert got == [(0, 1), (2, 3), (5, 6), (6, 7), (9, 12)]
+
+
+async def test_iterate_a_step_cancelled_while_it_waits_hands_out_nothing(
+    iterate: Iterate,
+) -> None:
+    sub = _subscribed({A: 0})
+    held = _hold(sub, {A: ([0, 1, 2], 3)})
+    steps = _Steps(held, sub)
+    release = asyncio.Event()
+    waiting = asyncio.Event()
+
+    async def step() -> ConsumerRecord | None:
+        if steps.calls == 0:
+            waiting.set()
+            await release.wait()  # a refill waiting for data
+        return await steps()
+
+    it = iterate(held, sub, lambda: 0.0, step)
+    task = asyncio.ensure_future(anext(it))
+    await waiting.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    release.set()
+    if inspect.isasyncgen(it):  # an async generator that raised is finished: a new one
+        it = iterate(held, sub, lambda: 0.0, step)
+    # Nothing was handed out or skipped by the cancelled step.
+    assert [(await anext(it)).offset for _ in range(3)] == [0, 1, 2]
+    with pytest.raises(StopAsyncIteration):
+        await anext(it)
+
+
+async def test_native_an_anext_not_awaited_hands_its_record_out_at_the_next() -> None:
+    sub = _subscribed({A: 0})
+    held = _hold(sub, {A: ([0, 1, 2, 3], 4)})
+    it = _native_iterate(held, sub, lambda: 0.0, _Steps(held, sub))
+    assert (await anext(it)).offset == 0
+    it.__anext__()  # dropped without an await
+    assert (await anext(it)).offset == 1  # not lost, not skipped
+    assert (await anext(it)).offset == 2
+
+
+async def test_native_bad_arguments_are_refused_with_their_reason() -> None:
+    steps_type = held_steps_type()
+    if steps_type is None:
+        pytest.skip("no HeldSteps in this build")
+    sub = SubscriptionState()
+    with pytest.raises(TypeError, match="exactly 4"):
+        steps_type(sub.delivery_changes, sub)
+    with pytest.raises(TypeError, match="callable"):
+        steps_type(sub.delivery_changes, sub, 1.0, None)
+    it = steps_type(sub.delivery_changes, sub, lambda: 0.0, lambda it: None)
+    with pytest.raises(ValueError, match="0 <= i <= last"):
+        it.load(0, [], 0, 0, None, None)
+    with pytest.raises(RuntimeError, match="no record at hand"):
+        await it
+
+
+async def test_without_the_native_module_iterate_is_the_async_generator(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from aiogroup._fetch import iteration
+
+    monkeypatch.setenv("AIOGROUP_NATIVE", "0")
+    sub = _subscribed({A: 0})
+    held = _hold(sub, {A: ([0], 1)})
+    it = iteration.iterate(held, sub, lambda: 0.0, _Steps(held, sub))
+    assert inspect.isasyncgen(it)
+
+
+async def test_two_iterators_over_the_same_held_records_hand_each_out_once(
+    iterate: Iterate,
+) -> None:
+    sub = _subscribed({A: 0})
+    held = _hold(sub, {A: (list(range(10)), 10)})
+    it1 = iterate(held, sub, lambda: 0.0, _Steps(held, sub))
+    it2 = iterate(held, sub, lambda: 0.0, _Steps(held, sub))
+    got = [(await anext(it2 if k % 3 == 0 else it1)).offset for k in range(10)]
+    assert got == list(range(10))
+    assert sub.assignment is not None and sub.assignment.state(A).position == 10
+    assert held.handed_out() == (10, 10)
