@@ -692,10 +692,12 @@ class GroupConsumer:
         records last, compare one count and complete without a coroutine - the
         native module's ``HeldSteps``, or an async generator without it - where a
         step through ``__anext__`` costs a coroutine, and each call in it, per record.
-        ``async for`` behaves the same either way; an iterator kept by hand goes on
-        after an error it raised with the native step, and ends (a new ``async for``
-        goes on) with the async generator.  Before ``start()`` this is the consumer,
-        whose ``__anext__`` says why it cannot read.
+        ``async for`` behaves the same either way, and either way a record is handed
+        out (its position moved) when the result of ``__anext__()`` is awaited, not
+        before; an iterator kept by hand goes on after an error it raised with the
+        native step, and ends (a new ``async for`` goes on) with the async generator.
+        Before ``start()`` this is the consumer, whose ``__anext__`` says why it
+        cannot read.
         """
         fetcher, sub = self._fetcher, self._subscription
         if fetcher is None or sub is None:

@@ -8,17 +8,21 @@
 //! `python -m benchmarks.record_path_cost`): the generator's protocol (an `asend`
 //! object, the frame's resumption, the `StopIteration` carrying the value) and the
 //! bytecode of the checks.  Here the object is its own async iterator and its own
-//! awaitable: `__anext__` (the type's `am_anext` slot) makes the checks in C and,
-//! when they hold, keeps the record and returns the object itself; `await` reaches
-//! `am_send` (CPython >= 3.10 calls it directly, without `__next__`), which returns
-//! the record as the result - no `StopIteration` object, no frame.
+//! awaitable: `__anext__` (the type's `am_anext` slot) returns the object itself
+//! while a loaded run has records left; `await` reaches `am_send` (CPython >= 3.10
+//! calls it directly, without `__next__`), which makes the checks in C and, when they
+//! hold, moves the position and returns the record as the result - no
+//! `StopIteration` object, no frame.  The step is made at the await, as the async
+//! generator makes it: an `__anext__()` never awaited moves nothing, and a change
+//! between `__anext__()` and its await (a rebalance in a task not yet run) is heeded.
 //!
-//! When a check does not hold (the count moved, the gate is closed, the run is at
-//! its last record, nothing is held), `__anext__` returns `slow(self)` instead: a
-//! coroutine from Python that makes the full step (which may wait for data, honours
-//! stop() and raises what the consumer raises) and calls `load` to tell this object
-//! the run it may go on with.  Everything that decides what may be handed out stays
-//! in Python; this type only repeats the comparisons the Python fast branch makes.
+//! At a run's end or with nothing held, `__anext__` returns `slow(self)`: a coroutine
+//! from Python that makes the full step (which may wait for data, honours stop() and
+//! raises what the consumer raises) and calls `load` to tell this object the run it
+//! may go on with.  When a check fails at the await, `am_send` delegates to `slow(self)`
+//! the way `yield from` does (sends, `throw` and `close` forwarded).  Everything that
+//! decides what may be handed out stays in Python; this type only repeats the
+//! comparisons the Python fast branch makes.
 //!
 //! A step writes only the partition's `position` (the application may read it, or
 //! commit, before the next step).  The run's `index` is written when `HeldRecords`
@@ -54,8 +58,15 @@ struct HeldSteps {
     records: *mut PyObject,
     run: *mut PyObject,
     state: *mut PyObject,
-    /// The record the pending `await` returns, or NULL.
+    /// The record the pending `await` returns, or NULL (`hand_out`).
     ready: *mut PyObject,
+    /// The full step's coroutine an `await` of this object delegates to (sends,
+    /// `throw` and `close` forwarded, as `yield from` does), or NULL.
+    inner: *mut PyObject,
+    /// `__anext__()` found a run to step in; the step itself (the checks, the
+    /// position) is made when the result is awaited, so that an `__anext__()` never
+    /// awaited moves nothing and the checks are those of the moment of handing out.
+    armed: bool,
     /// The gate's deadline when the run was loaded (a change of it bumps the count),
     /// or NULL: no deadline.
     until: *mut PyObject,
@@ -322,36 +333,64 @@ unsafe fn step(s: &mut HeldSteps) -> *mut PyObject {
 unsafe extern "C" fn am_anext(obj: *mut PyObject) -> *mut PyObject {
     let s = &mut *(obj as *mut HeldSteps);
     if !s.ready.is_null() {
-        // The previous __anext__()'s awaitable was never awaited: its record is
-        // still the one at hand (the position is already past it), hand it out now.
         ffi::Py_INCREF(obj);
         return obj;
     }
-    match fast_ok(s) {
-        1 => {
-            let record = step(s);
-            if record.is_null() {
-                return null_mut();
-            }
-            s.ready = record;
-            ffi::Py_INCREF(obj);
-            obj
-        }
-        0 => {
-            // The full step, in Python: forget the run until it loads one again.
-            clear(&mut s.seen);
-            let args = ffi::PyTuple_New(1);
-            if args.is_null() {
-                return null_mut();
-            }
-            ffi::Py_INCREF(obj);
-            ffi::PyTuple_SetItem(args, 0, obj);
-            let awaitable = ffi::PyObject_Call(s.slow, args, null_mut());
-            ffi::Py_DECREF(args);
-            awaitable
-        }
-        _ => null_mut(),
+    // An earlier await abandoned mid-step (its task closed): let its coroutine go.
+    if !s.inner.is_null() {
+        close_inner(s);
     }
+    if !s.seen.is_null() && s.i < s.last {
+        // The checks and the step are made by the await (`am_send`).
+        s.armed = true;
+        ffi::Py_INCREF(obj);
+        return obj;
+    }
+    // The full step, in Python: forget the run until it loads one again.
+    s.armed = false;
+    clear(&mut s.seen);
+    call_slow(s, obj)
+}
+
+/// `slow(self)`: the full step's coroutine (a new reference), or NULL.
+unsafe fn call_slow(s: &mut HeldSteps, obj: *mut PyObject) -> *mut PyObject {
+    let args = ffi::PyTuple_New(1);
+    if args.is_null() {
+        return null_mut();
+    }
+    ffi::Py_INCREF(obj);
+    ffi::PyTuple_SetItem(args, 0, obj);
+    let awaitable = ffi::PyObject_Call(s.slow, args, null_mut());
+    ffi::Py_DECREF(args);
+    awaitable
+}
+
+/// Close the delegated coroutine (its `finally` blocks run) and forget it.
+unsafe fn close_inner(s: &mut HeldSteps) {
+    let inner = s.inner;
+    s.inner = null_mut();
+    let r = ffi::PyObject_CallMethod(inner, c"close".as_ptr(), null_mut());
+    if r.is_null() {
+        ffi::PyErr_WriteUnraisable(inner);
+    } else {
+        ffi::Py_DECREF(r);
+    }
+    ffi::Py_DECREF(inner);
+}
+
+/// Send `arg` into the delegated coroutine; forget it once it has finished.
+unsafe fn send_inner(
+    s: &mut HeldSteps,
+    arg: *mut PyObject,
+    result: *mut *mut PyObject,
+) -> PySendResult {
+    let inner = s.inner;
+    let status = ffi::PyIter_Send(inner, arg, result);
+    if !matches!(status, PySendResult::PYGEN_NEXT) {
+        s.inner = null_mut();
+        ffi::Py_DECREF(inner);
+    }
+    status
 }
 
 unsafe extern "C" fn self_iter(obj: *mut PyObject) -> *mut PyObject {
@@ -361,22 +400,102 @@ unsafe extern "C" fn self_iter(obj: *mut PyObject) -> *mut PyObject {
 
 unsafe extern "C" fn am_send(
     obj: *mut PyObject,
-    _arg: *mut PyObject,
+    arg: *mut PyObject,
     result: *mut *mut PyObject,
 ) -> PySendResult {
     let s = &mut *(obj as *mut HeldSteps);
+    if !s.inner.is_null() {
+        return send_inner(s, arg, result);
+    }
     let record = s.ready;
-    if record.is_null() {
+    if !record.is_null() {
+        s.ready = null_mut();
+        *result = record;
+        return PySendResult::PYGEN_RETURN;
+    }
+    if !s.armed {
         ffi::PyErr_SetString(
             ffi::PyExc_RuntimeError,
-            c"HeldSteps awaited with no record at hand: await what __anext__() returned".as_ptr(),
+            c"HeldSteps awaited with no step at hand: await what __anext__() returned".as_ptr(),
         );
         *result = null_mut();
         return PySendResult::PYGEN_ERROR;
     }
-    s.ready = null_mut();
-    *result = record;
-    PySendResult::PYGEN_RETURN
+    s.armed = false;
+    match fast_ok(s) {
+        1 => {
+            let record = step(s);
+            *result = record;
+            if record.is_null() {
+                PySendResult::PYGEN_ERROR
+            } else {
+                PySendResult::PYGEN_RETURN
+            }
+        }
+        0 => {
+            // Something changed between __anext__() and this await (a rebalance, a
+            // pause, the gate): the full step decides, as if __anext__() had found it.
+            clear(&mut s.seen);
+            let coro = call_slow(s, obj);
+            if coro.is_null() {
+                *result = null_mut();
+                return PySendResult::PYGEN_ERROR;
+            }
+            s.inner = coro;
+            send_inner(s, ffi::Py_None(), result)
+        }
+        _ => {
+            *result = null_mut();
+            PySendResult::PYGEN_ERROR
+        }
+    }
+}
+
+/// `throw(...)`: into the delegated coroutine (a cancellation of the awaiting task
+/// reaches the full step where it waits, as with `yield from`).
+unsafe extern "C" fn throw(obj: *mut PyObject, args: *mut PyObject) -> *mut PyObject {
+    let s = &mut *(obj as *mut HeldSteps);
+    if s.inner.is_null() {
+        // Nothing in flight: the exception is raised here, as given.
+        let n = ffi::PyTuple_Size(args);
+        let first = if n > 0 { ffi::PyTuple_GetItem(args, 0) } else { null_mut() };
+        if first.is_null() {
+            ffi::PyErr_SetString(ffi::PyExc_TypeError, c"throw() needs an exception".as_ptr());
+        } else if ffi::PyExceptionInstance_Check(first) != 0 {
+            ffi::PyErr_SetObject(ffi::Py_TYPE(first) as *mut PyObject, first);
+        } else {
+            let value = if n > 1 { ffi::PyTuple_GetItem(args, 1) } else { ffi::Py_None() };
+            ffi::PyErr_SetObject(first, value);
+        }
+        return null_mut();
+    }
+    let inner = s.inner;
+    ffi::Py_INCREF(inner);
+    let meth = ffi::PyObject_GetAttrString(inner, c"throw".as_ptr());
+    let r = if meth.is_null() {
+        null_mut()
+    } else {
+        let r = ffi::PyObject_Call(meth, args, null_mut());
+        ffi::Py_DECREF(meth);
+        r
+    };
+    if r.is_null() && s.inner == inner {
+        // Finished (StopIteration carries the result) or failed: forget it.
+        s.inner = null_mut();
+        ffi::Py_DECREF(inner);
+    }
+    ffi::Py_DECREF(inner);
+    r
+}
+
+/// `close()`: close the delegated coroutine, if any.
+unsafe extern "C" fn close(obj: *mut PyObject, _args: *mut PyObject) -> *mut PyObject {
+    let s = &mut *(obj as *mut HeldSteps);
+    s.armed = false;
+    if !s.inner.is_null() {
+        close_inner(s);
+    }
+    ffi::Py_NewRef(ffi::Py_None())
 }
 
 /// `__next__`, for callers that do not use `am_send` (a tracer's `SEND`): the same
@@ -399,6 +518,7 @@ unsafe extern "C" fn tp_iternext(obj: *mut PyObject) -> *mut PyObject {
             }
             null_mut()
         }
+        PySendResult::PYGEN_NEXT => result,
         _ => null_mut(),
     }
 }
@@ -411,6 +531,7 @@ unsafe extern "C" fn tp_traverse(
     let s = &*(obj as *mut HeldSteps);
     for p in [
         s.changes, s.sub, s.clock, s.slow, s.seen, s.records, s.run, s.state, s.ready, s.until,
+        s.inner,
     ] {
         if !p.is_null() {
             let rc = visit(p, arg);
@@ -434,6 +555,7 @@ unsafe extern "C" fn tp_clear(obj: *mut PyObject) -> c_int {
     clear(&mut s.state);
     clear(&mut s.ready);
     clear(&mut s.until);
+    clear(&mut s.inner);
     0
 }
 
@@ -497,6 +619,7 @@ unsafe extern "C" fn tp_new(
     s.last = 0;
     s.offset = 0;
     s.contiguous = false;
+    s.armed = false;
     s.value_slot = Slot::probe(s.changes, (*std::ptr::addr_of!(NAMES)).value);
     s.position_slot = Slot::UNKNOWN;
     obj
@@ -627,7 +750,19 @@ unsafe extern "C" fn hand_out(obj: *mut PyObject, record: *mut PyObject) -> *mut
     obj
 }
 
-static mut METHODS: [ffi::PyMethodDef; 4] = [
+static mut METHODS: [ffi::PyMethodDef; 6] = [
+    ffi::PyMethodDef {
+        ml_name: c"throw".as_ptr(),
+        ml_meth: ffi::PyMethodDefPointer { PyCFunction: throw },
+        ml_flags: ffi::METH_VARARGS,
+        ml_doc: c"throw(exc): into the full step this await delegates to".as_ptr(),
+    },
+    ffi::PyMethodDef {
+        ml_name: c"close".as_ptr(),
+        ml_meth: ffi::PyMethodDefPointer { PyCFunction: close },
+        ml_flags: ffi::METH_NOARGS,
+        ml_doc: c"close(): close the full step this await delegates to, if any".as_ptr(),
+    },
     ffi::PyMethodDef {
         ml_name: c"sync".as_ptr(),
         ml_meth: ffi::PyMethodDefPointer { PyCFunction: sync },

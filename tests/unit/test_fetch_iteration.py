@@ -425,6 +425,83 @@ async def test_native_an_anext_not_awaited_hands_its_record_out_at_the_next() ->
     assert (await anext(it)).offset == 2
 
 
+async def test_iterate_an_anext_not_awaited_moves_no_position(iterate: Iterate) -> None:
+    """Until its result is awaited, ``__anext__()`` hands out nothing: the position
+    stays before the record, so a commit made meanwhile (auto-commit, a revoke
+    listener) cannot cover a record the application never had."""
+    sub = _subscribed({A: 0})
+    held = _hold(sub, {A: ([0, 1, 2, 3], 4)})
+    assert sub.assignment is not None
+    a = sub.assignment.state(A)
+    it = iterate(held, sub, lambda: 0.0, _Steps(held, sub))
+    assert (await anext(it)).offset == 0
+    pending = it.__anext__()
+    assert a.position == 1  # nothing moved for the record not yet awaited
+    assert (await pending).offset == 1
+    assert a.position == 2
+
+
+async def test_iterate_a_revocation_between_anext_and_its_await_is_heeded(
+    iterate: Iterate,
+) -> None:
+    """A rebalance that lands between ``__anext__()`` and the await (an
+    ``asyncio.wait_for(anext(...))`` task not yet run) is judged at the await: no
+    record of the revoked partition goes out, its position stays."""
+    sub = _subscribed({A: 0, B: 0})
+    held = _hold(sub, {A: ([0, 1, 2, 3], 4), B: ([0, 1], 2)})
+    assert sub.assignment is not None
+    a = sub.assignment.state(A)
+    it = iterate(held, sub, lambda: 0.0, _Steps(held, sub))
+    assert (await anext(it)).offset == 0
+    pending = it.__anext__()
+    sub.mark_revoking([A])
+    rest = [await pending]
+    rest += [r async for r in it]
+    assert [(r.partition, r.offset) for r in rest] == [(1, 0), (1, 1)]
+    assert a.position == 1
+
+
+async def test_iterate_a_cancelled_await_after_a_change_hands_out_nothing(
+    iterate: Iterate,
+) -> None:
+    """The full step an await falls back to (something changed since ``__anext__()``)
+    runs in the awaiting task: cancelling that task reaches it where it waits."""
+    sub = _subscribed({A: 0})
+    held = _hold(sub, {A: ([0, 1, 2], 3)})
+    steps = _Steps(held, sub)
+    release, waiting = asyncio.Event(), asyncio.Event()
+    cancelled = []
+
+    async def step() -> ConsumerRecord | None:
+        if steps.calls == 1:
+            waiting.set()
+            try:
+                await release.wait()  # a refill waiting for data
+            except asyncio.CancelledError:
+                cancelled.append(True)
+                raise
+        return await steps()
+
+    it = iterate(held, sub, lambda: 0.0, step)
+    assert (await anext(it)).offset == 0
+    pending = it.__anext__()
+    sub.delivery_changes.bump()  # an error reported, a pause...: the full step decides
+
+    async def await_it() -> ConsumerRecord:
+        return await pending  # type: ignore[no-any-return]
+
+    task = asyncio.ensure_future(await_it())
+    await waiting.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert cancelled == [True]  # the cancellation reached the waiting step
+    release.set()
+    if inspect.isasyncgen(it):  # an async generator that raised is finished: a new one
+        it = iterate(held, sub, lambda: 0.0, step)
+    assert [r.offset async for r in it] == [1, 2]
+
+
 async def test_native_bad_arguments_are_refused_with_their_reason() -> None:
     steps_type = held_steps_type()
     if steps_type is None:
@@ -437,7 +514,7 @@ async def test_native_bad_arguments_are_refused_with_their_reason() -> None:
     it = steps_type(sub.delivery_changes, sub, lambda: 0.0, lambda it: None)
     with pytest.raises(ValueError, match="0 <= i <= last"):
         it.load(0, [], 0, 0, None, None)
-    with pytest.raises(RuntimeError, match="no record at hand"):
+    with pytest.raises(RuntimeError, match="no step at hand"):
         await it
 
 
