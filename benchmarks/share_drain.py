@@ -37,19 +37,9 @@ from aiogroup.testing.kafka import KafkaCluster
 from aiogroup.testing.share_peers import configure_share_group, confluent_share_rate
 from benchmarks.share_baseline import _produce
 from benchmarks.share_consumer import aiogroup_share_rate
+from benchmarks.share_record_cost import extra_path
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _extra_path() -> list[str]:
-    """This process's PYTHONPATH entries that hold no ``aiogroup`` of their own - a
-    private ``aiogroup_native`` build (``pip install --target DIR ./native``) reaches
-    the children too; a checkout's ``aiogroup`` on it would shadow the tree's."""
-    return [
-        p
-        for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
-        if p and not (Path(p) / "aiogroup").exists()
-    ]
 
 
 #: The child that drains with one tree's aiogroup: prints where aiogroup came from and
@@ -83,7 +73,7 @@ def _tree_drain(
     with tempfile.TemporaryDirectory() as only:
         # The tree's aiogroup alone first on the path: the benchmarks stay this checkout's.
         (Path(only) / "aiogroup").symlink_to(tree / "aiogroup")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([only, str(ROOT), *_extra_path()]))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([only, str(ROOT), *extra_path()]))
         args = [bootstrap, topic, group, str(records), str(consumers), str(max_poll_records)]
         out = subprocess.run(
             [sys.executable, "-c", _CHILD, *args],

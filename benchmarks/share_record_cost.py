@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _extra_path() -> list[str]:
+def extra_path() -> list[str]:
     """This process's PYTHONPATH entries that hold no ``aiogroup`` of their own - a
     private ``aiogroup_native`` build (``pip install --target DIR ./native``) reaches
     the children too; a checkout's ``aiogroup`` on it would shadow the tree's."""
@@ -103,7 +103,7 @@ def _drain(
         (Path(tmp) / "aiogroup").symlink_to(tree / "aiogroup")
         out = os.path.join(tmp, "cg.out")
         env = dict(os.environ, PYTHONHASHSEED="0")
-        env["PYTHONPATH"] = os.pathsep.join([tmp, str(ROOT), *_extra_path()])
+        env["PYTHONPATH"] = os.pathsep.join([tmp, str(ROOT), *extra_path()])
         done = subprocess.run(
             [
                 "valgrind",

@@ -33,24 +33,25 @@ use pyo3::types::{PyDict, PyList, PyTuple, PyType};
 
 use crate::{batch_head, decompress, Cursor, DecodeError, Res, HEADER_LEN, SCRATCH};
 
-/// One record's fields, pointing into the (decompressed) batch.
-struct Rec<'a> {
-    offset_delta: i32,
-    ts_delta: i64,
-    key: Option<&'a [u8]>,
-    value: Option<&'a [u8]>,
+/// One record's fields, pointing into the (decompressed) batch (also the share
+/// path's, `share_records.rs`).
+pub(crate) struct Rec<'a> {
+    pub(crate) offset_delta: i32,
+    pub(crate) ts_delta: i64,
+    pub(crate) key: Option<&'a [u8]>,
+    pub(crate) value: Option<&'a [u8]>,
     /// This record's headers: `headers[first..end]`.
-    first_header: usize,
-    end_header: usize,
+    pub(crate) first_header: usize,
+    pub(crate) end_header: usize,
 }
 
-struct Header<'a> {
-    key: &'a [u8],
-    value: Option<&'a [u8]>,
+pub(crate) struct Header<'a> {
+    pub(crate) key: &'a [u8],
+    pub(crate) value: Option<&'a [u8]>,
 }
 
 /// Every record of a batch's (decompressed) records section, checked whole.
-fn parse<'a>(
+pub(crate) fn parse<'a>(
     records: &'a [u8],
     count: usize,
     recs: &mut Vec<Rec<'a>>,
@@ -89,13 +90,13 @@ fn parse<'a>(
 
 /// An owned reference from a C API call, or the Python error it set.
 #[inline]
-fn owned<'py>(py: Python<'py>, ptr: *mut ffi::PyObject) -> PyResult<Bound<'py, PyAny>> {
+pub(crate) fn owned<'py>(py: Python<'py>, ptr: *mut ffi::PyObject) -> PyResult<Bound<'py, PyAny>> {
     // SAFETY: every caller passes a new reference (or NULL with an exception set).
     unsafe { Bound::from_owned_ptr_or_err(py, ptr) }
 }
 
 #[inline]
-fn bytes_of<'py>(py: Python<'py>, b: &[u8]) -> PyResult<Bound<'py, PyAny>> {
+pub(crate) fn bytes_of<'py>(py: Python<'py>, b: &[u8]) -> PyResult<Bound<'py, PyAny>> {
     // SAFETY: `b` is valid for `b.len()` bytes; the call copies them.
     owned(py, unsafe {
         ffi::PyBytes_FromStringAndSize(b.as_ptr().cast(), b.len() as ffi::Py_ssize_t)

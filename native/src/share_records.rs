@@ -21,71 +21,11 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple, PyType};
 
-use crate::{batch_head, decompress, Cursor, DecodeError, Res, HEADER_LEN, SCRATCH};
+use crate::records::{bytes_of, owned, parse, Header, Rec};
+use crate::{batch_head, decompress, DecodeError, HEADER_LEN, SCRATCH};
 
 /// How many items a `ShareRecord` tuple holds (its nine public fields, the run, the id).
 const ITEMS: usize = 11;
-
-/// One record's fields, pointing into the (decompressed) batch.
-struct Rec<'a> {
-    offset_delta: i32,
-    ts_delta: i64,
-    key: Option<&'a [u8]>,
-    value: Option<&'a [u8]>,
-    /// This record's headers: `headers[first_header..end_header]`.
-    first_header: usize,
-    end_header: usize,
-}
-
-/// Every record of a batch's (decompressed) records section, checked whole.
-fn parse<'a>(
-    records: &'a [u8],
-    count: usize,
-    recs: &mut Vec<Rec<'a>>,
-    headers: &mut Vec<(&'a [u8], Option<&'a [u8]>)>,
-) -> Res<()> {
-    let mut cur = Cursor::new(records);
-    // A record takes at least 7 bytes: do not trust `count` to reserve memory.
-    recs.reserve(count.min(records.len() / 7 + 1));
-    for i in 0..count {
-        let head = cur.record_head(i)?;
-        let first_header = headers.len();
-        for _ in 0..head.headers {
-            headers.push(cur.header(i)?);
-        }
-        cur.record_end(&head, i)?;
-        recs.push(Rec {
-            offset_delta: head.offset_delta,
-            ts_delta: head.ts_delta,
-            key: head.key,
-            value: head.value,
-            first_header,
-            end_header: headers.len(),
-        });
-    }
-    if cur.remaining() != 0 {
-        return Err(format!(
-            "{} bytes left after the batch's {count} records",
-            cur.remaining()
-        ));
-    }
-    Ok(())
-}
-
-/// An owned reference from a C API call, or the Python error it set.
-#[inline]
-fn owned<'py>(py: Python<'py>, ptr: *mut ffi::PyObject) -> PyResult<Bound<'py, PyAny>> {
-    // SAFETY: every caller passes a new reference (or NULL with an exception set).
-    unsafe { Bound::from_owned_ptr_or_err(py, ptr) }
-}
-
-#[inline]
-fn bytes_of<'py>(py: Python<'py>, b: &[u8]) -> PyResult<Bound<'py, PyAny>> {
-    // SAFETY: `b` is valid for `b.len()` bytes; the call copies them.
-    owned(py, unsafe {
-        ffi::PyBytes_FromStringAndSize(b.as_ptr().cast(), b.len() as ffi::Py_ssize_t)
-    })
-}
 
 #[inline]
 fn int_of(py: Python<'_>, v: i64) -> PyResult<Bound<'_, PyAny>> {
@@ -193,7 +133,7 @@ fn build<'py>(
     py: Python<'py>,
     head: &crate::BatchHead,
     recs: &[Rec<'_>],
-    headers: &[(&[u8], Option<&[u8]>)],
+    headers: &[Header<'_>],
     fixed: &Fixed<'_, 'py>,
 ) -> PyResult<Bound<'py, PyList>> {
     let ts_type = int_of(py, i64::from(head.log_append))?;
@@ -231,8 +171,8 @@ fn build<'py>(
         };
         let hdrs = if r.end_header > r.first_header {
             let mut items = Vec::with_capacity(r.end_header - r.first_header);
-            for (hk_raw, hv_raw) in &headers[r.first_header..r.end_header] {
-                let hk = match header_keys.iter().find(|(k, _)| k == hk_raw) {
+            for &Header { key: hk_raw, value: hv_raw } in &headers[r.first_header..r.end_header] {
+                let hk = match header_keys.iter().find(|(k, _)| *k == hk_raw) {
                     Some((_, s)) => s.clone(),
                     None => {
                         // SAFETY: the parser checked the key is UTF-8; the call copies it.
