@@ -196,6 +196,28 @@ impl<'a> Cursor<'a> {
     }
 }
 
+/// The `DecodeError` for the batch at `data[start..]` of `where_` (topic-partition):
+/// its base offset when the bytes hold one, and `msg` ("CRC" for a failed CRC check).
+pub(crate) fn batch_error(
+    where_: &dyn std::fmt::Display,
+    data: &[u8],
+    start: usize,
+    msg: String,
+) -> PyErr {
+    let base = if start <= data.len() && data.len() - start >= 8 {
+        be_i64(data, start).to_string()
+    } else {
+        "?".to_string()
+    };
+    if msg == "CRC" {
+        DecodeError::new_err(format!(
+            "record batch of {where_} at offset {base} failed its CRC check"
+        ))
+    } else {
+        DecodeError::new_err(format!("record batch of {where_} at offset {base}: {msg}"))
+    }
+}
+
 fn be_i16(b: &[u8], at: usize) -> i16 {
     i16::from_be_bytes([b[at], b[at + 1]])
 }
@@ -607,22 +629,8 @@ impl BatchDecoder {
         partition: i32,
         check_crc: bool,
     ) -> PyResult<usize> {
-        let base = if start <= data.len() && data.len() - start >= 8 {
-            be_i64(data, start).to_string()
-        } else {
-            "?".to_string()
-        };
-        let fail = |msg: String| {
-            if msg == "CRC" {
-                DecodeError::new_err(format!(
-                    "record batch of {topic}-{partition} at offset {base} failed its CRC check"
-                ))
-            } else {
-                DecodeError::new_err(format!(
-                    "record batch of {topic}-{partition} at offset {base}: {msg}"
-                ))
-            }
-        };
+        let where_ = format!("{topic}-{partition}");
+        let fail = |msg: String| batch_error(&where_, data, start, msg);
         if start > end || end > data.len() {
             return Err(fail(format!(
                 "batch range {start}..{end} is outside the {} bytes given",

@@ -31,7 +31,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple, PyType};
 
-use crate::{batch_head, decompress, Cursor, DecodeError, Res, HEADER_LEN, SCRATCH};
+use crate::{batch_error, batch_head, decompress, Cursor, Res, HEADER_LEN, SCRATCH};
 
 /// One record's fields, pointing into the (decompressed) batch (also the share
 /// path's, `share_records.rs`).
@@ -149,24 +149,37 @@ pub(crate) fn consumer_records<'py>(
     value_deserializer: Option<&Bound<'py, PyAny>>,
     check_crc: bool,
 ) -> PyResult<(Bound<'py, PyList>, bool)> {
-    let fail = |msg: String| -> PyErr {
-        let where_ = match (template.get_item("topic"), template.get_item("partition")) {
-            (Ok(Some(t)), Ok(Some(p))) => format!("{t}-{p}"),
-            _ => "?".to_string(),
-        };
-        let base = if start <= data.len() && data.len() - start >= 8 {
-            i64::from_be_bytes(data[start..start + 8].try_into().unwrap()).to_string()
-        } else {
-            "?".to_string()
-        };
-        if msg == "CRC" {
-            DecodeError::new_err(format!(
-                "record batch of {where_} at offset {base} failed its CRC check"
-            ))
-        } else {
-            DecodeError::new_err(format!("record batch of {where_} at offset {base}: {msg}"))
-        }
+    let where_ = match (template.get_item("topic"), template.get_item("partition")) {
+        (Ok(Some(t)), Ok(Some(p))) => format!("{t}-{p}"),
+        _ => "?".to_string(),
     };
+    with_parsed_batch(data, start, end, check_crc, &where_, |head, recs, headers| {
+        build(
+            py,
+            head,
+            recs,
+            headers,
+            cls,
+            template,
+            key_deserializer,
+            value_deserializer,
+        )
+    })
+}
+
+/// `f` over the v2 batch `data[start:end]` parsed whole: its head, its records and
+/// their headers (decompressed into the thread's scratch buffer, checked before `f`
+/// runs).  A malformed batch is a `DecodeError` naming `where_` and the batch's base
+/// offset (`batch_error`), and `f` is not called.  The share path's too.
+pub(crate) fn with_parsed_batch<R>(
+    data: &[u8],
+    start: usize,
+    end: usize,
+    check_crc: bool,
+    where_: &dyn std::fmt::Display,
+    f: impl FnOnce(&crate::BatchHead, &[Rec<'_>], &[Header<'_>]) -> PyResult<R>,
+) -> PyResult<R> {
+    let fail = |msg: String| batch_error(where_, data, start, msg);
     if start > end || end > data.len() {
         return Err(fail(format!(
             "batch range {start}..{end} is outside the {} bytes given",
@@ -188,16 +201,7 @@ pub(crate) fn consumer_records<'py>(
             let mut recs = Vec::new();
             let mut headers = Vec::new();
             parse(records, head.count, &mut recs, &mut headers).map_err(fail)?;
-            build(
-                py,
-                &head,
-                &recs,
-                &headers,
-                cls,
-                template,
-                key_deserializer,
-                value_deserializer,
-            )
+            f(&head, &recs, &headers)
         })();
         if scratch.capacity() <= 64 << 20 {
             cell.replace(scratch);

@@ -21,8 +21,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple, PyType};
 
-use crate::records::{bytes_of, owned, parse, Header, Rec};
-use crate::{batch_head, decompress, DecodeError, HEADER_LEN, SCRATCH};
+use crate::records::{bytes_of, owned, with_parsed_batch, Header, Rec};
 
 /// How many items a `ShareRecord` tuple holds (its nine public fields, the run, the id).
 const ITEMS: usize = 11;
@@ -65,57 +64,17 @@ pub(crate) fn share_records<'py>(
             "share_records: cls must be a subclass of tuple",
         ));
     }
-    let fail = |msg: String| -> PyErr {
-        let base = if start <= data.len() && data.len() - start >= 8 {
-            i64::from_be_bytes(data[start..start + 8].try_into().unwrap()).to_string()
-        } else {
-            "?".to_string()
+    let where_ = format!("{topic}-{partition}");
+    with_parsed_batch(data, start, end, check_crc, &where_, |head, recs, headers| {
+        let fixed = Fixed {
+            cls,
+            topic,
+            partition,
+            delivery_count,
+            run,
+            id_base,
         };
-        if msg == "CRC" {
-            DecodeError::new_err(format!(
-                "record batch of {topic}-{partition} at offset {base} failed its CRC check"
-            ))
-        } else {
-            DecodeError::new_err(format!(
-                "record batch of {topic}-{partition} at offset {base}: {msg}"
-            ))
-        }
-    };
-    if start > end || end > data.len() {
-        return Err(fail(format!(
-            "batch range {start}..{end} is outside the {} bytes given",
-            data.len()
-        )));
-    }
-    let batch = &data[start..end];
-    let head = batch_head(batch, check_crc).map_err(fail)?;
-    let body = &batch[HEADER_LEN..];
-    SCRATCH.with(|cell| {
-        let mut scratch = cell.take();
-        let result = (|| {
-            let records: &[u8] = if head.codec == 0 {
-                body
-            } else {
-                let n = decompress(head.codec, body, &mut scratch).map_err(fail)?;
-                &scratch[..n]
-            };
-            let mut recs = Vec::new();
-            let mut headers = Vec::new();
-            parse(records, head.count, &mut recs, &mut headers).map_err(fail)?;
-            let fixed = Fixed {
-                cls,
-                topic,
-                partition,
-                delivery_count,
-                run,
-                id_base,
-            };
-            build(py, &head, &recs, &headers, &fixed)
-        })();
-        if scratch.capacity() <= 64 << 20 {
-            cell.replace(scratch);
-        }
-        result
+        build(py, head, recs, headers, &fixed)
     })
 }
 
