@@ -13,7 +13,9 @@ partitions holding ``--small`` and ``--large`` records of 100 B (``--payload 1Ki
 1 KiB, to see what costs per byte rather than per record), produced once.
 Each measurement is a child process that starts a consumer in assign mode, then
 drains one topic to its end with ``getmany`` (defaults, ``timeout_ms=1000``) or
-``async for``; callgrind counts only the drain (the child calls ``os.getsid`` just
+``async for`` (or, asked for with ``--path getmany-each``, ``getmany`` whose loop runs
+``async for``'s loop body once per record: the fair reference for ``async for``, see
+``EXTRA_PATHS``); callgrind counts only the drain (the child calls ``os.getsid`` just
 before and just after it and callgrind dumps its counts at each call, so imports,
 start-up and shutdown fall outside).  Per record is the difference of the two
 drains' counts over the difference of their sizes: what every drain pays once (the
