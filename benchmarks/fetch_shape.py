@@ -53,6 +53,12 @@ class Counts:
         self.frames: list[int] = []  # readexactly sizes >= 8
         self.polls = 0
         self.polled: list[int] = []
+        # The timeline (perf_counter seconds): each Fetch sent, each answer's handling
+        # begun and ended, each getmany return.
+        self.sent: list[float] = []
+        self.answered: list[float] = []
+        self.handled: list[float] = []
+        self.returned: list[float] = []
 
 
 def _install(counts: Counts) -> None:
@@ -88,28 +94,52 @@ def _install(counts: Counts) -> None:
     orig_handle = fmod.Fetcher._handle_response
 
     async def _fetch(self: Any, node: int, request: Any, plan: Any, reserved: int) -> None:
+        self._shape_sent = time.perf_counter()
         if counts.on:
             counts.requests.append(len(plan))
-        self._shape_sent = time.perf_counter()
+            counts.sent.append(self._shape_sent)
         await orig_fetch(self, node, request, plan, reserved)
 
-    def _handle_response(self: Any, response: Any, plan: Any, node: int) -> None:
-        rtt = time.perf_counter() - getattr(self, "_shape_sent", time.perf_counter())
+    def _handle_response(self: Any, response: Any, plan: Any, node: int) -> Any:
+        answered = time.perf_counter()
+        rtt = answered - getattr(self, "_shape_sent", answered)
         before = {tp: p.cursor.offset for tp, p in plan.items()}
-        answered = with_records = nbytes = 0
+        n_answered = with_records = nbytes = 0
         for _topic, parts in response.topics:
             for p in parts:
-                answered += 1
+                n_answered += 1
                 if p[-1]:
                     with_records += 1
                     nbytes += len(p[-1])
-        orig_handle(self, response, plan, node)
+        got = orig_handle(self, response, plan, node)
         records = sum(p.cursor.offset - before[tp] for tp, p in plan.items())
         if counts.on:
-            counts.responses.append((answered, with_records, nbytes, records, rtt))
+            counts.responses.append((n_answered, with_records, nbytes, records, rtt))
+            counts.answered.append(answered)
+            counts.handled.append(time.perf_counter())
+        return got
 
     fmod.Fetcher._fetch = _fetch  # type: ignore[method-assign]
     fmod.Fetcher._handle_response = _handle_response  # type: ignore[method-assign]
+
+
+def timeline(counts: Counts) -> dict[str, list[float]]:
+    """Where a drain's wall time goes between one Fetch and the next (milliseconds).
+
+    * ``in_flight``: sent -> its answer's handling begins (broker time, the wire, and
+      the socket reads, which share the event loop with the application);
+    * ``gap``: an answer handled -> the next Fetch sent (no Fetch in flight: the broker
+      idles; summed, the drain's wall time the broker was not asked for anything);
+    * ``returns_before_send``: getmany returns between an answer and the next send
+      (records were built while the broker waited for a request).
+    """
+    in_flight = [(a - s) * 1e3 for s, a in zip(counts.sent, counts.answered, strict=False)]
+    gaps: list[float] = []
+    returns = 0
+    for handled, nxt in zip(counts.handled, counts.sent[1:], strict=False):
+        gaps.append((nxt - handled) * 1e3)
+        returns += sum(1 for r in counts.returned if handled <= r < nxt)
+    return {"in_flight": in_flight, "gap": gaps, "returns": [float(returns)]}
 
 
 def _spread(values: list[int] | list[float]) -> str:
@@ -152,6 +182,7 @@ async def drain(
         while n < records:
             got = await consumer.getmany(timeout_ms=1000)
             counts.polls += 1
+            counts.returned.append(time.perf_counter())
             k = sum(len(r) for r in got.values())
             if touch:  # what the benchmark worker does with each record
                 nbytes += sum(len(r.value) for recs in got.values() for r in recs)
@@ -181,6 +212,7 @@ async def drain(
         "frames": counts.frames,
         "polls": counts.polls,
         "polled": counts.polled,
+        "timeline": timeline(counts),
     }
     if prof is not None:
         buf = io.StringIO()
@@ -193,6 +225,7 @@ async def drain(
 def report(got: dict[str, Any]) -> list[str]:
     resp = got["responses_detail"]
     n, secs = got["records"], got["seconds"]
+    tl = got["timeline"]
     lines = [
         f"drain: {n:,} records in {secs:.2f} s ({n / secs:,.0f}/s), CPU {got['cpu_s']:.2f} s",
         f"  user {got['user_s']:.2f} s, system {got['sys_s']:.2f} s, minor page faults "
@@ -210,6 +243,9 @@ def report(got: dict[str, Any]) -> list[str]:
         f"socket reads: {_spread(got['reads'])}",
         f"frames >= 8 B: {_spread(got['frames'])}",
         f"getmany calls: {got['polls']:,}, records per call {_spread(got['polled'])}",
+        f"timeline ms: Fetch in flight {_spread(tl['in_flight'])}",
+        f"  answer handled -> next Fetch sent {_spread(tl['gap'])}",
+        f"  getmany returns inside those gaps: {tl['returns'][0]:,.0f}",
         f"per record: {got['cpu_s'] / n * 1e6:.2f} us CPU; "
         f"per response {got['cpu_s'] / max(1, len(resp)) * 1e3:.2f} ms CPU",
     ]
