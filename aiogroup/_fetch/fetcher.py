@@ -37,7 +37,11 @@ from aiokafka.errors import (
 )
 
 from aiogroup._fetch.decoding import Chunk, split_batches
-from aiogroup._fetch.delivery import Delivery
+from aiogroup._fetch.delivery import (
+    DECODED_RECORD_OVERHEAD,
+    NATIVE_DECODED_RECORD_OVERHEAD,
+    Delivery,
+)
 from aiogroup._fetch.iteration import HeldRecords
 from aiogroup._fetch.planning import MemoryBudget, chunk_bytes, planning_order
 from aiogroup._fetch.replica import ReadReplicas, ReplicaView
@@ -122,6 +126,9 @@ class Fetcher:
             retry_later=lambda: self._wake_later(self._backoff),
         )
         self._cursors: dict[TopicPartition, _Cursor] = {}
+        #: Per buffered partition: what a read cutting its widest buffered batch would
+        #: decode and keep (the budget's ``margin``, see ``_decode_margin``).
+        self._decode_cost: dict[TopicPartition, int] = {}
         self._replicas = ReadReplicas(
             enabled=bool(config.client_rack), max_age=config.metadata_max_age_ms / 1000
         )
@@ -201,6 +208,7 @@ class Fetcher:
         self.held.release(None)
         self._delivery.clear()
         self._cursors.clear()
+        self._decode_cost.clear()
         self._budget.buffered = 0
         self._budget.reserved = 0
         self._budget.clear_frames()
@@ -257,6 +265,7 @@ class Fetcher:
             self._replicas.forget(assignment.partitions)
         self._watch(assignment)
         self._resets.start(assignment)
+        self._budget.margin = self._decode_margin()
         if not self._budget.can_request():
             return  # released chunks wake the routine when there is room again
         by_node: dict[int, list[_Planned]] = {}
@@ -312,6 +321,21 @@ class Fetcher:
         # Fewer sizes than leaders when the room ran out: the rest wait for released data.
         for (node, parts), max_bytes in zip(nodes, sizes, strict=False):
             self._send_fetch(node, parts, max_bytes)
+
+    def _decode_margin(self) -> int:
+        """What reads may yet decode of the buffered chunks while a request is in flight.
+
+        A read that stops inside a batch decodes the rest of it and keeps those records
+        (``decoded``, see planning.py): per partition one batch at a time, at most the
+        widest it has buffered.  The next request leaves room for that, less what is
+        decoded already, so the bound holds whether the application reads before or
+        after the request goes out.
+        """
+        buffers = self._delivery.buffers
+        costs = self._decode_cost
+        for tp in [tp for tp in costs if tp not in buffers]:
+            del costs[tp]
+        return max(0, sum(costs.values()) - self._budget.decoded)
 
     def _purge(self, assignment: Assignment) -> None:
         """Release buffers and cursors of partitions that cannot be delivered any more."""
@@ -583,6 +607,7 @@ class Fetcher:
             return False
         size = chunk_bytes(len(result.records), len(batches))
         self._budget.learn(len(result.records), size)
+        self._note_decode_cost(tp, batches, offset, end, size)
         self._delivery.add(
             Chunk(
                 st,
@@ -598,6 +623,29 @@ class Fetcher:
         )
         planned.cursor.offset = end
         return True
+
+    def _note_decode_cost(
+        self, tp: TopicPartition, batches: list[Any], offset: int, end: int, size: int
+    ) -> None:
+        """Remember what cutting this chunk's widest batch would decode (``_decode_margin``).
+
+        A batch's records: the offsets from the previous batch's end (the first: its base
+        offset) to its own - more than it holds after compaction, never fewer.  Each
+        costs what the delivery counts for a kept decoded record: the raw bytes a record
+        of the chunk averages plus the larger of the two record objects' overheads.
+        """
+        widest, prev = 0, min(offset, getattr(batches[0], "base_offset", offset))
+        for batch in batches:
+            nxt = batch.next_offset
+            if nxt - prev > widest:
+                widest = nxt - prev
+            prev = nxt
+        per_record = size // max(1, end - offset) + max(
+            DECODED_RECORD_OVERHEAD, NATIVE_DECODED_RECORD_OVERHEAD
+        )
+        cost = widest * per_record
+        if cost > self._decode_cost.get(tp, 0):
+            self._decode_cost[tp] = cost
 
     def _corrupt(self, tp: TopicPartition, exc: CorruptRecordException) -> None:
         """A batch failed its CRC at delivery: refetch it after a backoff, and say so."""
