@@ -254,8 +254,66 @@ def report(got: dict[str, Any]) -> list[str]:
     return lines
 
 
+def rdkafka_drain(bootstrap: str, topic: str, records: int) -> dict[str, Any]:
+    """The same drain with confluent-kafka tuned; its Fetches come from librdkafka's log.
+
+    librdkafka's own stderr logger (no ``logger=`` given) stamps each line with the
+    wall clock in ms: ``debug=protocol`` says when each FetchRequest was sent and each
+    FetchResponse received (with its size), so the same timeline can be drawn.
+    """
+    from confluent_kafka import Consumer, TopicPartition
+
+    from benchmarks.adapters.confluent_common import VARIANTS, config
+
+    consumer = Consumer(config(bootstrap, VARIANTS["tuned"], None, debug="protocol"))
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    n = 0
+    t0, c0 = time.perf_counter(), time.process_time()
+    w0 = time.time()
+    while n < records:
+        for msg in consumer.consume(10_000, 1.0):
+            if msg.error() is None:
+                n += 1
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    w1 = time.time()
+    consumer.close()
+    return {"records": n, "seconds": seconds, "cpu_s": cpu, "wall_from": w0, "wall_to": w1}
+
+
+def rdkafka_timeline(stderr: str, w0: float, w1: float) -> dict[str, list[float]]:
+    """Fetch requests and responses of the drain span, from librdkafka's protocol log."""
+    import re
+
+    sent: list[float] = []
+    received: list[tuple[float, int]] = []
+    stamp = re.compile(r"^%\d\|(\d+\.\d+)\|")
+    for line in stderr.splitlines():
+        m = stamp.match(line)
+        if m is None or "Fetch" not in line:
+            continue
+        t = float(m.group(1))
+        if not w0 <= t <= w1:
+            continue
+        if "Sent FetchRequest" in line:
+            sent.append(t)
+        elif "Received FetchResponse" in line:
+            size = re.search(r"\((?:v\d+, )?(\d+) bytes", line)
+            received.append((t, int(size.group(1)) if size else 0))
+    in_flight = [(r - s) * 1e3 for s, (r, _) in zip(sent, received, strict=False)]
+    gaps = [(s - r) * 1e3 for (r, _), s in zip(received, sent[1:], strict=False)]
+    return {
+        "in_flight": in_flight,
+        "gap": gaps,
+        "bytes": [float(b) for _, b in received],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["_rdkafka"]:
+        got = rdkafka_drain(argv[1], argv[2], int(argv[3]))
+        print("RESULT " + json.dumps(got))
+        return 0
     if argv[:1] == ["_drain"]:
         bootstrap, topic, records, variant, profile = argv[1:6]
         got = asyncio.run(drain(bootstrap, topic, int(records), variant, profile == "1"))
@@ -270,6 +328,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--profile", action="store_true", help="cProfile the drain (slower)")
     parser.add_argument("--json", type=Path, help="write the raw counts here")
+    parser.add_argument(
+        "--librdkafka",
+        action="store_true",
+        help="also drain with confluent-kafka tuned and draw its Fetch timeline from "
+        "librdkafka's debug=protocol log (ms stamps)",
+    )
     args = parser.parse_args(argv)
     variants = args.variant or ["tuned"]
 
@@ -298,6 +362,29 @@ def main(argv: list[str] | None = None) -> int:
                 results.setdefault(variant, []).append(got)
                 print(f"\n== rep {rep}, aiogroup/{variant}, load {os.getloadavg()}")
                 print("\n".join(report(got)), flush=True)
+            if args.librdkafka:
+                cmd = [sys.executable, "-m", "benchmarks.fetch_shape", "_rdkafka"]
+                cmd += [broker.bootstrap_servers, topic, str(args.records)]
+                done = subprocess.run(cmd, capture_output=True, text=True, cwd=str(ROOT))
+                line = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
+                if not line:
+                    print(f"rep {rep} librdkafka: failed\n{done.stderr[-2000:]}")
+                    continue
+                got = json.loads(line[-1][len("RESULT ") :])
+                tl = rdkafka_timeline(done.stderr, got["wall_from"], got["wall_to"])
+                got["timeline"] = tl
+                results.setdefault("confluent-tuned", []).append(got)
+                n, secs = got["records"], got["seconds"]
+                print(f"\n== rep {rep}, confluent/tuned, load {os.getloadavg()}")
+                print(
+                    f"drain: {n:,} records in {secs:.2f} s ({n / secs:,.0f}/s), "
+                    f"CPU {got['cpu_s']:.2f} s",
+                    f"\nFetch responses: {len(tl['bytes']):,}, bytes {_spread(tl['bytes'])}",
+                    f"\ntimeline ms (librdkafka's ms stamps): Fetch in flight "
+                    f"{_spread(tl['in_flight'])}",
+                    f"\n  response received -> next Fetch sent {_spread(tl['gap'])}",
+                    flush=True,
+                )
     if args.json:
         args.json.write_text(json.dumps(results))
     return 0
