@@ -308,6 +308,69 @@ def rdkafka_timeline(stderr: str, w0: float, w1: float) -> dict[str, list[float]
     }
 
 
+async def two_in_flight(bootstrap: str, topic: str, reps: int) -> list[tuple[float, float]]:
+    """Raw Fetches, no consumer: one at a time against two at a time on one connection.
+
+    Would a second Fetch in flight to the same broker (disjoint partitions) pay?  16
+    single-partition Fetches (each partition from offset 0 and from 5,000) are sent one
+    after another, and the same 16 as 8 pairs sent together, in alternating order after
+    one warm-up pass; returns (one at a time, two at a time) seconds per repetition.
+    """
+    from aiokafka.client import AIOKafkaClient
+
+    from aiogroup._fetch.responses import build_fetch_request
+    from aiogroup.structs import TopicPartition
+
+    client = AIOKafkaClient(bootstrap_servers=bootstrap)
+    await client.bootstrap()
+    await client._wait_on_metadata(topic)
+    tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    node = client.cluster.leader_for_partition(tps[0])
+
+    async def one(tp: TopicPartition, offset: int) -> int:
+        request = build_fetch_request(
+            [(tp, offset)],
+            max_wait_ms=500,
+            min_bytes=1,
+            max_bytes=21 << 20,
+            partition_bytes=8 << 20,
+            read_committed=False,
+            rack_id="",
+        )
+        response = await client.send(node, request)
+        return sum(len(p[-1] or b"") for _, parts in response.topics for p in parts)
+
+    async def serial() -> float:
+        t0 = time.perf_counter()
+        for offset in (0, 5_000):
+            for tp in tps:
+                await one(tp, offset)
+        return time.perf_counter() - t0
+
+    async def paired() -> float:
+        t0 = time.perf_counter()
+        half = PARTITIONS // 2
+        for offset in (0, 5_000):
+            for i in range(half):
+                await asyncio.gather(one(tps[i], offset), one(tps[i + half], offset))
+        return time.perf_counter() - t0
+
+    out = []
+    try:
+        await serial()  # warm-up: the broker's first read of each partition
+        for rep in range(reps):  # alternated, so neither always runs first
+            if rep % 2:
+                b = await paired()
+                a = await serial()
+            else:
+                a = await serial()
+                b = await paired()
+            out.append((a, b))
+    finally:
+        await client.close()
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["_rdkafka"]:
@@ -329,6 +392,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="cProfile the drain (slower)")
     parser.add_argument("--json", type=Path, help="write the raw counts here")
     parser.add_argument(
+        "--two-in-flight",
+        action="store_true",
+        help="instead of drains: raw single-partition Fetches one at a time against two at "
+        "a time on one connection (would a second Fetch in flight per broker pay?)",
+    )
+    parser.add_argument(
         "--librdkafka",
         action="store_true",
         help="also drain with confluent-kafka tuned and draw its Fetch timeline from "
@@ -348,6 +417,15 @@ def main(argv: list[str] | None = None) -> int:
         topic = broker.create_topic(partitions=PARTITIONS)
         produce(broker.bootstrap_servers, topic, PAYLOADS[args.payload], args.records, PARTITIONS)
         print(f"produced {args.records:,} x {args.payload} to {topic}; load {os.getloadavg()}")
+        if args.two_in_flight:
+            pairs = asyncio.run(two_in_flight(broker.bootstrap_servers, topic, args.reps))
+            for rep, (serial, paired) in enumerate(pairs):
+                print(
+                    f"rep {rep}: 16 Fetches one at a time {serial * 1e3:,.0f} ms, two at a "
+                    f"time {paired * 1e3:,.0f} ms: {serial / paired:.2f}x"
+                )
+            print(f"load {os.getloadavg()}")
+            return 0
         for rep in range(args.reps):
             for variant in variants:
                 cmd = [sys.executable, "-m", "benchmarks.fetch_shape", "_drain"]
