@@ -480,9 +480,9 @@ class Fetcher:
 
         The broker does nothing between answering a Fetch and receiving the next one.
         Woken in turn, the application's waiting ``getmany`` ran first and built the
-        whole answer's records (10-20 ms for ~5 MB of 1 KiB records on Tansu) before
-        the fetch routine sent anything: a third of a drain's wall time on Tansu, whose
-        answers are ~5 MiB whatever is asked (docs/benchmarks/profile.md).  Planned
+        whole answer's records before the fetch routine sent anything: the broker idled
+        a quarter to a third of a 1 KiB drain on Tansu (answers of ~5 MiB whatever is
+        asked) and about half of one on Apache Kafka (docs/benchmarks/profile.md).  Planned
         here, the next Fetch's task is scheduled before the application's wake-up, and
         its first step writes the request (the connection is open), so the broker
         works on it while the records are built.  Only partitions not in flight are
@@ -630,7 +630,8 @@ class Fetcher:
         """Remember what cutting this chunk's widest batch would decode (``_decode_margin``).
 
         A batch's records: the offsets from the previous batch's end (the first: its base
-        offset) to its own - more than it holds after compaction, never fewer.  Each
+        offset, or the fetch offset in the old formats, which carry none) to its own -
+        more than it holds after compaction, never fewer.  Each
         costs what the delivery counts for a kept decoded record: the raw bytes a record
         of the chunk averages plus the larger of the two record objects' overheads.
         """
