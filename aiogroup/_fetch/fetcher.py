@@ -37,7 +37,11 @@ from aiokafka.errors import (
 )
 
 from aiogroup._fetch.decoding import Chunk, split_batches
-from aiogroup._fetch.delivery import Delivery
+from aiogroup._fetch.delivery import (
+    DECODED_RECORD_OVERHEAD,
+    NATIVE_DECODED_RECORD_OVERHEAD,
+    Delivery,
+)
 from aiogroup._fetch.iteration import HeldRecords
 from aiogroup._fetch.planning import MemoryBudget, chunk_bytes, planning_order
 from aiogroup._fetch.replica import ReadReplicas, ReplicaView
@@ -122,6 +126,9 @@ class Fetcher:
             retry_later=lambda: self._wake_later(self._backoff),
         )
         self._cursors: dict[TopicPartition, _Cursor] = {}
+        #: Per buffered partition: what a read cutting its widest buffered batch would
+        #: decode and keep (the budget's ``margin``, see ``_decode_margin``).
+        self._decode_cost: dict[TopicPartition, int] = {}
         self._replicas = ReadReplicas(
             enabled=bool(config.client_rack), max_age=config.metadata_max_age_ms / 1000
         )
@@ -201,6 +208,7 @@ class Fetcher:
         self.held.release(None)
         self._delivery.clear()
         self._cursors.clear()
+        self._decode_cost.clear()
         self._budget.buffered = 0
         self._budget.reserved = 0
         self._budget.clear_frames()
@@ -233,18 +241,21 @@ class Fetcher:
                         self._drop(tp)  # nothing is assigned: free the read-ahead now
                 assignment = await self._sub.wait_for_assignment()
                 self._wake_fut = loop.create_future()
-                try:
-                    self._plan(assignment, loop.time())
-                except Exception as exc:  # a bug must surface, not kill fetching silently
-                    log.exception("fetch planning failed")
-                    self._report(exc)
-                    self._wake_later(self._backoff)
+                self._plan_guarded(assignment, loop.time())
                 await asyncio.wait(
                     (self._wake_fut, assignment.unassigned),
                     return_when=asyncio.FIRST_COMPLETED,
                 )
         except ConsumerStoppedError:
             return
+
+    def _plan_guarded(self, assignment: Assignment, now: float) -> None:
+        try:
+            self._plan(assignment, now)
+        except Exception as exc:  # a bug must surface, not kill fetching silently
+            log.exception("fetch planning failed")
+            self._report(exc)
+            self._wake_later(self._backoff)
 
     def _plan(self, assignment: Assignment, now: float) -> None:
         for tp in [tp for tp, until in self._tp_backoff.items() if until <= now]:
@@ -254,6 +265,7 @@ class Fetcher:
             self._replicas.forget(assignment.partitions)
         self._watch(assignment)
         self._resets.start(assignment)
+        self._budget.margin = self._decode_margin()
         if not self._budget.can_request():
             return  # released chunks wake the routine when there is room again
         by_node: dict[int, list[_Planned]] = {}
@@ -309,6 +321,21 @@ class Fetcher:
         # Fewer sizes than leaders when the room ran out: the rest wait for released data.
         for (node, parts), max_bytes in zip(nodes, sizes, strict=False):
             self._send_fetch(node, parts, max_bytes)
+
+    def _decode_margin(self) -> int:
+        """What reads may yet decode of the buffered chunks while a request is in flight.
+
+        A read that stops inside a batch decodes the rest of it and keeps those records
+        (``decoded``, see planning.py): per partition one batch at a time, at most the
+        widest it has buffered.  The next request leaves room for that, less what is
+        decoded already, so the bound holds whether the application reads before or
+        after the request goes out.
+        """
+        buffers = self._delivery.buffers
+        costs = self._decode_cost
+        for tp in [tp for tp in costs if tp not in buffers]:
+            del costs[tp]
+        return max(0, sum(costs.values()) - self._budget.decoded)
 
     def _purge(self, assignment: Assignment) -> None:
         """Release buffers and cursors of partitions that cannot be delivered any more."""
@@ -409,6 +436,7 @@ class Fetcher:
         reserved: int,
     ) -> None:
         self._frame_reader(node)
+        got_data = False
         try:
             response = await self.metrics.timed_fetch(self._client.send(node, request), plan)
         except asyncio.CancelledError:
@@ -431,7 +459,7 @@ class Fetcher:
             reserved = 0
             self._frame_reader(node)  # a connection the Fetch itself opened
             try:
-                self._handle_response(response, plan, node)
+                got_data = self._handle_response(response, plan, node)
             except Exception as exc:  # undecodable response: tell the application
                 log.exception("handling a Fetch response from node %s failed", node)
                 self._report(exc)
@@ -443,7 +471,27 @@ class Fetcher:
             self._budget.unreserve(reserved)
             self._inflight_nodes.discard(node)
             self._inflight_tps.difference_update(plan)
+            if got_data:
+                self._next_fetch_first()
             self._wake()
+
+    def _next_fetch_first(self) -> None:
+        """Send this broker its next Fetch, then tell the application data arrived.
+
+        The broker does nothing between answering a Fetch and receiving the next one.
+        Woken in turn, the application's waiting ``getmany`` ran first and built the
+        whole answer's records before the fetch routine sent anything: the broker idled
+        a quarter to a third of a 1 KiB drain on Tansu (answers of ~5 MiB whatever is
+        asked) and about half of one on Apache Kafka (docs/benchmarks/profile.md).  Planned
+        here, the next Fetch's task is scheduled before the application's wake-up, and
+        its first step writes the request (the connection is open), so the broker
+        works on it while the records are built.  Only partitions not in flight are
+        planned, as always: never two Fetches for one partition.
+        """
+        assignment = self._sub.assignment
+        if assignment is not None and not self._closed:
+            self._plan_guarded(assignment, asyncio.get_running_loop().time())
+        self._data_ready.set()
 
     def _trim_heap(self) -> None:
         """Give freed pages back when they and what is held would pass the bound.
@@ -473,11 +521,13 @@ class Fetcher:
 
     def _handle_response(
         self, response: Any, plan: dict[TopicPartition, _Planned], node: int
-    ) -> None:
+    ) -> bool:
         """Apply each partition's result by the reaction its error code calls for.
 
         An error from a preferred read replica sends the partition back to the leader
         (an out-of-range offset there means the follower is behind: no reset).
+        True when records were buffered: the caller sends the next Fetch, then wakes
+        the application (``_next_fetch_first``).
         """
         now = asyncio.get_running_loop().time()
         backoffs = dict(self._tp_backoff)
@@ -520,8 +570,7 @@ class Fetcher:
             self._client.force_metadata_update()
         if self._tp_backoff != backoffs:
             self._wake_later(self._backoff)
-        if got_data:
-            self._data_ready.set()
+        return got_data
 
     def _deliver(self, result: PartitionResult, planned: _Planned, now: float) -> bool:
         """Buffer one partition's records; True when there is something new to read."""
@@ -558,6 +607,7 @@ class Fetcher:
             return False
         size = chunk_bytes(len(result.records), len(batches))
         self._budget.learn(len(result.records), size)
+        self._note_decode_cost(tp, batches, offset, end, size)
         self._delivery.add(
             Chunk(
                 st,
@@ -573,6 +623,30 @@ class Fetcher:
         )
         planned.cursor.offset = end
         return True
+
+    def _note_decode_cost(
+        self, tp: TopicPartition, batches: list[Any], offset: int, end: int, size: int
+    ) -> None:
+        """Remember what cutting this chunk's widest batch would decode (``_decode_margin``).
+
+        A batch's records: the offsets from the previous batch's end (the first: its base
+        offset, or the fetch offset in the old formats, which carry none) to its own -
+        more than it holds after compaction, never fewer.  Each
+        costs what the delivery counts for a kept decoded record: the raw bytes a record
+        of the chunk averages plus the larger of the two record objects' overheads.
+        """
+        widest, prev = 0, min(offset, getattr(batches[0], "base_offset", offset))
+        for batch in batches:
+            nxt = batch.next_offset
+            if nxt - prev > widest:
+                widest = nxt - prev
+            prev = nxt
+        per_record = size // max(1, end - offset) + max(
+            DECODED_RECORD_OVERHEAD, NATIVE_DECODED_RECORD_OVERHEAD
+        )
+        cost = widest * per_record
+        if cost > self._decode_cost.get(tp, 0):
+            self._decode_cost[tp] = cost
 
     def _corrupt(self, tp: TopicPartition, exc: CorruptRecordException) -> None:
         """A batch failed its CRC at delivery: refetch it after a backoff, and say so."""

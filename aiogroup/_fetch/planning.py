@@ -38,7 +38,13 @@ the two never coexist, and the request to that broker may use the frame's room
 (otherwise a frame could keep out the very request that frees it).  ``decoded``
 counts the records of partly read batches, decoded once and kept until handed out
 (a C batch cannot be read twice): objects of a few hundred bytes each beside the
-raw bytes (0.4-1.2 MiB measured at rest).  So the Kafka bytes held, transient
+raw bytes (0.4-1.2 MiB measured at rest).  ``decoded`` grows while a request is in
+flight - the application's read cuts a batch of a chunk already buffered - and the
+fetcher sends a broker's next request before the application reads the answer just
+buffered; so every request also leaves room for ``margin``, what reads may still
+decode of the buffered chunks (per partition one batch, the widest buffered, at
+``decoded``'s rate, less what is decoded already; set by the fetcher before it
+plans).  So the Kafka bytes held, transient
 copies and decoded leftovers included, stay within ``buffered + reserved + frames +
 decoded <= B``;
 Kafka oversteps ``max_bytes`` only to make progress (KIP-74 returns a first batch
@@ -105,6 +111,7 @@ class MemoryBudget:
         "fetch_max_bytes",
         "frames",
         "limit",
+        "margin",
         "partition_bytes",
         "peak",
         "reserved",
@@ -132,6 +139,9 @@ class MemoryBudget:
         self._frames: dict[int, int] = {}
         #: Estimated bytes of decoded records of partly read batches.
         self.decoded = 0
+        #: What reads may still decode of the buffered chunks beyond ``decoded``:
+        #: left free by every request (not held, so not in ``held`` or ``peak``).
+        self.margin = 0
         #: Highest ``buffered + reserved`` seen (for tests and benchmarks).
         self.peak = 0
         #: What a request reserves, in units of its max_bytes (``learn``).
@@ -147,10 +157,10 @@ class MemoryBudget:
         return min(self.partition_bytes, self.limit // self.copies)
 
     def room(self) -> int | None:
-        """R = (B - buffered - reserved) / 3; None when unbounded."""
+        """R = (B - buffered - reserved - frames - decoded - margin) / 3; None: unbounded."""
         if not self.bounded:
             return None
-        held = self.buffered + self.reserved + self.frames + self.decoded
+        held = self.buffered + self.reserved + self.frames + self.decoded + self.margin
         return (self.limit - held) // self.copies
 
     @property
@@ -164,7 +174,7 @@ class MemoryBudget:
             return True
         own = max(self._frames.values(), default=0)
         free = self.limit - self.buffered - self.reserved - self.frames - self.decoded + own
-        return free // self.copies >= self.smallest_request
+        return (free - self.margin) // self.copies >= self.smallest_request
 
     def request_sizes(
         self, partition_counts: Sequence[int], nodes: Sequence[int] | None = None
@@ -178,6 +188,7 @@ class MemoryBudget:
         if not self.bounded:
             return [min(self.fetch_max_bytes, n * self.partition_bytes) for n in partition_counts]
         free = self.limit - self.buffered - self.reserved - self.frames - self.decoded
+        free -= self.margin
         sizes = []
         for k, n in enumerate(partition_counts):
             own = self._frames.get(nodes[k], 0) if nodes is not None else 0

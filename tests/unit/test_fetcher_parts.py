@@ -95,6 +95,21 @@ def test_no_request_below_the_smallest_worth_a_round_trip() -> None:
     assert b.can_request() and b.request_sizes([1]) == [2 * MiB]
 
 
+def test_the_decode_margin_is_left_free_by_every_request() -> None:
+    # What reads may still decode of buffered chunks is not held yet, but a request
+    # in flight while it is decoded must not have spent its room.
+    b = MemoryBudget(30 * MiB, 2 * MiB, 50 * MiB)
+    b.buffer(3 * MiB)
+    b.margin = 6 * MiB
+    assert b.room() == (30 - 3 - 6) * MiB // 3
+    assert b.request_sizes([8]) == [7 * MiB]
+    assert b.held == 3 * MiB  # a margin is not held: not in peak, nor the heap trim
+    b.margin = 22 * MiB  # (30 - 3 - 22) / 3 < smallest (2 MiB): nothing goes out
+    assert not b.can_request() and b.request_sizes([8]) == []
+    b.margin = 0
+    assert b.can_request() and b.request_sizes([8]) == [9 * MiB]
+
+
 def test_budget_invariant_holds_over_any_sequence() -> None:
     # Whatever is requested, buffered + reserved never passes B while the
     # responses stay within max_bytes (the brokers' side of the contract).
