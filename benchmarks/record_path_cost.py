@@ -15,7 +15,8 @@ partitions holding ``--small`` and ``--large`` records of 100 B (``--payload 1Ki
 produced once.
 Each measurement is a child process that starts a consumer in assign mode, then
 drains one topic to its end with ``getmany`` (defaults, ``timeout_ms=1000``) or
-``async for``; callgrind counts only the drain (the child calls ``os.getsid`` just
+``async for`` (``--tuned``: with the throughput scenario's aiogroup/tuned
+configuration); callgrind counts only the drain (the child calls ``os.getsid`` just
 before and just after it and callgrind dumps its counts at each call, so imports,
 start-up and shutdown fall outside).  Per record is the difference of the two
 drains' counts over the difference of their sizes: what every drain pays once (the
@@ -88,6 +89,12 @@ def getmany_ratio_limit() -> float:
 # -- the child: one drain -------------------------------------------------------------------
 
 
+#: ``--tuned``: the throughput scenario's aiogroup/tuned configuration (and aiokafka's
+#: tuned fetch sizes; ``benchmarks/adapters``), handed to the children by environment.
+TUNED_ENV = "RECORD_PATH_COST_TUNED"
+TUNED_FETCH = {"max_partition_fetch_bytes": 8 * 1024 * 1024, "fetch_max_bytes": 64 * 1024 * 1024}
+
+
 def _mark() -> None:
     """callgrind dumps its counts here (``--dump-before=getsid``): a segment boundary."""
     os.getsid(0)
@@ -96,18 +103,22 @@ def _mark() -> None:
 async def _drain(client: str, path: str, bootstrap: str, topic: str, records: int) -> None:
     """Drain ``records`` records of ``topic`` from the beginning; print what was read."""
     consumer: Any
+    fetch: dict[str, int] = TUNED_FETCH if os.environ.get(TUNED_ENV) == "1" else {}
     if client == "aiogroup":
         import aiogroup
         from aiogroup import GroupConsumer, TopicPartition
 
         origin = str(Path(aiogroup.__file__).parent.parent)
-        consumer = GroupConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+        consumer = GroupConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", **fetch)
     elif client == "aiokafka":
         from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[assignment]
 
         origin = ""
         consumer = AIOKafkaConsumer(
-            bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
+            bootstrap_servers=bootstrap,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            **fetch,
         )
     else:
         raise ValueError(f"unknown client {client!r}: aiogroup or aiokafka")
@@ -362,6 +373,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the records' values: 100 B (the guard's), 1 KiB (what costs per byte), or "
         "100 B in lz4 / zstd batches (what a codec costs per record)",
     )
+    parser.add_argument(
+        "--tuned",
+        action="store_true",
+        help="the throughput scenario's tuned configuration: 8 MiB partition fetches, "
+        "64 MiB responses, AIOGROUP_MALLOC_TUNE=1 (default: library defaults)",
+    )
     parser.add_argument("--small", type=int, default=20_000, help="records of the small drain")
     parser.add_argument("--large", type=int, default=100_000, help="records of the large drain")
     parser.add_argument(
@@ -384,9 +401,17 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--tree {tree}: no aiogroup/__init__.py there")
 
     paths = tuple(args.path or PATHS)
+    if args.tuned:
+        # the children inherit this process's environment (_child_env)
+        os.environ[TUNED_ENV] = "1"
+        os.environ["AIOGROUP_MALLOC_TUNE"] = "1"
     from aiogroup.testing import SyncKafkaBroker
 
-    result: dict[str, Any] = {"load_before": os.getloadavg(), "payload": args.payload}
+    result: dict[str, Any] = {
+        "load_before": os.getloadavg(),
+        "payload": args.payload,
+        "tuned": args.tuned,
+    }
     with SyncKafkaBroker() as broker:
         sizes = [args.small, args.large] if not args.no_callgrind else []
         if args.wall:
