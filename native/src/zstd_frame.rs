@@ -61,9 +61,10 @@ pub(crate) fn decompress(data: &[u8], out: &mut Vec<u8>) -> Result<Frames, Strin
         let mut slot = cell.borrow_mut();
         let ctx = match &mut *slot {
             Some(ctx) => ctx,
-            None => slot.insert(DCtx::try_create().ok_or_else(|| {
-                bad("zstd could not allocate a decompression context")
-            })?),
+            None => slot.insert(
+                DCtx::try_create()
+                    .ok_or_else(|| bad("zstd could not allocate a decompression context"))?,
+            ),
         };
         match ctx.decompress(out, data) {
             Ok(n) => Ok(Frames::Done(n)),
@@ -82,7 +83,9 @@ mod tests {
     use std::io::Read;
 
     fn sample(len: usize) -> Vec<u8> {
-        (0..len).map(|i| if i % 7 == 0 { (i / 7) as u8 } else { b'x' }).collect()
+        (0..len)
+            .map(|i| if i % 7 == 0 { (i / 7) as u8 } else { b'x' })
+            .collect()
     }
 
     /// The streaming decoder `decompress` used before: the reference.
@@ -116,7 +119,12 @@ mod tests {
             let sized = zstd::bulk::compress(&data, 3).unwrap();
             let mut two = sized.clone();
             two.extend_from_slice(&unsized_frame(&data, true));
-            for f in [sized, unsized_frame(&data, false), unsized_frame(&data, true), two] {
+            for f in [
+                sized,
+                unsized_frame(&data, false),
+                unsized_frame(&data, true),
+                two,
+            ] {
                 // a stale, longer buffer must not leak into the result
                 let mut out = vec![0xAB; 2 << 20];
                 let n = done(decompress(&f, &mut out));
@@ -155,7 +163,10 @@ mod tests {
         }
         assert!(errors > f.len() / 14, "{errors} errors");
         for cut in (0..f.len()).step_by(97) {
-            assert!(!matches!(decompress(&f[..cut], &mut Vec::new()), Ok(Frames::Done(_))));
+            assert!(!matches!(
+                decompress(&f[..cut], &mut Vec::new()),
+                Ok(Frames::Done(_))
+            ));
         }
     }
 
@@ -170,7 +181,10 @@ mod tests {
         f.push(0b1110_0000); // FCS flag 3 (8 bytes), single segment
         f.extend_from_slice(&(1u64 << 40).to_le_bytes());
         f.extend_from_slice(&[0x01, 0x00, 0x00]); // last block, raw, size 0
-        assert!(matches!(decompress(&f, &mut Vec::new()), Ok(Frames::NotHandled)));
+        assert!(matches!(
+            decompress(&f, &mut Vec::new()),
+            Ok(Frames::NotHandled)
+        ));
         assert!(reference(&f).is_err());
     }
 }
