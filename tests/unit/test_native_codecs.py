@@ -170,7 +170,7 @@ def _errors(data: bytes, monkeypatch: pytest.MonkeyPatch) -> list[tuple[type, st
 @pytest.mark.parametrize(
     ("shape", "message"),
     [
-        ("lz4 librdkafka (independent 64 KiB blocks)", r"bad lz4 payload: a corrupt block"),
+        ("lz4 librdkafka (independent 64 KiB blocks)", r"bad lz4 payload: "),
         ("zstd unsized (librdkafka)", r"bad zstd payload: "),
         ("zstd sized, checksum", r"bad zstd payload: "),
     ],
