@@ -10,10 +10,13 @@ record path visible where wall time cannot show it.
 
 The scenario: the embedded broker (or ``AIOGROUP_BROKER``'s), two topics of 8
 partitions holding ``--small`` and ``--large`` records of 100 B (``--payload 1KiB``:
-1 KiB, to see what costs per byte rather than per record), produced once.
+1 KiB, to see what costs per byte rather than per record; ``100B-lz4`` / ``100B-zstd``:
+100 B text-like values in lz4 / zstd batches, to see what a codec costs per record),
+produced once.
 Each measurement is a child process that starts a consumer in assign mode, then
 drains one topic to its end with ``getmany`` (defaults, ``timeout_ms=1000``) or
-``async for`` (or, asked for with ``--path getmany-each``, ``getmany`` whose loop runs
+``async for`` (``--tuned``: with the throughput scenario's aiogroup/tuned
+configuration; or, asked for with ``--path getmany-each``, ``getmany`` whose loop runs
 ``async for``'s loop body once per record: the fair reference for ``async for``, see
 ``EXTRA_PATHS``); callgrind counts only the drain (the child calls ``os.getsid`` just
 before and just after it and callgrind dumps its counts at each call, so imports,
@@ -40,6 +43,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -95,6 +99,12 @@ def getmany_ratio_limit() -> float:
 # -- the child: one drain -------------------------------------------------------------------
 
 
+#: ``--tuned``: the throughput scenario's aiogroup/tuned configuration (and aiokafka's
+#: tuned fetch sizes; ``benchmarks/adapters``), handed to the children by environment.
+TUNED_ENV = "RECORD_PATH_COST_TUNED"
+TUNED_FETCH = {"max_partition_fetch_bytes": 8 * 1024 * 1024, "fetch_max_bytes": 64 * 1024 * 1024}
+
+
 def _mark() -> None:
     """callgrind dumps its counts here (``--dump-before=getsid``): a segment boundary."""
     os.getsid(0)
@@ -103,18 +113,22 @@ def _mark() -> None:
 async def _drain(client: str, path: str, bootstrap: str, topic: str, records: int) -> None:
     """Drain ``records`` records of ``topic`` from the beginning; print what was read."""
     consumer: Any
+    fetch: dict[str, int] = TUNED_FETCH if os.environ.get(TUNED_ENV) == "1" else {}
     if client == "aiogroup":
         import aiogroup
         from aiogroup import GroupConsumer, TopicPartition
 
         origin = str(Path(aiogroup.__file__).parent.parent)
-        consumer = GroupConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+        consumer = GroupConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", **fetch)
     elif client == "aiokafka":
         from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[assignment]
 
         origin = ""
         consumer = AIOKafkaConsumer(
-            bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
+            bootstrap_servers=bootstrap,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            **fetch,
         )
     else:
         raise ValueError(f"unknown client {client!r}: aiogroup or aiokafka")
@@ -124,6 +138,7 @@ async def _drain(client: str, path: str, bootstrap: str, topic: str, records: in
         n = 0
         _mark()
         started, cpu0 = time.perf_counter(), time.process_time()
+        ru0 = resource.getrusage(resource.RUSAGE_SELF)
         if path == "getmany":
             while n < records:
                 for recs in (await consumer.getmany(timeout_ms=1000)).values():
@@ -143,10 +158,18 @@ async def _drain(client: str, path: str, bootstrap: str, topic: str, records: in
         else:
             raise ValueError(f"unknown read path {path!r}: getmany, getmany-each or async-for")
         seconds, cpu = time.perf_counter() - started, time.process_time() - cpu0
+        ru1 = resource.getrusage(resource.RUSAGE_SELF)
         _mark()
     finally:
         await consumer.stop()
-    print(json.dumps({"records": n, "seconds": seconds, "cpu": cpu, "origin": origin}))
+    # user and system time apart, and page faults: what a codec costs by the clock but
+    # not in instructions (page faults, kernel copies) shows there
+    usage = {
+        "user": ru1.ru_utime - ru0.ru_utime,
+        "system": ru1.ru_stime - ru0.ru_stime,
+        "minor_faults": ru1.ru_minflt - ru0.ru_minflt,
+    }
+    print(json.dumps({"records": n, "seconds": seconds, "cpu": cpu, "origin": origin, **usage}))
 
 
 # -- the parent ----------------------------------------------------------------------------
@@ -160,6 +183,9 @@ class Drain:
     seconds: float
     cpu: float
     instructions: int | None
+    user: float = 0.0
+    system: float = 0.0
+    minor_faults: int = 0
 
 
 def _child_env(tree: Path | None) -> dict[str, str]:
@@ -195,6 +221,9 @@ def run_drain(
                 "valgrind",
                 "--tool=callgrind",
                 "--dump-before=getsid",
+                # every dump names its functions in full: the kept drain's dump is the
+                # second part, whose compressed names would point into the first
+                "--compress-strings=no",
                 f"--callgrind-out-file={out}",
                 *args,
             ]
@@ -219,7 +248,15 @@ def run_drain(
             keep.mkdir(parents=True, exist_ok=True)
             name = f"{client}-{path}-{records}-{Path(tree).name if tree else 'ref'}.callgrind"
             shutil.copyfile(out + ".2", keep / name)
-    return Drain(got["records"], got["seconds"], got["cpu"], instructions)
+    return Drain(
+        got["records"],
+        got["seconds"],
+        got["cpu"],
+        instructions,
+        got.get("user", 0.0),
+        got.get("system", 0.0),
+        got.get("minor_faults", 0),
+    )
 
 
 def _segment_total(dump: str) -> int:
@@ -350,8 +387,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--payload",
         default="100B",
-        choices=("100B", "1KiB"),
-        help="the records' values: 100 B (the guard's) or 1 KiB (what costs per byte)",
+        choices=("100B", "1KiB", "100B-lz4", "100B-zstd"),
+        help="the records' values: 100 B (the guard's), 1 KiB (what costs per byte), or "
+        "100 B in lz4 / zstd batches (what a codec costs per record)",
+    )
+    parser.add_argument(
+        "--tuned",
+        action="store_true",
+        help="the throughput scenario's tuned configuration: 8 MiB partition fetches, "
+        "64 MiB responses, AIOGROUP_MALLOC_TUNE=1 (default: library defaults)",
     )
     parser.add_argument("--small", type=int, default=20_000, help="records of the small drain")
     parser.add_argument("--large", type=int, default=100_000, help="records of the large drain")
@@ -375,9 +419,17 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--tree {tree}: no aiogroup/__init__.py there")
 
     paths = tuple(args.path or PATHS)
+    if args.tuned:
+        # the children inherit this process's environment (_child_env)
+        os.environ[TUNED_ENV] = "1"
+        os.environ["AIOGROUP_MALLOC_TUNE"] = "1"
     from aiogroup.testing import SyncKafkaBroker
 
-    result: dict[str, Any] = {"load_before": os.getloadavg(), "payload": args.payload}
+    result: dict[str, Any] = {
+        "load_before": os.getloadavg(),
+        "payload": args.payload,
+        "tuned": args.tuned,
+    }
     with SyncKafkaBroker() as broker:
         sizes = [args.small, args.large] if not args.no_callgrind else []
         if args.wall:
@@ -413,13 +465,27 @@ def main(argv: list[str] | None = None) -> int:
             for name, drains in rates.items():
                 rate = [d.records / d.seconds for d in drains]
                 cpu = [d.cpu / d.records * 1e6 for d in drains]
+                user = statistics.median(d.user / d.records * 1e6 for d in drains)
+                system = statistics.median(d.system / d.records * 1e6 for d in drains)
+                faults = statistics.median(d.minor_faults / d.records for d in drains)
                 print(
                     f"  {name:45s} {statistics.median(rate):9,.0f} "
                     f"({min(rate):,.0f}-{max(rate):,.0f})  {statistics.median(cpu):5.2f} "
-                    f"({min(cpu):.2f}-{max(cpu):.2f})"
+                    f"({min(cpu):.2f}-{max(cpu):.2f})  user {user:.2f} system {system:.2f} "
+                    f"faults/record {faults:.3f}"
                 )
             result["wall"] = {
-                name: [{"records": d.records, "seconds": d.seconds, "cpu": d.cpu} for d in drains]
+                name: [
+                    {
+                        "records": d.records,
+                        "seconds": d.seconds,
+                        "cpu": d.cpu,
+                        "user": d.user,
+                        "system": d.system,
+                        "minor_faults": d.minor_faults,
+                    }
+                    for d in drains
+                ]
                 for name, drains in rates.items()
             }
     result["load_after"] = os.getloadavg()

@@ -21,6 +21,7 @@ mod lz4_frame;
 mod pool;
 mod records;
 mod share_records;
+mod zstd_frame;
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
@@ -540,6 +541,11 @@ fn decompress(codec: i16, data: &[u8], out: &mut Vec<u8>) -> Res<usize> {
     let io = |name: &str, e: std::io::Error| format!("bad {name} payload: {e}");
     if codec == 3 {
         if let lz4_frame::Frame::Done(n) = lz4_frame::decompress(data, out)? {
+            return Ok(n);
+        }
+    }
+    if codec == 4 {
+        if let zstd_frame::Frames::Done(n) = zstd_frame::decompress(data, out)? {
             return Ok(n);
         }
     }
