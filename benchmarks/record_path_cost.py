@@ -16,7 +16,9 @@ produced once.
 Each measurement is a child process that starts a consumer in assign mode, then
 drains one topic to its end with ``getmany`` (defaults, ``timeout_ms=1000``) or
 ``async for`` (``--tuned``: with the throughput scenario's aiogroup/tuned
-configuration); callgrind counts only the drain (the child calls ``os.getsid`` just
+configuration; or, asked for with ``--path getmany-each``, ``getmany`` whose loop runs
+``async for``'s loop body once per record: the fair reference for ``async for``, see
+``EXTRA_PATHS``); callgrind counts only the drain (the child calls ``os.getsid`` just
 before and just after it and callgrind dumps its counts at each call, so imports,
 start-up and shutdown fall outside).  Per record is the difference of the two
 drains' counts over the difference of their sizes: what every drain pays once (the
@@ -56,6 +58,14 @@ ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS = 8
 #: aiogroup's measured ways of reading records (aiokafka's reference is its getmany).
 PATHS = ("getmany", "async-for")
+#: Measured only when asked for (``--path``).  ``getmany-each``: getmany whose loop runs,
+#: for each record, the body ``async for``'s drain runs (``n += 1`` and the stop
+#: check).  ``getmany``'s drain adds ``len(records)`` per batch and never visits a
+#: record, so against it ``async for`` is also charged that body (the loop's bytecode
+#: and a new int for ``n``: about 400 instructions a record), work any application
+#: pays per record on either path; against ``getmany-each`` only the way the record
+#: is reached differs (a list's ``for`` against an ``async for`` step).
+EXTRA_PATHS = ("getmany-each",)
 #: The bench row's threshold: aiogroup's getmany may cost at most this many times
 #: aiokafka's getmany per record.  Measured (docs/benchmarks.md): da67187's tree
 #: 0.59x, 6eb2725's and main's before the fix 0.92x, after it 0.64-0.65x (the
@@ -133,13 +143,20 @@ async def _drain(client: str, path: str, bootstrap: str, topic: str, records: in
             while n < records:
                 for recs in (await consumer.getmany(timeout_ms=1000)).values():
                     n += len(recs)
+        elif path == "getmany-each":
+            while n < records:
+                for recs in (await consumer.getmany(timeout_ms=1000)).values():
+                    for _record in recs:
+                        n += 1
+                        if n >= records:
+                            break
         elif path == "async-for":
             async for _record in consumer:
                 n += 1
                 if n >= records:
                     break
         else:
-            raise ValueError(f"unknown read path {path!r}: getmany or async-for")
+            raise ValueError(f"unknown read path {path!r}: getmany, getmany-each or async-for")
         seconds, cpu = time.perf_counter() - started, time.process_time() - cpu0
         ru1 = resource.getrusage(resource.RUSAGE_SELF)
         _mark()
@@ -363,8 +380,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--path",
         action="append",
-        choices=PATHS,
-        help="aiogroup's read path to measure (repeatable; default: both)",
+        choices=PATHS + EXTRA_PATHS,
+        help="aiogroup's read path to measure (repeatable; default: getmany and async-for; "
+        "getmany-each: getmany with async for's loop body run per record)",
     )
     parser.add_argument(
         "--payload",
