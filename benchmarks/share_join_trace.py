@@ -332,6 +332,9 @@ def main() -> None:
     )
     args = parser.parse_args()
     settings = dict(item.split("=", 1) for item in args.broker)
+    # librdkafka's log and the gap profiles are written there: a missing directory
+    # failed the confluent run only after the broker had been started and filled.
+    args.logdir.mkdir(parents=True, exist_ok=True)
     asyncio.run(
         _run(
             args.records,
