@@ -45,8 +45,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiokafka.client import AIOKafkaClient
-from aiokafka.errors import CorruptRecordException, IncompatibleBrokerVersion
+from aiokafka.client import AIOKafkaClient, ConnectionGroup
+from aiokafka.conn import CloseReason
+from aiokafka.errors import (
+    CorruptRecordException,
+    IncompatibleBrokerVersion,
+)
 
 from aiogroup._fetch.share_acknowledgements import (
     AcknowledgementTracker,
@@ -76,6 +80,13 @@ log = logging.getLogger("aiogroup.share")
 _LEADER_ERRORS = frozenset({3, 6, 74, 100})
 #: The lock duration assumed until a ShareFetch answer names one (Kafka's default).
 _DEFAULT_LOCK_MS = 30_000
+#: A take that leaves at most this many records waiting writes the next ShareFetch
+#: itself (:meth:`ShareFetcher._prefetch`): 0, the take that empties the buffer.
+_PREFETCH_LEFT = 0
+#: Acknowledgements pending when a ShareFetch answer fills the buffer wait at most this
+#: long (seconds) for the ShareFetch the application's emptying take writes, rather
+#: than leaving alone at once (:meth:`ShareFetcher._await_take`).
+_ACK_WAIT = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +209,13 @@ class ShareFetcher:
         self._lock_keepers = 0
         #: Leaders whose session must be reopened (the membership ended meanwhile).
         self._reset_nodes: set[int] = set()
+        #: A ShareFetch the application's take wrote (:meth:`_prefetch`), per leader: its
+        #: loop takes the answer in before anything else.
+        self._prefetched: dict[int, _InFlight] = {}
+        #: Leaders whose loop waits in :meth:`_idle` (nothing of theirs in flight).
+        self._idling: set[int] = set()
+        #: Per leader: records the last answer put in the buffer (0: none).
+        self._answer_filled: dict[int, int] = {}
         self._scope = TaskScope(self._crashed)
         self._leader_watch: asyncio.Task[Any] | None = None
         self._error: BaseException | None = None
@@ -317,6 +335,11 @@ class ShareFetcher:
             return []
         out: list[ShareRecord] = []
         buffer = self._buffer
+        if self._idling and len(buffer) + self._undecoded_n <= max_records + _PREFETCH_LEFT:
+            # This take leaves the buffer (nearly) empty: the next ShareFetch goes on
+            # the wire now, before the records are handed out, carrying what was
+            # acknowledged before this take (issue 28).
+            self._prefetch()
         while len(out) < max_records:
             if not buffer:
                 if not self._undecoded:
@@ -404,6 +427,9 @@ class ShareFetcher:
             self.hooks.closing()
 
     async def abort(self) -> None:
+        for sent in self._prefetched.values():
+            if isinstance(sent.answer, asyncio.Future):
+                sent.answer.cancel()
         await self._scope.aclose()
 
     def _crashed(self, exc: BaseException) -> None:
@@ -560,6 +586,17 @@ class ShareFetcher:
         loop = asyncio.get_running_loop()
         while True:
             wake.clear()
+            ahead = self._prefetched.pop(node, None)
+            if ahead is not None:
+                # Written by the application's take: its answer first (the session
+                # allows one request at a time), then on as usual.
+                try:
+                    await self._fetch(node, session, set(), ahead)
+                    await self._await_take(node, wake)
+                except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+                    log.debug("share fetch from node %d failed: %r", node, exc)
+                    await asyncio.sleep(self._cfg.retry_backoff)
+                continue
             if node in self._reset_nodes and session.in_flight is None:
                 self._reset_nodes.discard(node)
                 session.reset()
@@ -588,21 +625,95 @@ class ShareFetcher:
                     # partitions that left the assignment, and the broker releases
                     # what this member still held of them.
                     await self._fetch(node, session, wanted)
+                    await self._await_take(node, wake)
                 elif self._has_work(node, renew=False):
                     await self._acknowledge(node, session, renew=False)
                 else:
-                    await self._idle(wake)
+                    await self._idle(node, wake)
             except (KafkaError, OSError, asyncio.TimeoutError) as exc:
                 log.debug("share fetch from node %d failed: %r", node, exc)
                 await asyncio.sleep(self._cfg.retry_backoff)
 
-    async def _idle(self, wake: asyncio.Event) -> None:
+    async def _idle(self, node: int, wake: asyncio.Event, bound: float | None = None) -> None:
+        """Wait to be woken (or a renewal falling due, or ``bound`` seconds).  Meanwhile
+        the application's take may write this leader's next ShareFetch (:meth:`_prefetch`)."""
         timeout = self._until_renewal(asyncio.get_running_loop().time())
+        if bound is not None:
+            timeout = bound if timeout is None else min(timeout, bound)
         waiter = asyncio.ensure_future(wake.wait())
+        self._idling.add(node)
         try:
             await asyncio.wait({waiter}, timeout=timeout)
         finally:
+            self._idling.discard(node)
             waiter.cancel()
+
+    async def _await_take(self, node: int, wake: asyncio.Event) -> None:
+        """After an answer that filled the buffer with no room left: acknowledgements
+        made meanwhile would leave alone at once (the loop's "acknowledgements when the
+        buffer is full").  Instead the loop waits - for a wake, at most ``_ACK_WAIT`` -
+        so that they ride on the ShareFetch the application's emptying take writes
+        (:meth:`_prefetch`): one request a cycle, not two.  Anything that needs the loop
+        wakes it, and what must not wait (a commit's flush, a close, a session to
+        reset, RENEWs) is not deferred."""
+        filled = self._answer_filled.pop(node, 0)
+        now = asyncio.get_running_loop().time()
+        if (
+            not filled
+            or self._read_ahead_room(now)
+            or not self._has_work(node, renew=False)
+            or not self._fetch_may_leave(node)
+        ):
+            return
+        wake.clear()
+        await self._idle(node, wake, bound=_ACK_WAIT)
+
+    def _fetch_may_leave(self, node: int) -> bool:
+        """Would the leader's loop send a ShareFetch next if there were read-ahead room?
+        Not if something else comes first: a close, a session to reopen, held fetching,
+        a commit's flush, RENEWs (with locks kept, the loop decides), or nothing to read."""
+        return not (
+            self._closing
+            or self._fetch_held
+            or self._renewing
+            or node in self._reset_nodes
+            or any(node in f.nodes for f in self._flushes)
+            or self._has_work(node, renew=True)
+            or not self._partitions_of(node)
+        )
+
+    def _prefetch(self) -> None:
+        """Write the next ShareFetch of each idle leader whose loop would send one,
+        synchronously, from the application's take (which then hands its records out).
+
+        Why: a poll that finds its records in the buffer never yields to the loop, so
+        a leader task woken by it sent the next fetch only once the application came
+        back empty-handed - after the hand-out of two polls (a batch-optimized answer
+        of ~592 records takes two polls of 500).  Written here, the request is on the
+        wire before those records are built into the result; the acknowledgements on
+        it are those made before this take (the previous poll's, in implicit mode).
+        The leader's loop awaits the answer (:meth:`_leader_loop`).  Only continuing
+        sessions on a connected socket: opening one, or connecting, stays the loop's."""
+        conns = getattr(self._client, "_conns", None)
+        if conns is None:
+            return
+        for node in list(self._idling):
+            session = self._sessions.get(node)
+            if (
+                session is None
+                or not session.is_open
+                or session.in_flight is not None
+                or node in self._prefetched
+                or not self._fetch_may_leave(node)
+            ):
+                continue
+            conn = conns.get((node, ConnectionGroup.DEFAULT))
+            if conn is None or not conn.connected():
+                continue
+            self._prefetched[node] = self._fetch_request(
+                node, session, self._partitions_of(node), task=True, conn=conn
+            )
+            self._wake[node].set()
 
     def _renew_margin(self) -> float:
         """How long before a lock's sure end a RENEW goes out.  By default a quarter of
@@ -631,18 +742,33 @@ class ShareFetcher:
         partition that left the assignment is still answered by id)."""
         return {tid: name for name, tid in self._topic_ids.items()}
 
-    async def _fetch(self, node: int, session: ShareSession, wanted: set[TopicPartition]) -> None:
-        """One ShareFetch, and the ones each answer lets leave at once (:meth:`_answered`)."""
-        sent: _InFlight | None = self._fetch_request(node, session, wanted, task=False)
+    async def _fetch(
+        self,
+        node: int,
+        session: ShareSession,
+        wanted: set[TopicPartition],
+        sent: _InFlight | None = None,
+    ) -> None:
+        """One ShareFetch (``sent``: one already written), and the ones each answer lets
+        leave at once (:meth:`_answered`)."""
+        if sent is None:
+            sent = self._fetch_request(node, session, wanted, task=False)
         while sent is not None:
             sent = await self._answered(node, session, sent)
 
     def _fetch_request(
-        self, node: int, session: ShareSession, wanted: set[TopicPartition], *, task: bool
+        self,
+        node: int,
+        session: ShareSession,
+        wanted: set[TopicPartition],
+        *,
+        task: bool,
+        conn: Any = None,
     ) -> _InFlight:
         """Build the next ShareFetch (the pending acknowledgements riding on it) and start
-        sending it: as a task with ``task`` (it is written once the loop runs it), else
-        as a coroutine for the caller to await at once."""
+        sending it: written now on ``conn`` if given (its answer awaited by a task), else
+        as a task with ``task`` (it is written once the loop runs it), else as a
+        coroutine for the caller to await at once."""
         loop = asyncio.get_running_loop()
         cfg = self._cfg
         key = self._key(node, session)
@@ -670,9 +796,38 @@ class ShareFetcher:
             batch_size=cfg.max_poll_records,
             acquire_mode=cfg.acquire_mode,
         )
-        sending = self._send(node, request, fallback=lambda: self._fetch_v1(request, plan))
-        answer: Awaitable[Any] = asyncio.ensure_future(sending) if task else sending
+        answer: Awaitable[Any]
+        if conn is not None:
+            answer = self._write(conn, request, lambda: self._fetch_v1(request, plan))
+        else:
+            sending = self._send(node, request, fallback=lambda: self._fetch_v1(request, plan))
+            answer = asyncio.ensure_future(sending) if task else sending
         return _InFlight(answer, token, key, loop.time(), time.monotonic())
+
+    def _write(self, conn: Any, request: Any, fallback: Callable[[], Any]) -> asyncio.Future[Any]:
+        """Write ``request`` on ``conn`` now (aiokafka's connection writes in ``send``,
+        synchronously) and return its answer to come; a timeout closes the connection,
+        as ``AIOKafkaClient.send`` does.  A write that fails gives a future
+        holding the error, for the loop to take in as a request without an answer."""
+        loop = asyncio.get_running_loop()
+        try:
+            try:
+                waiter = conn.send(request)
+            except IncompatibleBrokerVersion:
+                waiter = conn.send(fallback())
+        except Exception as exc:
+            failed = loop.create_future()
+            failed.set_exception(exc)
+            return failed
+
+        answer: asyncio.Future[Any] = asyncio.ensure_future(waiter)
+
+        def timed_out(done: asyncio.Future[Any]) -> None:
+            if not done.cancelled() and isinstance(done.exception(), asyncio.TimeoutError):
+                conn.close(reason=CloseReason.CONNECTION_TIMEOUT)
+
+        answer.add_done_callback(timed_out)
+        return answer
 
     async def _answered(
         self, node: int, session: ShareSession, sent: _InFlight
@@ -771,6 +926,7 @@ class ShareFetcher:
                 self._decode(u)
                 self.tracker.release_undelivered([tp])
                 self._wake_all()
+        self._answer_filled[node] = arrived
         if arrived:
             # Decoded as soon as this task next waits - by then the next fetch (if the
             # buffer leaves room) is on the wire - or by the application's take first.
@@ -793,15 +949,7 @@ class ShareFetcher:
         decides), and there is read-ahead room.  The acknowledgements that ride on that
         fetch are those the application made by now; this answer's records are not
         handed out yet, so theirs ride on a later request."""
-        if (
-            self._closing
-            or self._fetch_held
-            or self._renewing
-            or node in self._reset_nodes
-            or any(node in f.nodes for f in self._flushes)
-            or self._has_work(node, renew=True)
-            or not self._partitions_of(node)
-        ):
+        if not self._fetch_may_leave(node):
             return False
         buffer = self._buffer
         waiting = len(buffer) + self._undecoded_n + acquired
