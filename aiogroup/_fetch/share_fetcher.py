@@ -17,6 +17,9 @@ the buffer of records handed to the application, the commit surface and the clos
   the broker's round trip overlaps the application's work (Java's share consumer
   also keeps a ShareFetch per node going while the application polls, with the
   previous poll's acknowledgements riding on it).
+* A poll that finds the buffer empty writes the leader's next ShareFetch itself when
+  the leader's loop is idle and would send one (:meth:`ShareFetcher._prefetch`): the
+  loop then only awaits its answer.
 * ``max_records`` is ``max_poll_records``; where the leader speaks ShareFetch v2 it is
   a strict limit (``share_acquire_mode`` record_limit, KIP-1206) unless the consumer
   asked for batch-optimized acquisition (whole batches).
@@ -80,13 +83,56 @@ log = logging.getLogger("aiogroup.share")
 _LEADER_ERRORS = frozenset({3, 6, 74, 100})
 #: The lock duration assumed until a ShareFetch answer names one (Kafka's default).
 _DEFAULT_LOCK_MS = 30_000
-#: A take that leaves at most this many records waiting writes the next ShareFetch
-#: itself (:meth:`ShareFetcher._prefetch`): 0, the take that empties the buffer.
-_PREFETCH_LEFT = 0
-#: Acknowledgements pending when a ShareFetch answer fills the buffer wait at most this
-#: long (seconds) for the ShareFetch the application's emptying take writes, rather
-#: than leaving alone at once (:meth:`ShareFetcher._await_take`).
-_ACK_WAIT = 0.1
+
+
+class _Signal:
+    """An ``asyncio.Event`` whose wait takes a timeout without a task of its own.
+
+    Why: the leader's loop and a poll that finds nothing each wait once per ShareFetch
+    cycle; with ``asyncio.Event`` and a timeout that was a task per event waited on,
+    ``asyncio.wait`` and the tasks' cancellations - loop steps between a ShareFetch's
+    answer and the next request (issue 28).  Here a wait is one future and, with a
+    timeout, one timer."""
+
+    __slots__ = ("_set", "_waiters")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        self._set = True
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def clear(self) -> None:
+        self._set = False
+
+    async def wait(self, timeout: float | None) -> None:
+        """Until set (at once if it is), or ``timeout`` seconds (None: no limit)."""
+        if self._set:
+            return
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._waiters.append(waiter)
+        timer = None if timeout is None else loop.call_later(timeout, _resolve, waiter)
+        try:
+            await waiter
+        finally:
+            if timer is not None:
+                timer.cancel()
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,20 +228,21 @@ class ShareFetcher:
         self._topic_ids: dict[str, uuid.UUID] = {}
         self._sessions: dict[int, ShareSession] = {}
         self._loops: dict[int, asyncio.Task[None]] = {}
-        self._wake: dict[int, asyncio.Event] = {}
+        self._wake: dict[int, _Signal] = {}
         self._buffer = RecordBuffer()
         #: What fetches acquired and are not decoded yet: decoded once the leader's task
         #: waits on its next request (or by the application's take, if first), so the
         #: next ShareFetch leaves before this one's records are decoded.
         self._undecoded: deque[_Undecoded] = deque()
         self._undecoded_n = 0
-        self._arrived = asyncio.Event()
+        self._arrived = False
+        #: Wakes a waiting poll: records arrived, an error reported, the gate changed.
+        self._poll_wake = _Signal()
         #: Set by an error (a stop included): wakes a waiting poll whatever the gate says.
         self._alert = asyncio.Event()
         self._flushes: list[_Flush] = []
         self._lock_ms = _DEFAULT_LOCK_MS
         self._valid_until: float | None = None
-        self._gate_changed = asyncio.Event()
         self._closing = False
         self._closing_reported = False
         #: No ShareFetch leaves (acknowledgements still do) until the application polls
@@ -214,8 +261,6 @@ class ShareFetcher:
         self._prefetched: dict[int, _InFlight] = {}
         #: Leaders whose loop waits in :meth:`_idle` (nothing of theirs in flight).
         self._idling: set[int] = set()
-        #: Per leader: records the last answer put in the buffer (0: none).
-        self._answer_filled: dict[int, int] = {}
         self._scope = TaskScope(self._crashed)
         self._leader_watch: asyncio.Task[Any] | None = None
         self._error: BaseException | None = None
@@ -256,14 +301,14 @@ class ShareFetcher:
 
     def set_membership_valid_until(self, deadline: float | None) -> None:
         self._valid_until = deadline
-        self._gate_changed.set()
-        self._gate_changed = asyncio.Event()
+        self._poll_wake.set()
 
     def report_error(self, exc: BaseException, *, fatal: bool) -> None:
         self._error = exc
         if fatal and self._fatal is None:
             self._fatal = exc
         self._alert.set()
+        self._poll_wake.set()
 
     # -- the application side ----------------------------------------------------------
 
@@ -335,10 +380,9 @@ class ShareFetcher:
             return []
         out: list[ShareRecord] = []
         buffer = self._buffer
-        if self._idling and len(buffer) + self._undecoded_n <= max_records + _PREFETCH_LEFT:
-            # This take leaves the buffer (nearly) empty: the next ShareFetch goes on
-            # the wire now, before the records are handed out, carrying what was
-            # acknowledged before this take (issue 28).
+        if self._idling and not buffer and not self._undecoded:
+            # A poll that finds the buffer empty: the next ShareFetch goes on the wire
+            # now, from this call, carrying what was acknowledged before it (issue 28).
             self._prefetch()
         while len(out) < max_records:
             if not buffer:
@@ -357,22 +401,18 @@ class ShareFetcher:
         ``timeout``.  While the delivery gate is closed only its reopening (a heartbeat
         answered) or an error wakes the caller: buffered records must wait for it."""
         now = asyncio.get_running_loop().time()
-        gate_open = self._valid_until is not None and now < self._valid_until
-        waits = {
-            asyncio.ensure_future(self._alert.wait()),
-            asyncio.ensure_future(self._gate_changed.wait()),
-        }
-        if gate_open:
+        if self._alert.is_set():
+            await asyncio.sleep(0)  # always a step of the loop: a caller may wait in a loop
+            return
+        if self._valid_until is not None and now < self._valid_until:
             if not self._buffer and not self._undecoded:
-                self._arrived.clear()
-            waits.add(asyncio.ensure_future(self._arrived.wait()))
-            if self._valid_until is not None:
-                timeout = min(timeout, self._valid_until - now)
-        try:
-            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waits:
-                w.cancel()
+                self._arrived = False
+            if self._arrived:
+                await asyncio.sleep(0)
+                return
+            timeout = min(timeout, self._valid_until - now)
+        self._poll_wake.clear()
+        await self._poll_wake.wait(timeout)
 
     def acknowledged(self) -> None:
         """The application acknowledged something: let it ride on the next request."""
@@ -472,7 +512,7 @@ class ShareFetcher:
             task = self._loops.get(node)
             if task is None or task.done():
                 self._sessions.setdefault(node, ShareSession(node))
-                self._wake.setdefault(node, asyncio.Event())
+                self._wake.setdefault(node, _Signal())
                 self._loops[node] = self._scope.spawn(
                     self._leader_loop(node), f"share-fetch-{node}"
                 )
@@ -592,7 +632,6 @@ class ShareFetcher:
                 # allows one request at a time), then on as usual.
                 try:
                     await self._fetch(node, session, set(), ahead)
-                    await self._await_take(node, wake)
                 except (KafkaError, OSError, asyncio.TimeoutError) as exc:
                     log.debug("share fetch from node %d failed: %r", node, exc)
                     await asyncio.sleep(self._cfg.retry_backoff)
@@ -625,7 +664,6 @@ class ShareFetcher:
                     # partitions that left the assignment, and the broker releases
                     # what this member still held of them.
                     await self._fetch(node, session, wanted)
-                    await self._await_take(node, wake)
                 elif self._has_work(node, renew=False):
                     await self._acknowledge(node, session, renew=False)
                 else:
@@ -634,39 +672,15 @@ class ShareFetcher:
                 log.debug("share fetch from node %d failed: %r", node, exc)
                 await asyncio.sleep(self._cfg.retry_backoff)
 
-    async def _idle(self, node: int, wake: asyncio.Event, bound: float | None = None) -> None:
-        """Wait to be woken (or a renewal falling due, or ``bound`` seconds).  Meanwhile
-        the application's take may write this leader's next ShareFetch (:meth:`_prefetch`)."""
+    async def _idle(self, node: int, wake: _Signal) -> None:
+        """Wait to be woken (or a renewal falling due).  Meanwhile the application's
+        poll may write this leader's next ShareFetch (:meth:`_prefetch`)."""
         timeout = self._until_renewal(asyncio.get_running_loop().time())
-        if bound is not None:
-            timeout = bound if timeout is None else min(timeout, bound)
-        waiter = asyncio.ensure_future(wake.wait())
         self._idling.add(node)
         try:
-            await asyncio.wait({waiter}, timeout=timeout)
+            await wake.wait(timeout)
         finally:
             self._idling.discard(node)
-            waiter.cancel()
-
-    async def _await_take(self, node: int, wake: asyncio.Event) -> None:
-        """After an answer that filled the buffer with no room left: acknowledgements
-        made meanwhile would leave alone at once (the loop's "acknowledgements when the
-        buffer is full").  Instead the loop waits - for a wake, at most ``_ACK_WAIT`` -
-        so that they ride on the ShareFetch the application's emptying take writes
-        (:meth:`_prefetch`): one request a cycle, not two.  Anything that needs the loop
-        wakes it, and what must not wait (a commit's flush, a close, a session to
-        reset, RENEWs) is not deferred."""
-        filled = self._answer_filled.pop(node, 0)
-        now = asyncio.get_running_loop().time()
-        if (
-            not filled
-            or self._read_ahead_room(now)
-            or not self._has_work(node, renew=False)
-            or not self._fetch_may_leave(node)
-        ):
-            return
-        wake.clear()
-        await self._idle(node, wake, bound=_ACK_WAIT)
 
     def _fetch_may_leave(self, node: int) -> bool:
         """Would the leader's loop send a ShareFetch next if there were read-ahead room?
@@ -683,17 +697,20 @@ class ShareFetcher:
         )
 
     def _prefetch(self) -> None:
-        """Write the next ShareFetch of each idle leader whose loop would send one,
-        synchronously, from the application's take (which then hands its records out).
+        """Write the next ShareFetch of each idle leader whose loop would send one, now,
+        from the application's poll that found the buffer empty (before it waits).
 
-        Why: a poll that finds its records in the buffer never yields to the loop, so
-        a leader task woken by it sent the next fetch only once the application came
-        back empty-handed - after the hand-out of two polls (a batch-optimized answer
-        of ~592 records takes two polls of 500).  Written here, the request is on the
-        wire before those records are built into the result; the acknowledgements on
-        it are those made before this take (the previous poll's, in implicit mode).
-        The leader's loop awaits the answer (:meth:`_leader_loop`).  Only continuing
-        sessions on a connected socket: opening one, or connecting, stays the loop's."""
+        Why (issue 28): polls served from the buffer never yield to the loop, so the
+        leader's task, woken by them, sent the next fetch only once the poll that found
+        nothing had waited and the task had been scheduled.  Written here, on the
+        connection (aiokafka's ``send`` writes synchronously), it carries exactly what
+        was acknowledged before this poll - in implicit mode the whole previous answer,
+        as one batch per acquired run.  Not earlier (at the take that leaves the buffer
+        empty, or at the answer): measured, that splits an acquired run's
+        acknowledgements across two requests, which cost the broker about twice the CPU
+        and doubled the round trip, or holds twice the locks.  The leader's loop awaits
+        the answer (:meth:`_leader_loop`).  Only continuing sessions on a connected
+        socket: opening a session, or connecting, stays the loop's."""
         conns = getattr(self._client, "_conns", None)
         if conns is None:
             return
@@ -926,13 +943,15 @@ class ShareFetcher:
                 self._decode(u)
                 self.tracker.release_undelivered([tp])
                 self._wake_all()
-        self._answer_filled[node] = arrived
         if arrived:
             # Decoded as soon as this task next waits - by then the next fetch (if the
             # buffer leaves room) is on the wire - or by the application's take first.
             # Either way before any acknowledgement of them can be sent.
-            asyncio.get_running_loop().call_soon(self._decode_all)
-            self._arrived.set()
+            loop = asyncio.get_running_loop()
+            loop.call_soon(self._decode_all)
+            self._arrived = True
+            if self._valid_until is not None and loop.time() < self._valid_until:
+                self._poll_wake.set()  # (a closed gate: only its reopening wakes a poll)
         if refresh:
             # A leader moved (or a topic is not known there yet): look again, and do
             # not ask this broker again at once.

@@ -642,67 +642,37 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
-async def test_the_take_that_empties_the_buffer_writes_the_next_fetch_before_the_hand_out() -> None:
-    """Issue 28: a poll served from the buffer never yields to the leader's task, so the
-    next ShareFetch waited for the application to come back empty-handed.  The take that
-    leaves the buffer empty writes it itself, synchronously, carrying exactly what was
-    acknowledged before it; acknowledgements made after it wait for the next one (not
-    a ShareAcknowledge of their own)."""
-    second = Gated(fetch_answer(acquired=(15, 29, 1)))
-    third = Gated(fetch_answer())
-    client, fetcher = make_prefetching([fetch_answer(acquired=(0, 14, 1)), second, third])
-    try:
-        fetcher.set_assignment({("t", 0): TID})
-        await fetcher.wait_for_records(WAIT)
-        await settle()
-        assert share_fetches(client) == 1  # 15 buffered: no room
-        assert [r.offset for r in fetcher.take_records(10)] == list(range(10))  # 5 left
-        fetcher.tracker.accept_delivered()  # the next poll accepts 0-9 ...
-        rest = fetcher.take_records(10)  # ... and empties the buffer: the fetch leaves now
-        assert share_fetches(client) == 2  # written before take_records returned
-        assert [r.offset for r in rest] == list(range(10, 15))
-        ahead = [f for n, f in client.requests if n == "ShareFetch"][1]
-        assert ack_batches(ahead) == [(0, 9, [1])]
-        fetcher.tracker.accept_delivered()  # the poll after: 10-14, while it is in flight
-        fetcher.acknowledged()
-        second.gate.set()
-        await fetcher.wait_for_records(WAIT)  # 15 more: no room, acknowledgements pending
-        await settle()
-        assert [n for n, _ in client.requests] == ["ShareFetch", "ShareFetch"]  # none alone
-        assert len(fetcher.take_records(10)) == 10
-        assert share_fetches(client) == 2
-        assert [r.offset for r in fetcher.take_records(10)] == list(range(25, 30))
-        assert [n for n, _ in client.requests] == ["ShareFetch"] * 3
-        assert ack_batches(client.requests[-1][1]) == [(10, 14, [1])]
-    finally:
-        third.gate.set()
-        await fetcher.abort()
-
-
-async def test_acknowledgements_wait_for_the_take_a_bounded_time() -> None:
-    """An application that stops polling with acknowledgements pending and a full buffer:
-    they leave alone after at most ``_ACK_WAIT`` (locks must not run out on them)."""
+async def test_a_poll_that_finds_the_buffer_empty_writes_the_next_fetch_itself() -> None:
+    """Issue 28: polls served from the buffer never yield to the leader's task, so the
+    next ShareFetch left only after the poll that found nothing had waited and the task
+    had been woken.  That poll writes it itself, before it waits, carrying what was
+    acknowledged before it - here the whole acquired run, one acknowledgement batch."""
     second = Gated(fetch_answer(acquired=(15, 29, 1)))
     client, fetcher = make_prefetching([fetch_answer(acquired=(0, 14, 1)), second])
     try:
         fetcher.set_assignment({("t", 0): TID})
         await fetcher.wait_for_records(WAIT)
-        fetcher.take_records(10)
+        await settle()
+        assert share_fetches(client) == 1  # 15 buffered: no room
+        assert [r.offset for r in fetcher.take_records(10)] == list(range(10))
+        fetcher.tracker.accept_delivered()  # each poll accepts what the last handed out
+        assert [r.offset for r in fetcher.take_records(10)] == list(range(10, 15))
+        assert share_fetches(client) == 1  # no await yet: the leader's task has not run
         fetcher.tracker.accept_delivered()
-        fetcher.take_records(10)  # writes the second fetch
-        fetcher.tracker.accept_delivered()
-        fetcher.acknowledged()
-        client.sent.clear()
+        assert fetcher.take_records(10) == []  # the buffer is empty: the fetch leaves now
+        assert share_fetches(client) == 2
+        ahead = [f for n, f in client.requests if n == "ShareFetch"][1]
+        assert ack_batches(ahead) == [(0, 14, [1])]
         second.gate.set()
-        await asyncio.wait_for(client.sent.wait(), WAIT)  # nobody takes: it goes alone
-        name, alone = client.requests[-1]
-        assert name == "ShareAcknowledge" and ack_batches(alone) == [(10, 14, [1])]
+        assert [r.offset for r in await records(fetcher, 15)] == list(range(15, 30))
+        assert [n for n, _ in client.requests[:2]] == ["ShareFetch"] * 2
     finally:
+        second.gate.set()
         await fetcher.abort()
 
 
 @pytest.mark.parametrize("why", ["held", "flush", "no connection"])
-async def test_a_take_writes_no_fetch_when_the_loop_would_not_send_one(why: str) -> None:
+async def test_a_poll_writes_no_fetch_when_the_loop_would_not_send_one(why: str) -> None:
     from aiogroup._fetch.share_fetcher import _Flush
 
     second = Gated(fetch_answer())
@@ -712,13 +682,14 @@ async def test_a_take_writes_no_fetch_when_the_loop_would_not_send_one(why: str)
         await fetcher.wait_for_records(WAIT)
         await settle()
         fetcher.take_records(10)
+        assert len(fetcher.take_records(10)) == 5
         if why == "held":
             fetcher.hold_fetching()
         elif why == "flush":
             fetcher._flushes.append(_Flush({0}))
         else:
             client._conns[(0, ConnectionGroup.DEFAULT)].closed = True
-        assert len(fetcher.take_records(10)) == 5
+        assert fetcher.take_records(10) == []
         assert share_fetches(client) == 1
     finally:
         second.gate.set()
@@ -728,10 +699,11 @@ async def test_a_take_writes_no_fetch_when_the_loop_would_not_send_one(why: str)
 
 @pytest.mark.parametrize("mode", ["explicit", "implicit"])
 async def test_a_getmany_cancelled_at_any_step_loses_no_record(mode: str) -> None:
-    """A poll cancelled wherever it waits - before, while and after the take writes the
-    next fetch - loses nothing: every record is handed out once, by a later poll; in
-    explicit mode each stays held until the close releases it, in implicit mode each is
-    accepted once (the close carries the last poll's)."""
+    """A poll cancelled wherever it waits - before and after it writes the next fetch,
+    while the leader's task awaits that fetch's answer - loses nothing: every record is
+    handed out once, by a later poll; in explicit mode each stays held until the close
+    releases it, in implicit mode each is accepted once (the close carries the last
+    poll's)."""
     from aiogroup.share import ShareConsumer
 
     answers: list[dict[str, Any] | Gated] = [
