@@ -72,7 +72,7 @@ async def trace_aiogroup(
     only from each ShareFetch's answer to the next ShareFetch's sending (whatever the
     loop runs in that window: the answer's handling, the application's batch), and
     its statistics are written there (``pstats``) and summed up in the lines."""
-    from aiokafka.client import AIOKafkaClient
+    from aiokafka.conn import AIOKafkaConnection
 
     from aiogroup._protocol.share import parse_share_fetch
 
@@ -80,20 +80,34 @@ async def trace_aiogroup(
     #: Per ShareFetch: (sent, answered, records acquired).
     fetches: list[tuple[float, float, int]] = []
     began = time.monotonic()
-    original = AIOKafkaClient.send
+    original = AIOKafkaConnection.send
 
     profiler = cProfile.Profile() if profile_gap is not None else None
     gap_open = False
 
-    async def traced(self: Any, node_id: Any, request: Any, **kw: Any) -> Any:
+    def traced(self: Any, request: Any, expect_response: bool = True) -> Any:
+        # The connection's write, not AIOKafkaClient.send: the share fetcher writes
+        # some ShareFetches on the connection itself (from the application's take).
         nonlocal gap_open
         name = type(request).__name__
         if profiler is not None and gap_open and name == "ShareFetchRequest":
             profiler.disable()
             gap_open = False
         sent = time.monotonic() - began
+        node_id = f"{getattr(self, '_host', '?')}:{getattr(self, '_port', '?')}"
         try:
-            resp = await original(self, node_id, request, **kw)
+            waiter = original(self, request, expect_response)
+        except Exception as exc:
+            lines.append(f"{sent:7.3f} -> {name} to {node_id}: failed {exc!r}")
+            raise
+        if not expect_response:
+            return waiter
+        return answered_by(waiter, name, node_id, sent)
+
+    async def answered_by(waiter: Any, name: str, node_id: Any, sent: float) -> Any:
+        nonlocal gap_open
+        try:
+            resp = await waiter
         except Exception as exc:
             lines.append(f"{sent:7.3f} -> {name} to {node_id}: failed {exc!r}")
             raise
@@ -108,13 +122,19 @@ async def trace_aiogroup(
                 for a in part.acquired
             )
             fetches.append((sent, answered, got))
+            if len(fetches) <= 3:
+                extra = " acquired " + " ".join(
+                    f"{a.first_offset}-{a.last_offset}"
+                    for part in parse_share_fetch(resp).partitions
+                    for a in part.acquired
+                )
             if profiler is not None and not gap_open:
                 gap_open = True
                 profiler.enable()
         lines.append(f"{sent:7.3f} -> {name} to {node_id}, answered {answered:7.3f}{extra}")
         return resp
 
-    AIOKafkaClient.send = traced  # type: ignore[method-assign]
+    AIOKafkaConnection.send = traced  # type: ignore[method-assign]
     try:
         consumer = ShareConsumer(
             topic,
@@ -141,7 +161,7 @@ async def trace_aiogroup(
     finally:
         if profiler is not None and gap_open:
             profiler.disable()
-        AIOKafkaClient.send = original  # type: ignore[method-assign]
+        AIOKafkaConnection.send = original  # type: ignore[method-assign]
     # Fetches after the first answered one say nothing new.
     out, n = [], 0
     for line in lines:
@@ -332,6 +352,9 @@ def main() -> None:
     )
     args = parser.parse_args()
     settings = dict(item.split("=", 1) for item in args.broker)
+    # librdkafka's log and the gap profiles are written there: a missing directory
+    # failed the confluent run only after the broker had been started and filled.
+    args.logdir.mkdir(parents=True, exist_ok=True)
     asyncio.run(
         _run(
             args.records,

@@ -17,6 +17,9 @@ the buffer of records handed to the application, the commit surface and the clos
   the broker's round trip overlaps the application's work (Java's share consumer
   also keeps a ShareFetch per node going while the application polls, with the
   previous poll's acknowledgements riding on it).
+* A poll that finds the buffer empty writes the leader's next ShareFetch itself when
+  the leader's loop is idle and would send one (:meth:`ShareFetcher._prefetch`): the
+  loop then only awaits its answer.
 * ``max_records`` is ``max_poll_records``; where the leader speaks ShareFetch v2 it is
   a strict limit (``share_acquire_mode`` record_limit, KIP-1206) unless the consumer
   asked for batch-optimized acquisition (whole batches).
@@ -45,8 +48,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiokafka.client import AIOKafkaClient
-from aiokafka.errors import CorruptRecordException, IncompatibleBrokerVersion
+from aiokafka.client import AIOKafkaClient, ConnectionGroup
+from aiokafka.conn import CloseReason
+from aiokafka.errors import (
+    CorruptRecordException,
+    IncompatibleBrokerVersion,
+)
 
 from aiogroup._fetch.share_acknowledgements import (
     AcknowledgementTracker,
@@ -76,6 +83,56 @@ log = logging.getLogger("aiogroup.share")
 _LEADER_ERRORS = frozenset({3, 6, 74, 100})
 #: The lock duration assumed until a ShareFetch answer names one (Kafka's default).
 _DEFAULT_LOCK_MS = 30_000
+
+
+class _Signal:
+    """An ``asyncio.Event`` whose wait takes a timeout without a task of its own.
+
+    Why: the leader's loop and a poll that finds nothing each wait once per ShareFetch
+    cycle; with ``asyncio.Event`` and a timeout that was a task per event waited on,
+    ``asyncio.wait`` and the tasks' cancellations - loop steps between a ShareFetch's
+    answer and the next request (issue 28).  Here a wait is one future and, with a
+    timeout, one timer."""
+
+    __slots__ = ("_set", "_waiters")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        self._set = True
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def clear(self) -> None:
+        self._set = False
+
+    async def wait(self, timeout: float | None) -> None:
+        """Until set (at once if it is), or ``timeout`` seconds (None: no limit)."""
+        if self._set:
+            return
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._waiters.append(waiter)
+        timer = None if timeout is None else loop.call_later(timeout, _resolve, waiter)
+        try:
+            await waiter
+        finally:
+            if timer is not None:
+                timer.cancel()
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,20 +228,21 @@ class ShareFetcher:
         self._topic_ids: dict[str, uuid.UUID] = {}
         self._sessions: dict[int, ShareSession] = {}
         self._loops: dict[int, asyncio.Task[None]] = {}
-        self._wake: dict[int, asyncio.Event] = {}
+        self._wake: dict[int, _Signal] = {}
         self._buffer = RecordBuffer()
         #: What fetches acquired and are not decoded yet: decoded once the leader's task
         #: waits on its next request (or by the application's take, if first), so the
         #: next ShareFetch leaves before this one's records are decoded.
         self._undecoded: deque[_Undecoded] = deque()
         self._undecoded_n = 0
-        self._arrived = asyncio.Event()
+        self._arrived = False
+        #: Wakes a waiting poll: records arrived, an error reported, the gate changed.
+        self._poll_wake = _Signal()
         #: Set by an error (a stop included): wakes a waiting poll whatever the gate says.
         self._alert = asyncio.Event()
         self._flushes: list[_Flush] = []
         self._lock_ms = _DEFAULT_LOCK_MS
         self._valid_until: float | None = None
-        self._gate_changed = asyncio.Event()
         self._closing = False
         self._closing_reported = False
         #: No ShareFetch leaves (acknowledgements still do) until the application polls
@@ -198,6 +256,11 @@ class ShareFetcher:
         self._lock_keepers = 0
         #: Leaders whose session must be reopened (the membership ended meanwhile).
         self._reset_nodes: set[int] = set()
+        #: A ShareFetch the application's take wrote (:meth:`_prefetch`), per leader: its
+        #: loop takes the answer in before anything else.
+        self._prefetched: dict[int, _InFlight] = {}
+        #: Leaders whose loop waits in :meth:`_idle` (nothing of theirs in flight).
+        self._idling: set[int] = set()
         self._scope = TaskScope(self._crashed)
         self._leader_watch: asyncio.Task[Any] | None = None
         self._error: BaseException | None = None
@@ -238,14 +301,14 @@ class ShareFetcher:
 
     def set_membership_valid_until(self, deadline: float | None) -> None:
         self._valid_until = deadline
-        self._gate_changed.set()
-        self._gate_changed = asyncio.Event()
+        self._poll_wake.set()
 
     def report_error(self, exc: BaseException, *, fatal: bool) -> None:
         self._error = exc
         if fatal and self._fatal is None:
             self._fatal = exc
         self._alert.set()
+        self._poll_wake.set()
 
     # -- the application side ----------------------------------------------------------
 
@@ -317,6 +380,10 @@ class ShareFetcher:
             return []
         out: list[ShareRecord] = []
         buffer = self._buffer
+        if self._idling and not buffer and not self._undecoded:
+            # A poll that finds the buffer empty: the next ShareFetch goes on the wire
+            # now, from this call, carrying what was acknowledged before it (issue 28).
+            self._prefetch()
         while len(out) < max_records:
             if not buffer:
                 if not self._undecoded:
@@ -334,22 +401,18 @@ class ShareFetcher:
         ``timeout``.  While the delivery gate is closed only its reopening (a heartbeat
         answered) or an error wakes the caller: buffered records must wait for it."""
         now = asyncio.get_running_loop().time()
-        gate_open = self._valid_until is not None and now < self._valid_until
-        waits = {
-            asyncio.ensure_future(self._alert.wait()),
-            asyncio.ensure_future(self._gate_changed.wait()),
-        }
-        if gate_open:
+        if self._alert.is_set():
+            await asyncio.sleep(0)  # always a step of the loop: a caller may wait in a loop
+            return
+        if self._valid_until is not None and now < self._valid_until:
             if not self._buffer and not self._undecoded:
-                self._arrived.clear()
-            waits.add(asyncio.ensure_future(self._arrived.wait()))
-            if self._valid_until is not None:
-                timeout = min(timeout, self._valid_until - now)
-        try:
-            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waits:
-                w.cancel()
+                self._arrived = False
+            if self._arrived:
+                await asyncio.sleep(0)
+                return
+            timeout = min(timeout, self._valid_until - now)
+        self._poll_wake.clear()
+        await self._poll_wake.wait(timeout)
 
     def acknowledged(self) -> None:
         """The application acknowledged something: let it ride on the next request."""
@@ -404,6 +467,9 @@ class ShareFetcher:
             self.hooks.closing()
 
     async def abort(self) -> None:
+        for sent in self._prefetched.values():
+            if isinstance(sent.answer, asyncio.Future):
+                sent.answer.cancel()
         await self._scope.aclose()
 
     def _crashed(self, exc: BaseException) -> None:
@@ -446,7 +512,7 @@ class ShareFetcher:
             task = self._loops.get(node)
             if task is None or task.done():
                 self._sessions.setdefault(node, ShareSession(node))
-                self._wake.setdefault(node, asyncio.Event())
+                self._wake.setdefault(node, _Signal())
                 self._loops[node] = self._scope.spawn(
                     self._leader_loop(node), f"share-fetch-{node}"
                 )
@@ -560,6 +626,16 @@ class ShareFetcher:
         loop = asyncio.get_running_loop()
         while True:
             wake.clear()
+            ahead = self._prefetched.pop(node, None)
+            if ahead is not None:
+                # Written by the application's take: its answer first (the session
+                # allows one request at a time), then on as usual.
+                try:
+                    await self._fetch(node, session, set(), ahead)
+                except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+                    log.debug("share fetch from node %d failed: %r", node, exc)
+                    await asyncio.sleep(self._cfg.retry_backoff)
+                continue
             if node in self._reset_nodes and session.in_flight is None:
                 self._reset_nodes.discard(node)
                 session.reset()
@@ -591,18 +667,70 @@ class ShareFetcher:
                 elif self._has_work(node, renew=False):
                     await self._acknowledge(node, session, renew=False)
                 else:
-                    await self._idle(wake)
+                    await self._idle(node, wake)
             except (KafkaError, OSError, asyncio.TimeoutError) as exc:
                 log.debug("share fetch from node %d failed: %r", node, exc)
                 await asyncio.sleep(self._cfg.retry_backoff)
 
-    async def _idle(self, wake: asyncio.Event) -> None:
+    async def _idle(self, node: int, wake: _Signal) -> None:
+        """Wait to be woken (or a renewal falling due).  Meanwhile the application's
+        poll may write this leader's next ShareFetch (:meth:`_prefetch`)."""
         timeout = self._until_renewal(asyncio.get_running_loop().time())
-        waiter = asyncio.ensure_future(wake.wait())
+        self._idling.add(node)
         try:
-            await asyncio.wait({waiter}, timeout=timeout)
+            await wake.wait(timeout)
         finally:
-            waiter.cancel()
+            self._idling.discard(node)
+
+    def _fetch_may_leave(self, node: int) -> bool:
+        """Would the leader's loop send a ShareFetch next if there were read-ahead room?
+        Not if something else comes first: a close, a session to reopen, held fetching,
+        a commit's flush, RENEWs (with locks kept, the loop decides), or nothing to read."""
+        return not (
+            self._closing
+            or self._fetch_held
+            or self._renewing
+            or node in self._reset_nodes
+            or any(node in f.nodes for f in self._flushes)
+            or self._has_work(node, renew=True)
+            or not self._partitions_of(node)
+        )
+
+    def _prefetch(self) -> None:
+        """Write the next ShareFetch of each idle leader whose loop would send one, now,
+        from the application's poll that found the buffer empty (before it waits).
+
+        Why (issue 28): polls served from the buffer never yield to the loop, so the
+        leader's task, woken by them, sent the next fetch only once the poll that found
+        nothing had waited and the task had been scheduled.  Written here, on the
+        connection (aiokafka's ``send`` writes synchronously), it carries exactly what
+        was acknowledged before this poll - in implicit mode the whole previous answer,
+        as one batch per acquired run.  Not earlier (at the take that leaves the buffer
+        empty, or at the answer): measured, that splits an acquired run's
+        acknowledgements across two requests, which cost the broker about twice the CPU
+        and doubled the round trip, or holds twice the locks.  The leader's loop awaits
+        the answer (:meth:`_leader_loop`).  Only continuing sessions on a connected
+        socket: opening a session, or connecting, stays the loop's."""
+        conns = getattr(self._client, "_conns", None)
+        if conns is None:
+            return
+        for node in list(self._idling):
+            session = self._sessions.get(node)
+            if (
+                session is None
+                or not session.is_open
+                or session.in_flight is not None
+                or node in self._prefetched
+                or not self._fetch_may_leave(node)
+            ):
+                continue
+            conn = conns.get((node, ConnectionGroup.DEFAULT))
+            if conn is None or not conn.connected():
+                continue
+            self._prefetched[node] = self._fetch_request(
+                node, session, self._partitions_of(node), task=True, conn=conn
+            )
+            self._wake[node].set()
 
     def _renew_margin(self) -> float:
         """How long before a lock's sure end a RENEW goes out.  By default a quarter of
@@ -631,18 +759,33 @@ class ShareFetcher:
         partition that left the assignment is still answered by id)."""
         return {tid: name for name, tid in self._topic_ids.items()}
 
-    async def _fetch(self, node: int, session: ShareSession, wanted: set[TopicPartition]) -> None:
-        """One ShareFetch, and the ones each answer lets leave at once (:meth:`_answered`)."""
-        sent: _InFlight | None = self._fetch_request(node, session, wanted, task=False)
+    async def _fetch(
+        self,
+        node: int,
+        session: ShareSession,
+        wanted: set[TopicPartition],
+        sent: _InFlight | None = None,
+    ) -> None:
+        """One ShareFetch (``sent``: one already written), and the ones each answer lets
+        leave at once (:meth:`_answered`)."""
+        if sent is None:
+            sent = self._fetch_request(node, session, wanted, task=False)
         while sent is not None:
             sent = await self._answered(node, session, sent)
 
     def _fetch_request(
-        self, node: int, session: ShareSession, wanted: set[TopicPartition], *, task: bool
+        self,
+        node: int,
+        session: ShareSession,
+        wanted: set[TopicPartition],
+        *,
+        task: bool,
+        conn: Any = None,
     ) -> _InFlight:
         """Build the next ShareFetch (the pending acknowledgements riding on it) and start
-        sending it: as a task with ``task`` (it is written once the loop runs it), else
-        as a coroutine for the caller to await at once."""
+        sending it: written now on ``conn`` if given (its answer awaited by a task), else
+        as a task with ``task`` (it is written once the loop runs it), else as a
+        coroutine for the caller to await at once."""
         loop = asyncio.get_running_loop()
         cfg = self._cfg
         key = self._key(node, session)
@@ -670,9 +813,38 @@ class ShareFetcher:
             batch_size=cfg.max_poll_records,
             acquire_mode=cfg.acquire_mode,
         )
-        sending = self._send(node, request, fallback=lambda: self._fetch_v1(request, plan))
-        answer: Awaitable[Any] = asyncio.ensure_future(sending) if task else sending
+        answer: Awaitable[Any]
+        if conn is not None:
+            answer = self._write(conn, request, lambda: self._fetch_v1(request, plan))
+        else:
+            sending = self._send(node, request, fallback=lambda: self._fetch_v1(request, plan))
+            answer = asyncio.ensure_future(sending) if task else sending
         return _InFlight(answer, token, key, loop.time(), time.monotonic())
+
+    def _write(self, conn: Any, request: Any, fallback: Callable[[], Any]) -> asyncio.Future[Any]:
+        """Write ``request`` on ``conn`` now (aiokafka's connection writes in ``send``,
+        synchronously) and return its answer to come; a timeout closes the connection,
+        as ``AIOKafkaClient.send`` does.  A write that fails gives a future
+        holding the error, for the loop to take in as a request without an answer."""
+        loop = asyncio.get_running_loop()
+        try:
+            try:
+                waiter = conn.send(request)
+            except IncompatibleBrokerVersion:
+                waiter = conn.send(fallback())
+        except Exception as exc:
+            failed = loop.create_future()
+            failed.set_exception(exc)
+            return failed
+
+        answer: asyncio.Future[Any] = asyncio.ensure_future(waiter)
+
+        def timed_out(done: asyncio.Future[Any]) -> None:
+            if not done.cancelled() and isinstance(done.exception(), asyncio.TimeoutError):
+                conn.close(reason=CloseReason.CONNECTION_TIMEOUT)
+
+        answer.add_done_callback(timed_out)
+        return answer
 
     async def _answered(
         self, node: int, session: ShareSession, sent: _InFlight
@@ -775,8 +947,11 @@ class ShareFetcher:
             # Decoded as soon as this task next waits - by then the next fetch (if the
             # buffer leaves room) is on the wire - or by the application's take first.
             # Either way before any acknowledgement of them can be sent.
-            asyncio.get_running_loop().call_soon(self._decode_all)
-            self._arrived.set()
+            loop = asyncio.get_running_loop()
+            loop.call_soon(self._decode_all)
+            self._arrived = True
+            if self._valid_until is not None and loop.time() < self._valid_until:
+                self._poll_wake.set()  # (a closed gate: only its reopening wakes a poll)
         if refresh:
             # A leader moved (or a topic is not known there yet): look again, and do
             # not ask this broker again at once.
@@ -793,15 +968,7 @@ class ShareFetcher:
         decides), and there is read-ahead room.  The acknowledgements that ride on that
         fetch are those the application made by now; this answer's records are not
         handed out yet, so theirs ride on a later request."""
-        if (
-            self._closing
-            or self._fetch_held
-            or self._renewing
-            or node in self._reset_nodes
-            or any(node in f.nodes for f in self._flushes)
-            or self._has_work(node, renew=True)
-            or not self._partitions_of(node)
-        ):
+        if not self._fetch_may_leave(node):
             return False
         buffer = self._buffer
         waiting = len(buffer) + self._undecoded_n + acquired

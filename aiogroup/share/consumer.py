@@ -515,7 +515,10 @@ class ShareConsumer:
                 )
 
     def _on_results(self, results: list[AckResult]) -> None:
-        self._results.put_nowait(results)
+        if self._callback is not None:
+            # Only for a callback: its task woke on every ShareFetch answer otherwise,
+            # a loop step between the answer and the next request (issue 28).
+            self._results.put_nowait(results)
         for listener in list(self._result_listeners):
             try:
                 listener(results)

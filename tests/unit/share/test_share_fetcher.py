@@ -13,6 +13,7 @@ import uuid
 from typing import Any
 
 import pytest
+from aiokafka.client import ConnectionGroup
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from aiogroup._fetch.share_acknowledgements import InvalidAcknowledgement
@@ -84,22 +85,34 @@ class Gated:
 class ScriptedLeader:
     """Answers each request with the next scripted answer (then: an empty fetch)."""
 
-    def __init__(self, answers: list[dict[str, Any] | Gated], *, fetch_max: int = 2) -> None:
+    def __init__(
+        self, answers: list[dict[str, Any] | Gated], *, fetch_max: int = 2, wire: bool = False
+    ) -> None:
         self.versions = {78: (1, fetch_max), 79: (1, fetch_max)}
         self.cluster = Cluster()
         self.answers = answers
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self.sent = asyncio.Event()
         self.idle = asyncio.Event()
+        if wire:
+            # aiokafka's connection table: the fetcher may write a request itself.
+            self._conns = {(0, ConnectionGroup.DEFAULT): WireConn(self)}
 
     async def force_metadata_update(self) -> bool:
         return True
 
     async def send(self, node: int, request: Any, group: Any = None) -> Any:
+        return await self.answer(*self.record(request))
+
+    def record(self, request: Any) -> tuple[str, int, dict[str, Any]]:
+        """Take ``request`` in (it is on the wire from here)."""
         fields = struct_to_dict(request.prepare(self.versions))
         name, version = request.API.name, request.api_version
         self.requests.append((name, fields))
         self.sent.set()
+        return name, version, fields
+
+    async def answer(self, name: str, version: int, fields: dict[str, Any]) -> Any:
         if name == "ShareAcknowledge":
             return SHARE_ACKNOWLEDGE.response(
                 version,
@@ -121,6 +134,24 @@ class ScriptedLeader:
         self.idle.set()
         await asyncio.sleep(fields["max_wait_ms"] / 1000)  # the broker's long poll
         return SHARE_FETCH.response(version, fetch_answer())
+
+
+class WireConn:
+    """aiokafka's connection as the fetcher's synchronous write sees it: ``send`` takes
+    the request in at once and returns the awaitable answer."""
+
+    def __init__(self, leader: ScriptedLeader) -> None:
+        self.leader = leader
+        self.closed = False
+
+    def connected(self) -> bool:
+        return not self.closed
+
+    def send(self, request: Any) -> Any:
+        return self.leader.answer(*self.leader.record(request))
+
+    def close(self, reason: Any = None) -> None:
+        self.closed = True
 
 
 def make(
@@ -595,4 +626,130 @@ async def test_no_fetch_leaves_at_an_answer_when_the_loop_has_other_work(why: st
         assert not fetcher._fetch_at_answer(0, 10, deadline)
     finally:
         fetcher._closing = False
+        await fetcher.abort()
+
+
+def make_prefetching(answers: list[dict[str, Any] | Gated]) -> tuple[ScriptedLeader, ShareFetcher]:
+    """Implicit mode, batch-optimized (answers of more than ``max_poll_records``), on a
+    client whose connection the fetcher can write on itself."""
+    client = ScriptedLeader(answers, wire=True)
+    fetcher = make(client, explicit=False, acquire_mode=AcquireMode.BATCH_OPTIMIZED)
+    return client, fetcher
+
+
+async def settle() -> None:
+    for _ in range(20):  # the leader's task gets every chance to run
+        await asyncio.sleep(0)
+
+
+async def test_a_poll_that_finds_the_buffer_empty_writes_the_next_fetch_itself() -> None:
+    """Issue 28: polls served from the buffer never yield to the leader's task, so the
+    next ShareFetch left only after the poll that found nothing had waited and the task
+    had been woken.  That poll writes it itself, before it waits, carrying what was
+    acknowledged before it - here the whole acquired run, one acknowledgement batch."""
+    second = Gated(fetch_answer(acquired=(15, 29, 1)))
+    client, fetcher = make_prefetching([fetch_answer(acquired=(0, 14, 1)), second])
+    try:
+        fetcher.set_assignment({("t", 0): TID})
+        await fetcher.wait_for_records(WAIT)
+        await settle()
+        assert share_fetches(client) == 1  # 15 buffered: no room
+        assert [r.offset for r in fetcher.take_records(10)] == list(range(10))
+        fetcher.tracker.accept_delivered()  # each poll accepts what the last handed out
+        assert [r.offset for r in fetcher.take_records(10)] == list(range(10, 15))
+        assert share_fetches(client) == 1  # no await yet: the leader's task has not run
+        fetcher.tracker.accept_delivered()
+        assert fetcher.take_records(10) == []  # the buffer is empty: the fetch leaves now
+        assert share_fetches(client) == 2
+        ahead = [f for n, f in client.requests if n == "ShareFetch"][1]
+        assert ack_batches(ahead) == [(0, 14, [1])]
+        second.gate.set()
+        assert [r.offset for r in await records(fetcher, 15)] == list(range(15, 30))
+        assert [n for n, _ in client.requests[:2]] == ["ShareFetch"] * 2
+    finally:
+        second.gate.set()
+        await fetcher.abort()
+
+
+@pytest.mark.parametrize("why", ["held", "flush", "no connection"])
+async def test_a_poll_writes_no_fetch_when_the_loop_would_not_send_one(why: str) -> None:
+    from aiogroup._fetch.share_fetcher import _Flush
+
+    second = Gated(fetch_answer())
+    client, fetcher = make_prefetching([fetch_answer(acquired=(0, 14, 1)), second])
+    try:
+        fetcher.set_assignment({("t", 0): TID})
+        await fetcher.wait_for_records(WAIT)
+        await settle()
+        fetcher.take_records(10)
+        assert len(fetcher.take_records(10)) == 5
+        if why == "held":
+            fetcher.hold_fetching()
+        elif why == "flush":
+            fetcher._flushes.append(_Flush({0}))
+        else:
+            client._conns[(0, ConnectionGroup.DEFAULT)].closed = True
+        assert fetcher.take_records(10) == []
+        assert share_fetches(client) == 1
+    finally:
+        second.gate.set()
+        fetcher._flushes.clear()
+        await fetcher.abort()
+
+
+@pytest.mark.parametrize("mode", ["explicit", "implicit"])
+async def test_a_getmany_cancelled_at_any_step_loses_no_record(mode: str) -> None:
+    """A poll cancelled wherever it waits - before and after it writes the next fetch,
+    while the leader's task awaits that fetch's answer - loses nothing: every record is
+    handed out once, by a later poll; in explicit mode each stays held until the close
+    releases it, in implicit mode each is accepted once (the close carries the last
+    poll's)."""
+    from aiogroup.share import ShareConsumer
+
+    answers: list[dict[str, Any] | Gated] = [
+        fetch_answer(acquired=(first, first + 14, 1)) for first in range(0, 60, 15)
+    ]
+    client = ScriptedLeader(answers, wire=True)
+    explicit = mode == "explicit"
+    fetcher = make(client, explicit=explicit, acquire_mode=AcquireMode.BATCH_OPTIMIZED)
+    consumer = ShareConsumer("t", group_id="g", max_poll_records=10, acknowledgement_mode=mode)
+    consumer._fetcher = fetcher
+    consumer._started = True
+    try:
+        fetcher.set_assignment({("t", 0): TID})
+        got: list[int] = []
+        steps = 0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WAIT
+        while len(got) < 60:
+            assert loop.time() < deadline, f"{len(got)} of 60 records within {WAIT} s"
+            poll = asyncio.ensure_future(consumer.getmany(timeout_ms=int(WAIT * 1000)))
+            for _ in range(steps % 7):
+                await asyncio.sleep(0)
+            steps += 1
+            poll.cancel()
+            try:
+                batch = await poll
+            except asyncio.CancelledError:
+                continue
+            got += [r.offset for rs in batch.values() for r in rs]
+        assert got == list(range(60))
+        if explicit:
+            assert fetcher.tracker.held() == 60  # handed out, not acknowledged: all held
+        await fetcher.close(WAIT)
+        name, last = client.requests[-1]
+        assert (name, last["share_session_epoch"]) == ("ShareAcknowledge", -1)
+        if explicit:
+            assert ack_batches(last) == [(0, 59, [2])]  # every one released at the close
+        else:
+            accepted = [
+                offset
+                for _, request in client.requests
+                for first, end, types in ack_batches(request)
+                for offset in range(first, end + 1)
+                if types == [1]
+            ]
+            assert sorted(accepted) == list(range(60))
+        assert fetcher.tracker.held() == 0
+    finally:
         await fetcher.abort()
