@@ -31,6 +31,7 @@ import os
 import pstats
 import resource
 import statistics
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -371,6 +372,13 @@ async def two_in_flight(bootstrap: str, topic: str, reps: int) -> list[tuple[flo
     return out
 
 
+def _child(cmd: list[str]) -> tuple[subprocess.CompletedProcess[str], dict[str, Any] | None]:
+    """Run one drain in a child process; its last ``RESULT`` line (None: it failed)."""
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=str(ROOT))
+    line = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
+    return done, (json.loads(line[-1][len("RESULT ") :]) if line else None)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["_rdkafka"]:
@@ -406,8 +414,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     variants = args.variant or ["tuned"]
 
-    import subprocess
-
     sys.path.insert(0, str(ROOT))
     from aiogroup.testing import SyncKafkaBroker
     from benchmarks.data import PAYLOADS, produce
@@ -431,24 +437,20 @@ def main(argv: list[str] | None = None) -> int:
                 cmd = [sys.executable, "-m", "benchmarks.fetch_shape", "_drain"]
                 cmd += [broker.bootstrap_servers, topic, str(args.records), variant]
                 cmd += ["1" if args.profile else "0"]
-                done = subprocess.run(cmd, capture_output=True, text=True, cwd=str(ROOT))
-                line = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
-                if not line:
+                done, got = _child(cmd)
+                if got is None:
                     print(f"rep {rep} {variant}: failed\n{done.stderr[-2000:]}")
                     continue
-                got = json.loads(line[-1][len("RESULT ") :])
                 results.setdefault(variant, []).append(got)
                 print(f"\n== rep {rep}, aiogroup/{variant}, load {os.getloadavg()}")
                 print("\n".join(report(got)), flush=True)
             if args.librdkafka:
                 cmd = [sys.executable, "-m", "benchmarks.fetch_shape", "_rdkafka"]
                 cmd += [broker.bootstrap_servers, topic, str(args.records)]
-                done = subprocess.run(cmd, capture_output=True, text=True, cwd=str(ROOT))
-                line = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
-                if not line:
+                done, got = _child(cmd)
+                if got is None:
                     print(f"rep {rep} librdkafka: failed\n{done.stderr[-2000:]}")
                     continue
-                got = json.loads(line[-1][len("RESULT ") :])
                 tl = rdkafka_timeline(done.stderr, got["wall_from"], got["wall_to"])
                 got["timeline"] = tl
                 results.setdefault("confluent-tuned", []).append(got)

@@ -151,8 +151,12 @@ async def test_position_across_an_eager_rebalance_follows_the_partition_or_names
     a.subscribe([topic], listener=listener)
     async with a:
         assert a.assignment() == {tp0, tp1}
+        listener.assigned.clear()
         b.subscribe([topic])
         async with b:
+            # b's start returns with b's share; a's own SyncGroup answer (the same
+            # generation) may still be on its way: wait for a's assignment callback.
+            await asyncio.wait_for(listener.assigned.wait(), WAIT_S)
             assert b.assignment() == {tp1}
             assert a.assignment() == {tp0}
             assert set(listener.pending) == {tp0, tp1}
