@@ -68,6 +68,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
+    "TransactionOutcome",
     "Transform",
     "TransformLoop",
     "send_offsets_to_transaction",
@@ -163,15 +164,75 @@ async def _fenced(
         raise
 
 
+class TransactionOutcome:
+    """What became of the transaction of one ``async with transaction(producer) as outcome``.
+
+    ``committed`` is True once the coordinator answered the commit, False once the
+    transaction was aborted or its commit refused, and None while it is open - or in
+    doubt.  In doubt means the commit was sent and the block stopped waiting for its
+    answer (cancelled, or past its timeout).  aiokafka's EndTxn cannot be recalled and
+    is sent again to a new coordinator, so such a transaction may still commit: a caller
+    that reads its input again before it knows writes the outputs twice (Java's client
+    has the same case: a ``commitTransaction`` that timed out may be called again to
+    learn the answer).  :meth:`settle` waits for it.
+    """
+
+    __slots__ = ("_end", "committed")
+
+    def __init__(self) -> None:
+        self.committed: bool | None = None
+        #: aiokafka's end-of-transaction future while the answer is unknown.
+        self._end: asyncio.Future[None] | None = None
+
+    @property
+    def in_doubt(self) -> bool:
+        """The commit was sent and its answer is not known yet."""
+        return self.committed is None and self._end is not None
+
+    def __repr__(self) -> str:
+        state = (
+            "in doubt"
+            if self.in_doubt
+            else {None: "open", True: "committed"}.get(self.committed, "aborted")
+        )
+        return f"<TransactionOutcome {state}>"
+
+    async def settle(self, timeout: float) -> bool | None:
+        """Wait at most ``timeout`` s for an in-doubt commit's answer; the outcome, None
+        while still in doubt.  Returns at once when the outcome is known."""
+        end = self._end
+        if end is not None and self.committed is None:
+            await asyncio.wait({end}, timeout=timeout)  # never cancels aiokafka's future
+            self._learn(end)
+        return self.committed
+
+    def _learn(self, end: asyncio.Future[None]) -> None:
+        if end.done():
+            self.committed = not end.cancelled() and end.exception() is None
+            self._end = None
+        else:
+            self._end = end
+
+
 @asynccontextmanager
-async def transaction(producer: Any, *, timeout: float = DEFAULT_TIMEOUT_S) -> AsyncIterator[None]:
-    """``async with transaction(producer):`` - begin, then commit, or abort on an exception.
+async def transaction(
+    producer: Any, *, timeout: float = DEFAULT_TIMEOUT_S
+) -> AsyncIterator[TransactionOutcome]:
+    """``async with transaction(producer) as outcome:`` - begin, then commit, or abort on
+    an exception.
 
     aiokafka's ``producer.transaction()`` aborts unconditionally on an exception, and
     aborting a transaction that ``send_offsets_to_transaction`` has already aborted
     breaks aiokafka's state machine (it asserts).  This one aborts only a transaction
     still open, so the exception the body raised - ``TransactionFencedError`` above
     all - is the one the caller sees.  Every step is bounded by ``timeout``.
+
+    The commit cannot be taken back once aiokafka sent it.  Cancelled while it is under
+    way, the block waits (at most ``timeout``) for the coordinator's answer before the
+    cancellation goes on; past ``timeout`` it raises ``KafkaTimeoutError``.  Either way
+    ``outcome`` (a :class:`TransactionOutcome`) says whether it committed, or that the
+    answer is still in doubt; the next ``transaction()`` on the producer waits for that
+    answer first.
     """
     view = ProducerTxnView(producer)
     if view.transactional_id is None:
@@ -179,12 +240,16 @@ async def transaction(producer: Any, *, timeout: float = DEFAULT_TIMEOUT_S) -> A
             "transaction(): the producer has no transactional_id: create the "
             "AIOKafkaProducer with transactional_id=..."
         )
+    await _previous_answered(producer, view, timeout)
     # The previous transaction's markers: see aiogroup._transactions.pacing.
     await pacing.wait_for_markers(producer)
     await wait_for(producer.begin_transaction(), timeout)
+    end = view.transaction_end()
+    outcome = TransactionOutcome()
     try:
-        yield
+        yield outcome
     except BaseException:
+        outcome.committed = False
         if view.abortable:
             try:
                 await _abort(producer, timeout)
@@ -193,8 +258,48 @@ async def transaction(producer: Any, *, timeout: float = DEFAULT_TIMEOUT_S) -> A
         raise
     try:
         await wait_for(producer.commit_transaction(), timeout)
+    except asyncio.CancelledError:
+        if end is not None:
+            outcome._learn(end)
+            await outcome.settle(timeout)
+        if outcome.committed is False and view.abortable:
+            await _abort(producer, timeout)  # a refused commit leaves it to be aborted
+        raise
+    except asyncio.TimeoutError:
+        if end is not None:
+            outcome._learn(end)
+        raise KafkaTimeoutError(
+            f"commit_transaction: no answer within {timeout:g}s; the commit is in doubt - "
+            "the coordinator may still complete it (TransactionOutcome.settle() waits for "
+            "the answer; do not process the transaction's input again before)"
+        ) from None
+    except BaseException:
+        outcome.committed = False
+        if view.abortable:
+            await _abort(producer, timeout)  # a refused commit leaves it to be aborted
+        raise
+    else:
+        outcome.committed = True
     finally:
         pacing.ended(producer)
+
+
+async def _previous_answered(producer: Any, view: ProducerTxnView, timeout: float) -> None:
+    """Wait for the answer to a commit an earlier block stopped waiting for: aiokafka
+    cannot begin a transaction while the last one's EndTxn is unanswered."""
+    if view.ending:
+        end = view.transaction_end()
+        if end is not None:
+            await asyncio.wait({end}, timeout=timeout)
+            if end.done() and not end.cancelled():
+                end.exception()  # retrieved: its outcome was the earlier block's to report
+    if view.abortable and not view.in_transaction:
+        await _abort(producer, timeout)  # that commit was refused: aiokafka wants an abort
+    if view.ending:
+        raise KafkaTimeoutError(
+            f"transaction(): the previous transaction's commit is still unanswered after "
+            f"{timeout:g}s; a new one cannot begin before it ends"
+        )
 
 
 def _normalized(
@@ -339,6 +444,9 @@ class TransformLoop:
         self._settled = asyncio.Event()
         self._settled.set()
         self._in_flight: asyncio.Task[None] | None = None
+        #: The outcome of the last transaction begun (an in-doubt commit is waited for
+        #: before its input is read again or its partitions are let go).
+        self._outcome: TransactionOutcome | None = None
         #: The transaction in flight has its offsets in and is committing: a rebalance
         #: must let it finish - cancelling aiokafka's commit does not stop it (the
         #: EndTxn is shielded), so a batch counted as aborted would be redone twice.
@@ -392,6 +500,7 @@ class TransformLoop:
 
     async def _one_batch(self, batch: dict[TopicPartition, list[ConsumerRecord]]) -> None:
         self._moved = set()
+        self._outcome = None
         task = asyncio.ensure_future(self._transaction(batch))
         self._in_flight = task
         try:
@@ -402,6 +511,19 @@ class TransformLoop:
             raise
         finally:
             self._in_flight = None
+        outcome = self._outcome
+        if outcome is not None and outcome.in_doubt:
+            await self._answer_of(outcome)
+        if outcome is not None and outcome.committed:
+            # Committed, even where the commit's wait was cancelled or timed out: the
+            # coordinator completed it; reading the batch again would double its outputs.
+            if not task.cancelled():
+                task.exception()  # retrieved: the outcome is the answer
+            self.records_committed += sum(len(rs) for rs in batch.values())
+            self.transactions_committed += 1
+            return
+        if outcome is not None and outcome.in_doubt:
+            return  # stopping with the answer unknown: nothing is read again
         if task.cancelled():
             self.cancelled_by_rebalance += 1
             self._aborted(batch, asyncio.CancelledError("partitions revoked or lost"))
@@ -426,7 +548,7 @@ class TransformLoop:
         offsets = {tp: rs[-1].offset + 1 for tp, rs in batch.items()}
         self._committing = False
         producer, timeout = self._producer, self._timeout
-        async with transaction(producer, timeout=timeout):
+        async with transaction(producer, timeout=timeout) as self._outcome:
             view, normalized, metadata = _checked(producer, offsets, self._consumer)
             # The offsets first: AddOffsetsToTxn before any output (sent while aiokafka
             # adds the outputs' partitions, the coordinator would answer
@@ -460,6 +582,19 @@ class TransformLoop:
                 raise
             await _fenced(producer, committing, metadata, timeout)
             self._committing = True  # from here on the outcome is the commit's
+
+    async def _answer_of(self, outcome: TransactionOutcome) -> None:
+        """Wait for an in-doubt commit's answer before anything of its batch is read
+        again (until :meth:`stop`: then the batch is left as it is)."""
+        while await outcome.settle(self._timeout) is None:
+            if self._stopping.is_set():
+                log.warning("stopping with a transaction's commit still in doubt")
+                return
+            log.warning(
+                "a transaction's commit is unanswered after %gs; still waiting for the "
+                "coordinator's answer before its input may be read again",
+                self._timeout,
+            )
 
     def _aborted(
         self, batch: Mapping[TopicPartition, list[ConsumerRecord]], why: BaseException
@@ -495,6 +630,11 @@ class TransformLoop:
         try:
             task = self._in_flight
             if task is None or task.done():
+                outcome = self._outcome
+                if outcome is not None and outcome.in_doubt:
+                    # The group's offsets for these partitions are the commit's answer:
+                    # the next owner must not start before it is known.
+                    await outcome.settle(self._timeout)
                 return
             if grace > 0:
                 await asyncio.wait({task}, timeout=grace)

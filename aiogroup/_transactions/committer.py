@@ -124,6 +124,27 @@ class ProducerTxnView:
             TransactionState.ABORTABLE_ERROR,
         )
 
+    def transaction_end(self) -> asyncio.Future[None] | None:
+        """aiokafka's future for the end of the transaction now open (None: no producer).
+
+        It resolves when the coordinator answers the commit (or abort) and fails when the
+        commit is refused.  aiokafka sends EndTxn from its sender task and sends it again
+        to a new coordinator on its own: once sent it cannot be recalled, so a caller that
+        stopped waiting for ``commit_transaction`` learns the outcome from this future.
+        Taken right after ``begin_transaction`` - aiokafka replaces it for an abort.
+        """
+        waiter = getattr(self._txn, "wait_for_transaction_end", None)
+        end = None if waiter is None else waiter()
+        return end if isinstance(end, asyncio.Future) else None
+
+    @property
+    def ending(self) -> bool:
+        """A commit or abort was sent and is not answered yet (EndTxn in flight)."""
+        return self._txn is not None and self._txn.state in (
+            TransactionState.COMMITTING_TRANSACTION,
+            TransactionState.ABORTING_TRANSACTION,
+        )
+
     @property
     def producer_id(self) -> int:
         assert self._txn is not None

@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from aiokafka.producer.transaction_manager import TransactionState
 from aiokafka.structs import ConsumerRecord
 
-from aiogroup.errors import ConfigurationError, ConsumerStoppedError
+from aiogroup.errors import ConfigurationError, ConsumerStoppedError, KafkaTimeoutError
 from aiogroup.group_metadata import ConsumerGroupMetadata
 from aiogroup.listeners import RebalanceHooks
 from aiogroup.structs import TopicPartition
-from aiogroup.transactions import TransformLoop
+from aiogroup.transactions import TransactionOutcome, TransformLoop, transaction
 from tests.unit.test_transactional_commit import FakeProducer
 
 TP = TopicPartition("in", 0)
@@ -371,3 +372,181 @@ async def test_a_failed_transform_aborts_only_after_its_offsets_request_is_answe
     with pytest.raises(RuntimeError, match="transform failed"):
         await asyncio.wait_for(run, 5)
     assert out.aborts == 1 and out.commits == 0
+
+
+# --- a commit whose answer comes after its wait ended (in doubt) ---------------------
+
+
+class AnsweringLaterProducer(FakeProducer):
+    """aiokafka's commit as far as the loop sees it: ``commit_transaction`` waits on the
+    transaction's end future, which aiokafka's sender resolves when EndTxn is answered;
+    cancelling the wait does not recall the EndTxn.  The test answers with :meth:`answer`."""
+
+    def __init__(self) -> None:
+        super().__init__(in_transaction=False)
+        self.end: asyncio.Future[None] | None = None
+        self.committing = asyncio.Event()
+        self._txn_manager.wait_for_transaction_end = lambda: self.end  # type: ignore[attr-defined]
+
+    async def begin_transaction(self) -> None:
+        await super().begin_transaction()
+        self.end = asyncio.get_running_loop().create_future()
+
+    async def commit_transaction(self) -> None:
+        assert self._txn_manager.state is TransactionState.IN_TRANSACTION and self.end
+        self._txn_manager.state = TransactionState.COMMITTING_TRANSACTION
+        self.committing.set()
+        await asyncio.shield(self.end)
+
+    async def abort_transaction(self) -> None:
+        # aiokafka aborts from IN_TRANSACTION and from ABORTABLE_ERROR (a refused commit).
+        assert self._txn_manager.state in (
+            TransactionState.IN_TRANSACTION,
+            TransactionState.ABORTABLE_ERROR,
+        )
+        self.aborts += 1
+        self._txn_manager.state = TransactionState.READY
+
+    def answer(self, error: BaseException | None = None) -> None:
+        assert self.end is not None and not self.end.done()
+        if error is None:
+            self.commits += 1
+            self._txn_manager.state = TransactionState.READY
+            self.end.set_result(None)
+        else:
+            self._txn_manager.state = TransactionState.ABORTABLE_ERROR
+            self.end.set_exception(error)
+
+
+async def test_a_commit_cancelled_in_flight_reports_the_answer_it_waited_for() -> None:
+    producer = AnsweringLaterProducer()
+    seen: list[TransactionOutcome] = []
+
+    async def block() -> None:
+        async with transaction(producer, timeout=5) as outcome:
+            seen.append(outcome)
+
+    task = asyncio.ensure_future(block())
+    await asyncio.wait_for(producer.committing.wait(), 5)
+    task.cancel()
+    await asyncio.sleep(0.01)
+    assert not task.done(), "the cancellation went on before the commit's answer"
+    assert seen[0].in_doubt
+    producer.answer()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 5)
+    assert seen[0].committed is True and not seen[0].in_doubt
+    assert producer.aborts == 0
+
+
+async def test_a_commit_past_its_timeout_is_in_doubt_and_the_next_transaction_waits() -> None:
+    producer = AnsweringLaterProducer()
+    with pytest.raises(KafkaTimeoutError, match="in doubt"):
+        async with transaction(producer, timeout=0.02) as first:
+            pass
+    assert first.in_doubt and first.committed is None
+    assert await first.settle(0.01) is None  # no answer yet: still in doubt
+    began = asyncio.Event()
+
+    async def second() -> None:
+        async with transaction(producer, timeout=5):
+            began.set()
+            await asyncio.Event().wait()  # held open: cancelled below
+
+    nxt = asyncio.ensure_future(second())
+    await asyncio.sleep(0.01)
+    assert not began.is_set(), "a transaction began while the last commit was unanswered"
+    producer.answer()
+    await asyncio.wait_for(began.wait(), 5)
+    assert await first.settle(1) is True
+    assert producer._txn_manager.state is TransactionState.IN_TRANSACTION
+    nxt.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await nxt
+    assert producer.aborts == 1  # the held-open second one, cancelled in its body
+
+
+async def test_a_refused_commit_learned_late_is_aborted_before_the_next_begins() -> None:
+    producer = AnsweringLaterProducer()
+    with pytest.raises(KafkaTimeoutError):
+        async with transaction(producer, timeout=0.02) as first:
+            pass
+    producer.answer(RuntimeError("EndTxn refused"))
+    producer.committing.clear()
+
+    async def second() -> None:
+        async with transaction(producer, timeout=5):
+            pass
+
+    nxt = asyncio.ensure_future(second())
+    await asyncio.wait_for(producer.committing.wait(), 5)
+    assert producer.aborts == 1  # the refused one, before the second began
+    producer.answer()
+    await asyncio.wait_for(nxt, 5)
+    assert await first.settle(0) is False
+    assert producer.commits == 1
+
+
+def in_doubt_loop() -> tuple[TransformLoop, ScriptedConsumer, AnsweringLaterProducer]:
+    async def transform(producer: Any, batch: Any) -> None:
+        return None
+
+    consumer = ScriptedConsumer(deque([{TP: records(10, 5)}]))
+    producer = AnsweringLaterProducer()
+    loop = TransformLoop(consumer, producer, transform, poll_timeout_ms=10, timeout=0.05)  # type: ignore[arg-type]
+    return loop, consumer, producer
+
+
+async def test_the_loop_counts_an_in_doubt_commit_that_completed_as_committed() -> None:
+    """The commit timed out and the coordinator completed it later (a new coordinator
+    after a failover): the batch is committed, never read again (that would double
+    its outputs)."""
+    loop, consumer, producer = in_doubt_loop()
+    run = asyncio.ensure_future(loop.run())
+    await asyncio.wait_for(producer.committing.wait(), 5)
+    await asyncio.sleep(0.2)  # several commit timeouts pass unanswered
+    assert not run.done() and loop.transactions_committed == 0
+    producer.answer()
+    for _ in range(200):
+        if loop.transactions_committed:
+            break
+        await asyncio.sleep(0.005)
+    assert loop.transactions_committed == 1 and loop.records_committed == 5
+    assert loop.transactions_aborted == 0 and consumer.seeks == []
+    await loop.stop()
+    await asyncio.wait_for(run, 5)
+
+
+async def test_the_loop_reads_again_an_in_doubt_commit_that_was_refused() -> None:
+    loop, consumer, producer = in_doubt_loop()
+    run = asyncio.ensure_future(loop.run())
+    await asyncio.wait_for(producer.committing.wait(), 5)
+    await asyncio.sleep(0.1)
+    assert consumer.seeks == [], "read again before the commit's answer was known"
+    producer.answer(RuntimeError("EndTxn refused"))
+    for _ in range(200):
+        if loop.transactions_aborted:
+            break
+        await asyncio.sleep(0.005)
+    assert loop.transactions_aborted == 1 and consumer.seeks == [(TP, 10)]
+    assert loop.transactions_committed == 0
+    await loop.stop()
+    await asyncio.wait_for(run, 5)
+
+
+async def test_a_revoke_waits_for_an_in_doubt_commit_s_answer() -> None:
+    loop, consumer, producer = in_doubt_loop()
+    loop._timeout = 0.05
+    run = asyncio.ensure_future(loop.run())
+    await asyncio.wait_for(producer.committing.wait(), 5)
+    await asyncio.sleep(0.1)  # the commit's wait timed out: in doubt
+    assert loop._outcome is not None and loop._outcome.in_doubt
+    loop._timeout = 5  # the revoke's wait for the answer
+    revoke = asyncio.ensure_future(consumer._rebalance_hooks.revoked({TP}))
+    await asyncio.sleep(0.05)
+    assert not revoke.done(), "the partitions were let go with the commit in doubt"
+    producer.answer()
+    await asyncio.wait_for(revoke, 5)
+    await loop.stop()
+    await asyncio.wait_for(run, 5)
+    assert loop.transactions_committed == 1 and consumer.seeks == []
