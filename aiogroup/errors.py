@@ -46,6 +46,7 @@ __all__ = [
     "RebalanceListenerError",
     "RecordDeserializationError",
     "TransactionFencedError",
+    "TransactionInDoubtError",
     "authorization_error",
     "error_for_code",
     "is_authorization_error",
@@ -144,6 +145,17 @@ class TransactionFencedError(KafkaError):
         self.error = error
         self.producer_fenced = producer_fenced
         self.aborted = aborted
+
+
+class TransactionInDoubtError(KafkaTimeoutError):
+    """A transaction's commit was sent and its answer did not come in time.
+
+    Whether it committed is unknown: aiokafka's EndTxn cannot be recalled and is sent
+    again to a new coordinator, so the coordinator may still complete it.  Reading the
+    transaction's input again before the answer is known may write its outputs twice;
+    the group's committed offsets tell a later start which way it went.  A
+    ``KafkaTimeoutError`` (it is one) that must not be handled by simply retrying.
+    """
 
 
 def error_for_code(code: int) -> type[BrokerResponseError]:

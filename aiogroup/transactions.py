@@ -58,6 +58,7 @@ from aiogroup.errors import (
     IllegalStateError,
     KafkaTimeoutError,
     TransactionFencedError,
+    TransactionInDoubtError,
     error_for_code,
 )
 from aiogroup.group_metadata import ConsumerGroupMetadata
@@ -229,7 +230,8 @@ async def transaction(
 
     The commit cannot be taken back once aiokafka sent it.  Cancelled while it is under
     way, the block waits (at most ``timeout``) for the coordinator's answer before the
-    cancellation goes on; past ``timeout`` it raises ``KafkaTimeoutError``.  Either way
+    cancellation goes on; past ``timeout`` it raises ``TransactionInDoubtError`` (a
+    ``KafkaTimeoutError``).  Either way
     ``outcome`` (a :class:`TransactionOutcome`) says whether it committed, or that the
     answer is still in doubt; the next ``transaction()`` on the producer waits for that
     answer first.
@@ -268,7 +270,7 @@ async def transaction(
     except asyncio.TimeoutError:
         if end is not None:
             outcome._learn(end)
-        raise KafkaTimeoutError(
+        raise TransactionInDoubtError(
             f"commit_transaction: no answer within {timeout:g}s; the commit is in doubt - "
             "the coordinator may still complete it (TransactionOutcome.settle() waits for "
             "the answer; do not process the transaction's input again before)"

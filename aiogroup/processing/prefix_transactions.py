@@ -47,13 +47,18 @@ from aiogroup.errors import (
     KafkaTimeoutError,
     NotGroupMemberError,
     TransactionFencedError,
+    TransactionInDoubtError,
 )
 from aiogroup.processing.finish_bound import admissible, max_runs
 from aiogroup.processing.output import Output
 from aiogroup.processing.scheduler import Work
 from aiogroup.processing.tracker import PartitionTracker
 from aiogroup.structs import OffsetAndMetadata, TopicPartition
-from aiogroup.transactions import DEFAULT_TIMEOUT_S, send_offsets_to_transaction
+from aiogroup.transactions import (
+    DEFAULT_TIMEOUT_S,
+    TransactionOutcome,
+    send_offsets_to_transaction,
+)
 
 if TYPE_CHECKING:
     from aiogroup.consumer import GroupConsumer
@@ -86,6 +91,8 @@ def recoverable(error: BaseException) -> bool:
     an output that could not be produced above all - end the run."""
     if isinstance(error, TransactionFencedError):
         return not error.producer_fenced
+    if isinstance(error, TransactionInDoubtError):
+        return False  # read again, its outputs might be written twice
     return isinstance(
         error, CommitFailedError | NotGroupMemberError | KafkaTimeoutError | asyncio.TimeoutError
     )
@@ -143,6 +150,9 @@ class PrefixTransactions:
         self._finishes = 0
         #: Why the open transaction cannot commit (an output could not be sent).
         self._doomed: BaseException | None = None
+        #: aiokafka's end-of-transaction future of the open transaction (its commit's
+        #: answer, learned even after the commit's wait timed out).
+        self._end: asyncio.Future[None] | None = None
         self._closing: asyncio.Task[dict[TopicPartition, OffsetAndMetadata]] | None = None
         #: Held-back records per partition (their tasks wait in :meth:`finish`).
         self._held: dict[TopicPartition, set[Work]] = {}
@@ -292,6 +302,7 @@ class PrefixTransactions:
             # The previous transaction's markers: see aiogroup._transactions.pacing.
             await pacing.wait_for_markers(self._producer)
             await wait_for(self._producer.begin_transaction(), self._timeout)
+            self._end = ProducerTxnView(self._producer).transaction_end()
             self._open = True
 
     def _pulse(self) -> None:
@@ -356,6 +367,8 @@ class PrefixTransactions:
             await send_offsets_to_transaction(producer, offsets, self._consumer, timeout=timeout)
             try:
                 await wait_for(producer.commit_transaction(), timeout)
+            except asyncio.TimeoutError:
+                await self._answer_in_doubt()
             finally:
                 pacing.ended(producer)
         except BaseException as exc:
@@ -366,6 +379,28 @@ class PrefixTransactions:
         self.outputs_committed += sent
         self._reset()
         return offsets
+
+    async def _answer_in_doubt(self) -> None:
+        """The commit had no answer within the timeout: it is in doubt (aiokafka's EndTxn
+        cannot be recalled and may still complete on a new coordinator).  Wait once more
+        for the answer: committed, return; refused, raise the refusal (aborted and read
+        again as usual); still unknown, stop the processor - reading the input again
+        could write its outputs twice, and the group's offsets will tell the next start
+        which way it went."""
+        outcome, end = TransactionOutcome(), self._end
+        if end is not None:
+            outcome._learn(end)
+            committed = await outcome.settle(self._timeout)
+            if committed is True:
+                return
+            if committed is False:
+                refusal = None if end.cancelled() else end.exception()
+                raise refusal or CommitFailedError("the transaction's commit was refused")
+        raise TransactionInDoubtError(
+            f"commit_transaction: no answer within {2 * self._timeout:g}s; whether the "
+            "transaction committed is unknown, so its input is not read again - the "
+            "processor stops (the group's committed offsets tell the next start)"
+        )
 
     def _reset(self) -> None:
         """A new transaction may begin (the last one committed or was aborted)."""
@@ -380,6 +415,11 @@ class PrefixTransactions:
     async def _aborted(self, error: BaseException, touched: dict[TopicPartition, int]) -> None:
         """The transaction did not commit: abort what is open, void its finishes (read
         their partitions again) or stop the processor."""
+        if isinstance(error, TransactionInDoubtError):
+            self.last_abort = error  # neither committed nor aborted: nothing is undone
+            log.error("%s", error)
+            self._fail(error)
+            return
         view = ProducerTxnView(self._producer)
         if view.abortable:
             try:

@@ -143,6 +143,47 @@ class FakeProducer:
         self._txn_manager.state = TransactionState.READY
 
 
+class LateAnswerProducer(FakeProducer):
+    """aiokafka's commit as far as the loop sees it: ``commit_transaction`` waits on the
+    transaction's end future, which aiokafka's sender resolves when EndTxn is answered;
+    cancelling the wait does not recall the EndTxn.  The test answers with :meth:`answer`."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**{"in_transaction": False, **kwargs})
+        self.end: asyncio.Future[None] | None = None
+        self.committing = asyncio.Event()
+        self._txn_manager.wait_for_transaction_end = lambda: self.end  # type: ignore[attr-defined]
+
+    async def begin_transaction(self) -> None:
+        await super().begin_transaction()
+        self.end = asyncio.get_running_loop().create_future()
+
+    async def commit_transaction(self) -> None:
+        assert self._txn_manager.state is TransactionState.IN_TRANSACTION and self.end
+        self._txn_manager.state = TransactionState.COMMITTING_TRANSACTION
+        self.committing.set()
+        await asyncio.shield(self.end)
+
+    async def abort_transaction(self) -> None:
+        # aiokafka aborts from IN_TRANSACTION and from ABORTABLE_ERROR (a refused commit).
+        assert self._txn_manager.state in (
+            TransactionState.IN_TRANSACTION,
+            TransactionState.ABORTABLE_ERROR,
+        )
+        self.aborts += 1
+        self._txn_manager.state = TransactionState.READY
+
+    def answer(self, error: BaseException | None = None) -> None:
+        assert self.end is not None and not self.end.done()
+        if error is None:
+            self.commits += 1
+            self._txn_manager.state = TransactionState.READY
+            self.end.set_result(None)
+        else:
+            self._txn_manager.state = TransactionState.ABORTABLE_ERROR
+            self.end.set_exception(error)
+
+
 # --- pure rules ------------------------------------------------------------------------
 
 

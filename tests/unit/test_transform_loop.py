@@ -23,7 +23,7 @@ from aiogroup.group_metadata import ConsumerGroupMetadata
 from aiogroup.listeners import RebalanceHooks
 from aiogroup.structs import TopicPartition
 from aiogroup.transactions import TransactionOutcome, TransformLoop, transaction
-from tests.unit.test_transactional_commit import FakeProducer
+from tests.unit.test_transactional_commit import FakeProducer, LateAnswerProducer
 
 TP = TopicPartition("in", 0)
 
@@ -377,49 +377,8 @@ async def test_a_failed_transform_aborts_only_after_its_offsets_request_is_answe
 # --- a commit whose answer comes after its wait ended (in doubt) ---------------------
 
 
-class AnsweringLaterProducer(FakeProducer):
-    """aiokafka's commit as far as the loop sees it: ``commit_transaction`` waits on the
-    transaction's end future, which aiokafka's sender resolves when EndTxn is answered;
-    cancelling the wait does not recall the EndTxn.  The test answers with :meth:`answer`."""
-
-    def __init__(self) -> None:
-        super().__init__(in_transaction=False)
-        self.end: asyncio.Future[None] | None = None
-        self.committing = asyncio.Event()
-        self._txn_manager.wait_for_transaction_end = lambda: self.end  # type: ignore[attr-defined]
-
-    async def begin_transaction(self) -> None:
-        await super().begin_transaction()
-        self.end = asyncio.get_running_loop().create_future()
-
-    async def commit_transaction(self) -> None:
-        assert self._txn_manager.state is TransactionState.IN_TRANSACTION and self.end
-        self._txn_manager.state = TransactionState.COMMITTING_TRANSACTION
-        self.committing.set()
-        await asyncio.shield(self.end)
-
-    async def abort_transaction(self) -> None:
-        # aiokafka aborts from IN_TRANSACTION and from ABORTABLE_ERROR (a refused commit).
-        assert self._txn_manager.state in (
-            TransactionState.IN_TRANSACTION,
-            TransactionState.ABORTABLE_ERROR,
-        )
-        self.aborts += 1
-        self._txn_manager.state = TransactionState.READY
-
-    def answer(self, error: BaseException | None = None) -> None:
-        assert self.end is not None and not self.end.done()
-        if error is None:
-            self.commits += 1
-            self._txn_manager.state = TransactionState.READY
-            self.end.set_result(None)
-        else:
-            self._txn_manager.state = TransactionState.ABORTABLE_ERROR
-            self.end.set_exception(error)
-
-
 async def test_a_commit_cancelled_in_flight_reports_the_answer_it_waited_for() -> None:
-    producer = AnsweringLaterProducer()
+    producer = LateAnswerProducer()
     seen: list[TransactionOutcome] = []
 
     async def block() -> None:
@@ -440,7 +399,7 @@ async def test_a_commit_cancelled_in_flight_reports_the_answer_it_waited_for() -
 
 
 async def test_a_commit_past_its_timeout_is_in_doubt_and_the_next_transaction_waits() -> None:
-    producer = AnsweringLaterProducer()
+    producer = LateAnswerProducer()
     with pytest.raises(KafkaTimeoutError, match="in doubt"):
         async with transaction(producer, timeout=0.02) as first:
             pass
@@ -467,7 +426,7 @@ async def test_a_commit_past_its_timeout_is_in_doubt_and_the_next_transaction_wa
 
 
 async def test_a_refused_commit_learned_late_is_aborted_before_the_next_begins() -> None:
-    producer = AnsweringLaterProducer()
+    producer = LateAnswerProducer()
     with pytest.raises(KafkaTimeoutError):
         async with transaction(producer, timeout=0.02) as first:
             pass
@@ -487,12 +446,12 @@ async def test_a_refused_commit_learned_late_is_aborted_before_the_next_begins()
     assert producer.commits == 1
 
 
-def in_doubt_loop() -> tuple[TransformLoop, ScriptedConsumer, AnsweringLaterProducer]:
+def in_doubt_loop() -> tuple[TransformLoop, ScriptedConsumer, LateAnswerProducer]:
     async def transform(producer: Any, batch: Any) -> None:
         return None
 
     consumer = ScriptedConsumer(deque([{TP: records(10, 5)}]))
-    producer = AnsweringLaterProducer()
+    producer = LateAnswerProducer()
     loop = TransformLoop(consumer, producer, transform, poll_timeout_ms=10, timeout=0.05)  # type: ignore[arg-type]
     return loop, consumer, producer
 

@@ -16,7 +16,13 @@ from typing import Any
 
 import pytest
 
-from aiogroup.errors import ConfigurationError, NotGroupMemberError, TransactionFencedError
+from aiogroup.errors import (
+    CommitFailedError,
+    ConfigurationError,
+    NotGroupMemberError,
+    TransactionFencedError,
+    TransactionInDoubtError,
+)
 from aiogroup.processing import offset_metadata
 from aiogroup.processing.finish_bound import RUN_BYTES, admissible, max_runs
 from aiogroup.processing.output import Output, outputs_of
@@ -24,7 +30,7 @@ from aiogroup.processing.prefix_transactions import PrefixTransactions, recovera
 from aiogroup.processing.scheduler import Work
 from aiogroup.processing.tracker import PartitionTracker
 from aiogroup.structs import TopicPartition
-from tests.unit.test_transactional_commit import META, FakeProducer
+from tests.unit.test_transactional_commit import META, FakeProducer, LateAnswerProducer
 
 TP = TopicPartition("in", 0)
 TP1 = TopicPartition("in", 1)
@@ -184,9 +190,18 @@ def fake_consumer(owned: set[TopicPartition], auto_commit: bool = False) -> Any:
     )
 
 
+class LateOutputProducer(LateAnswerProducer, OutputProducer):
+    """Outputs as OutputProducer; the commit answered when the test says (in doubt)."""
+
+
 class Harness:
-    def __init__(self, max_bytes: int = offset_metadata.DEFAULT_MAX_BYTES) -> None:
-        self.producer = OutputProducer(in_transaction=False)
+    def __init__(
+        self,
+        max_bytes: int = offset_metadata.DEFAULT_MAX_BYTES,
+        producer: OutputProducer | None = None,
+        timeout: float = 5.0,
+    ) -> None:
+        self.producer = producer or OutputProducer(in_transaction=False)
         self.trackers: dict[TopicPartition, PartitionTracker] = {
             TP: tracker_with(range(10), []),
             TP1: tracker_with(range(10), []),
@@ -207,7 +222,7 @@ class Harness:
             set_aside=self.set_aside.append,
             redo=redo,
             fail=self.failed.append,
-            timeout=5.0,
+            timeout=timeout,
         )
 
     def mark(self, work: Work) -> None:
@@ -345,6 +360,46 @@ async def test_a_held_back_finish_of_a_partition_read_again_ends_unfinished() ->
     assert b"5" not in [v for _, _, v in h.producer.outputs]
 
 
+async def test_a_commit_answered_after_its_timeout_counts_as_committed() -> None:
+    """The EndTxn had no answer in time (a coordinator failing over) and completed later:
+    the transaction committed - counted so, nothing read again (that would write its
+    outputs twice)."""
+    producer = LateOutputProducer()
+    h = Harness(producer=producer, timeout=0.05)
+    assert await h.finish(TP, 0, b"a")
+    closing = asyncio.ensure_future(h.txn.commit())
+    await asyncio.wait_for(producer.committing.wait(), 5)
+    await asyncio.sleep(0.08)  # the commit's own wait has timed out
+    assert not closing.done()
+    producer.answer()
+    committed = await asyncio.wait_for(closing, 5)
+    assert {tp: oam.offset for tp, oam in committed.items()} == {TP: 1}
+    assert h.redone == [] and h.failed == [] and h.producer.aborts == 0
+    assert h.txn.stats()["transactions_committed"] == 1
+
+
+async def test_a_commit_still_unanswered_stops_the_processor_and_reads_nothing_again() -> None:
+    producer = LateOutputProducer()
+    h = Harness(producer=producer, timeout=0.02)
+    assert await h.finish(TP, 0, b"a")
+    assert await asyncio.wait_for(h.txn.commit(), 5) == {}
+    assert h.redone == [] and len(h.failed) == 1
+    assert isinstance(h.failed[0], TransactionInDoubtError)
+    assert h.producer.aborts == 0 and h.txn.stats()["transactions_aborted"] == 0
+
+
+async def test_a_commit_refused_after_its_timeout_aborts_and_reads_again() -> None:
+    producer = LateOutputProducer()
+    h = Harness(producer=producer, timeout=0.05)
+    assert await h.finish(TP, 0, b"a")
+    closing = asyncio.ensure_future(h.txn.commit())
+    await asyncio.wait_for(producer.committing.wait(), 5)
+    await asyncio.sleep(0.08)
+    producer.answer(CommitFailedError("EndTxn refused"))
+    assert await asyncio.wait_for(closing, 5) == {}
+    assert h.producer.aborts == 1 and h.redone == [{TP: 0}] and h.failed == []
+
+
 async def test_a_fenced_producer_stops_the_processor() -> None:
     h = Harness()
     assert await h.finish(TP, 0, b"x")
@@ -442,3 +497,4 @@ def test_what_is_recovered_and_what_stops() -> None:
     assert not recoverable(TransactionFencedError("p", producer_fenced=True, **fence))  # type: ignore[arg-type]
     assert not recoverable(RuntimeError("output refused"))
     assert recoverable(NotGroupMemberError("membership lost"))  # the loss follows
+    assert not recoverable(TransactionInDoubtError("commit unanswered"))  # could double
