@@ -36,7 +36,7 @@ from aiogroup._coordination.consumer_protocol_routine import (
     check_group_protocol_options,
 )
 from aiogroup._fetch import offset_lookups as _offsets
-from aiogroup._fetch.delivery import record_bytes, records_and_bytes
+from aiogroup._fetch.delivery import record_bytes
 from aiogroup._fetch.fetcher import Fetcher
 from aiogroup._fetch.iteration import iterate
 from aiogroup._state.subscription import (
@@ -642,13 +642,14 @@ class GroupConsumer:
         await self._pass_through_the_loop()
         sub = self._poll_started(partitions)
         try:
-            result = await self._fetcher_or_raise.fetched_records(
+            result, nbytes = await self._fetcher_or_raise.fetched_records_and_bytes(
                 partitions, timeout_ms / 1000, max_records
             )
         finally:
             self._poll_ended(sub)
         if result:
-            self._metrics.delivered(*records_and_bytes(result.values()))
+            # The bytes were counted as the records were built (not read back per record).
+            self._metrics.delivered(sum(map(len, result.values())), nbytes)
         return result
 
     async def getmany_arrow(

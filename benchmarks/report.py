@@ -991,6 +991,43 @@ repetitions on Tansu, load average 1.4-2.5, 2026-11-27 20:31 UTC;
 getmany's median rate (the ranges overlap), by CPU time about the same; the
 instruction count, which the load does not move, still says 1.27x getmany's cost.
 
+**Delivered bytes counted as the records are built** (2026-11-28, issue 29, branch
+`delivbytes`).  The metrics' delivered-bytes count read each handed-out record's
+`serialized_key_size` and `serialized_value_size` back (the native `key_value_bytes`:
+two generic attribute reads a record, about 500 instructions), although the native
+builder had the sizes in hand.  `aiogroup_native.consumer_records_sized` (new;
+`consumer_records` unchanged) returns a batch's key + value bytes and, for a batch read
+in part, their running sums (`len + 1` int64s), which the chunk keeps beside its
+pending records: the sink adds a whole batch's total, a slice of a partly read batch
+costs one subtraction, and a partly read batch is now a list and an index, so a read
+hands out one list slice rather than a Python loop over its records.  getmany hands
+the sink's count to the metrics (`Fetcher.fetched_records_and_bytes`); `async for`'s
+held runs carry the sink's total and add it when a run is handed out to its end (only
+part of a run - the once-a-second count, a give-back - reads sizes back).  The pure
+path, and a native build without the new function, read the sizes back as before.
+Instructions per record (`python -m benchmarks.record_path_cost --tree
+/tmp/delivbytes-base --tree . --payload P`, the base being main at 5b915eb, both trees
+with the branch's native build, 13:12-13:27 UTC):
+
+| payload | path | main | branch | change |
+|---|---|---|---|---|
+| 100 B | getmany | 5,390 | 4,899 | -9.1 % |
+| 100 B | async for | 6,161 | 5,658 | -8.2 % |
+| 1 KiB | getmany | 8,410 | 7,906 | -6.0 % |
+| 1 KiB | async for | 9,128 | 8,615 | -5.6 % |
+| 100 B lz4 | getmany | 5,270 | 4,793 | -9.1 % |
+| 100 B, pure path (`AIOGROUP_NATIVE=0`) | getmany | 8,300 | 8,303 | 0 |
+
+aiokafka's getmany counted 12,421 / 19,567 / 12,446 in the same runs: getmany is
+0.39x / 0.40x / 0.39x of it (was 0.43x / 0.43x / 0.42x).  By the clock, indicative
+only (`--no-callgrind --wall 5`, the two trees interleaved, load 3.9-4.0 on two cores,
+13:27-13:29 UTC), CPU s per M records, median (min-max), main then branch: getmany
+100 B 0.79 (0.74-0.81) and 0.74 (0.74-0.75), 1 KiB (`--wall-records 250000`) 1.84
+(1.79-1.89) and 1.73 (1.63-1.87); `async for` 100 B 0.81 (0.77-0.87) and 0.79
+(0.77-0.85), 1 KiB 2.12 (2.06-2.16) and 2.07 (1.97-2.13).  The "Where aiogroup
+stands" table is not rerun here (the comparison with confluent-kafka's CPU needs a
+quiet machine).
+
 The threshold: getmany's instructions per record at most {limit:.2f}x aiokafka's
 getmany's - 0.70x on the pure path (da67187's tree measured 0.59x, 6eb2725's 0.92x,
 main 0.64-0.65x), 0.50x when the native record path is in use (measured 0.44x; a

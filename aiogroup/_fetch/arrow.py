@@ -16,7 +16,7 @@ pyarrow is optional (extras ``spark`` / ``bench``); it is imported on first use.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
@@ -138,7 +138,9 @@ class ColumnBuilder:
     def __len__(self) -> int:
         return self._rows + self._other
 
-    def decode_raw(self, tp: TopicPartition, data: bytes, start: int, end: int) -> list[Any] | None:
+    def decode_raw(
+        self, tp: TopicPartition, data: bytes, start: int, end: int
+    ) -> tuple[list[Any], Sequence[int]] | None:
         """Not used: ``builds_records`` is False."""
         return None
 
@@ -204,8 +206,17 @@ class ColumnBuilder:
         self._add_headers(list(map(_get_headers, recs)))
         return n
 
-    def add_records(self, tp: TopicPartition, records: list[Any], ts_type: int | None) -> None:
-        """Append decoded records: part of a batch, or the legacy format (walker sink)."""
+    def add_records(
+        self,
+        tp: TopicPartition,
+        records: list[Any],
+        ts_type: int | None,
+        nbytes: int | None = None,
+    ) -> None:
+        """Append decoded records: part of a batch, or the legacy format (walker sink).
+
+        ``nbytes`` is not used: the consumer counts the columns' bytes.
+        """
         self._flush_native()
         if ts_type is None:  # legacy format: each record has its own timestamp type
             for r in records:

@@ -9,7 +9,7 @@ whether its producer's transaction was aborted.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Sequence
 from typing import Any
 
 from aiokafka.errors import CorruptRecordException
@@ -57,6 +57,8 @@ class Chunk:
         "next_offset",
         "pending",
         "pending_native",
+        "pending_pos",
+        "pending_sizes",
         "size",
         "spans",
         "state",
@@ -93,8 +95,15 @@ class Chunk:
         self._aborted_pids: set[int] | None = set() if aborted is not None else None
         #: Index of the next batch ``next_batch`` looks at.
         self.batch_index = 0
-        #: Records of a partly read batch (C batches cannot be iterated twice).
-        self.pending: Iterator[Any] | None = None
+        #: Records of a partly read batch (C batches cannot be iterated twice); the
+        #: next one to look at is ``pending[pending_pos]``.
+        self.pending: list[Any] | None = None
+        self.pending_pos = 0
+        #: The running key + value bytes of ``pending`` when the native builder made
+        #: them (``len(pending) + 1`` entries): a slice ``pending[i:j]`` holds
+        #: ``pending_sizes[j] - pending_sizes[i]`` bytes, for the delivered-bytes
+        #: metric without reading each record's sizes back.  None: count them.
+        self.pending_sizes: Sequence[int] | None = None
         #: True when ``pending`` holds ``ConsumerRecord`` objects the native module
         #: built (they weigh more than aiokafka's records: the memory budget's count).
         self.pending_native = False
@@ -114,6 +123,12 @@ class Chunk:
     @property
     def done(self) -> bool:
         return self.pending is None and self.batch_index >= len(self.batches)
+
+    @property
+    def pending_left(self) -> int:
+        """How many records of the partly read batch are not handed out yet."""
+        pending = self.pending
+        return 0 if pending is None else len(pending) - self.pending_pos
 
     def next_batch(self) -> Any:
         """The next batch with deliverable records, skipping control and aborted ones.
@@ -180,7 +195,7 @@ class Chunk:
 
     def finish(self) -> None:
         """Stop reading: the rest of the chunk lies past its end offset."""
-        self.pending = None
+        self.pending = self.pending_sizes = None
         self.batch_index = len(self.batches)
 
 

@@ -18,23 +18,17 @@ import gc
 from collections import deque
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
-from operator import attrgetter, length_hint
 
 from aiokafka.errors import CorruptRecordException
 
 from aiogroup._fetch.decoding import Chunk
-from aiogroup._fetch.native import native_key_value_bytes
 from aiogroup._fetch.planning import MemoryBudget
-from aiogroup._fetch.walker import Sink, walk
+from aiogroup._fetch.walker import Sink, key_value_bytes, walk
 from aiogroup._state.subscription import Assignment, FetchStatus, PartitionState
 from aiogroup.errors import RecordDeserializationError
 from aiogroup.structs import ConsumerRecord, TopicPartition
 
 __all__ = ["Delivery", "record_bytes", "records_and_bytes"]
-
-_KEY_SIZE = attrgetter("serialized_key_size")
-_VALUE_SIZE = attrgetter("serialized_value_size")
-
 
 #: A decoded record beyond its share of the raw bytes: the record object and the
 #: headers of its key and value bytes objects.  Measured with tracemalloc on a
@@ -49,27 +43,18 @@ NATIVE_DECODED_RECORD_OVERHEAD = 230
 
 
 def records_and_bytes(batches: Iterable[list[ConsumerRecord]]) -> tuple[int, int]:
-    """How many records, and their key + value bytes, for the consumer's metrics.
+    """How many records, and their key + value bytes, read back from the records.
 
-    A missing key or value (serialized size -1) counts 0 bytes.  The sums run in C
-    (``attrgetter``, ``sum``, ``list.count``): the Python function per record this
-    replaced cost about 4,400 instructions a record, more than a third of getmany's
-    whole record path (``python -m benchmarks.record_path_cost``, docs/benchmarks.md);
-    this costs about 1,000 (getmany 8,092 with it, 7,086 with no count at all).  With
-    the native module the sum is one call per list (``key_value_bytes``).
+    A missing key or value (serialized size -1) counts 0 bytes.  The record path
+    counts the bytes as it builds the records (``RecordSink.sizes``; with the native
+    module from the sizes the parse found, without reading them back): this is for
+    records whose count was not kept, summed in C (``key_value_bytes``).
     """
     n = nbytes = 0
-    native_sum = native_key_value_bytes()
-    if native_sum is not None:
-        for records in batches:
-            n += len(records)
-            nbytes += native_sum(records)
-        return n, nbytes
     for records in batches:
-        keys = list(map(_KEY_SIZE, records))
-        values = list(map(_VALUE_SIZE, records))
-        n += len(records)
-        nbytes += sum(keys) + keys.count(-1) + sum(values) + values.count(-1)
+        if records:
+            n += len(records)
+            nbytes += key_value_bytes(records)
     return n, nbytes
 
 
@@ -143,15 +128,13 @@ class Delivery:
 
     def _count_decoded(self, tp: TopicPartition, chunk: Chunk | None) -> None:
         """Count the decoded records ``chunk`` keeps of a partly read batch (see planning)."""
-        pending = None if chunk is None else chunk.pending
         now = 0
-        if pending is not None:
-            assert chunk is not None
+        if chunk is not None and chunk.pending is not None:
             overhead = (
                 NATIVE_DECODED_RECORD_OVERHEAD if chunk.pending_native else DECODED_RECORD_OVERHEAD
             )
             per_record = overhead + self._raw_per_record.get(tp, 0)
-            now = length_hint(pending) * per_record
+            now = chunk.pending_left * per_record
         before = self._decoded.get(tp, 0)
         if now != before:
             self._budget.decoded += now - before

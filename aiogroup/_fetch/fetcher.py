@@ -726,6 +726,19 @@ class Fetcher:
         max_records: int | None = None,
     ) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Buffered records of ``partitions`` (all if empty), waiting up to ``timeout`` s."""
+        return (await self.fetched_records_and_bytes(partitions, timeout, max_records))[0]
+
+    async def fetched_records_and_bytes(
+        self,
+        partitions: Collection[TopicPartition],
+        timeout: float,
+        max_records: int | None = None,
+    ) -> tuple[dict[TopicPartition, list[ConsumerRecord]], int]:
+        """``fetched_records``, and the key + value bytes of the records (the metrics').
+
+        The bytes are counted as the records are built (``RecordSink.sizes``) rather
+        than read back from each record afterwards.
+        """
         if max_records is not None and max_records <= 0:
             raise ValueError(f"max_records must be > 0 or None, got {max_records}")
         deadline = asyncio.get_running_loop().time() + max(0.0, timeout)
@@ -733,7 +746,7 @@ class Fetcher:
 
     async def next_record(self, partitions: Collection[TopicPartition]) -> ConsumerRecord:
         """The next record (of ``partitions`` if any); waits until there is one or close()."""
-        found = await self._records(partitions, None, 1)
+        found, _ = await self._records(partitions, None, 1)
         return next(iter(found.values()))[0]
 
     def held_record(self, now: float) -> ConsumerRecord | None:
@@ -778,7 +791,7 @@ class Fetcher:
             assignment = self._sub.assignment
             if assignment is None:
                 continue
-            self.held.hold(assignment, sink.result, before)
+            self.held.hold(assignment, sink.result, before, sink.sizes)
             record = self.held.take(assignment)
             if record is not None:
                 return record
@@ -788,13 +801,13 @@ class Fetcher:
         partitions: Collection[TopicPartition],
         deadline: float | None,
         max_records: int | None,
-    ) -> dict[TopicPartition, list[ConsumerRecord]]:
+    ) -> tuple[dict[TopicPartition, list[ConsumerRecord]], int]:
         kd, vd = self._config.key_deserializer, self._config.value_deserializer
         sink = await self._read(partitions, deadline, max_records, lambda: RecordSink(kd, vd))
         if sink is None:
-            return {}
+            return {}, 0
         assert isinstance(sink, RecordSink)
-        return {tp: recs for tp, recs in sink.result.items() if recs}
+        return {tp: recs for tp, recs in sink.result.items() if recs}, sink.nbytes
 
     async def fetched_arrow(
         self,

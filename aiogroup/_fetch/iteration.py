@@ -40,8 +40,10 @@ is used), its position is sought to the first record not handed out.  A seek bum
 the epoch, so the fetcher drops that partition's read-ahead and fetches again from
 there: nothing is skipped and nothing is handed out twice.
 
-What was handed out is counted for the metrics lazily (``handed_out``), in bulk per
-run, with the C sums getmany uses, rather than per step.
+What was handed out is counted for the metrics lazily (``handed_out``), per run
+rather than per step: a run handed out to its end adds the key + value bytes the
+sink counted while building it (``RecordSink.sizes``), in O(1); only a part of a
+run (the once-a-second count, a give-back) reads sizes back from its records.
 
 The steps between full checks run in C when the native module has ``HeldSteps``
 (:func:`iterate`): written as an async generator (:func:`iterate_python`, the
@@ -62,7 +64,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from aiogroup._fetch import native
-from aiogroup._fetch.delivery import records_and_bytes
+from aiogroup._fetch.walker import key_value_bytes
 from aiogroup._state.subscription import (
     Assignment,
     DeliveryChanges,
@@ -81,10 +83,12 @@ class _Run:
     __slots__ = (
         "assignment",
         "counted",
+        "counted_bytes",
         "end",
         "epoch",
         "index",
         "last",
+        "nbytes",
         "records",
         "start",
         "state",
@@ -97,6 +101,7 @@ class _Run:
         records: list[ConsumerRecord],
         start: int,
         end: int,
+        nbytes: int | None = None,
     ) -> None:
         #: Replaced, never mutated: while it is the current one, ``state`` is in it.
         self.assignment = assignment
@@ -107,8 +112,13 @@ class _Run:
         self.index = 0
         #: The index of the run's last record: the step before it takes the full check.
         self.last = len(records) - 1
-        #: Records before this index are counted for the metrics already.
+        #: Records before this index are counted for the metrics already, and
+        #: ``counted_bytes`` are their key + value bytes.
         self.counted = 0
+        self.counted_bytes = 0
+        #: The key + value bytes of all of ``records`` (the sink counted them as it
+        #: built them), or None: read them back from the records when needed.
+        self.nbytes = nbytes
         #: The position before the run's first record.
         self.start = start
         #: Where the drain left the position: set after the last record goes out.
@@ -119,6 +129,30 @@ class _Run:
         """The position the partition must still have for the next record to go out."""
         i = self.index
         return self.start if i == 0 else self.records[i - 1].offset + 1
+
+    def count(self) -> tuple[int, int]:
+        """Records handed out since the last count, and their key + value bytes.
+
+        O(1) when the run is handed out to its end and its bytes are known (the
+        common case: the total less what was counted before); otherwise the sizes of
+        the shorter side of the slice are read back from the records (once a second
+        in the middle of a run, or a run given back part-way).
+        """
+        i, c = self.index, self.counted
+        if i <= c:
+            return 0, 0
+        records, total = self.records, self.nbytes
+        if total is None:
+            nbytes = key_value_bytes(records[c:i])
+        elif i == len(records):
+            nbytes = total - self.counted_bytes
+        elif len(records) - i < i - c:
+            nbytes = total - self.counted_bytes - key_value_bytes(records[i:])
+        else:
+            nbytes = key_value_bytes(records[c:i])
+        self.counted = i
+        self.counted_bytes += nbytes
+        return i - c, nbytes
 
 
 _READY = FetchStatus.READY
@@ -153,14 +187,17 @@ class HeldRecords:
         assignment: Assignment,
         result: dict[TopicPartition, list[ConsumerRecord]],
         before: dict[TopicPartition, int | None],
+        sizes: dict[TopicPartition, int] | None = None,
     ) -> None:
-        """Keep a drain's records; ``before``: each partition's position before it."""
+        """Keep a drain's records; ``before``: each partition's position before it;
+        ``sizes``: each partition's key + value bytes in ``result``, if counted."""
         for tp, records in result.items():
             st = assignment.get(tp)
             start = before.get(tp)
             if not records or st is None or start is None or st.position is None:
                 continue
-            run = _Run(assignment, st, records, start, st.position)
+            nbytes = None if sizes is None else sizes.get(tp)
+            run = _Run(assignment, st, records, start, st.position, nbytes)
             st.position = start  # nothing of it is handed out yet
             self._runs.append(run)
         if self.run is None and self._runs:
@@ -225,9 +262,8 @@ class HeldRecords:
         n, nbytes = self._pending
         self._pending = [0, 0]
         run = self.run
-        if run is not None and run.index > run.counted:
-            more, more_bytes = records_and_bytes((run.records[run.counted : run.index],))
-            run.counted = run.index
+        if run is not None:
+            more, more_bytes = run.count()
             n += more
             nbytes += more_bytes
         return n, nbytes
@@ -256,9 +292,8 @@ class HeldRecords:
     def _next_run(self) -> None:
         """The current run is done with: count what went out, go to the next."""
         run = self.run
-        if run is not None and run.index > run.counted:
-            n, nbytes = records_and_bytes((run.records[run.counted : run.index],))
-            run.counted = run.index
+        if run is not None:
+            n, nbytes = run.count()
             self._pending[0] += n
             self._pending[1] += nbytes
         self.run = self._runs.popleft() if self._runs else None

@@ -27,16 +27,21 @@ skipped silently.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from itertools import chain
+from collections.abc import Callable, Sequence
+from operator import attrgetter
 from typing import Any, Protocol
 
 from aiogroup._fetch.decoding import Chunk
-from aiogroup._fetch.native import native_error, native_records, record_template
+from aiogroup._fetch.native import (
+    native_error,
+    native_key_value_bytes,
+    native_records_sized,
+    record_template,
+)
 from aiogroup.errors import RecordDeserializationError
 from aiogroup.structs import ConsumerRecord, TopicPartition
 
-__all__ = ["BatchDeclined", "RecordSink", "Sink", "walk"]
+__all__ = ["BatchDeclined", "RecordSink", "Sink", "key_value_bytes", "walk"]
 
 
 class BatchDeclined(Exception):
@@ -76,8 +81,11 @@ class Sink(Protocol):
         """
         ...
 
-    def decode_raw(self, tp: TopicPartition, data: bytes, start: int, end: int) -> list[Any] | None:
-        """Every record of the v2 batch ``data[start:end]``, for ``add_records``; or None.
+    def decode_raw(
+        self, tp: TopicPartition, data: bytes, start: int, end: int
+    ) -> tuple[list[Any], Sequence[int]] | None:
+        """Every record of the v2 batch ``data[start:end]``, for ``add_records``, and
+        their running key + value bytes (``len + 1`` entries, the first 0); or None.
 
         Only called when ``builds_records``; None: decode it the pure-Python way.
         """
@@ -87,11 +95,18 @@ class Sink(Protocol):
         """Take every record of a v2 batch; returns how many.  May raise BatchDeclined."""
         ...
 
-    def add_records(self, tp: TopicPartition, records: list[Any], ts_type: int | None) -> None:
+    def add_records(
+        self,
+        tp: TopicPartition,
+        records: list[Any],
+        ts_type: int | None,
+        nbytes: int | None = None,
+    ) -> None:
         """Take decoded records, in order (``ts_type`` None: each record has its own).
 
-        On a record it cannot take it raises RecordDeserializationError, having taken
-        every record before it.
+        ``nbytes``: their key + value bytes when the walker knows them (``decode_raw``'s
+        running sums), else None.  On a record it cannot take it raises
+        RecordDeserializationError, having taken every record before it.
         """
         ...
 
@@ -103,14 +118,14 @@ def walk(chunk: Chunk, limit: int, sink: Sink) -> int:
     chunk.failure = None
     taken = 0
     while taken < limit:
-        it = chunk.pending
-        if it is None:
+        recs = chunk.pending
+        if recs is None:
             batch = chunk.next_batch()
             if batch is None:
                 break
             base = getattr(batch, "base_offset", None)
             records: list[Any] | None = None
-            built = False  # records are ConsumerRecords the native module built
+            sizes: Sequence[int] | None = None  # running key + value bytes, if known
             if base is not None:
                 tst = batch.timestamp_type
                 if (
@@ -141,50 +156,57 @@ def walk(chunk: Chunk, limit: int, sink: Sink) -> int:
                             continue
                 elif sink.builds_records and (span := chunk.raw_span(chunk.batch_index - 1)):
                     assert chunk.data is not None
-                    records = sink.decode_raw(tp, chunk.data, span[0], span[1])
-                    built = records is not None
+                    decoded = sink.decode_raw(tp, chunk.data, span[0], span[1])
+                    if decoded is not None:
+                        records, sizes = decoded
                 if records is None:
                     records = list(batch)  # C batches cannot be re-entered
                 chunk.ts_type = tst
             else:  # legacy message set: each record has its own timestamp type
                 records = list(batch)
                 chunk.ts_type = None
-            chunk.pending_native = built
-            it = chunk.pending = iter(records)
-        # Part of a batch: collect the run of records to hand out, then hand it over
-        # in one call (one comprehension in the sink, not a call per record).
+            chunk.pending_native = sizes is not None
+            chunk.pending_sizes = sizes
+            chunk.pending_pos = 0
+            recs = chunk.pending = records
+        # Part of a batch: the run of records to hand out is one slice of it, handed
+        # over in one call (one comprehension in the sink, not a call per record).
         nxt = chunk.next_offset
         want = limit - taken
-        run: list[Any] = []
+        n = len(recs)
+        i = chunk.pending_pos
+        while i < n and recs[i].offset < nxt:  # a fetch that starts inside the batch
+            i += 1
+        j = min(n, i + want)
         past_end = exhausted = False
-        for r in it:
-            off = r.offset
-            if off < nxt:
-                continue
-            if off >= end:
-                past_end = True
-                break
-            run.append(r)
-            if len(run) >= want:
-                break
-        else:
+        if j > i and recs[j - 1].offset >= end:  # the chunk ends inside the batch
+            j = i
+            while recs[j].offset < end:
+                j += 1
+            past_end = True
+        elif n - i < want:
             exhausted = True
-        if run:
+        if j > i:
+            run = recs[i:j]
+            sums = chunk.pending_sizes
             try:
-                sink.add_records(tp, run, chunk.ts_type)
+                sink.add_records(
+                    tp, run, chunk.ts_type, None if sums is None else sums[j] - sums[i]
+                )
             except RecordDeserializationError as exc:
-                i = next(i for i, r in enumerate(run) if r.offset == exc.offset)
-                chunk.pending = chain(run[i:], it)  # read the refused one again next time
+                k = next(k for k, r in enumerate(run) if r.offset == exc.offset)
+                chunk.pending_pos = i + k  # read the refused one again next time
                 chunk.next_offset = exc.offset
                 chunk.failure = exc
-                return taken + i
-            taken += len(run)
+                return taken + k
+            taken += j - i
             nxt = run[-1].offset + 1
+        chunk.pending_pos = j
         if past_end:
             nxt = end
             chunk.finish()
         elif exhausted:
-            chunk.pending = None
+            chunk.pending = chunk.pending_sizes = None
             batch = chunk.batches[chunk.batch_index - 1]
             nxt = max(nxt, min(batch.next_offset, end))
         chunk.next_offset = nxt
@@ -195,21 +217,53 @@ def walk(chunk: Chunk, limit: int, sink: Sink) -> int:
 
 Deserializer = Callable[[bytes], Any]
 
+_KEY_SIZE = attrgetter("serialized_key_size")
+_VALUE_SIZE = attrgetter("serialized_value_size")
+
+
+def key_value_bytes(records: list[ConsumerRecord]) -> int:
+    """The key + value bytes of ``records`` (a missing one, size -1, counts 0).
+
+    Read back from each record's sizes: for records whose builder did not count them
+    (the pure path, a batch the native module declined, a deserializer's refusal).
+    The sums run in C (``attrgetter``, ``sum``, ``list.count``), or in one native
+    call per list (``key_value_bytes``) when the module has it.
+    """
+    native_sum = native_key_value_bytes()
+    if native_sum is not None:
+        return native_sum(records)
+    keys: list[int] = list(map(_KEY_SIZE, records))
+    values: list[int] = list(map(_VALUE_SIZE, records))
+    return sum(keys) + keys.count(-1) + sum(values) + values.count(-1)
+
 
 class RecordSink:
     """Builds ``ConsumerRecord`` objects, applying the key and value deserializers.
 
-    ``result`` maps each partition to its records, in the order they were added.
+    ``result`` maps each partition to its records, in the order they were added, and
+    ``sizes`` each partition to their key + value bytes (the delivered-bytes metric).
 
-    With the native module (``aiogroup._fetch.native.native_records``) a whole v2
-    batch becomes its records in one native call, the deserializers applied there
+    With the native module (``aiogroup._fetch.native.native_records_sized``) a whole
+    v2 batch becomes its records in one native call, the deserializers applied there
     too (one call of each per record, no Python loop around them); a deserializer
     that raises stops the batch before its record, which is then read again through
     the pure path (``add_records``), where the refusal is raised as
-    ``RecordDeserializationError`` exactly as without the module.
+    ``RecordDeserializationError`` exactly as without the module.  The native call
+    also returns the batch's key + value bytes (and, for a batch read in part, their
+    running sums), so ``sizes`` costs nothing per record there; elsewhere the sizes
+    are read back from the records built (``key_value_bytes``).
     """
 
-    __slots__ = ("_kd", "_native", "_templates", "_vd", "builds_records", "result", "takes_raw")
+    __slots__ = (
+        "_kd",
+        "_native",
+        "_templates",
+        "_vd",
+        "builds_records",
+        "result",
+        "sizes",
+        "takes_raw",
+    )
 
     whole_batches = False
 
@@ -219,10 +273,17 @@ class RecordSink:
         self._kd = key_deserializer
         self._vd = value_deserializer
         self.result: dict[TopicPartition, list[ConsumerRecord]] = {}
-        self._native = native_records()
+        #: Per partition: the key + value bytes of its records in ``result``.
+        self.sizes: dict[TopicPartition, int] = {}
+        self._native = native_records_sized()
         self.takes_raw = self.builds_records = self._native is not None
         #: Per partition: the attribute dict the native builder copies per record.
         self._templates: dict[TopicPartition, dict[str, Any]] = {}
+
+    @property
+    def nbytes(self) -> int:
+        """The key + value bytes of every record in ``result``."""
+        return sum(self.sizes.values())
 
     def _out(self, tp: TopicPartition) -> list[ConsumerRecord]:
         out = self.result.get(tp)
@@ -240,27 +301,32 @@ class RecordSink:
         build = self._native
         assert build is not None
         try:
-            recs, stopped = build(
+            recs, stopped, nbytes, _ = build(
                 data, start, end, ConsumerRecord, self._template(tp), self._kd, self._vd
             )
         except native_error():
             raise BatchDeclined(None) from None  # the pure path decodes it (or says why not)
         if recs:
             self._out(tp).extend(recs)
+            sizes = self.sizes
+            sizes[tp] = sizes.get(tp, 0) + nbytes
         if stopped:  # a deserializer refused the record after these: the pure path reads it
             raise BatchDeclined(None, len(recs), recs[-1].offset + 1 if recs else None)
         return len(recs)
 
     def decode_raw(
         self, tp: TopicPartition, data: bytes, start: int, end: int
-    ) -> list[ConsumerRecord] | None:
+    ) -> tuple[list[ConsumerRecord], Sequence[int]] | None:
         build = self._native
         assert build is not None
         try:
-            recs, _ = build(data, start, end, ConsumerRecord, self._template(tp))
+            recs, _, _, sums = build(
+                data, start, end, ConsumerRecord, self._template(tp), prefix=True
+            )
         except native_error():
             return None
-        return recs
+        assert sums is not None
+        return recs, memoryview(sums).cast("q")
 
     def add_batch(self, tp: TopicPartition, batch: Any, ts_type: int) -> int:
         topic, partition = tp.topic, tp.partition
@@ -308,10 +374,32 @@ class RecordSink:
                 raise BatchDeclined(raw) from None
         if recs:
             self._out(tp).extend(recs)
+            sizes = self.sizes
+            sizes[tp] = sizes.get(tp, 0) + key_value_bytes(recs)
         return len(recs)
 
-    def add_records(self, tp: TopicPartition, records: list[Any], ts_type: int | None) -> None:
+    def add_records(
+        self,
+        tp: TopicPartition,
+        records: list[Any],
+        ts_type: int | None,
+        nbytes: int | None = None,
+    ) -> None:
         out = self._out(tp)
+        before = len(out)
+        try:
+            self._add_records(out, tp, records, ts_type)
+        finally:
+            added = len(out) - before
+            if nbytes is None or added != len(records):  # not given, or refused part-way
+                nbytes = key_value_bytes(out[before:]) if added else 0
+            if added:
+                sizes = self.sizes
+                sizes[tp] = sizes.get(tp, 0) + nbytes
+
+    def _add_records(
+        self, out: list[ConsumerRecord], tp: TopicPartition, records: list[Any], ts_type: int | None
+    ) -> None:
         kd, vd = self._kd, self._vd
         if type(records[0]) is ConsumerRecord:  # built natively (``decode_raw``): raw bytes
             if kd is None and vd is None:

@@ -726,6 +726,7 @@ fn aiogroup_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(crc_ok, m)?)?;
     m.add_function(wrap_pyfunction!(pooled_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(records::consumer_records, m)?)?;
+    m.add_function(wrap_pyfunction!(records::consumer_records_sized, m)?)?;
     m.add_function(wrap_pyfunction!(records::key_value_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(share_records::share_records, m)?)?;
     m.add("DecodeError", m.py().get_type::<DecodeError>())?;

@@ -167,6 +167,73 @@ pub(crate) fn consumer_records<'py>(
     })
 }
 
+/// `consumer_records` that also says what the records' key + value bytes are: the
+/// consumer's delivered-bytes metric, counted from the sizes the parse found rather
+/// than read back from each record's attributes (`key_value_bytes`: two generic
+/// attribute reads per record, about 7 % of getmany's instructions).
+///
+/// Returns `(records, stopped, total, prefix)`: `total` the key + value bytes of the
+/// records returned (a missing key or value counts 0); `prefix` None, or with
+/// `prefix=True` the running sums as native-endian int64s in a `bytes` of
+/// `len(records) + 1` entries (`prefix[i]` the bytes of the records before `i`), so
+/// that a slice of the records is counted in O(1) (`memoryview(prefix).cast("q")`;
+/// `aiogroup/_fetch/walker.py`, a batch read in part).
+#[pyfunction]
+#[pyo3(signature = (data, start, end, cls, template, key_deserializer=None, value_deserializer=None, check_crc=false, prefix=false))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn consumer_records_sized<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    start: usize,
+    end: usize,
+    cls: &Bound<'py, PyType>,
+    template: &Bound<'py, PyDict>,
+    key_deserializer: Option<&Bound<'py, PyAny>>,
+    value_deserializer: Option<&Bound<'py, PyAny>>,
+    check_crc: bool,
+    prefix: bool,
+) -> PyResult<(Bound<'py, PyList>, bool, i64, Option<Bound<'py, PyAny>>)> {
+    let where_ = match (template.get_item("topic"), template.get_item("partition")) {
+        (Ok(Some(t)), Ok(Some(p))) => format!("{t}-{p}"),
+        _ => "?".to_string(),
+    };
+    with_parsed_batch(data, start, end, check_crc, &where_, |head, recs, headers| {
+        let (list, stopped) = build(
+            py,
+            head,
+            recs,
+            headers,
+            cls,
+            template,
+            key_deserializer,
+            value_deserializer,
+        )?;
+        let built = &recs[..list.len().min(recs.len())];
+        let sums = running_sizes(built);
+        let total = *sums.last().unwrap_or(&0);
+        let prefix = if prefix {
+            let raw: Vec<u8> = sums.iter().flat_map(|v| v.to_ne_bytes()).collect();
+            Some(bytes_of(py, &raw)?)
+        } else {
+            None
+        };
+        Ok((list, stopped, total, prefix))
+    })
+}
+
+/// The running key + value bytes of `recs`: `len + 1` entries, the first 0, entry `i`
+/// the bytes of the records before `i` (a missing key or value counts 0).
+pub(crate) fn running_sizes(recs: &[Rec<'_>]) -> Vec<i64> {
+    let mut sums = Vec::with_capacity(recs.len() + 1);
+    let mut total: i64 = 0;
+    sums.push(0);
+    for r in recs {
+        total += r.key.map_or(0, |b| b.len() as i64) + r.value.map_or(0, |b| b.len() as i64);
+        sums.push(total);
+    }
+    sums
+}
+
 /// `f` over the v2 batch `data[start:end]` parsed whole: its head, its records and
 /// their headers (decompressed into the thread's scratch buffer, checked before `f`
 /// runs).  A malformed batch is a `DecodeError` naming `where_` and the batch's base
@@ -406,4 +473,37 @@ fn build<'py>(
         }
     }
     Ok((list.cast_into::<PyList>()?, false))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{running_sizes, Rec};
+
+    fn rec<'a>(key: Option<&'a [u8]>, value: Option<&'a [u8]>) -> Rec<'a> {
+        Rec {
+            offset_delta: 0,
+            ts_delta: 0,
+            key,
+            value,
+            first_header: 0,
+            end_header: 0,
+        }
+    }
+
+    #[test]
+    fn running_sizes_count_key_and_value_bytes_a_missing_one_as_zero() {
+        let recs = [
+            rec(None, None),
+            rec(Some(b"k"), None),
+            rec(None, Some(b"vv")),
+            rec(Some(b""), Some(b"")),
+            rec(Some(b"abc"), Some(&[0u8; 100])),
+        ];
+        assert_eq!(running_sizes(&recs), vec![0, 0, 1, 3, 3, 106]);
+    }
+
+    #[test]
+    fn running_sizes_of_nothing_is_one_zero() {
+        assert_eq!(running_sizes(&[]), vec![0]);
+    }
 }

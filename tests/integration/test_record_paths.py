@@ -3,8 +3,9 @@
 The same topic - records of every codec, with and without keys, values and headers,
 and (where the broker has transactions) a committed, an aborted and another
 committed transaction - read by a consumer with the native module and by one with
-``AIOGROUP_NATIVE=0``, in whole fetches and with ``max_records`` cutting batches:
-the records must be equal, field for field, and be exactly what was produced.
+``AIOGROUP_NATIVE=0``, in whole fetches, with ``max_records`` cutting batches and
+with ``async for``: the records must be equal, field for field, and be exactly what
+was produced, and the metrics must count exactly their key + value bytes.
 """
 
 from __future__ import annotations
@@ -66,21 +67,37 @@ async def produce_mixed(bootstrap: str, topic: str, transactions: bool) -> list[
 
 
 async def read_all(
-    bootstrap: str, tp: TopicPartition, count: int, max_records: int | None
+    bootstrap: str, tp: TopicPartition, count: int, max_records: int | str | None
 ) -> list[ConsumerRecord[Any, Any]]:
+    """Read ``count`` records with getmany(max_records), or ``async for`` ("async-for").
+
+    The metrics' delivered count must be exactly what was read: the records, and their
+    key + value bytes (counted as the records were built, not read back from them).
+    """
     consumer = GroupConsumer(
         bootstrap_servers=bootstrap,
         auto_offset_reset="earliest",
         isolation_level="read_committed",
+        max_poll_records=11,  # async for's refills cut batches too
     )
     await consumer.start()
     got: list[ConsumerRecord[Any, Any]] = []
     try:
         consumer.assign([tp])
         async with asyncio.timeout(60):
-            while len(got) < count:
-                batches = await consumer.getmany(timeout_ms=1000, max_records=max_records)
-                got += batches.get(tp, [])
+            if max_records == "async-for":
+                async for record in consumer:
+                    got.append(record)
+                    if len(got) >= count:
+                        break
+            else:
+                assert not isinstance(max_records, str)
+                while len(got) < count:
+                    batches = await consumer.getmany(timeout_ms=1000, max_records=max_records)
+                    got += batches.get(tp, [])
+        snap = consumer.metrics()
+        assert snap.records_consumed == len(got)
+        assert snap.bytes_consumed == sum(len(r.key or b"") + len(r.value or b"") for r in got)
         assert await consumer.getmany(timeout_ms=200) == {}  # nothing more to read
     finally:
         await consumer.stop()
@@ -100,10 +117,10 @@ async def test_both_record_paths_read_the_same_records(
     expected = await produce_mixed(
         bootstrap_servers, topic, kafka_broker.caps.supports_transactions
     )
-    reads: dict[tuple[str, int | None], list[ConsumerRecord[Any, Any]]] = {}
+    reads: dict[tuple[str, int | str | None], list[ConsumerRecord[Any, Any]]] = {}
     for native in ("1", "0"):
         monkeypatch.setenv("AIOGROUP_NATIVE", native)
-        for max_records in (None, 7):
+        for max_records in (None, 7, "async-for"):
             reads[native, max_records] = await read_all(
                 bootstrap_servers, tp, len(expected), max_records
             )
