@@ -726,7 +726,8 @@ class Processor:
                                 progress.set()
                             tracker = trackers.get(work.tp)
                             if tracker is not None:
-                                tracker.finished_if_pending(work.offset)
+                                # Applied at the tracker's next read (tracker.py).
+                                tracker.finish_later(work.offset)
                             if urgent is not None and (
                                 self._bound_blocked or bound.count >= near  # type: ignore[union-attr]
                             ):
