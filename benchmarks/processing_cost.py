@@ -18,7 +18,7 @@ runs CPU-bound, which is the regime the processor is in at concurrency 1000.
 ``--tree PATH`` (repeatable) runs that checkout's ``aiogroup`` in the child, so two
 commits are compared in one run.  Measured (docs/benchmarks.md, processing section):
 bare tasks 52,600 instructions a record, the processor at c156dc4 94,000, at b479e21
-77,500 (c1000, 20,000 records).
+77,500, at 5b915eb 75,400 and at da70cc7 73,700 (c1000, 20,000 records).
 """
 
 from __future__ import annotations

@@ -707,7 +707,10 @@ class Processor:
         bound = self._bound
         near = 0 if bound is None else max(1, bound.limit // 2)
         take = sched.take_one if bound is None else self._take_bounded
+        #: Without max_uncommitted the record's end and the next take are one call.
+        done_take = sched.done_take_one if bound is None else None
         while True:
+            ended = False
             try:
                 try:
                     if handler is None:
@@ -726,16 +729,21 @@ class Processor:
                                 progress.set()
                             tracker = trackers.get(work.tp)
                             if tracker is not None:
-                                tracker.finished_if_pending(work.offset)
+                                # Applied at the tracker's next read (tracker.py).
+                                tracker.finish_later(work.offset)
                             if urgent is not None and (
                                 self._bound_blocked or bound.count >= near  # type: ignore[union-attr]
                             ):
                                 urgent.set()
+                    ended = True
                 finally:
-                    tasks.pop(work, None)
-                    sched.done(work)
-                    if self._work_waiters:
-                        self._work_ended.set()
+                    # The record ended by an exception (a cancellation): here; ended
+                    # normally: below, with the next record's take.
+                    if not ended:
+                        tasks.pop(work, None)
+                        sched.done(work)
+                        if self._work_waiters:
+                            self._work_ended.set()
             except asyncio.CancelledError:
                 # Cancelled by a drain (or the loop's end): this task stops; the slot
                 # goes to a new task unless the processor is stopping.
@@ -743,25 +751,40 @@ class Processor:
                     self._dispatch()
                 self._wake_reader()
                 raise
-            # The next record for this slot, by the rules of _dispatch.
+            # The record's end, and the next record for this slot by the rules of
+            # _dispatch.
+            tasks.pop(work, None)
             next_work = None
             if self._failure is None and not self._stopping:
                 now = clock()
                 subscription = consumer._subscription
                 until = None if subscription is None else subscription.membership_valid_until
                 if until is None or now < until:
-                    next_work = take()
+                    if done_take is not None:
+                        next_work = done_take(work)
+                    else:
+                        sched.done(work)
+                        next_work = take()
                     if next_work is not None:
                         next_work.started = now
                         tasks[next_work] = task
+                else:
+                    sched.done(work)
+            else:
+                sched.done(work)
+            if self._work_waiters:
+                self._work_ended.set()
             # _wake_reader, inline: once set, the event stays set until the read loop
             # waits again, so the records ending meanwhile stop at the first test.
             # A slot left empty by max_uncommitted is no free slot: it waits for a
             # commit, not for records (reading on would grow the queue without bound).
-            if not room.is_set() and (
+            # The cheap tests first: at concurrency 1000 the slot is refilled and the
+            # queue over half most of the time, and then Event.is_set (a Python call)
+            # is not reached.
+            if (
                 (len(sched.in_flight) < sched.concurrency and not self._bound_blocked)
                 or (sched.queued <= half_queue and sched.queued_bytes <= half_bytes)
-            ):
+            ) and not room.is_set():
                 room.set()
             if next_work is None:
                 if bound is None or not self._bound_blocked or self._stopping:

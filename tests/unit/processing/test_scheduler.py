@@ -28,6 +28,8 @@ def work(ordering: str, p: int, offset: int, key: object) -> Work:
             st.tuples(st.just("done"), st.integers(0, 100), st.none()),
             # A handler task that ends a record and goes on with the next (take_one).
             st.tuples(st.just("next"), st.integers(0, 100), st.none()),
+            # The same, in one call (done_take_one).
+            st.tuples(st.just("next1"), st.integers(0, 100), st.none()),
             st.tuples(st.just("drop"), st.integers(0, 2), st.none()),
         ),
         max_size=80,
@@ -54,10 +56,14 @@ def test_invariants(ordering: str, concurrency: int, steps: list[tuple[str, int,
                     added[lane] = list(started[lane])
         elif s.in_flight:
             w = sorted(s.in_flight, key=lambda w: (w.tp, w.offset))[n % len(s.in_flight)]
-            s.done(w)
+            if kind == "next1":
+                if (nxt := s.done_take_one(w)) is not None:
+                    started[nxt.lane].append(nxt.offset)
+            else:
+                s.done(w)
             if kind == "next" and (nxt := s.take_one()) is not None:
                 started[nxt.lane].append(nxt.offset)
-            if kind == "next":
+            if kind in ("next", "next1"):
                 # Work conserving without take(): the freed slot was the only free one.
                 busy = {w.lane for w in s.in_flight}
                 free = len(s.in_flight) < concurrency
@@ -213,3 +219,66 @@ def test_add_many_is_adding_one_by_one(
         started_many = [(w.tp, w.offset) for w in many.take()]
         assert started_one == started_many
         assert state(one) == state(many)
+
+
+@given(
+    st.sampled_from(ORDERINGS),
+    st.integers(1, 4),
+    st.lists(
+        st.tuples(
+            st.sampled_from(["add", "next", "take_lane", "drop"]),
+            st.integers(0, 100),
+            st.sampled_from([None, b"a", b"b"]),
+        ),
+        max_size=60,
+    ),
+)
+def test_done_take_one_is_done_then_take_one(
+    ordering: str, concurrency: int, steps: list[tuple[str, int, object]]
+) -> None:
+    """Two schedulers fed alike, one ending records with done() + take_one(), the other
+    with done_take_one(): the same record starts each time, and the same state after."""
+    a, b = Scheduler(concurrency), Scheduler(concurrency)
+    offsets = [0, 0, 0]
+    # The same records in both, paired by (partition, offset).
+    for kind, n, key in steps:
+        if kind == "add":
+            p = n % 3
+            a.add(work(ordering, p, offsets[p], key))
+            b.add(work(ordering, p, offsets[p], key))
+            offsets[p] += 1
+        elif kind == "drop":
+            for s in (a, b):
+                for w in s.drop({TP[n % 3]}):
+                    s.done(w)
+        elif kind == "take_lane":  # a start out of turn leaves a stale ready entry
+            heads = sorted((q[0].tp, q[0].offset, lane) for lane, q in a.waiting_lanes().items())
+            if heads:
+                _tp, offset, lane = heads[n % len(heads)]
+                assert _ident(a.take_lane(lane, offset)) == _ident(b.take_lane(lane, offset))
+        elif a.in_flight:
+            pick = sorted((w.tp, w.offset) for w in a.in_flight)[n % len(a.in_flight)]
+            wa = next(w for w in a.in_flight if (w.tp, w.offset) == pick)
+            wb = next(w for w in b.in_flight if (w.tp, w.offset) == pick)
+            a.done(wa)
+            na = a.take_one()
+            nb = b.done_take_one(wb)
+            assert _ident(na) == _ident(nb)
+        a.take()
+        b.take()
+        assert sorted((w.tp, w.offset) for w in a.in_flight) == sorted(
+            (w.tp, w.offset) for w in b.in_flight
+        )
+        assert (a.queued, a.queued_bytes, a.blocked, a.waiting_by_tp) == (
+            b.queued,
+            b.queued_bytes,
+            b.blocked,
+            b.waiting_by_tp,
+        )
+        assert {k: [w.offset for w in q] for k, q in a.waiting_lanes().items()} == {
+            k: [w.offset for w in q] for k, q in b.waiting_lanes().items()
+        }
+
+
+def _ident(w: Work | None) -> tuple[TopicPartition, int] | None:
+    return None if w is None else (w.tp, w.offset)

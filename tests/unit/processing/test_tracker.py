@@ -203,3 +203,38 @@ def test_received_run_declines_what_needs_a_look_per_record() -> None:
     assert fresh.received(0) and fresh.received_run(1, 4)
     assert fresh.unfinished == 5 and fresh.committable() == 0
     assert not fresh.received_run(3, 2)  # a repeat
+
+
+@given(scripts(), st.lists(st.integers(0, 2), max_size=80))
+def test_finish_later_answers_as_if_each_finish_were_applied_at_once(
+    script: tuple[int | None, list[tuple[int, int]], list[tuple[str, int]]],
+    reads: list[int],
+) -> None:
+    """``finish_later`` notes finishes (repeats and offsets no longer pending included)
+    and a tracker fed that way answers every read exactly as one fed with
+    ``finished_if_pending``, whichever read comes next and whenever."""
+    start, inherited, steps = script
+    now = PartitionTracker(start, inherited)
+    later = PartitionTracker(start, inherited)
+    received: list[int] = []
+    for i, (kind, value) in enumerate(steps):
+        if kind == "receive":
+            assert now.received(value) == later.received(value)
+            received.append(value)
+        elif received:
+            # Any offset received (finished already or not) and sometimes one never
+            # received: finished_if_pending ignores what is not pending.
+            offset = received[value % len(received)] if value % 7 else value
+            now.finished_if_pending(offset)
+            later.finish_later(offset)
+        read = reads[i] if i < len(reads) else 0
+        if read == 0:
+            continue  # no read: the noted finishes pile up
+        if read == 1:
+            assert later.committable() == now.committable()
+            assert later.finished_beyond() == now.finished_beyond()
+        assert later.unfinished == now.unfinished
+        assert later.first_unfinished() == now.first_unfinished()
+        assert later.commit_point(max_bytes=1_000_000) == now.commit_point(max_bytes=1_000_000)
+    assert [later.is_pending(o) for o in received] == [now.is_pending(o) for o in received]
+    assert later.commit_point() == now.commit_point()
