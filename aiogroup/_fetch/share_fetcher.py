@@ -795,6 +795,7 @@ class ShareFetcher:
         *,
         task: bool,
         conn: Any = None,
+        max_wait_ms: int | None = None,
     ) -> _InFlight:
         """Build the next ShareFetch (the pending acknowledgements riding on it) and start
         sending it: written now on ``conn`` if given (its answer awaited by a task), else
@@ -810,7 +811,8 @@ class ShareFetcher:
                 self._session_tps(node), now=loop.time(), lock_ms=self._lock_ms
             )
         plan = session.fetch_request(wanted_ids, self._ids(acks))
-        max_wait_ms = cfg.fetch_max_wait_ms
+        if max_wait_ms is None:
+            max_wait_ms = cfg.fetch_max_wait_ms
         until = self._until_renewal(loop.time())
         if until is not None:  # back before a renewal falls due, not up to max_wait after
             max_wait_ms = min(max_wait_ms, int(until * 1000))
@@ -929,15 +931,22 @@ class ShareFetcher:
         full = self._full_answers.get(node, 0) + 1 if acquired >= cfg.max_poll_records else 0
         self._full_answers[node] = full
         after: _InFlight | None = None
-        if not (refresh or elsewhere) and self._fetch_at_answer(node, acquired, deadline, full):
+        leave = not (refresh or elsewhere) and self._fetch_at_answer(node, acquired, deadline, full)
+        if leave:
+            # Reading ahead past one poll's worth: the broker answers at once with what
+            # it can acquire (maybe nothing: other consumers may hold the partitions'
+            # lock limit) rather than holding the request up to the fetch's wait.
+            wait = 0 if self._past_room(acquired, full) else None
             conn = self._connection(node)
             if conn is not None:
                 # Written now, on the connection: no task and no loop step before it.
                 after = self._fetch_request(
-                    node, session, self._partitions_of(node), task=True, conn=conn
+                    node, session, self._partitions_of(node), task=True, conn=conn, max_wait_ms=wait
                 )
             else:
-                after = self._fetch_request(node, session, self._partitions_of(node), task=True)
+                after = self._fetch_request(
+                    node, session, self._partitions_of(node), task=True, max_wait_ms=wait
+                )
                 try:
                     await asyncio.sleep(0)  # the task writes the request
                 except BaseException as exc:
@@ -1004,19 +1013,14 @@ class ShareFetcher:
         the broker's lock limit (2,000 records a share-partition by default) answers
         come back short - then this consumer stops reading ahead until answers are
         full again (always reading ahead was measured to cost four consumers on two
-        partitions a quarter of their rate)."""
+        partitions a quarter of their rate).  Such a fetch asks the broker not to wait
+        (``max_wait_ms`` 0): where the lock limit leaves nothing to acquire, it answers
+        at once, empty, instead of holding the request for the fetch's whole wait."""
         if not self._fetch_may_leave(node):
             return False
-        buffer = self._buffer
-        limit = self._cfg.max_poll_records
-        if (
-            full >= _FULL_ANSWERS_TO_READ_AHEAD
-            and not buffer
-            and not self._undecoded
-            and acquired <= 2 * limit
-            and not self.tracker.unacknowledged()
-        ):
+        if self._past_room(acquired, full):
             return True
+        buffer = self._buffer
         waiting = len(buffer) + self._undecoded_n + acquired
         if buffer:
             first = buffer.first()._run
@@ -1026,6 +1030,19 @@ class ShareFetcher:
         else:
             first_deadline = deadline
         return self._room(asyncio.get_running_loop().time(), waiting, first_deadline)
+
+    def _past_room(self, acquired: int, full: int) -> bool:
+        """The exception to the room rule (:meth:`_fetch_at_answer`): this answer's
+        ``acquired`` records exceed one poll's worth only by a batch-optimized fetch's
+        rounding, everything before them was handed out and acknowledged, and
+        ``full`` answers in a row were full."""
+        return (
+            full >= _FULL_ANSWERS_TO_READ_AHEAD
+            and not self._buffer
+            and not self._undecoded
+            and acquired <= 2 * self._cfg.max_poll_records
+            and not self.tracker.unacknowledged()
+        )
 
     def _fetch_v1(self, request: ShareFetchRequest, plan: SessionRequest) -> ShareFetchRequest:
         """The same fetch without strict acquisition, for a leader without ShareFetch v2."""
