@@ -85,8 +85,11 @@ _LEADER_ERRORS = frozenset({3, 6, 74, 100})
 _DEFAULT_LOCK_MS = 30_000
 #: How many answers in a row must have brought a full fetch (at least
 #: ``max_poll_records``) before the next ShareFetch may leave at an answer that alone
-#: exceeds one poll's worth (:meth:`ShareFetcher._fetch_at_answer`).
+#: exceeds one poll's worth (:meth:`ShareFetcher._fetch_at_answer`): at first, and
+#: again after each such fetch that came back full ...
 _FULL_ANSWERS_TO_READ_AHEAD = 2
+#: ... and at most this many: each such fetch that came back short doubles the count.
+_FULL_ANSWERS_MAX = 64
 
 
 class _Signal:
@@ -199,6 +202,8 @@ class _InFlight:
     #: When it left: loop time (lock deadlines) and monotonic (the hooks).
     at: float
     mono: float
+    #: Read ahead past the room rule (:meth:`ShareFetcher._past_room`).
+    ahead: bool = False
 
 
 @dataclass
@@ -265,8 +270,10 @@ class ShareFetcher:
         self._prefetched: dict[int, _InFlight] = {}
         #: Leaders whose loop waits in :meth:`_idle` (nothing of theirs in flight).
         self._idling: set[int] = set()
-        #: Per leader, how many ShareFetch answers in a row acquired a full fetch.
+        #: Per leader, how many ShareFetch answers in a row acquired a full fetch, and
+        #: how many it takes to read ahead past the room rule (:meth:`_past_room`).
         self._full_answers: dict[int, int] = {}
+        self._full_needed: dict[int, int] = {}
         self._scope = TaskScope(self._crashed)
         self._leader_watch: asyncio.Task[Any] | None = None
         self._error: BaseException | None = None
@@ -930,13 +937,18 @@ class ShareFetcher:
         results = self.tracker.answered(token, ack_errors) if token else []
         full = self._full_answers.get(node, 0) + 1 if acquired >= cfg.max_poll_records else 0
         self._full_answers[node] = full
+        if sent.ahead:
+            self._full_needed[node] = _read_ahead_needed(
+                self._full_needed.get(node, _FULL_ANSWERS_TO_READ_AHEAD), full > 0
+            )
         after: _InFlight | None = None
         leave = not (refresh or elsewhere) and self._fetch_at_answer(node, acquired, deadline, full)
         if leave:
             # Reading ahead past one poll's worth: the broker answers at once with what
             # it can acquire (maybe nothing: other consumers may hold the partitions'
             # lock limit) rather than holding the request up to the fetch's wait.
-            wait = 0 if self._past_room(acquired, full) else None
+            ahead = self._past_room(node, acquired, full)
+            wait = 0 if ahead else None
             conn = self._connection(node)
             if conn is not None:
                 # Written now, on the connection: no task and no loop step before it.
@@ -954,6 +966,7 @@ class ShareFetcher:
                         after.answer.cancel()
                     self._lost(node, session, after.key, after.token, f"cancelled: {exc!r}")
                     raise
+            after.ahead = ahead
         self._report(results, sent.mono, node)
         arrived = 0
         for tp, part in parts:
@@ -1018,7 +1031,7 @@ class ShareFetcher:
         at once, empty, instead of holding the request for the fetch's whole wait."""
         if not self._fetch_may_leave(node):
             return False
-        if self._past_room(acquired, full):
+        if self._past_room(node, acquired, full):
             return True
         buffer = self._buffer
         waiting = len(buffer) + self._undecoded_n + acquired
@@ -1031,13 +1044,14 @@ class ShareFetcher:
             first_deadline = deadline
         return self._room(asyncio.get_running_loop().time(), waiting, first_deadline)
 
-    def _past_room(self, acquired: int, full: int) -> bool:
+    def _past_room(self, node: int, acquired: int, full: int) -> bool:
         """The exception to the room rule (:meth:`_fetch_at_answer`): this answer's
         ``acquired`` records exceed one poll's worth only by a batch-optimized fetch's
         rounding, everything before them was handed out and acknowledged, and
-        ``full`` answers in a row were full."""
+        ``full`` answers in a row were full - as many as the leader's last such
+        fetches ask for (:func:`_read_ahead_needed`)."""
         return (
-            full >= _FULL_ANSWERS_TO_READ_AHEAD
+            full >= self._full_needed.get(node, _FULL_ANSWERS_TO_READ_AHEAD)
             and not self._buffer
             and not self._undecoded
             and acquired <= 2 * self._cfg.max_poll_records
@@ -1172,3 +1186,15 @@ class ShareFetcher:
                 flush.results.extend(committed)
         if results:
             self.hooks.results(results)
+
+
+def _read_ahead_needed(needed: int, full: bool) -> int:
+    """How many full answers in a row the next read-ahead past the room rule needs,
+    after one came back ``full`` (one fewer, down to the start) or short (twice as
+    many, up to :data:`_FULL_ANSWERS_MAX`).  Why: a short answer to it says other
+    consumers hold the partitions up to the broker's lock limit, where reading ahead
+    costs them all round trips for nothing; a consumer alone on its partitions gets
+    full answers and keeps reading ahead."""
+    if full:
+        return max(_FULL_ANSWERS_TO_READ_AHEAD, needed - 1)
+    return min(_FULL_ANSWERS_MAX, needed * 2)
