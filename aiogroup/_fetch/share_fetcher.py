@@ -14,7 +14,9 @@ the buffer of records handed to the application, the commit surface and the clos
   leader's partitions), acknowledgements alone when the buffer is full; otherwise it
   waits to be woken.  "Room" reads ahead: a buffer of at most ``max_poll_records``
   records, with more than half their lock left, does not hold the next fetch back, so
-  the broker's round trip overlaps the application's work (Java's share consumer
+  the broker's round trip overlaps the application's work (an answer rounded past
+  that bound lets the next fetch leave at once after full answers with everything
+  before it acknowledged: :meth:`ShareFetcher._past_room`) (Java's share consumer
   also keeps a ShareFetch per node going while the application polls, with the
   previous poll's acknowledgements riding on it).
 * A poll that finds the buffer empty writes the leader's next ShareFetch itself when
@@ -549,7 +551,8 @@ class ShareFetcher:
         for 1,000,000 records against 1,707-1,717; round trips 23-29 ms median against
         15-18) - the share-partitions' lock limit (2,000 records each by default) the
         likely cause.  So did a bound of two polls' worth before (10.7-18.0 ms against
-        5.5-8.6)."""
+        5.5-8.6).  At an answer, after full answers, it is counted out after all
+        (:meth:`_past_room`), backing off where answers come back short."""
         buffer = self._buffer
         if not buffer and not self._undecoded:
             return True
