@@ -14,7 +14,9 @@ the buffer of records handed to the application, the commit surface and the clos
   leader's partitions), acknowledgements alone when the buffer is full; otherwise it
   waits to be woken.  "Room" reads ahead: a buffer of at most ``max_poll_records``
   records, with more than half their lock left, does not hold the next fetch back, so
-  the broker's round trip overlaps the application's work (Java's share consumer
+  the broker's round trip overlaps the application's work (an answer rounded past
+  that bound lets the next fetch leave at once after full answers with everything
+  before it acknowledged: :meth:`ShareFetcher._past_room`) (Java's share consumer
   also keeps a ShareFetch per node going while the application polls, with the
   previous poll's acknowledgements riding on it).
 * A poll that finds the buffer empty writes the leader's next ShareFetch itself when
@@ -83,6 +85,13 @@ log = logging.getLogger("aiogroup.share")
 _LEADER_ERRORS = frozenset({3, 6, 74, 100})
 #: The lock duration assumed until a ShareFetch answer names one (Kafka's default).
 _DEFAULT_LOCK_MS = 30_000
+#: How many answers in a row must have brought a full fetch (at least
+#: ``max_poll_records``) before the next ShareFetch may leave at an answer that alone
+#: exceeds one poll's worth (:meth:`ShareFetcher._fetch_at_answer`): at first, and
+#: again after each such fetch that came back full ...
+_FULL_ANSWERS_TO_READ_AHEAD = 2
+#: ... and at most this many: each such fetch that came back short doubles the count.
+_FULL_ANSWERS_MAX = 64
 
 
 class _Signal:
@@ -195,6 +204,8 @@ class _InFlight:
     #: When it left: loop time (lock deadlines) and monotonic (the hooks).
     at: float
     mono: float
+    #: Read ahead past the room rule (:meth:`ShareFetcher._past_room`).
+    ahead: bool = False
 
 
 @dataclass
@@ -261,6 +272,10 @@ class ShareFetcher:
         self._prefetched: dict[int, _InFlight] = {}
         #: Leaders whose loop waits in :meth:`_idle` (nothing of theirs in flight).
         self._idling: set[int] = set()
+        #: Per leader, how many ShareFetch answers in a row acquired a full fetch, and
+        #: how many it takes to read ahead past the room rule (:meth:`_past_room`).
+        self._full_answers: dict[int, int] = {}
+        self._full_needed: dict[int, int] = {}
         self._scope = TaskScope(self._crashed)
         self._leader_watch: asyncio.Task[Any] | None = None
         self._error: BaseException | None = None
@@ -536,7 +551,8 @@ class ShareFetcher:
         for 1,000,000 records against 1,707-1,717; round trips 23-29 ms median against
         15-18) - the share-partitions' lock limit (2,000 records each by default) the
         likely cause.  So did a bound of two polls' worth before (10.7-18.0 ms against
-        5.5-8.6)."""
+        5.5-8.6).  At an answer, after full answers, it is counted out after all
+        (:meth:`_past_room`), backing off where answers come back short."""
         buffer = self._buffer
         if not buffer and not self._undecoded:
             return True
@@ -711,9 +727,6 @@ class ShareFetcher:
         and doubled the round trip, or holds twice the locks.  The leader's loop awaits
         the answer (:meth:`_leader_loop`).  Only continuing sessions on a connected
         socket: opening a session, or connecting, stays the loop's."""
-        conns = getattr(self._client, "_conns", None)
-        if conns is None:
-            return
         for node in list(self._idling):
             session = self._sessions.get(node)
             if (
@@ -724,13 +737,24 @@ class ShareFetcher:
                 or not self._fetch_may_leave(node)
             ):
                 continue
-            conn = conns.get((node, ConnectionGroup.DEFAULT))
-            if conn is None or not conn.connected():
+            conn = self._connection(node)
+            if conn is None:
                 continue
             self._prefetched[node] = self._fetch_request(
                 node, session, self._partitions_of(node), task=True, conn=conn
             )
             self._wake[node].set()
+
+    def _connection(self, node: int) -> Any:
+        """aiokafka's connected connection to ``node``, to write a request on at once
+        (None: not connected, or a client without the connection table)."""
+        conns = getattr(self._client, "_conns", None)
+        if conns is None:
+            return None
+        conn = conns.get((node, ConnectionGroup.DEFAULT))
+        if conn is None or not conn.connected():
+            return None
+        return conn
 
     def _renew_margin(self) -> float:
         """How long before a lock's sure end a RENEW goes out.  By default a quarter of
@@ -781,6 +805,7 @@ class ShareFetcher:
         *,
         task: bool,
         conn: Any = None,
+        max_wait_ms: int | None = None,
     ) -> _InFlight:
         """Build the next ShareFetch (the pending acknowledgements riding on it) and start
         sending it: written now on ``conn`` if given (its answer awaited by a task), else
@@ -796,7 +821,8 @@ class ShareFetcher:
                 self._session_tps(node), now=loop.time(), lock_ms=self._lock_ms
             )
         plan = session.fetch_request(wanted_ids, self._ids(acks))
-        max_wait_ms = cfg.fetch_max_wait_ms
+        if max_wait_ms is None:
+            max_wait_ms = cfg.fetch_max_wait_ms
         until = self._until_renewal(loop.time())
         if until is not None:  # back before a renewal falls due, not up to max_wait after
             max_wait_ms = min(max_wait_ms, int(until * 1000))
@@ -912,16 +938,38 @@ class ShareFetcher:
         # registered: an answer may acquire again a record it released (or whose late
         # ACCEPT it refused), and that answer must be reported for the old delivery.
         results = self.tracker.answered(token, ack_errors) if token else []
+        full = self._full_answers.get(node, 0) + 1 if acquired >= cfg.max_poll_records else 0
+        self._full_answers[node] = full
+        if sent.ahead:
+            self._full_needed[node] = _read_ahead_needed(
+                self._full_needed.get(node, _FULL_ANSWERS_TO_READ_AHEAD), full > 0
+            )
         after: _InFlight | None = None
-        if not (refresh or elsewhere) and self._fetch_at_answer(node, acquired, deadline):
-            after = self._fetch_request(node, session, self._partitions_of(node), task=True)
-            try:
-                await asyncio.sleep(0)  # the task writes the request
-            except BaseException as exc:
-                if isinstance(after.answer, asyncio.Future):
-                    after.answer.cancel()
-                self._lost(node, session, after.key, after.token, f"cancelled: {exc!r}")
-                raise
+        leave = not (refresh or elsewhere) and self._fetch_at_answer(node, acquired, deadline, full)
+        if leave:
+            # Reading ahead past one poll's worth: the broker answers at once with what
+            # it can acquire (maybe nothing: other consumers may hold the partitions'
+            # lock limit) rather than holding the request up to the fetch's wait.
+            ahead = self._past_room(node, acquired, full)
+            wait = 0 if ahead else None
+            conn = self._connection(node)
+            if conn is not None:
+                # Written now, on the connection: no task and no loop step before it.
+                after = self._fetch_request(
+                    node, session, self._partitions_of(node), task=True, conn=conn, max_wait_ms=wait
+                )
+            else:
+                after = self._fetch_request(
+                    node, session, self._partitions_of(node), task=True, max_wait_ms=wait
+                )
+                try:
+                    await asyncio.sleep(0)  # the task writes the request
+                except BaseException as exc:
+                    if isinstance(after.answer, asyncio.Future):
+                        after.answer.cancel()
+                    self._lost(node, session, after.key, after.token, f"cancelled: {exc!r}")
+                    raise
+            after.ahead = ahead
         self._report(results, sent.mono, node)
         arrived = 0
         for tp, part in parts:
@@ -960,16 +1008,34 @@ class ShareFetcher:
             await asyncio.sleep(cfg.retry_backoff)
         return after
 
-    def _fetch_at_answer(self, node: int, acquired: int, deadline: float) -> bool:
+    def _fetch_at_answer(self, node: int, acquired: int, deadline: float, full: int = 0) -> bool:
         """Would the leader's loop, given this answer, send a ShareFetch next?  The same
         rules, counting the answer's ``acquired`` records (their locks end at
         ``deadline``) as if buffered: nothing else comes first (a close, a session to
         reopen, held fetching, a commit's flush, RENEWs - with locks kept, the loop
         decides), and there is read-ahead room.  The acknowledgements that ride on that
         fetch are those the application made by now; this answer's records are not
-        handed out yet, so theirs ride on a later request."""
+        handed out yet, so theirs ride on a later request.
+
+        One exception to the room rule: an answer that alone exceeds one poll's worth
+        only by a batch-optimized fetch's rounding up (at most twice
+        ``max_poll_records``) lets the next fetch leave when everything before it was
+        handed out *and* acknowledged (no acquired run's acknowledgements split over
+        two requests) and the last ``_FULL_ANSWERS_TO_READ_AHEAD`` answers (``full``
+        counts them) were full.  Why (issue 28): otherwise the next fetch waited for
+        the application's polls through the whole answer - the client's time per
+        cycle added to the round trip.  Why only after full answers: reading ahead
+        holds one fetch more under lock, and where consumers share partitions up to
+        the broker's lock limit (2,000 records a share-partition by default) answers
+        come back short - then this consumer stops reading ahead until answers are
+        full again (always reading ahead was measured to cost four consumers on two
+        partitions a quarter of their rate).  Such a fetch asks the broker not to wait
+        (``max_wait_ms`` 0): where the lock limit leaves nothing to acquire, it answers
+        at once, empty, instead of holding the request for the fetch's whole wait."""
         if not self._fetch_may_leave(node):
             return False
+        if self._past_room(node, acquired, full):
+            return True
         buffer = self._buffer
         waiting = len(buffer) + self._undecoded_n + acquired
         if buffer:
@@ -980,6 +1046,20 @@ class ShareFetcher:
         else:
             first_deadline = deadline
         return self._room(asyncio.get_running_loop().time(), waiting, first_deadline)
+
+    def _past_room(self, node: int, acquired: int, full: int) -> bool:
+        """The exception to the room rule (:meth:`_fetch_at_answer`): this answer's
+        ``acquired`` records exceed one poll's worth only by a batch-optimized fetch's
+        rounding, everything before them was handed out and acknowledged, and
+        ``full`` answers in a row were full - as many as the leader's last such
+        fetches ask for (:func:`_read_ahead_needed`)."""
+        return (
+            full >= self._full_needed.get(node, _FULL_ANSWERS_TO_READ_AHEAD)
+            and not self._buffer
+            and not self._undecoded
+            and acquired <= 2 * self._cfg.max_poll_records
+            and not self.tracker.unacknowledged()
+        )
 
     def _fetch_v1(self, request: ShareFetchRequest, plan: SessionRequest) -> ShareFetchRequest:
         """The same fetch without strict acquisition, for a leader without ShareFetch v2."""
@@ -1109,3 +1189,15 @@ class ShareFetcher:
                 flush.results.extend(committed)
         if results:
             self.hooks.results(results)
+
+
+def _read_ahead_needed(needed: int, full: bool) -> int:
+    """How many full answers in a row the next read-ahead past the room rule needs,
+    after one came back ``full`` (one fewer, down to the start) or short (twice as
+    many, up to :data:`_FULL_ANSWERS_MAX`).  Why: a short answer to it says other
+    consumers hold the partitions up to the broker's lock limit, where reading ahead
+    costs them all round trips for nothing; a consumer alone on its partitions gets
+    full answers and keeps reading ahead."""
+    if full:
+        return max(_FULL_ANSWERS_TO_READ_AHEAD, needed - 1)
+    return min(_FULL_ANSWERS_MAX, needed * 2)

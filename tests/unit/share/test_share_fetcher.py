@@ -753,3 +753,137 @@ async def test_a_getmany_cancelled_at_any_step_loses_no_record(mode: str) -> Non
         assert fetcher.tracker.held() == 0
     finally:
         await fetcher.abort()
+
+
+def poll_all(fetcher: ShareFetcher) -> list[int]:
+    """What the application's polls take from the buffer now, each poll accepting what
+    the last handed out (implicit mode, as ``ShareConsumer._poll``)."""
+    got: list[int] = []
+    while True:
+        fetcher.tracker.accept_delivered()
+        taken = fetcher.take_records(10)
+        if not taken:
+            return got
+        got += [r.offset for r in taken]
+
+
+def share_fetch_requests(client: ScriptedLeader) -> list[dict[str, Any]]:
+    return [f for n, f in client.requests if n == "ShareFetch"]
+
+
+async def test_after_full_answers_the_next_fetch_leaves_at_the_answer() -> None:
+    """Issue 28: an answer rounded past one poll's worth (batch-optimized: 15 for 10)
+    held the next fetch back until the application's polls had gone through all of it,
+    so the client's time per cycle added to the round trip.  After two full answers,
+    with everything before handed out and acknowledged, the next fetch leaves at the
+    answer - asking the broker not to wait - and carries the last answer's
+    acknowledgements whole (one batch for the run: never split over two requests)."""
+    third = Gated(fetch_answer(acquired=(30, 44, 1)))
+    client, fetcher = make_prefetching(
+        [fetch_answer(acquired=(0, 14, 1)), fetch_answer(acquired=(15, 29, 1)), third]
+    )
+    try:
+        fetcher.set_assignment({("t", 0): TID})
+        await fetcher.wait_for_records(WAIT)
+        await settle()
+        assert share_fetches(client) == 1  # one full answer: no read-ahead yet
+        assert poll_all(fetcher) == list(range(15))  # the last poll writes fetch 2
+        await fetcher.wait_for_records(WAIT)
+        await settle()
+        # Answer 2 was the second full one: fetch 3 left at it, before any poll.
+        assert share_fetches(client) == 3
+        first, second, ahead = share_fetch_requests(client)
+        assert first["share_session_epoch"] == 0
+        assert ack_batches(second) == [(0, 14, [1])]
+        assert ahead["max_wait_ms"] == 0 and second["max_wait_ms"] == 50
+        assert ack_batches(ahead) == []  # answer 2's records were not handed out yet
+        assert poll_all(fetcher) == list(range(15, 30))
+        third.gate.set()
+        await fetcher.wait_for_records(WAIT)
+        await settle()
+        assert share_fetches(client) == 4
+        fourth = share_fetch_requests(client)[3]
+        assert fourth["max_wait_ms"] == 0
+        assert ack_batches(fourth) == [(15, 29, [1])]  # answer 2's run, whole
+        assert poll_all(fetcher) == list(range(30, 45))
+    finally:
+        third.gate.set()
+        await fetcher.abort()
+
+
+async def test_no_read_ahead_at_an_answer_while_a_record_waits_for_its_acknowledgement() -> None:
+    """Records handed out and not acknowledged yet (implicit mode: the next poll
+    accepts them) hold the fetch at an answer back: leaving then, it would carry only
+    part of their run's acknowledgements - measured to double the broker's CPU."""
+    third = Gated(fetch_answer(acquired=(30, 44, 1)))
+    client, fetcher = make_prefetching(
+        [fetch_answer(acquired=(0, 14, 1)), fetch_answer(acquired=(15, 29, 1)), third]
+    )
+    try:
+        fetcher.set_assignment({("t", 0): TID})
+        await fetcher.wait_for_records(WAIT)
+        assert poll_all(fetcher) == list(range(15))
+        await fetcher.wait_for_records(WAIT)
+        await settle()
+        assert share_fetches(client) == 3
+        # The application takes answer 2's records; its next poll has not come yet.
+        fetcher.tracker.accept_delivered()
+        taken = fetcher.take_records(10) + fetcher.take_records(10)
+        assert [r.offset for r in taken] == list(range(15, 30))
+        assert fetcher.tracker.unacknowledged()
+        third.gate.set()
+        await fetcher.wait_for_records(WAIT)
+        await settle()
+        assert share_fetches(client) == 3  # held back: 15..29 handed out, not accepted
+        # The next polls accept them and take answer 3; the one that finds the buffer
+        # empty writes the fetch, both runs whole (one batch: contiguous, one type).
+        assert poll_all(fetcher) == list(range(30, 45))
+        assert share_fetches(client) == 4
+        fourth = share_fetch_requests(client)[3]
+        assert ack_batches(fourth) == [(15, 44, [1])]
+        assert fourth["max_wait_ms"] == 50  # not a read-ahead
+    finally:
+        third.gate.set()
+        await fetcher.abort()
+
+
+async def test_a_short_answer_to_a_read_ahead_makes_the_next_one_wait_longer() -> None:
+    """Consumers sharing partitions up to the broker's lock limit get short answers to
+    their read-ahead: each doubles the full answers in a row the next one needs."""
+    third = Gated(fetch_answer(acquired=(30, 32, 1)))  # 3 records: short
+    client, fetcher = make_prefetching(
+        [fetch_answer(acquired=(0, 14, 1)), fetch_answer(acquired=(15, 29, 1)), third]
+    )
+    try:
+        fetcher.set_assignment({("t", 0): TID})
+        await fetcher.wait_for_records(WAIT)
+        assert poll_all(fetcher) == list(range(15))
+        await fetcher.wait_for_records(WAIT)
+        await settle()
+        assert share_fetches(client) == 3  # the read-ahead
+        assert poll_all(fetcher) == list(range(15, 30))
+        third.gate.set()
+        await fetcher.wait_for_records(WAIT)
+        await settle()
+        assert fetcher._full_needed[0] == 4
+        assert fetcher._full_answers[0] == 0
+    finally:
+        third.gate.set()
+        await fetcher.abort()
+
+
+def test_the_full_answers_a_read_ahead_needs() -> None:
+    from aiogroup._fetch.share_fetcher import (
+        _FULL_ANSWERS_MAX,
+        _FULL_ANSWERS_TO_READ_AHEAD,
+        _read_ahead_needed,
+    )
+
+    assert _read_ahead_needed(_FULL_ANSWERS_TO_READ_AHEAD, True) == _FULL_ANSWERS_TO_READ_AHEAD
+    assert _read_ahead_needed(2, False) == 4
+    assert _read_ahead_needed(4, True) == 3
+    assert _read_ahead_needed(_FULL_ANSWERS_MAX, False) == _FULL_ANSWERS_MAX
+    n = _FULL_ANSWERS_TO_READ_AHEAD
+    for _ in range(10):
+        n = _read_ahead_needed(n, False)
+    assert n == _FULL_ANSWERS_MAX
