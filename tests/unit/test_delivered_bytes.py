@@ -24,13 +24,14 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.util import calc_crc32c
 
 from aiogroup._fetch import native
-from aiogroup._fetch.fetcher import Chunk, Fetcher, split_batches
+from aiogroup._fetch.fetcher import Fetcher
 from aiogroup._fetch.iteration import HeldRecords
 from aiogroup._fetch.walker import RecordSink, key_value_bytes, walk
 from aiogroup._state.subscription import PartitionState, SubscriptionState
 from aiogroup.config import ConsumerConfig
 from aiogroup.errors import RecordDeserializationError
 from aiogroup.structs import ConsumerRecord, TopicPartition
+from tests.unit.chunks import chunk_of
 
 TOPIC = "t"
 _BUILT = native.native_records() is not None
@@ -86,21 +87,6 @@ def _batch(partition: int, base: int, count: int, raw: Raw) -> bytes:
     return bytes(data)
 
 
-def _chunk(st: PartitionState, data: bytes, fetch_offset: int) -> Chunk:
-    batches = split_batches(data)
-    return Chunk(
-        st,
-        st.epoch,
-        fetch_offset,
-        batches,
-        len(data),
-        end_offset=batches[-1].next_offset,
-        check_crcs=True,
-        aborted=None,
-        data=data,
-    )
-
-
 def expected(records: list[ConsumerRecord], raw: Raw) -> int:
     """The oracle: the raw keys' and values' lengths (a missing one counts 0)."""
     total = 0
@@ -137,7 +123,7 @@ def _fetcher(
             base += count
         st = sub.assignment.state(tp)
         st.seek(fetch_offset)
-        chunk = _chunk(st, data, fetch_offset)
+        chunk = chunk_of(st, data, fetch_offset)
         fetcher._buffers[tp] = deque([chunk])
         fetcher.buffered_bytes += chunk.size
     return fetcher, sub, tps, raw
@@ -308,7 +294,7 @@ def test_the_sink_counts_a_partly_read_batch_by_its_running_sums(record_path: st
     raw: Raw = {}
     st = PartitionState(TopicPartition(TOPIC, 0), SubscriptionState().default_reset)
     st.seek(0)
-    chunk = _chunk(st, _batch(0, 0, 40, raw), 0)
+    chunk = chunk_of(st, _batch(0, 0, 40, raw), 0)
     for limit in (3, 1, 11, 100):
         sink = RecordSink(None, None)
         walk(chunk, limit, sink)

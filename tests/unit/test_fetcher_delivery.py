@@ -12,12 +12,13 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.util import calc_crc32c
 
 from aiogroup._fetch import delivery
-from aiogroup._fetch.fetcher import Chunk, Fetcher, split_batches
+from aiogroup._fetch.fetcher import Chunk, Fetcher
 from aiogroup._fetch.native import native_records
 from aiogroup._fetch.walker import RecordSink, walk
 from aiogroup._state.subscription import PartitionState, SubscriptionState
 from aiogroup.config import ConsumerConfig
 from aiogroup.structs import ConsumerRecord, TopicPartition
+from tests.unit.chunks import chunk_of
 
 TOPIC = "t"
 _ATTR_POS = 21  # baseOffset(8) length(4) leaderEpoch(4) magic(1) crc(4)
@@ -79,28 +80,6 @@ def values(n: int, start: int = 0) -> list[bytes]:
     return [f"v{i}".encode() for i in range(start, start + n)]
 
 
-def make_chunk(
-    st: PartitionState,
-    data: bytes,
-    fetch_offset: int,
-    *,
-    end: int | None = None,
-    aborted: list[tuple[int, int]] | None = None,
-) -> Chunk:
-    batches = split_batches(data)
-    return Chunk(
-        st,
-        st.epoch,
-        fetch_offset,
-        batches,
-        len(data),
-        end_offset=batches[-1].next_offset if end is None else end,
-        check_crcs=True,
-        aborted=aborted,
-        data=data,  # as the fetcher gives it: the native module reads the bytes
-    )
-
-
 def take_records(
     chunk: Chunk, limit: int, out: list[ConsumerRecord], kd: Any = None, vd: Any = None
 ) -> int:
@@ -126,7 +105,7 @@ def ready_state() -> PartitionState:
 
 def test_whole_chunk_in_order(ready_state: PartitionState) -> None:
     data = batch_bytes(0, values(5)) + batch_bytes(5, values(5, 5))
-    chunk = make_chunk(ready_state, data, 0)
+    chunk = chunk_of(ready_state, data, 0)
     recs = take_all(chunk)
     assert [r.offset for r in recs] == list(range(10))
     assert [r.value for r in recs] == values(10)
@@ -137,12 +116,12 @@ def test_whole_chunk_in_order(ready_state: PartitionState) -> None:
 
 
 def test_records_before_fetch_offset_are_skipped(ready_state: PartitionState) -> None:
-    chunk = make_chunk(ready_state, batch_bytes(100, values(10)), 104)
+    chunk = chunk_of(ready_state, batch_bytes(100, values(10)), 104)
     assert [r.offset for r in take_all(chunk)] == list(range(104, 110))
 
 
 def test_limit_splits_a_batch_and_resumes(ready_state: PartitionState) -> None:
-    chunk = make_chunk(ready_state, batch_bytes(0, values(7)) + batch_bytes(7, values(3, 7)), 0)
+    chunk = chunk_of(ready_state, batch_bytes(0, values(7)) + batch_bytes(7, values(3, 7)), 0)
     first = take_all(chunk, 3)
     second = take_all(chunk, 5)
     rest = take_all(chunk)
@@ -154,7 +133,7 @@ def test_limit_splits_a_batch_and_resumes(ready_state: PartitionState) -> None:
 
 def test_deserializers_and_headers(ready_state: PartitionState) -> None:
     data = batch_bytes(0, values(2), headers=[("h", b"x")], keys=[b"k0", None])
-    chunk = make_chunk(ready_state, data, 0)
+    chunk = chunk_of(ready_state, data, 0)
     out: list[ConsumerRecord] = []
     take_records(chunk, 10, out, lambda k: k.decode().upper(), lambda v: v.decode())
     assert [(r.key, r.value) for r in out] == [("K0", "v0"), (None, "v1")]
@@ -164,7 +143,7 @@ def test_deserializers_and_headers(ready_state: PartitionState) -> None:
 
 def test_control_batches_are_skipped_and_position_passes_them(ready_state: PartitionState) -> None:
     data = batch_bytes(0, values(3)) + abort_marker(3, pid=7) + batch_bytes(4, values(2, 4))
-    chunk = make_chunk(ready_state, data, 0)
+    chunk = chunk_of(ready_state, data, 0)
     recs = take_all(chunk)
     assert [r.offset for r in recs] == [0, 1, 2, 4, 5]
     assert chunk.next_offset == 6
@@ -177,20 +156,20 @@ def test_read_committed_drops_aborted_transaction(ready_state: PartitionState) -
         + abort_marker(4, pid=7)
         + batch_bytes(5, values(1, 5), pid=7, transactional=True)  # a later, clean txn
     )
-    chunk = make_chunk(ready_state, data, 0, aborted=[(7, 0)])
+    chunk = chunk_of(ready_state, data, 0, aborted=[(7, 0)])
     recs = take_all(chunk)
     assert [r.offset for r in recs] == [2, 3, 5]
     assert chunk.next_offset == 6
 
 
 def test_read_committed_stops_at_last_stable_offset(ready_state: PartitionState) -> None:
-    chunk = make_chunk(ready_state, batch_bytes(0, values(10)), 0, end=6, aborted=[])
+    chunk = chunk_of(ready_state, batch_bytes(0, values(10)), 0, end=6, aborted=[])
     assert [r.offset for r in take_all(chunk)] == list(range(6))
     assert chunk.done and chunk.next_offset == 6
 
 
 def test_only_control_records_still_advance(ready_state: PartitionState) -> None:
-    chunk = make_chunk(ready_state, abort_marker(0, pid=1) + abort_marker(1, pid=2), 0)
+    chunk = chunk_of(ready_state, abort_marker(0, pid=1) + abort_marker(1, pid=2), 0)
     assert take_all(chunk) == []
     assert chunk.done and chunk.next_offset == 2
 
@@ -198,7 +177,7 @@ def test_only_control_records_still_advance(ready_state: PartitionState) -> None
 def test_crc_failure_raises(ready_state: PartitionState) -> None:
     data = bytearray(batch_bytes(0, values(3)))
     data[-1] ^= 0xFF
-    chunk = make_chunk(ready_state, bytes(data), 0)
+    chunk = chunk_of(ready_state, bytes(data), 0)
     from aiokafka.errors import CorruptRecordException
 
     with pytest.raises(CorruptRecordException, match="CRC"):
@@ -225,7 +204,7 @@ async def _fetcher_with(
     for tp in tps:
         st = sub.assignment.state(tp)
         st.seek(0)
-        chunk = make_chunk(st, batch_bytes(0, values(per_partition)), 0)
+        chunk = chunk_of(st, batch_bytes(0, values(per_partition)), 0)
         fetcher._buffers[tp] = deque([chunk])
         fetcher.buffered_bytes += chunk.size
     return fetcher, sub, tps
@@ -382,11 +361,11 @@ def test_arrow_headers_and_partial_batches(ready_state: PartitionState) -> None:
         0, values(4), headers=[("h", b"1"), ("g", b"2")], keys=[b"a", None, b"c", b"d"]
     )
     cols = ColumnBuilder()
-    chunk = make_chunk(ready_state, data, 1)
+    chunk = chunk_of(ready_state, data, 1)
     assert walk(chunk, 2, cols) == 2  # partial batch: the per-record path
     assert walk(chunk, 10, cols) == 1
     batch = cols.to_record_batch()
-    expected = records_to_arrow(take_all(make_chunk(ready_state, data, 1)))
+    expected = records_to_arrow(take_all(chunk_of(ready_state, data, 1)))
     assert batch.to_pylist() == expected.to_pylist()
     assert batch.column("headers").to_pylist()[0] == [
         {"key": "h", "value": b"1"},
@@ -414,8 +393,8 @@ def test_arrow_run_length_columns_across_batches_and_partitions() -> None:
     cols = ColumnBuilder()
     expected: list[ConsumerRecord] = []
     for st, data, n in zip(states, (data0, data1), (6, 5), strict=True):
-        assert walk(make_chunk(st, data, 0), 100, cols) == n
-        expected += take_all(make_chunk(st, data, 0))
+        assert walk(chunk_of(st, data, 0), 100, cols) == n
+        expected += take_all(chunk_of(st, data, 0))
     batch = cols.to_record_batch()
     assert len(cols) == batch.num_rows == 11
     assert batch.to_pylist() == records_to_arrow(expected).to_pylist()
@@ -428,7 +407,7 @@ async def test_unlimited_call_hands_out_one_chunk_per_partition() -> None:
     fetcher, sub, tps = await _fetcher_with(1, 5)
     assert sub.assignment is not None
     st = sub.assignment.state(tps[0])
-    second = make_chunk(st, batch_bytes(5, values(3, 5)), 5)
+    second = chunk_of(st, batch_bytes(5, values(3, 5)), 5)
     fetcher._buffers[tps[0]].append(second)
     fetcher.buffered_bytes += second.size
     first_call = await fetcher.fetched_records((), 0)
@@ -450,7 +429,7 @@ def test_arrow_without_pyarrow_names_the_extra(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_deserializers_on_a_split_batch(ready_state: PartitionState) -> None:
-    chunk = make_chunk(ready_state, batch_bytes(0, values(3), keys=[b"a", b"b", None]), 0)
+    chunk = chunk_of(ready_state, batch_bytes(0, values(3), keys=[b"a", b"b", None]), 0)
     out: list[ConsumerRecord] = []
     assert take_records(chunk, 1, out, bytes.upper, len) == 1  # per-record path
     assert take_records(chunk, 5, out, bytes.upper, len) == 2

@@ -26,6 +26,7 @@ from aiogroup._fetch.decoding import Chunk, split_batches
 from aiogroup._fetch.walker import walk
 from aiogroup._state.subscription import PartitionState, SubscriptionState
 from aiogroup.structs import TopicPartition
+from tests.unit import chunks
 
 if shutil.which("cargo") is None:
     # Not applicable: without a Rust toolchain make install leaves the module out.
@@ -78,18 +79,7 @@ def fix_crc(data: bytearray | bytes) -> bytes:
 def chunk_of(data: bytes, fetch_offset: int = 0, *, check_crcs: bool = True) -> Chunk:
     st = PartitionState(TP, SubscriptionState().default_reset)
     st.seek(fetch_offset)
-    batches = split_batches(data)
-    return Chunk(
-        st,
-        st.epoch,
-        fetch_offset,
-        batches,
-        len(data),
-        end_offset=batches[-1].next_offset,
-        check_crcs=check_crcs,
-        aborted=None,
-        data=data,
-    )
+    return chunks.chunk_of(st, data, fetch_offset, check_crcs=check_crcs)
 
 
 def columns(
