@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from aiogroup import ShareConsumer
-from aiogroup.testing.broker import unique_name
 from aiogroup.testing import kafka as kafka_fixture
+from aiogroup.testing.broker import unique_name
 from aiogroup.testing.kafka import KafkaCluster
 from aiogroup.testing.share_peers import configure_share_group
 from benchmarks.share_baseline import _produce
@@ -148,6 +148,8 @@ async def trace_aiogroup(
         return resp
 
     AIOKafkaConnection.send = traced  # type: ignore[method-assign]
+    if stamps is not None:
+        stamps.hook_selector(asyncio.get_running_loop())
     try:
         consumer = ShareConsumer(
             topic,
@@ -218,6 +220,28 @@ class _WireStamps:
         self._frame: dict[int, list[list[float]]] = {}
         self.chunks: list[int] = []
         self.sockopts: dict[str, str] = {}
+        #: Per answer's first read: how long the loop ran callbacks (busy, not in
+        #: ``select``) just before the ``select`` that reported the answer readable.
+        self.busy: list[float] = []
+        self._select_out = 0.0
+        self._busy_before = 0.0
+
+    def hook_selector(self, loop: Any) -> None:
+        """Stamp the loop's ``select`` calls: an answer that came while the loop was
+        busy waited in the socket up to that long (the round trip as the client sees
+        it, not the wire's)."""
+        selector = loop._selector
+        select = selector.select
+
+        def stamped(timeout: float | None = None) -> Any:
+            entered = time.perf_counter()
+            self._busy_before = entered - self._select_out
+            try:
+                return select(timeout)
+            finally:
+                self._select_out = time.perf_counter()
+
+        selector.select = stamped
 
     def written(self, conn: Any, called: float) -> list[float]:
         stamp = [called, time.perf_counter()]
@@ -240,6 +264,7 @@ class _WireStamps:
         def fed(data: Any) -> None:
             if first:
                 first.pop(0).append(time.perf_counter())
+                self.busy.append(self._busy_before)
             if frame:
                 self.chunks.append(len(data))
             feed(data)
@@ -274,13 +299,28 @@ class _WireStamps:
         out = [f"        socket {k}: {v}" for k, v in self.sockopts.items()]
         if not done:
             return [*out, "        (no ShareFetch stamped)"]
-        names = ["encoded and written", "first byte - written", "frame - first byte", "decoded - frame", "awaited - decoded"]
+        names = [
+            "encoded and written",
+            "first byte - written",
+            "frame - first byte",
+            "decoded - frame",
+            "awaited - decoded",
+        ]
         parts = []
         for i, name in enumerate(names):
             ms = [(s[i + 1] - s[i]) * 1000 for s in done]
-            parts.append(f"{name} median {statistics.median(ms):.3f} ms (sum {sum(ms) / 1000:.2f} s)")
+            parts.append(
+                f"{name} median {statistics.median(ms):.3f} ms (sum {sum(ms) / 1000:.2f} s)"
+            )
         chunks = self.chunks
         out.append(f"        {len(done)} ShareFetch stamped: " + "; ".join(parts))
+        if self.busy:
+            busy = [b * 1000 for b in self.busy]
+            out.append(
+                f"        loop busy before the select that found an answer: median "
+                f"{statistics.median(busy):.3f} ms, mean {statistics.fmean(busy):.3f} ms, "
+                f"over 0.2 ms in {sum(b > 0.2 for b in busy)} of {len(busy)}"
+            )
         if chunks:
             out.append(
                 f"        answer reads: {len(chunks)} chunks for {len(done)} answers, median "

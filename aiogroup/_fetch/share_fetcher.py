@@ -937,7 +937,13 @@ class ShareFetcher:
         # The acknowledgements this fetch carried are settled before what it acquired is
         # registered: an answer may acquire again a record it released (or whose late
         # ACCEPT it refused), and that answer must be reported for the old delivery.
-        results = self.tracker.answered(token, ack_errors) if token else []
+        # Where the next fetch leaves at this answer, they are settled after it is
+        # written: settling builds a result per acknowledged offset, on the way from
+        # the answer to the next request (issue 28), and nothing the next fetch takes
+        # depends on it - the records it settles are in flight, never taken again,
+        # and none turns back to awaiting an acknowledgement (only a RENEW's would,
+        # and with locks kept no fetch leaves at an answer).
+        results: list[AckResult] | None = None
         full = self._full_answers.get(node, 0) + 1 if acquired >= cfg.max_poll_records else 0
         self._full_answers[node] = full
         if sent.ahead:
@@ -955,10 +961,19 @@ class ShareFetcher:
             conn = self._connection(node)
             if conn is not None:
                 # Written now, on the connection: no task and no loop step before it.
-                after = self._fetch_request(
-                    node, session, self._partitions_of(node), task=True, conn=conn, max_wait_ms=wait
-                )
+                try:
+                    after = self._fetch_request(
+                        node,
+                        session,
+                        self._partitions_of(node),
+                        task=True,
+                        conn=conn,
+                        max_wait_ms=wait,
+                    )
+                finally:
+                    results = self.tracker.answered(token, ack_errors) if token else []
             else:
+                results = self.tracker.answered(token, ack_errors) if token else []
                 after = self._fetch_request(
                     node, session, self._partitions_of(node), task=True, max_wait_ms=wait
                 )
@@ -970,6 +985,8 @@ class ShareFetcher:
                     self._lost(node, session, after.key, after.token, f"cancelled: {exc!r}")
                     raise
             after.ahead = ahead
+        if results is None:
+            results = self.tracker.answered(token, ack_errors) if token else []
         self._report(results, sent.mono, node)
         arrived = 0
         for tp, part in parts:

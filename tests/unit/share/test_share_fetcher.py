@@ -887,3 +887,38 @@ def test_the_full_answers_a_read_ahead_needs() -> None:
     for _ in range(10):
         n = _read_ahead_needed(n, False)
     assert n == _FULL_ANSWERS_MAX
+
+
+async def test_an_answer_settles_its_acknowledgements_after_the_next_fetch_left() -> None:
+    """Issue 28: settling an answer's acknowledgements builds a result per offset; where
+    the next fetch leaves at that answer it is written first, then they are settled -
+    and reported as before, ahead of the answer's records."""
+    third = Gated(fetch_answer(acquired=(30, 44, 1)))
+    client, fetcher = make_prefetching(
+        [fetch_answer(acquired=(0, 14, 1)), fetch_answer(acquired=(15, 29, 1)), third]
+    )
+    settled: list[tuple[int, list[Any]]] = []
+    answered = fetcher.tracker.answered
+
+    def settling(token: int, errors: Any, **kw: Any) -> Any:
+        results = answered(token, errors, **kw)
+        settled.append((share_fetches(client), [(r.ack_type.name, r.offsets) for r in results]))
+        return results
+
+    fetcher.tracker.answered = settling  # type: ignore[method-assign]
+    reported: list[Any] = []
+    fetcher.hooks.results = lambda rs: reported.extend((r.ack_type.name, r.offsets) for r in rs)
+    try:
+        fetcher.set_assignment({("t", 0): TID})
+        await fetcher.wait_for_records(WAIT)
+        assert poll_all(fetcher) == list(range(15))  # writes fetch 2, carrying 0-14
+        await fetcher.wait_for_records(WAIT)
+        await settle()
+        # Answer 2 settled fetch 2's ACCEPT of 0-14 after fetch 3 had left at it.
+        assert settled == [(3, [("ACCEPT", tuple(range(15)))])]
+        assert reported == [("ACCEPT", tuple(range(15)))]
+        assert ack_batches(share_fetch_requests(client)[2]) == []
+        assert poll_all(fetcher) == list(range(15, 30))
+    finally:
+        third.gate.set()
+        await fetcher.abort()
