@@ -67,6 +67,7 @@ async def trace_aiogroup(
     max_poll_records: int = 500,
     profile_gap: Path | None = None,
     wire: bool = False,
+    fetch_max_bytes: int | None = None,
 ) -> list[str]:
     """One aiogroup share consumer reads ``records``; every request it sends is logged
     with its send and answer times from the consumer's creation, and its ShareFetch
@@ -157,6 +158,7 @@ async def trace_aiogroup(
             bootstrap_servers=bootstrap,
             acquire_mode=acquire_mode,
             max_poll_records=max_poll_records,
+            **({} if fetch_max_bytes is None else {"fetch_max_bytes": fetch_max_bytes}),
         )
         await consumer.start()
         lines.append(f"{time.monotonic() - began:7.3f}    start() returned")
@@ -429,6 +431,7 @@ async def _run(
     profile_gap: bool = False,
     wire: bool = False,
     request_log: bool = False,
+    fetch_max_bytes: int | None = None,
 ) -> None:
     if request_log:
         kafka_fixture._LOG4J2 = _REQUEST_LOG4J2
@@ -458,6 +461,7 @@ async def _run(
                     max_poll_records,
                     logdir / f"aiogroup-gaps-{n}.pstats" if profile_gap else None,
                     wire,
+                    fetch_max_bytes,
                 )
             else:
                 out = logdir / f"librdkafka-{n}.log"
@@ -574,6 +578,11 @@ def main() -> None:
         "complete, decoded, awaited (and the share connection's socket options)",
     )
     parser.add_argument(
+        "--fetch-max-bytes",
+        type=int,
+        help="aiogroup's fetch_max_bytes (its ShareFetch's MaxBytes; default the consumer's)",
+    )
+    parser.add_argument(
         "--request-log",
         action="store_true",
         help="turn the broker's request log on (kafka.request.logger at DEBUG) and sum up "
@@ -603,6 +612,7 @@ def main() -> None:
             args.profile_gap,
             args.wire,
             args.request_log,
+            args.fetch_max_bytes,
         )
     )
 
