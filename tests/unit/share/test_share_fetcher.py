@@ -922,3 +922,50 @@ async def test_an_answer_settles_its_acknowledgements_after_the_next_fetch_left(
     finally:
         third.gate.set()
         await fetcher.abort()
+
+
+def big_batch(base: int, count: int, size: int) -> bytes:
+    builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 30)
+    for i in range(count):
+        builder.append(i, 1000 + i, b"k", bytes([i % 256]) * size, [])
+    data = bytearray(builder.build())
+    struct.pack_into(">q", data, 0, base)
+    return bytes(data)
+
+
+async def test_a_fetch_asks_for_the_bytes_its_records_take_within_fetch_max_bytes() -> None:
+    """Issue 28: the broker's work per ShareFetch grows with its MaxBytes, so a fetch
+    asks for four times what ``max_poll_records`` records of the last answer's size
+    take per partition - at least 1 MiB, at most ``fetch_max_bytes``; 1 MiB before any
+    answer brought records."""
+    small = fetch_answer(acquired=(0, 9, 1))
+    big = fetch_answer(acquired=(10, 19, 1))
+    records_of_big = big_batch(10, 10, 40_000)
+    big["responses"][0]["partitions"][0]["records"] = records_of_big
+    huge = fetch_answer(acquired=(20, 29, 1))
+    huge["responses"][0]["partitions"][0]["records"] = big_batch(20, 10, 400_000)
+    client = ScriptedLeader([small, big, huge])
+    fetcher = make(client, fetch_max_bytes=8 << 20)
+    try:
+        fetcher.set_assignment({("t", 0): TID})
+        for n in range(3):
+            await records(fetcher, 10)
+            await asyncio.wait_for(read_ahead_sent(client, n + 2), WAIT)
+        asked = [f["max_bytes"] for f in share_fetch_requests(client)]
+        expected_big = int(len(records_of_big) / 10 * 10 * 1 * 4)
+        assert expected_big > 1 << 20
+        assert asked == [1 << 20, 1 << 20, expected_big, 8 << 20]
+    finally:
+        await fetcher.abort()
+
+
+async def test_a_fetch_never_asks_for_more_than_fetch_max_bytes() -> None:
+    client = ScriptedLeader([fetch_answer(acquired=(0, 9, 1))])
+    fetcher = make(client, fetch_max_bytes=1000)
+    try:
+        fetcher.set_assignment({("t", 0): TID})
+        await records(fetcher, 10)
+        await asyncio.wait_for(read_ahead_sent(client, 2), WAIT)
+        assert [f["max_bytes"] for f in share_fetch_requests(client)] == [1000, 1000]
+    finally:
+        await fetcher.abort()
