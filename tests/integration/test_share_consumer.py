@@ -161,6 +161,39 @@ async def test_consume_with_implicit_acknowledgement_accepts_every_record_once(
     assert report.records == 20
 
 
+async def test_a_fetch_max_bytes_below_one_record_batch_still_reads_every_record(
+    share_broker: KafkaBroker, kafka_topic: TopicFactory
+) -> None:
+    """A ShareFetch asks for MaxBytes from the records it gets, within ``fetch_max_bytes``
+    (issue 28): the broker returns a fetch's first record batch whatever MaxBytes says,
+    so even a limit below one batch reads on - here 500 B against batches of 4 KiB
+    records, in as few batches as the producer makes - and every record is accepted
+    once."""
+    bootstrap = share_broker.bootstrap_servers
+    topic = await kafka_topic(1)
+    group = unique_name("share")
+    await configure_share_group(bootstrap, group)
+    recorder = ShareRecorder()
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=50)
+    await producer.start()
+    try:
+        sends = [await producer.send(topic, bytes([i]) * 4096, partition=0) for i in range(30)]
+        metas = await asyncio.gather(*sends)
+    finally:
+        await producer.stop()
+    recorder.produced(topic, 0, metas[0].offset, metas[-1].offset)
+    options = {"recorder": recorder, "recorder_name": "c1", "fetch_max_bytes": 500}
+    async with consumer(bootstrap, group, topic, **options) as c:
+        got = await collect(c, 30)
+        assert sorted(r.offset for r in got) == list(range(30))
+        assert all(r.value == bytes([r.offset]) * 4096 for r in got)
+        await c.commit()
+    await record_broker_view(recorder, bootstrap, group)
+    report = check_share_history(recorder.events(), delivery_limit=DELIVERY_LIMIT)
+    report.assert_clean()
+    assert report.records == 30
+
+
 async def test_explicit_release_redelivers_with_a_higher_delivery_count(
     share_broker: KafkaBroker, kafka_topic: TopicFactory
 ) -> None:

@@ -887,3 +887,85 @@ def test_the_full_answers_a_read_ahead_needs() -> None:
     for _ in range(10):
         n = _read_ahead_needed(n, False)
     assert n == _FULL_ANSWERS_MAX
+
+
+async def test_an_answer_settles_its_acknowledgements_after_the_next_fetch_left() -> None:
+    """Issue 28: settling an answer's acknowledgements builds a result per offset; where
+    the next fetch leaves at that answer it is written first, then they are settled -
+    and reported as before, ahead of the answer's records."""
+    third = Gated(fetch_answer(acquired=(30, 44, 1)))
+    client, fetcher = make_prefetching(
+        [fetch_answer(acquired=(0, 14, 1)), fetch_answer(acquired=(15, 29, 1)), third]
+    )
+    settled: list[tuple[int, list[Any]]] = []
+    answered = fetcher.tracker.answered
+
+    def settling(token: int, errors: Any, **kw: Any) -> Any:
+        results = answered(token, errors, **kw)
+        settled.append((share_fetches(client), [(r.ack_type.name, r.offsets) for r in results]))
+        return results
+
+    fetcher.tracker.answered = settling  # type: ignore[method-assign]
+    reported: list[Any] = []
+    fetcher.hooks.results = lambda rs: reported.extend((r.ack_type.name, r.offsets) for r in rs)
+    try:
+        fetcher.set_assignment({("t", 0): TID})
+        await fetcher.wait_for_records(WAIT)
+        assert poll_all(fetcher) == list(range(15))  # writes fetch 2, carrying 0-14
+        await fetcher.wait_for_records(WAIT)
+        await settle()
+        # Answer 2 settled fetch 2's ACCEPT of 0-14 after fetch 3 had left at it.
+        assert settled == [(3, [("ACCEPT", tuple(range(15)))])]
+        assert reported == [("ACCEPT", tuple(range(15)))]
+        assert ack_batches(share_fetch_requests(client)[2]) == []
+        assert poll_all(fetcher) == list(range(15, 30))
+    finally:
+        third.gate.set()
+        await fetcher.abort()
+
+
+def big_batch(base: int, count: int, size: int) -> bytes:
+    builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 30)
+    for i in range(count):
+        builder.append(i, 1000 + i, b"k", bytes([i % 256]) * size, [])
+    data = bytearray(builder.build())
+    struct.pack_into(">q", data, 0, base)
+    return bytes(data)
+
+
+async def test_a_fetch_asks_for_the_bytes_its_records_take_within_fetch_max_bytes() -> None:
+    """Issue 28: the broker's work per ShareFetch grows with its MaxBytes, so a fetch
+    asks for four times what ``max_poll_records`` records of the last answer's size
+    take per partition - at least 1 MiB, at most ``fetch_max_bytes``; 1 MiB before any
+    answer brought records."""
+    small = fetch_answer(acquired=(0, 9, 1))
+    big = fetch_answer(acquired=(10, 19, 1))
+    records_of_big = big_batch(10, 10, 40_000)
+    big["responses"][0]["partitions"][0]["records"] = records_of_big
+    huge = fetch_answer(acquired=(20, 29, 1))
+    huge["responses"][0]["partitions"][0]["records"] = big_batch(20, 10, 400_000)
+    client = ScriptedLeader([small, big, huge])
+    fetcher = make(client, fetch_max_bytes=8 << 20)
+    try:
+        fetcher.set_assignment({("t", 0): TID})
+        for n in range(3):
+            await records(fetcher, 10)
+            await asyncio.wait_for(read_ahead_sent(client, n + 2), WAIT)
+        asked = [f["max_bytes"] for f in share_fetch_requests(client)]
+        expected_big = int(len(records_of_big) / 10 * 10 * 1 * 4)
+        assert expected_big > 1 << 20
+        assert asked == [1 << 20, 1 << 20, expected_big, 8 << 20]
+    finally:
+        await fetcher.abort()
+
+
+async def test_a_fetch_never_asks_for_more_than_fetch_max_bytes() -> None:
+    client = ScriptedLeader([fetch_answer(acquired=(0, 9, 1))])
+    fetcher = make(client, fetch_max_bytes=1000)
+    try:
+        fetcher.set_assignment({("t", 0): TID})
+        await records(fetcher, 10)
+        await asyncio.wait_for(read_ahead_sent(client, 2), WAIT)
+        assert [f["max_bytes"] for f in share_fetch_requests(client)] == [1000, 1000]
+    finally:
+        await fetcher.abort()
