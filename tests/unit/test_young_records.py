@@ -232,3 +232,21 @@ def test_the_collector_walks_fewer_objects_after_a_drain() -> None:
             assert walked >= 2000
         else:
             assert walked < 2000
+
+
+def test_header_tuples_are_built_untracked_as_the_collector_would_leave_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A header pair (str, bytes or None) and the tuple of pairs can hold no cycle."""
+    data = batch(0, headers=True)
+    monkeypatch.setenv("AIOGROUP_NATIVE", "0")
+    pure = drain(None, data)
+    monkeypatch.setenv("AIOGROUP_NATIVE", "1")
+    fast = drain(None, data)
+    for p, f in zip(pure, fast, strict=True):
+        assert f.headers == p.headers == (("trace", b"abc"), ("k", None))
+        assert type(f.headers) is type(p.headers) is tuple
+        assert all(type(h) is tuple for h in f.headers)
+        assert not gc.is_tracked(f.headers)
+        assert not any(gc.is_tracked(h) for h in f.headers)
+        assert gc.is_tracked(f)  # no holder: the record itself stays tracked
