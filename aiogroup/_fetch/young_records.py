@@ -56,14 +56,15 @@ class YoungRecords:
     same way (close).  Without the native module's functions it does nothing.
     """
 
-    __slots__ = ("_gens", "_retrack", "_untrack")
+    __slots__ = ("_gens", "_keep", "_retrack", "_untrack")
 
     def __init__(self) -> None:
         fns = native_gc_tracking()
         self._untrack: Callable[[list[Any], type], int] | None = None
         self._retrack: Callable[[list[Any], type], int] | None = None
+        self._keep: Callable[[list[Any], type], list[Any]] | None = None
         if fns is not None:
-            self._untrack, self._retrack = fns
+            self._untrack, self._retrack, self._keep = fns
         self._gens: deque[list[ConsumerRecord]] = deque([[]])
 
     def adopt(self, records: list[ConsumerRecord]) -> None:
@@ -75,9 +76,18 @@ class YoungRecords:
         untrack(records, ConsumerRecord)
 
     def turn(self) -> None:
-        """A drain starts: a new generation; the one two drains old goes."""
+        """A drain starts: records only held here are freed; if records were built since
+        the last turn, a new generation starts and the one two drains old goes."""
         gens = self._gens
-        if not gens[-1]:
+        built = bool(gens[-1])
+        keep = self._keep
+        if keep is not None:
+            # Freed now, as the application's drop would have freed them, rather than
+            # a drain later: their memory is reused while still in the caches.
+            for i, g in enumerate(gens):
+                if g:
+                    gens[i] = keep(g, ConsumerRecord)
+        if not built:
             return  # nothing built since the last turn: nothing ages
         gens.append([])
         while len(gens) > GENERATIONS:

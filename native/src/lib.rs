@@ -732,6 +732,7 @@ fn aiogroup_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(share_records::share_records, m)?)?;
     m.add_function(wrap_pyfunction!(young_records::untrack, m)?)?;
     m.add_function(wrap_pyfunction!(young_records::retrack_shared, m)?)?;
+    m.add_function(wrap_pyfunction!(young_records::keep_shared, m)?)?;
     m.add("DecodeError", m.py().get_type::<DecodeError>())?;
     let held_steps = held_steps::make_type();
     if held_steps.is_null() {

@@ -91,3 +91,36 @@ pub(crate) fn retrack_shared(records: &Bound<'_, PyList>, cls: &Bound<'_, PyType
     }
     n
 }
+
+/// The items of `records` that something besides this list refers to (a reference
+/// count above one), in order, as a new list; instances of other types than `cls`
+/// are kept too.  The caller replaces its list with this one: the records only it
+/// held are then freed at once, by their reference count, while their memory is
+/// still warm (not a drain later), and the others stay held (still untracked).
+#[pyfunction]
+pub(crate) fn keep_shared<'py>(
+    records: &Bound<'py, PyList>,
+    cls: &Bound<'py, PyType>,
+) -> PyResult<Bound<'py, PyList>> {
+    let py = records.py();
+    let want = cls.as_type_ptr();
+    let list = records.as_ptr();
+    // SAFETY: a new list; borrowed items of a list we hold, appended (with a new
+    // reference) to it; the GIL is held and nothing runs between the reads.
+    unsafe {
+        let out = crate::records::owned(py, ffi::PyList_New(0))?;
+        let len = ffi::PyList_Size(list);
+        for i in 0..len {
+            let item = ffi::PyList_GetItem(list, i);
+            if item.is_null() {
+                return Err(PyErr::fetch(py));
+            }
+            if (ffi::Py_TYPE(item) != want || ffi::Py_REFCNT(item) > 1)
+                && ffi::PyList_Append(out.as_ptr(), item) != 0
+            {
+                return Err(PyErr::fetch(py));
+            }
+        }
+        Ok(out.cast_into::<PyList>()?)
+    }
+}

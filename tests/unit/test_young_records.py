@@ -96,34 +96,35 @@ def test_without_the_native_functions_nothing_is_untracked(
     assert young.held == 0 and all(gc.is_tracked(r) for r in recs)
 
 
-def test_records_the_application_dropped_are_freed_without_a_collection(
+def test_records_the_application_dropped_are_freed_at_the_next_drain_by_refcount(
     collector_paused: None,
 ) -> None:
     young = YoungRecords()
     refs = [weakref.ref(r) for r in drain(young, batch(0))]
-    assert all(w() is not None for w in refs)  # held: dropped by the application only
+    assert all(w() is not None for w in refs)  # dropped by the application: held here
     drain(young, batch(5), 5)
-    assert all(w() is not None for w in refs)  # one drain later: still held
-    drain(young, batch(10), 10)
-    assert all(w() is None for w in refs)  # the second drain after: gone, by refcount
+    assert all(w() is None for w in refs)  # the next drain's turn: freed, no collection
 
 
-def test_idle_turns_do_not_age_the_records(collector_paused: None) -> None:
+def test_records_the_application_holds_stay_untracked_through_idle_turns(
+    collector_paused: None,
+) -> None:
     young = YoungRecords()
-    refs = [weakref.ref(r) for r in drain(young, batch(0))]
+    kept = drain(young, batch(0))
     for _ in range(5):
-        young.turn()  # drains that built nothing (waiting for data)
-    assert all(w() is not None for w in refs) and young.held == 5
+        young.turn()  # drains that built nothing (waiting for data): nothing ages
+    assert young.held == 5 and not any(gc.is_tracked(r) for r in kept)
 
 
 def test_a_record_still_held_when_let_go_is_tracked_again() -> None:
     young = YoungRecords()
     kept = drain(young, batch(0))
-    drain(young, batch(5), 5)
-    assert not any(gc.is_tracked(r) for r in kept)
-    drain(young, batch(10), 10)
-    assert all(gc.is_tracked(r) for r in kept)
-    assert young.held == 10
+    drain(young, batch(5), 5)  # dropped by the application at once: freed at the next turn
+    assert not any(gc.is_tracked(r) for r in kept) and young.held == 10
+    later = drain(young, batch(10), 10)
+    assert all(gc.is_tracked(r) for r in kept)  # let go, still referred to: tracked
+    assert not any(gc.is_tracked(r) for r in later)
+    assert young.held == 5  # only the newest drain's
 
 
 def cycle_by_attribute(r: ConsumerRecord) -> None:
