@@ -118,6 +118,7 @@ class Fetcher:
         self.held = HeldRecords(subscription.delivery_changes)
         #: The natively built records kept out of the cyclic collector while held here.
         self._young = YoungRecords()
+        self._sweep_pending = False
         self._resets = PositionResets(
             client,
             subscription,
@@ -718,11 +719,20 @@ class Fetcher:
             ):
                 # Positions moved: records another read path holds are checked in full.
                 self._sub.delivery_changes.bump()
+                if self._young.held and not self._sweep_pending:
+                    # The records the application drops before it next yields are freed
+                    # then, not at the next call (which may be long in coming).
+                    self._sweep_pending = True
+                    asyncio.get_running_loop().call_soon(self._sweep_young)
                 return sink
             if self._error is not None or self._delivery.refusals != refusals:
                 continue
             if not await self._wait_for_data(deadline):
                 return None
+
+    def _sweep_young(self) -> None:
+        self._sweep_pending = False
+        self._young.sweep()
 
     async def fetched_records(
         self,

@@ -22,11 +22,13 @@ the second drain that builds records after the one that built it (the consumer's
 collected.  Until then ``gc.is_tracked(record)`` is False and ``gc.get_referrers``
 does not list the record, as for the tuples and dicts CPython untracks itself.
 
-The price: each record's reference is kept for up to two drains, so records the
-application dropped are freed at the next drain but one rather than at once - the
-records of one ``getmany`` call, which an application that assigns the next call's
-result to the same name holds until then anyway.  Records of the pure path (no
-native module) are not untracked.
+The price: records the application dropped are freed when the fetcher next looks
+(``sweep``: at the next drain, or at the event loop's next turn after the call that
+handed them out, whichever comes first), not at once; records still held are tracked
+again after two drains.  A first version let go of records only two drains later and
+made the next drain build into cold memory: its CPU rose by about what the collector
+saved (docs/benchmarks.md).  Records of the pure path (no native module) are not
+untracked.
 """
 
 from __future__ import annotations
@@ -51,12 +53,13 @@ class YoungRecords:
     """The records the fetcher built and untracked, by drain, until they may go.
 
     ``adopt`` (as a batch is built) untracks records and keeps a reference to each;
-    ``turn`` (at the start of each drain) starts a new generation and lets the
-    oldest go, tracked again where still shared; ``release`` lets every one go the
-    same way (close).  Without the native module's functions it does nothing.
+    ``sweep`` frees those nobody else holds; ``turn`` (at the start of each drain)
+    sweeps, starts a new generation and lets the oldest go, tracked again where still
+    shared; ``release`` lets every one go the same way (close).  Without the native
+    module's functions it does nothing.
     """
 
-    __slots__ = ("_gens", "_keep", "_retrack", "_untrack")
+    __slots__ = ("_built", "_gens", "_keep", "_retrack", "_untrack")
 
     def __init__(self) -> None:
         fns = native_gc_tracking()
@@ -66,6 +69,9 @@ class YoungRecords:
         if fns is not None:
             self._untrack, self._retrack, self._keep = fns
         self._gens: deque[list[ConsumerRecord]] = deque([[]])
+        #: Records were adopted since the last turn (a sweep may have freed them all:
+        #: the generations still age, so a record kept from an older one is let go).
+        self._built = False
 
     def adopt(self, records: list[ConsumerRecord]) -> None:
         """Untrack ``records`` (natively built ones) and hold each until released."""
@@ -73,20 +79,27 @@ class YoungRecords:
         if untrack is None or not records:
             return
         self._gens[-1].extend(records)  # our own reference first, then untrack
+        self._built = True
         untrack(records, ConsumerRecord)
+
+    def sweep(self) -> None:
+        """Free the records only held here (the application dropped them); age nothing."""
+        keep = self._keep
+        if keep is None:
+            return
+        gens = self._gens
+        for i, g in enumerate(gens):
+            if g:
+                gens[i] = keep(g, ConsumerRecord)
 
     def turn(self) -> None:
         """A drain starts: records only held here are freed; if records were built since
         the last turn, a new generation starts and the one two drains old goes."""
         gens = self._gens
-        built = bool(gens[-1])
-        keep = self._keep
-        if keep is not None:
-            # Freed now, as the application's drop would have freed them, rather than
-            # a drain later: their memory is reused while still in the caches.
-            for i, g in enumerate(gens):
-                if g:
-                    gens[i] = keep(g, ConsumerRecord)
+        built, self._built = self._built, False
+        # Freed now, as the application's drop would have freed them, rather than a
+        # drain later: their memory is reused while still in the caches.
+        self.sweep()
         if not built:
             return  # nothing built since the last turn: nothing ages
         gens.append([])

@@ -85,3 +85,28 @@ async def test_a_cycle_through_a_fetched_record_is_collected(
     finally:
         if not stopped:
             await consumer.stop()
+
+
+async def test_records_dropped_after_a_call_are_freed_at_the_loops_next_turn(
+    bootstrap_servers: str, kafka_topic: TopicFactory
+) -> None:
+    """Not at the next getmany, which may be long in coming: freed by refcount, no collection."""
+    topic = await kafka_topic(partitions=1)
+    await produce(bootstrap_servers, topic, 0)
+    consumer = GroupConsumer(bootstrap_servers=bootstrap_servers, auto_offset_reset="earliest")
+    await consumer.start()
+    was = gc.isenabled()
+    try:
+        consumer.assign([TopicPartition(topic, 0)])
+        gc.disable()
+        records = await next_records(consumer, 20)
+        refs = [weakref.ref(r) for r in records]
+        del records
+        assert all(w() is not None for w in refs)  # the fetcher holds them
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert all(w() is None for w in refs)
+    finally:
+        if was:
+            gc.enable()
+        await consumer.stop()

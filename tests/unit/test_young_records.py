@@ -251,3 +251,34 @@ def test_header_tuples_are_built_untracked_as_the_collector_would_leave_them(
         assert not gc.is_tracked(f.headers)
         assert not any(gc.is_tracked(h) for h in f.headers)
         assert gc.is_tracked(f)  # no holder: the record itself stays tracked
+
+
+def test_a_sweep_frees_what_only_the_holder_holds_and_ages_nothing(
+    collector_paused: None,
+) -> None:
+    young = YoungRecords()
+    recs = drain(young, batch(0))
+    kept = recs[1]
+    refs = [weakref.ref(r) for r in recs]
+    del recs
+    young.sweep()
+    assert [w() is not None for w in refs] == [False, True, False, False, False]
+    assert young.held == 1 and not gc.is_tracked(kept)
+    for _ in range(3):
+        young.sweep()  # no drain: the kept record stays untracked, held
+    assert young.held == 1 and not gc.is_tracked(kept)
+
+
+def test_generations_age_even_when_a_sweep_freed_the_newest() -> None:
+    """A record kept from an old drain is let go (tracked) although every later drain's
+    records were dropped and swept before the next turn."""
+    young = YoungRecords()
+    kept = drain(young, batch(0))[2]
+    cycle_by_attribute(kept)
+    ref = weakref.ref(kept)
+    del kept
+    for base in (5, 10, 15):
+        drain(young, batch(base), base)
+        young.sweep()  # the event loop's turn after the call: the drain's records freed
+    gc.collect()
+    assert ref() is None
