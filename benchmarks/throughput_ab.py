@@ -11,6 +11,11 @@ for aiogroup's tuned configuration from each ``--tree`` (run from the tree, whos
 confluent-kafka's two tuned configurations, interleaved repetition by repetition so
 that the machine's load falls on all of them alike, and prints medians with
 (min-max) and the load average.  Nothing is written unless ``--json``.
+
+``--variant V`` (repeatable) runs those aiogroup variants of each tree instead of
+``tuned`` alone, ``--peer CLIENT/VARIANT`` (repeatable) those peers instead of the
+two tuned ones: e.g. ``--variant tuned --variant tuned-nocrc --peer confluent/tuned
+--peer confluent/tuned-crc`` compares the CRC-32C check like against like.
 """
 
 from __future__ import annotations
@@ -85,6 +90,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tree", type=Path, action="append", help="a checkout (repeatable)")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--no-peers", action="store_true", help="aiogroup trees only")
+    parser.add_argument(
+        "--variant", action="append", help="aiogroup variant(s) per tree (default: tuned)"
+    )
+    parser.add_argument(
+        "--peer", action="append", help="peer CLIENT/VARIANT (repeatable; default: the tuned two)"
+    )
     parser.add_argument("--json", type=Path, help="write the raw results here")
     args = parser.parse_args(argv)
     trees = [t.resolve() for t in args.tree] if args.tree else [ROOT]
@@ -94,13 +105,22 @@ def main(argv: list[str] | None = None) -> int:
 
     sys.path.insert(0, str(ROOT))
     from aiogroup.testing import SyncKafkaBroker
+    from benchmarks import adapters
     from benchmarks.data import PAYLOADS, produce
 
+    ours = args.variant or ["tuned"]
+    peers = [tuple(p.split("/", 1)) for p in args.peer] if args.peer else list(PEERS)
+    for v in ours:
+        if v not in adapters.variants("aiogroup"):
+            parser.error(f"--variant {v}: aiogroup has no such variant")
+    for p in peers:
+        if len(p) != 2 or p[0] not in adapters.CLIENTS or p[1] not in adapters.variants(p[0]):
+            parser.error(f"--peer {'/'.join(p)}: no such client/variant")
     configs: list[tuple[str, str, str, Path | None]] = [
-        (f"aiogroup/tuned {tree}", "aiogroup", "tuned", tree) for tree in trees
+        (f"aiogroup/{v} {tree}", "aiogroup", v, tree) for tree in trees for v in ours
     ]
     if not args.no_peers:
-        configs += [(f"{c}/{v}", c, v, None) for c, v in PEERS]
+        configs += [(f"{c}/{v}", c, v, None) for c, v in peers]
     results: dict[str, list[dict[str, Any]]] = {name: [] for name, *_ in configs}
     load = {"before": os.getloadavg()}
     with SyncKafkaBroker() as broker:

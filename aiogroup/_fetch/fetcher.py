@@ -54,6 +54,7 @@ from aiogroup._fetch.responses import (
     reaction_for,
 )
 from aiogroup._fetch.walker import RecordSink, Sink
+from aiogroup._fetch.young_records import YoungRecords
 from aiogroup._state.subscription import Assignment, PartitionState, SubscriptionState
 from aiogroup._support.allocator import free_heap_bytes, keep_freed_pages, trim
 from aiogroup._support.frame_reader import install_frame_reader
@@ -115,6 +116,9 @@ class Fetcher:
         #: Records a refill built ahead for ``async for`` (``held_record``, and the
         #: consumer's ``iterate`` steps through them while nothing changed).
         self.held = HeldRecords(subscription.delivery_changes)
+        #: The natively built records kept out of the cyclic collector while held here.
+        self._young = YoungRecords()
+        self._sweep_pending = False
         self._resets = PositionResets(
             client,
             subscription,
@@ -207,6 +211,7 @@ class Fetcher:
         self._watchers.clear()
         self.held.release(None)
         self._delivery.clear()
+        self._young.release()
         self._cursors.clear()
         self._decode_cost.clear()
         self._budget.buffered = 0
@@ -706,6 +711,7 @@ class Fetcher:
             self._raise_error(partitions)
             self._data_ready.clear()
             sink = new_sink()
+            self._young.turn()  # records of the drain before last: tracked again if held
             refusals = self._delivery.refusals
             now = asyncio.get_running_loop().time()
             if self._sub.membership_current(now) and self._delivery.drain(
@@ -713,11 +719,20 @@ class Fetcher:
             ):
                 # Positions moved: records another read path holds are checked in full.
                 self._sub.delivery_changes.bump()
+                if self._young.held and not self._sweep_pending:
+                    # The records the application drops before it next yields are freed
+                    # then, not at the next call (which may be long in coming).
+                    self._sweep_pending = True
+                    asyncio.get_running_loop().call_soon(self._sweep_young)
                 return sink
             if self._error is not None or self._delivery.refusals != refusals:
                 continue
             if not await self._wait_for_data(deadline):
                 return None
+
+    def _sweep_young(self) -> None:
+        self._sweep_pending = False
+        self._young.sweep()
 
     async def fetched_records(
         self,
@@ -783,7 +798,7 @@ class Fetcher:
                 for tp in self._delivery.buffers:
                     st = assignment.get(tp)
                     before[tp] = None if st is None else st.position
-            return RecordSink(kd, vd)
+            return RecordSink(kd, vd, self._young)
 
         while True:
             sink = await self._read((), None, self._config.max_poll_records, new_sink)
@@ -803,7 +818,9 @@ class Fetcher:
         max_records: int | None,
     ) -> tuple[dict[TopicPartition, list[ConsumerRecord]], int]:
         kd, vd = self._config.key_deserializer, self._config.value_deserializer
-        sink = await self._read(partitions, deadline, max_records, lambda: RecordSink(kd, vd))
+        sink = await self._read(
+            partitions, deadline, max_records, lambda: RecordSink(kd, vd, self._young)
+        )
         if sink is None:
             return {}, 0
         assert isinstance(sink, RecordSink)

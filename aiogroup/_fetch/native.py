@@ -35,6 +35,7 @@ __all__ = [
     "native_crc",
     "native_decoder",
     "native_error",
+    "native_gc_tracking",
     "native_key_value_bytes",
     "native_records",
     "native_records_sized",
@@ -228,6 +229,29 @@ def native_share_records() -> Callable[..., list[Any]] | None:
     batches), or None (no module, an older build, ``AIOGROUP_NATIVE=0``)."""
     fn: Callable[..., list[Any]] | None = getattr(_enabled(), "share_records", None)
     return fn
+
+
+#: ``untrack(records, cls)``, ``retrack_shared(records, cls)`` (how many each acted on)
+#: and ``keep_shared(records, cls)`` (a new list): see ``native_gc_tracking``.
+GcTracking = tuple[
+    Callable[[list[Any], type], int],
+    Callable[[list[Any], type], int],
+    Callable[[list[Any], type], list[Any]],
+]
+
+
+def native_gc_tracking() -> GcTracking | None:
+    """``(untrack, retrack_shared, keep_shared)`` of the native module, or None (no
+    module, an older build, ``AIOGROUP_NATIVE=0``): the records built natively are kept
+    out of the cyclic collector while the fetcher holds them
+    (``aiogroup._fetch.young_records``)."""
+    mod = _enabled()
+    untrack = getattr(mod, "untrack", None)
+    retrack = getattr(mod, "retrack_shared", None)
+    keep = getattr(mod, "keep_shared", None)
+    if untrack is None or retrack is None or keep is None:
+        return None
+    return untrack, retrack, keep
 
 
 def _plain_class(cls: type) -> bool:

@@ -38,6 +38,7 @@ from aiogroup._fetch.native import (
     native_records_sized,
     record_template,
 )
+from aiogroup._fetch.young_records import YoungRecords
 from aiogroup.errors import RecordDeserializationError
 from aiogroup.structs import ConsumerRecord, TopicPartition
 
@@ -252,6 +253,10 @@ class RecordSink:
     also returns the batch's key + value bytes (and, for a batch read in part, their
     running sums), so ``sizes`` costs nothing per record there; elsewhere the sizes
     are read back from the records built (``key_value_bytes``).
+
+    ``young``: where natively built records go to be kept out of the cyclic collector
+    while the fetcher holds them (``aiogroup._fetch.young_records``); None: they stay
+    tracked.
     """
 
     __slots__ = (
@@ -259,6 +264,7 @@ class RecordSink:
         "_native",
         "_templates",
         "_vd",
+        "_young",
         "builds_records",
         "result",
         "sizes",
@@ -268,10 +274,14 @@ class RecordSink:
     whole_batches = False
 
     def __init__(
-        self, key_deserializer: Deserializer | None, value_deserializer: Deserializer | None
+        self,
+        key_deserializer: Deserializer | None,
+        value_deserializer: Deserializer | None,
+        young: YoungRecords | None = None,
     ) -> None:
         self._kd = key_deserializer
         self._vd = value_deserializer
+        self._young = young
         self.result: dict[TopicPartition, list[ConsumerRecord]] = {}
         #: Per partition: the key + value bytes of its records in ``result``.
         self.sizes: dict[TopicPartition, int] = {}
@@ -307,6 +317,8 @@ class RecordSink:
         except native_error():
             raise BatchDeclined(None) from None  # the pure path decodes it (or says why not)
         if recs:
+            if self._young is not None:
+                self._young.adopt(recs)
             self._out(tp).extend(recs)
             sizes = self.sizes
             sizes[tp] = sizes.get(tp, 0) + nbytes
@@ -326,6 +338,8 @@ class RecordSink:
         except native_error():
             return None
         assert sums is not None
+        if self._young is not None:
+            self._young.adopt(recs)
         return recs, memoryview(sums).cast("q")
 
     def add_batch(self, tp: TopicPartition, batch: Any, ts_type: int) -> int:

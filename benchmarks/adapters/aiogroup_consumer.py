@@ -30,6 +30,13 @@ VARIANTS = {
         dict(_BIG_FETCH),
         env=dict(_TUNED_ENV),
     ),
+    "tuned-nocrc": Variant(
+        "tuned-nocrc",
+        "tuned with check_crcs=False: batches' CRC-32C not checked, as librdkafka's default "
+        "(check.crcs=false); a like-against-like row, not a recommended setting",
+        {**_BIG_FETCH, "check_crcs": False},
+        env=dict(_TUNED_ENV),
+    ),
     "buffer16": Variant(
         "buffer16",
         "defaults with max_buffered_bytes=16 MiB (memory scenario: does RSS follow the bound?)",

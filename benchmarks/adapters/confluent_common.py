@@ -17,6 +17,12 @@ VARIANTS = {
         "fetch.queue.backoff.ms=10 (default 1000: the fetcher idles once its queue is full)",
         {"fetch.queue.backoff.ms": 10},
     ),
+    "tuned-crc": Variant(
+        "tuned-crc",
+        "tuned with check.crcs=true (librdkafka's default is false; aiogroup's and Java's "
+        "check_crcs default is true): a like-against-like row",
+        {"fetch.queue.backoff.ms": 10, "check.crcs": True},
+    ),
     "kip848": Variant(
         "kip848",
         "tuned with group.protocol=consumer (KIP-848; Apache Kafka 4 only)",

@@ -21,6 +21,7 @@ mod lz4_frame;
 mod pool;
 mod records;
 mod share_records;
+mod young_records;
 mod zstd_frame;
 
 use pyo3::create_exception;
@@ -729,6 +730,9 @@ fn aiogroup_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(records::consumer_records_sized, m)?)?;
     m.add_function(wrap_pyfunction!(records::key_value_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(share_records::share_records, m)?)?;
+    m.add_function(wrap_pyfunction!(young_records::untrack, m)?)?;
+    m.add_function(wrap_pyfunction!(young_records::retrack_shared, m)?)?;
+    m.add_function(wrap_pyfunction!(young_records::keep_shared, m)?)?;
     m.add("DecodeError", m.py().get_type::<DecodeError>())?;
     let held_steps = held_steps::make_type();
     if held_steps.is_null() {

@@ -329,6 +329,17 @@ fn as_i64(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
     Ok(v)
 }
 
+/// `t` untracked by the cyclic collector: a header pair (a `str` and a `bytes` or None)
+/// or the tuple of such pairs, which can never be part of a cycle.  The collector
+/// untracks such tuples itself, but only after walking them once, in the first
+/// collection after the call, with the record that holds them.
+#[inline]
+fn untracked_tuple(t: Bound<'_, PyTuple>) -> Bound<'_, PyTuple> {
+    // SAFETY: a tuple (a GC type) just made and tracked by PyTuple_New.
+    unsafe { ffi::PyObject_GC_UnTrack(t.as_ptr().cast()) };
+    t
+}
+
 #[allow(clippy::too_many_arguments)]
 fn build<'py>(
     py: Python<'py>,
@@ -443,9 +454,9 @@ fn build<'py>(
                     None => none.clone(),
                     Some(b) => bytes_of(py, b)?,
                 };
-                items.push(PyTuple::new(py, [hk, hv])?);
+                items.push(untracked_tuple(PyTuple::new(py, [hk, hv])?));
             }
-            PyTuple::new(py, items)?.into_any()
+            untracked_tuple(PyTuple::new(py, items)?).into_any()
         } else {
             empty.clone()
         };
