@@ -40,7 +40,8 @@ from aiogroup.errors import (
     is_retriable,
 )
 from aiogroup.structs import TopicPartition
-from tests.unit.test_fetcher_delivery import batch_bytes, make_chunk, take_all
+from tests.unit.chunks import chunk_of
+from tests.unit.test_fetcher_delivery import batch_bytes, take_all
 
 #: The record path both ways: the native module's (when it is built) and the pure one.
 RECORD_PATHS = ["pure", *(["native"] if native_records() is not None else [])]
@@ -332,7 +333,7 @@ JSON = [b'{"n": 0}', b'{"n": 1}', b"not json", b'{"n": 3}', b'{"n": 4}']
 def test_walker_stops_before_a_refused_record(st: PartitionState, first: int) -> None:
     """Records before the bad one are taken, the bad one stays next, and it is
     refused again on every walk until something moves past it."""
-    chunk = make_chunk(st, batch_bytes(0, JSON), first)
+    chunk = chunk_of(st, batch_bytes(0, JSON), first)
     sink = RecordSink(None, json.loads)
     assert walk(chunk, 100, sink) == 2 - first
     assert [r.value for r in sink.result[TP]] == [{"n": i} for i in range(first, 2)]
@@ -349,7 +350,7 @@ def test_walker_stops_before_a_refused_record(st: PartitionState, first: int) ->
 
 
 def test_key_deserializer_refusal_names_the_key(st: PartitionState) -> None:
-    chunk = make_chunk(st, batch_bytes(0, [b"a", b"b"], keys=[b"1", b"x"]), 0)
+    chunk = chunk_of(st, batch_bytes(0, [b"a", b"b"], keys=[b"1", b"x"]), 0)
     sink = RecordSink(int, None)
     assert walk(chunk, 10, sink) == 1
     assert chunk.failure is not None and chunk.failure.origin == "key"
@@ -365,7 +366,7 @@ def test_walker_fills_both_sinks_alike(st: PartitionState) -> None:
     for limits in ([100], [2, 2, 2], [1] * 6, [4, 2]):
         records = RecordSink(None, None)
         columns = ColumnBuilder()
-        chunk_r, chunk_c = make_chunk(st, data, 0), make_chunk(st, data, 0)
+        chunk_r, chunk_c = chunk_of(st, data, 0), chunk_of(st, data, 0)
         for n in limits:
             assert walk(chunk_r, n, records) == walk(chunk_c, n, columns)
             assert chunk_r.next_offset == chunk_c.next_offset
@@ -373,7 +374,7 @@ def test_walker_fills_both_sinks_alike(st: PartitionState) -> None:
         recs = records.result[TP]
         assert [r.offset for r in recs] == list(range(6))
         assert columns.to_record_batch().to_pylist() == records_to_arrow(recs).to_pylist()
-    assert [r.value for r in take_all(make_chunk(st, data, 4))] == [b"e", b"f"]
+    assert [r.value for r in take_all(chunk_of(st, data, 4))] == [b"e", b"f"]
 
 
 # -- the deserialization rule through the Fetcher's read paths ------------------------------
@@ -392,7 +393,7 @@ async def _json_fetcher(
         state = sub.assignment.state(tp)
         state.seek(0)
         data = batch_bytes(0, JSON if i == 0 else [b"1", b"2"])
-        chunk = make_chunk(state, data, 0)
+        chunk = chunk_of(state, data, 0)
         fetcher._buffers[tp] = deque([chunk])
         fetcher.buffered_bytes += chunk.size
     return fetcher, sub, tps
@@ -420,7 +421,7 @@ async def test_refused_record_is_raised_after_the_good_ones_until_sought_past(re
         assert (info.value.tp, info.value.offset) == (tp, 2)
         assert state.position == 2
     state.seek(3)  # the application skips it
-    fetcher._buffers[tp] = deque([make_chunk(state, batch_bytes(0, JSON), 3)])
+    fetcher._buffers[tp] = deque([chunk_of(state, batch_bytes(0, JSON), 3)])
     rest: list[int] = []
     while len(rest) < 2:
         rest += await once()

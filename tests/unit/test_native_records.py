@@ -35,6 +35,7 @@ from aiogroup._fetch.walker import RecordSink, walk
 from aiogroup._state.subscription import PartitionState, SubscriptionState
 from aiogroup.errors import RecordDeserializationError
 from aiogroup.structs import ConsumerRecord, TopicPartition
+from tests.unit import chunks
 
 if shutil.which("cargo") is None:
     native = pytest.importorskip(
@@ -133,17 +134,8 @@ def chunk_of(
 ) -> Chunk:
     state = PartitionState(TP, SubscriptionState().default_reset)
     state.seek(fetch_offset)
-    batches = split_batches(data)
-    return Chunk(
-        state,
-        state.epoch,
-        fetch_offset,
-        batches,
-        len(data),
-        end_offset=batches[-1].next_offset if end is None else end,
-        check_crcs=check_crcs,
-        aborted=aborted,
-        data=data,
+    return chunks.chunk_of(
+        state, data, fetch_offset, end=end, aborted=aborted, check_crcs=check_crcs
     )
 
 
