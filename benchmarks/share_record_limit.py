@@ -35,6 +35,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from aiokafka import AIOKafkaProducer
+
 from aiogroup.testing import kafka as kafka_fixture
 from aiogroup.testing.broker import unique_name
 from aiogroup.testing.kafka import KafkaCluster, java_binary, kafka_tools
@@ -108,6 +110,28 @@ def java_perf(
         f"ShareConsumerPerformance printed no result (exit {out.returncode}):\n"
         f"{out.stdout[-1500:]}\n{out.stderr[-1500:]}"
     )
+
+
+async def produce_batches(
+    bootstrap: str, topic: str, records: int, partitions: int, batch_records: int
+) -> None:
+    """``records`` records of 100 B, round-robin over the partitions, in record batches of
+    exactly ``batch_records`` (the last of a partition may be short): where the batches
+    divide ``max_poll_records``, a strict acquisition need not cut any of them."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks=1, max_batch_size=1 << 20)
+    await producer.start()
+    try:
+        value = b"x" * 100
+        per_part = [records // partitions + (p < records % partitions) for p in range(partitions)]
+        for p, count in enumerate(per_part):
+            for start in range(0, count, batch_records):
+                batch = producer.create_batch()
+                for _ in range(min(batch_records, count - start)):
+                    if batch.append(key=None, value=value, timestamp=None) is None:
+                        raise RuntimeError(f"a batch of {batch_records} records does not fit")
+                await (await producer.send_batch(batch, topic, partition=p))
+    finally:
+        await producer.stop()
 
 
 def _median(values: list[float]) -> float:
@@ -206,6 +230,7 @@ async def _run(
     request_log: bool,
     max_poll_records: int,
     keep: Path | None,
+    batch_records: int = 0,
 ) -> list[dict[str, Any]]:
     if request_log:
         kafka_fixture._LOG4J2 = _REQUEST_LOG4J2
@@ -218,7 +243,10 @@ async def _run(
     try:
         bootstrap = cluster.bootstrap_servers
         topic = await cluster.create_topic(unique_name("share-rl"), partitions)
-        await _produce(bootstrap, topic, records, partitions)
+        if batch_records:
+            await produce_batches(bootstrap, topic, records, partitions, batch_records)
+        else:
+            await _produce(bootstrap, topic, records, partitions)
         warm = unique_name("warm")
         await configure_share_group(bootstrap, warm)
         await aiogroup_share_rate(bootstrap, topic, warm, min(records, 1_000))
@@ -289,6 +317,13 @@ def main() -> None:
         action="store_true",
         help="turn the broker's request log on and sum up each run's share requests",
     )
+    parser.add_argument(
+        "--batch-records",
+        type=int,
+        default=0,
+        help="produce record batches of exactly this many records (default: the "
+        "benchmarks' producer, linger 5 ms: batches of ~592 records)",
+    )
     parser.add_argument("--keep", type=Path, help="write each run's request-log lines here")
     args = parser.parse_args()
     rows = asyncio.run(
@@ -301,6 +336,7 @@ def main() -> None:
             args.request_log,
             args.max_poll_records,
             args.keep,
+            args.batch_records,
         )
     )
     for client in args.order:
