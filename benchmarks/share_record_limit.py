@@ -24,9 +24,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
+import io
 import json
 import os
+import pstats
 import re
+import resource
 import statistics
 import subprocess
 import tempfile
@@ -231,6 +235,7 @@ async def _run(
     max_poll_records: int,
     keep: Path | None,
     batch_records: int = 0,
+    profile: tuple[str, ...] = (),
 ) -> list[dict[str, Any]]:
     if request_log:
         kafka_fixture._LOG4J2 = _REQUEST_LOG4J2
@@ -260,6 +265,9 @@ async def _run(
                     log_from = {i: p.stat().st_size for i, p in logs.items()}
                     load = os.getloadavg()[0]
                     cpu0 = _cpu_seconds(cluster)
+                    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    kids0 = kids.ru_utime + kids.ru_stime
+                    stats: dict[str, float] = {}
                     if runner == "java":
                         r = await asyncio.to_thread(
                             java_perf,
@@ -274,6 +282,9 @@ async def _run(
                             },
                         )
                     else:
+                        prof = cProfile.Profile() if client in profile else None
+                        if prof is not None:
+                            prof.enable()
                         r, _ = await aiogroup_share_rate(
                             bootstrap,
                             topic,
@@ -282,14 +293,29 @@ async def _run(
                             consumers=n,
                             max_poll_records=max_poll_records,
                             acquire_mode=mode,
+                            stats=stats,
                         )
+                        if prof is not None:
+                            prof.disable()
+                            out = io.StringIO()
+                            pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(25)
+                            print(f"== cProfile of {client} x{n}, round {round_}\n{out.getvalue()}")
                     broker = _cpu_seconds(cluster) - cpu0
+                    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    client_cpu = (
+                        kids.ru_utime + kids.ru_stime - kids0
+                        if runner == "java"
+                        else stats.get("cpu_s", float("nan"))
+                    )
                     row: dict[str, Any] = {
                         "client": client,
                         "consumers": n,
                         "round": round_,
                         "records_per_s": round(r.records_per_s),
                         "broker_cpu_ms_per_1000": round(broker * 1e6 / records, 2),
+                        # aiogroup: this process, first record to last; Java: the JVM's
+                        # whole run (start-up and JIT included).
+                        "client_cpu_ms_per_1000": round(client_cpu * 1e6 / records, 2),
                         "load": round(load, 1),
                     }
                     if request_log:
@@ -324,6 +350,13 @@ def main() -> None:
         help="produce record batches of exactly this many records (default: the "
         "benchmarks' producer, linger 5 ms: batches of ~592 records)",
     )
+    parser.add_argument(
+        "--profile",
+        nargs="*",
+        default=[],
+        choices=["aiogroup-rl", "aiogroup-batch"],
+        help="cProfile these aiogroup runs (top 25 by own time; slows what it measures)",
+    )
     parser.add_argument("--keep", type=Path, help="write each run's request-log lines here")
     args = parser.parse_args()
     rows = asyncio.run(
@@ -337,14 +370,16 @@ def main() -> None:
             args.max_poll_records,
             args.keep,
             args.batch_records,
+            tuple(args.profile),
         )
     )
     for client in args.order:
         for n in args.consumers:
             mine = [r for r in rows if r["client"] == client and r["consumers"] == n]
             print(
-                f"{client} x{n}: records/s {[r['records_per_s'] for r in mine]}, broker CPU ms "
-                f"per 1,000 records {[r['broker_cpu_ms_per_1000'] for r in mine]}"
+                f"{client} x{n}: records/s {[r['records_per_s'] for r in mine]}, CPU ms per "
+                f"1,000 records broker {[r['broker_cpu_ms_per_1000'] for r in mine]} client "
+                f"{[r['client_cpu_ms_per_1000'] for r in mine]}"
             )
 
 
