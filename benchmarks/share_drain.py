@@ -7,6 +7,9 @@ by every client): the ranking then follows the noise of a sub-second drain.  Thi
 splits the two on a larger backlog: seconds to the first record, then records/s from
 the first record to the last.
 
+``--acquire-mode record_limit`` drains aiogroup with strict record-limit acquisition
+(KIP-1206) instead; confluent-kafka stays batch-optimized (all its ShareFetch v1 has).
+
 Both clients with the same ``max_poll_records`` (librdkafka sends it as the ShareFetch's
 MaxRecords and BatchSize, as aiogroup does), batch-optimized acquisition, implicit
 acknowledgement, each in a fresh share group reading the same backlog on one Apache
@@ -49,11 +52,11 @@ _CHILD = """
 import asyncio, json, sys
 import aiogroup
 from benchmarks.share_consumer import aiogroup_share_rate
-bootstrap, topic, group, records, consumers, max_poll_records = sys.argv[1:7]
+bootstrap, topic, group, records, consumers, max_poll_records, mode = sys.argv[1:8]
 stats = {}
 result, first = asyncio.run(aiogroup_share_rate(bootstrap, topic, group, int(records),
     consumers=int(consumers), max_poll_records=int(max_poll_records),
-    acquire_mode="batch_optimized", stats=stats))
+    acquire_mode=mode, stats=stats))
 print(json.dumps({"origin": aiogroup.__file__, "seconds": result.seconds, "first": first,
     "cpu": stats.get("cpu_s", float("nan"))}))
 """
@@ -67,6 +70,7 @@ def _tree_drain(
     records: int,
     consumers: int,
     max_poll_records: int,
+    acquire_mode: str = "batch_optimized",
 ) -> tuple[float, float, float]:
     """One drain by ``tree``'s aiogroup in a child process: (seconds, first record's,
     the child's CPU seconds from its first record to its last)."""
@@ -74,7 +78,15 @@ def _tree_drain(
         # The tree's aiogroup alone first on the path: the benchmarks stay this checkout's.
         (Path(only) / "aiogroup").symlink_to(tree / "aiogroup")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([only, str(ROOT), *extra_path()]))
-        args = [bootstrap, topic, group, str(records), str(consumers), str(max_poll_records)]
+        args = [
+            bootstrap,
+            topic,
+            group,
+            str(records),
+            str(consumers),
+            str(max_poll_records),
+            acquire_mode,
+        ]
         out = subprocess.run(
             [sys.executable, "-c", _CHILD, *args],
             env=env,
@@ -98,6 +110,7 @@ async def _run(
     max_poll_records: int,
     trees: list[Path] | None = None,
     warm_records: int = 1_000,
+    acquire_mode: str = "batch_optimized",
 ) -> list[dict[str, Any]]:
     cluster = await KafkaCluster().start()
     rows: list[dict[str, Any]] = []
@@ -144,6 +157,7 @@ async def _run(
                             records,
                             n,
                             max_poll_records,
+                            acquire_mode,
                         )
                     else:
                         stats: dict[str, float] = {}
@@ -154,7 +168,7 @@ async def _run(
                             records,
                             consumers=n,
                             max_poll_records=max_poll_records,
-                            acquire_mode="batch_optimized",
+                            acquire_mode=acquire_mode,
                             stats=stats,
                         )
                         total = result.seconds
@@ -191,6 +205,13 @@ def main() -> None:
         help="records of the untimed warm-up drain before round 0 (at most --records)",
     )
     parser.add_argument(
+        "--acquire-mode",
+        choices=["batch_optimized", "record_limit"],
+        default="batch_optimized",
+        help="aiogroup's acquire_mode (confluent-kafka's ShareFetch v1 has batch-optimized "
+        "acquisition only: with record_limit the ratio compares different broker work)",
+    )
+    parser.add_argument(
         "--tree",
         type=Path,
         action="append",
@@ -210,6 +231,7 @@ def main() -> None:
             args.max_poll_records,
             trees,
             args.warm,
+            args.acquire_mode,
         )
     )
     for n in args.consumers:

@@ -15,6 +15,8 @@ each call: the join and the close fall outside); per record is the difference of
 two drains' counts over the difference of the records they counted, so what every
 drain pays once cancels.
 
+``--acquire-mode record_limit``: the child acquires with the strict limit instead.
+
 ``--tree PATH`` (repeatable) runs that checkout's ``aiogroup`` in the child (its
 ``aiogroup`` alone is put first on the path; the child checks ``aiogroup.__file__``),
 so commits can be compared in one run.  ``--keep DIR`` keeps the large drains'
@@ -55,7 +57,9 @@ def _mark() -> None:
     os.getsid(0)  # callgrind --dump-before=getsid: a segment boundary
 
 
-async def _child(bootstrap: str, topic: str, group: str, records: int) -> None:
+async def _child(
+    bootstrap: str, topic: str, group: str, records: int, acquire_mode: str = "batch_optimized"
+) -> None:
     import aiogroup
     from aiogroup import ShareConsumer
 
@@ -64,7 +68,7 @@ async def _child(bootstrap: str, topic: str, group: str, records: int) -> None:
         group_id=group,
         bootstrap_servers=bootstrap,
         max_poll_records=500,
-        acquire_mode="batch_optimized",
+        acquire_mode=acquire_mode,
     )
     await consumer.start()
     try:
@@ -96,7 +100,14 @@ async def _child(bootstrap: str, topic: str, group: str, records: int) -> None:
 
 
 def _drain(
-    tree: Path, bootstrap: str, topic: str, group: str, records: int, keep: Path | None, label: str
+    tree: Path,
+    bootstrap: str,
+    topic: str,
+    group: str,
+    records: int,
+    keep: Path | None,
+    label: str,
+    acquire_mode: str = "batch_optimized",
 ) -> tuple[int, int]:
     """(records counted, instructions) of one drain by ``tree``'s aiogroup under callgrind."""
     with tempfile.TemporaryDirectory(prefix="share-record-cost-") as tmp:
@@ -118,6 +129,7 @@ def _drain(
                 topic,
                 group,
                 str(records),
+                acquire_mode,
             ],
             env=env,
             cwd=tmp,
@@ -141,7 +153,13 @@ def _drain(
     return int(got["counted"]), total
 
 
-async def _run(trees: list[Path], small: int, large: int, keep: Path | None) -> None:
+async def _run(
+    trees: list[Path],
+    small: int,
+    large: int,
+    keep: Path | None,
+    acquire_mode: str = "batch_optimized",
+) -> None:
     from aiogroup.testing.broker import unique_name
     from aiogroup.testing.kafka import KafkaCluster
     from aiogroup.testing.share_peers import configure_share_group
@@ -166,7 +184,7 @@ async def _run(trees: list[Path], small: int, large: int, keep: Path | None) -> 
                 await configure_share_group(bootstrap, group)
                 counts.append(
                     await asyncio.to_thread(
-                        _drain, tree, bootstrap, topics[n], group, n, keep, str(i)
+                        _drain, tree, bootstrap, topics[n], group, n, keep, str(i), acquire_mode
                     )
                 )
             (n0, i0), (n1, i1) = counts
@@ -181,20 +199,23 @@ async def _run(trees: list[Path], small: int, large: int, keep: Path | None) -> 
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "_drain":
-        bootstrap, topic, group, records = sys.argv[2:6]
-        asyncio.run(_child(bootstrap, topic, group, int(records)))
+        bootstrap, topic, group, records, mode = sys.argv[2:7]
+        asyncio.run(_child(bootstrap, topic, group, int(records), mode))
         return
     parser = argparse.ArgumentParser(prog="python -m benchmarks.share_record_cost")
     parser.add_argument("--tree", type=Path, action="append")
     parser.add_argument("--small", type=int, default=20_000)
     parser.add_argument("--large", type=int, default=100_000)
     parser.add_argument("--keep", type=Path)
+    parser.add_argument(
+        "--acquire-mode", choices=["batch_optimized", "record_limit"], default="batch_optimized"
+    )
     args = parser.parse_args()
     trees = [t.resolve() for t in args.tree] if args.tree else [ROOT]
     for tree in trees:
         if not (tree / "aiogroup" / "__init__.py").is_file():
             parser.error(f"--tree {tree}: no aiogroup/__init__.py there")
-    asyncio.run(_run(trees, args.small, args.large, args.keep))
+    asyncio.run(_run(trees, args.small, args.large, args.keep, args.acquire_mode))
 
 
 if __name__ == "__main__":

@@ -212,3 +212,30 @@ def test_a_crc_failure_is_still_refused_with_the_native_builder(
     tr = AcknowledgementTracker(explicit=True)
     with pytest.raises(CorruptRecordException, match="offset 0 failed its CRC check"):
         acquired_records(bytes(data), [tr.acquired_range(TP, 0, 2, 1, 30.0, session=1)])
+
+
+def test_runs_that_cut_batches_are_built_natively(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A strict record-limit acquisition's shape (issue 28): runs that end and start
+    inside batches.  Each batch is built natively once per run it meets, sliced to the
+    run's offsets - the same records and gaps as the pure path."""
+    data = batch(0, 7) + batch(7, 6) + batch(13, 5)
+    spans = [(0, 4, 1), (5, 9, 2), (10, 14, 1)]
+    pure = decode(data, spans, monkeypatch, native_on=False)
+    fast = decode(data, spans, monkeypatch, native_on=True)
+    assert fast[:2] == pure[:2]
+    assert [r[2] for r in fast[0]] == list(range(15))
+    assert [r[9] for r in fast[0]] == [0] * 5 + [1] * 5 + [2] * 5
+    # batch 0-6: runs 0 and 1; 7-12: runs 1 and 2; 13-17: run 2.
+    assert fast[2] == 5
+
+
+def test_a_cut_batch_with_a_foreign_range_between_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Offsets between two runs (another consumer's) are skipped, not handed out."""
+    data = batch(0, 10)
+    spans = [(1, 3, 1), (7, 8, 4)]
+    pure = decode(data, spans, monkeypatch, native_on=False)
+    fast = decode(data, spans, monkeypatch, native_on=True)
+    assert fast[:2] == pure[:2]
+    assert [r[2] for r in fast[0]] == [1, 2, 3, 7, 8]
+    assert [r[8] for r in fast[0]] == [1, 1, 1, 4, 4]
+    assert fast[2] == 2
