@@ -29,12 +29,8 @@ import io
 import json
 import os
 import pstats
-import re
 import resource
 import statistics
-import subprocess
-import tempfile
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -43,8 +39,8 @@ from aiokafka import AIOKafkaProducer
 
 from aiogroup.testing import kafka as kafka_fixture
 from aiogroup.testing.broker import unique_name
-from aiogroup.testing.kafka import KafkaCluster, java_binary, kafka_tools
-from aiogroup.testing.share_peers import PerfResult, configure_share_group
+from aiogroup.testing.kafka import KafkaCluster
+from aiogroup.testing.share_peers import PerfResult, configure_share_group, java_share_perf
 from benchmarks.share_baseline import _produce
 from benchmarks.share_consumer import aiogroup_share_rate
 from benchmarks.share_join_trace import _FIXTURE_LOG4J2, _REQUEST_LOG4J2, _cpu_seconds
@@ -69,50 +65,15 @@ def java_perf(
     timeout_s: float = 120.0,
 ) -> PerfResult:
     """Kafka's ``ShareConsumerPerformance`` with consumer ``properties`` (its
-    ``--command-property``); as :func:`aiogroup.testing.share_peers.java_share_perf`
-    otherwise (the tool's own rate, from its start to its last record)."""
-    began = time.monotonic()
-    props: list[str] = []
-    for key, value in properties.items():
-        props += ["--command-property", f"{key}={value}"]
-    with tempfile.TemporaryDirectory(prefix="aiogroup-share-perf-") as tmp:
-        (Path(tmp) / "log4j2.properties").write_text("status = error\nrootLogger.level = WARN\n")
-        out = subprocess.run(
-            [
-                java_binary(),
-                "-Xmx512m",
-                f"-Dlog4j2.configurationFile={Path(tmp) / 'log4j2.properties'}",
-                "-cp",
-                f"{kafka_tools()}/*",
-                "org.apache.kafka.tools.ShareConsumerPerformance",
-                "--bootstrap-server",
-                bootstrap,
-                "--topic",
-                topic,
-                "--group",
-                group,
-                "--num-records",
-                str(records),
-                "--threads",
-                str(threads),
-                "--timeout",
-                str(int(timeout_s * 1000)),
-                *props,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s + 60,
-            check=False,
-            cwd=tmp,
-        )
-    wall = time.monotonic() - began
-    for line in out.stdout.splitlines():
-        cells = [c.strip() for c in line.split(",")]
-        if len(cells) >= 7 and re.fullmatch(r"\d+", cells[5]):
-            return PerfResult(int(cells[5]), int(cells[6]) / 1000.0, float(cells[4]), wall)
-    raise RuntimeError(
-        f"ShareConsumerPerformance printed no result (exit {out.returncode}):\n"
-        f"{out.stdout[-1500:]}\n{out.stderr[-1500:]}"
+    ``--command-property``): :func:`aiogroup.testing.share_peers.java_share_perf`."""
+    return java_share_perf(
+        bootstrap,
+        topic,
+        group,
+        records,
+        threads=threads,
+        timeout_s=timeout_s,
+        properties=properties,
     )
 
 

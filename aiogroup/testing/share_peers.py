@@ -512,13 +512,19 @@ def java_share_perf(
     *,
     threads: int = 1,
     timeout_s: float = 120.0,
+    properties: Mapping[str, str] | None = None,
 ) -> PerfResult:
     """Run Kafka's share-consumer perf test (``kafka-share-consumer-perf-test``):
     ``threads`` Java share consumers in one JVM read ``records`` records.
 
     The group must read from the earliest record (:func:`configure_share_group`).
     The tool's rate counts from its start to its last record (the join included).
+    ``properties``: consumer properties passed as the tool's ``--command-property``
+    (for example ``share.acquire.mode``).
     """
+    props: list[str] = []
+    for key, value in (properties or {}).items():
+        props += ["--command-property", f"{key}={value}"]
     began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="aiogroup-share-perf-") as tmp:
         (Path(tmp) / "log4j2.properties").write_text(_LOG4J2)
@@ -543,6 +549,7 @@ def java_share_perf(
                 str(threads),
                 "--timeout",
                 str(int(timeout_s * 1000)),
+                *props,
             ],
             capture_output=True,
             text=True,
